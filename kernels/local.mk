@@ -1,0 +1,1 @@
+## kernels: cpu/ (C, OpenMP, SIMD), cuda/ (.cu), common/ (shared inline math)

@@ -1,0 +1,1 @@
+## lib/app: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/comm: (no sources yet)

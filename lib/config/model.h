@@ -1,0 +1,51 @@
+/* model.h - the model configuration (GPT-NeoX / Megatron option names).
+ *
+ * A plain struct that every layer reads; lib/config parses and validates it
+ * from the model JSON (ds_model_config_load) through the same key table as
+ * the DeepSpeed config.  Tests may fill it by hand after
+ * ds_model_config_defaults().
+ */
+#ifndef DS_CONFIG_MODEL_H
+#define DS_CONFIG_MODEL_H
+
+#include <stdint.h>
+
+enum ds_model_family { DS_FAMILY_GPT = 0, DS_FAMILY_BERT = 1 };
+enum ds_pos_emb { DS_POS_LEARNED = 0, DS_POS_ROTARY = 1, DS_POS_SINUSOIDAL = 2 };
+enum ds_norm { DS_NORM_LAYERNORM = 0, DS_NORM_RMSNORM = 1 };
+enum ds_activation { DS_ACT_GELU = 0, DS_ACT_GEGLU = 1, DS_ACT_SWIGLU = 2 };
+
+struct ds_model_config {
+	int family;                    /* enum ds_model_family; bert is profile-only */
+	int num_layers;                /* L */
+	int hidden_size;               /* C */
+	int num_attention_heads;       /* NH; C % NH == 0 */
+	int seq_length;                /* T, training window */
+	int max_position_embeddings;   /* >= seq_length */
+	int vocab_size;                /* V, the tokenizer's vocabulary */
+	int make_vocab_size_divisible_by; /* default 128 */
+	int padded_vocab_size;         /* Vp = V rounded up (derived) */
+	int intermediate_size;         /* MLP hidden width; default 4*C (derived when 0) */
+	int pos_emb;                   /* enum ds_pos_emb */
+	double rotary_pct;             /* fraction of head dim rotated, (0,1] */
+	double rotary_emb_base;        /* default 10000 */
+	int norm;                      /* enum ds_norm */
+	double layernorm_epsilon;      /* default 1e-5 */
+	double rms_norm_epsilon;       /* default 1e-8 (NeoX rms_norm_epsilon) */
+	int activation;                /* enum ds_activation */
+	int no_weight_tying;           /* 1: separate lm_head; 0: tied to wte */
+	int gpt_j_residual;            /* 1: parallel attention + MLP residual */
+	double init_method_std;        /* default 0.02 */
+	double hidden_dropout;         /* default 0 */
+	double attention_dropout;      /* default 0 */
+	int type_vocab_size;           /* bert: token types (default 2) */
+};
+
+/* Fill *m with the documented defaults (GPT-2 small shapes are NOT implied:
+ * num_layers etc. are 0 and must be given). */
+void ds_model_config_defaults(struct ds_model_config *m);
+
+/* Derive padded_vocab_size and intermediate_size from the rest. */
+void ds_model_config_derive(struct ds_model_config *m);
+
+#endif

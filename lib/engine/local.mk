@@ -1,0 +1,1 @@
+## lib/engine: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/io/aio.mk: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/io/ckpt.mk: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/io/data.mk: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/model/count.mk: (no sources yet)

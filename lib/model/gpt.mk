@@ -1,0 +1,1 @@
+## lib/model/gpt.mk: (no sources yet)

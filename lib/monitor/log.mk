@@ -1,0 +1,1 @@
+## lib/monitor/log.mk: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/monitor/profile.mk: (no sources yet)

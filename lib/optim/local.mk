@@ -1,0 +1,1 @@
+## lib/optim: (no sources yet)

@@ -1,0 +1,1 @@
+## lib/tune: (no sources yet)

@@ -1,0 +1,24 @@
+/* half.h - IEEE fp16 and bfloat16 <-> fp32 conversion.
+ *
+ * Round to nearest, ties to even; overflow goes to inf; NaN stays NaN (quiet);
+ * subnormals are produced and read exactly.  Scalar functions are the
+ * reference; the bulk functions may use F16C / AVX-512 BF16 when present and
+ * must give identical bits.
+ */
+#ifndef DS_UTIL_HALF_H
+#define DS_UTIL_HALF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint16_t ds_fp32_to_fp16(float f);
+float ds_fp16_to_fp32(uint16_t h);
+uint16_t ds_fp32_to_bf16(float f);
+float ds_bf16_to_fp32(uint16_t h);
+
+void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n);
+void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
+void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
+
+#endif

@@ -1,0 +1,19 @@
+## lib/util: status codes, logging, allocation, timers, RNG, fp16/bf16, CRC32C.
+noinst_LIBRARIES += lib/util/libds_util.a
+lib_util_libds_util_a_SOURCES = \
+	lib/util/err.c lib/util/err.h \
+	lib/util/log.c lib/util/log.h \
+	lib/util/mem.c lib/util/mem.h \
+	lib/util/timer.c lib/util/timer.h \
+	lib/util/half.c lib/util/half.h \
+	lib/util/rng.c lib/util/rng.h \
+	lib/util/crc32c.c lib/util/crc32c.h
+LIBDS += lib/util/libds_util.a
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_util
+TESTS += tests/unit/test_util
+tests_unit_test_util_SOURCES = tests/unit/test_util.c tests/unit/unit.h
+tests_unit_test_util_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_util_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif

@@ -1,0 +1,16 @@
+## tests: every result is a TAP line, counted by automake's tap-driver, so
+## `make check` and .ci/run report test cases, not test files.
+## cmocka prints TAP when CMOCKA_MESSAGE_OUTPUT=TAP; bats prints TAP itself.
+LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+TEST_EXTENSIONS = .bats
+BATS_LOG_DRIVER = $(LOG_DRIVER)
+BATS_LOG_COMPILER = $(BATS)
+AM_BATS_LOG_FLAGS = --tap
+AM_TESTS_ENVIRONMENT = \
+	CMOCKA_MESSAGE_OUTPUT=TAP; export CMOCKA_MESSAGE_OUTPUT; \
+	DS_BUILDDIR='$(abs_top_builddir)'; export DS_BUILDDIR; \
+	DS_SRCDIR='$(abs_top_srcdir)'; export DS_SRCDIR; \
+	PATH='$(abs_top_builddir)/tools':"$$PATH"; export PATH; \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS; \
+	LC_ALL=C; export LC_ALL;
+EXTRA_DIST += tests/cli/helper.bash tests/unit/unit.h tests/data

@@ -1,0 +1,209 @@
+/* test_util.c - lib/util against published and hand-computed values:
+ * CRC-32C check values (RFC 3720 B.4), Philox4x32-10 known-answer vectors
+ * (Random123 kat_vectors), fp16/bf16 bit patterns worked out by hand,
+ * size parsing and error-code mapping. */
+#include "unit.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/crc32c.h"
+#include "util/err.h"
+#include "util/half.h"
+#include "util/mem.h"
+#include "util/rng.h"
+
+static void test_crc32c_check_values(void **state)
+{
+	unsigned char buf[32];
+	assert_int_equal(ds_crc32c(0, "123456789", 9), 0xE3069283u);
+	assert_int_equal(ds_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+	memset(buf, 0, 32);
+	assert_int_equal(ds_crc32c(0, buf, 32), 0x8A9136AAu);
+	memset(buf, 0xff, 32);
+	assert_int_equal(ds_crc32c(0, buf, 32), 0x62A8AB43u);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)i;
+	assert_int_equal(ds_crc32c(0, buf, 32), 0x46DD794Eu);
+	for (int i = 0; i < 32; i++)
+		buf[i] = (unsigned char)(31 - i);
+	assert_int_equal(ds_crc32c_portable(0, buf, 32), 0x113FDB5Cu);
+	/* extending in pieces equals one pass */
+	assert_int_equal(ds_crc32c(ds_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
+	/* TFRecord's masked crc of the length 24 (spec/platform.md §7) */
+	unsigned char len[8] = { 24, 0, 0, 0, 0, 0, 0, 0 };
+	assert_int_equal(ds_crc32c_mask(ds_crc32c(0, len, 8)), 0x224b7fa3u);
+}
+
+static void test_philox_kat(void **state)
+{
+	static const uint32_t v[3][10] = {
+		{ 0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 },
+		{ 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff,
+		  0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd },
+		{ 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
+		  0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1 },
+	};
+	for (int t = 0; t < 3; t++) {
+		uint32_t out[4];
+		ds_philox4x32_10(v[t], v[t] + 4, out);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(out[i], v[t][6 + i]);
+	}
+}
+
+static void test_rng_streams(void **state)
+{
+	struct ds_rng a, b;
+	ds_rng_init(&a, 1234, ds_hash_str("transformer.h.0.attn.c_attn.weight"), 0);
+	ds_rng_init(&b, 1234, ds_hash_str("transformer.h.1.attn.c_attn.weight"), 0);
+	/* same key and index: same value, whatever order it is asked in */
+	float x = ds_rng_normal(&a, 777);
+	ds_rng_normal(&a, 3);
+	assert_true(x == ds_rng_normal(&a, 777));
+	assert_true(x != ds_rng_normal(&b, 777));
+	/* moments of 200k normals and uniforms */
+	double s = 0, s2 = 0, us = 0;
+	const int n = 200000;
+	for (int i = 0; i < n; i++) {
+		double z = ds_rng_normal(&a, i), u = ds_rng_uniform(&a, i);
+		assert_true(u > 0 && u < 1);
+		s += z;
+		s2 += z * z;
+		us += u;
+	}
+	assert_true(fabs(s / n) < 0.01);
+	assert_true(fabs(s2 / n - 1) < 0.02);
+	assert_true(fabs(us / n - 0.5) < 0.005);
+}
+
+static float f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+static void test_fp16_bits(void **state)
+{
+	assert_int_equal(ds_fp32_to_fp16(1.0f), 0x3C00);
+	assert_int_equal(ds_fp32_to_fp16(-2.0f), 0xC000);
+	assert_int_equal(ds_fp32_to_fp16(0.1f), 0x2E66);
+	assert_int_equal(ds_fp32_to_fp16(65504.0f), 0x7BFF);      /* max finite */
+	assert_int_equal(ds_fp32_to_fp16(65519.0f), 0x7BFF);      /* below the tie */
+	assert_int_equal(ds_fp32_to_fp16(65520.0f), 0x7C00);      /* tie -> even = inf */
+	assert_int_equal(ds_fp32_to_fp16(1e10f), 0x7C00);
+	assert_int_equal(ds_fp32_to_fp16(-INFINITY), 0xFC00);
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(1, -14)), 0x0400); /* min normal */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(1, -24)), 0x0001); /* min subnormal */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(1, -25)), 0x0000); /* tie -> even 0 */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(3, -26)), 0x0001); /* 0.75 ulp */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(3, -25)), 0x0002); /* 1.5 ulp tie -> 2 */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(5, -25)), 0x0002); /* 2.5 ulp tie -> 2 */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(1023, -24)), 0x03FF); /* max subnormal */
+	assert_int_equal(ds_fp32_to_fp16(ldexpf(2047, -25)), 0x0400); /* rounds up into normal */
+	assert_int_equal(ds_fp32_to_fp16(1.0f + ldexpf(1, -11)), 0x3C00); /* tie, even */
+	assert_int_equal(ds_fp32_to_fp16(1.0f + ldexpf(3, -11)), 0x3C02); /* tie, up to even */
+	assert_int_equal(ds_fp32_to_fp16(1.0f + ldexpf(1, -11) + ldexpf(1, -20)), 0x3C01);
+	assert_int_equal(ds_fp32_to_fp16(-0.0f), 0x8000);
+	uint16_t nan = ds_fp32_to_fp16(NAN);
+	assert_true((nan & 0x7C00) == 0x7C00 && (nan & 0x3FF));
+	/* back to fp32 */
+	assert_true(ds_fp16_to_fp32(0x3C00) == 1.0f);
+	assert_true(ds_fp16_to_fp32(0x0001) == ldexpf(1, -24));
+	assert_true(ds_fp16_to_fp32(0x03FF) == ldexpf(1023, -24));
+	assert_true(ds_fp16_to_fp32(0x7BFF) == 65504.0f);
+	assert_true(isinf(ds_fp16_to_fp32(0x7C00)));
+	assert_true(isnan(ds_fp16_to_fp32(0x7E00)));
+	assert_true(signbit(ds_fp16_to_fp32(0x8000)));
+	/* every finite fp16 round-trips exactly */
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7C00) == 0x7C00)
+			continue;
+		assert_int_equal(ds_fp32_to_fp16(ds_fp16_to_fp32((uint16_t)h)), h);
+	}
+}
+
+static void test_bf16_bits(void **state)
+{
+	assert_int_equal(ds_fp32_to_bf16(1.0f), 0x3F80);
+	assert_int_equal(ds_fp32_to_bf16(3.14159265f), 0x4049);
+	assert_int_equal(ds_fp32_to_bf16(1.0f + ldexpf(1, -8)), 0x3F80);  /* tie, even */
+	assert_int_equal(ds_fp32_to_bf16(1.0f + ldexpf(3, -8)), 0x3F82);  /* tie, up to even */
+	assert_int_equal(ds_fp32_to_bf16(f(0x7F7FFFFF)), 0x7F80);         /* FLT_MAX -> inf */
+	assert_int_equal(ds_fp32_to_bf16(f(0x7F7F7FFF)), 0x7F7F);
+	assert_int_equal(ds_fp32_to_bf16(f(0x00010000)), 0x0001);         /* subnormal kept */
+	assert_int_equal(ds_fp32_to_bf16(f(0x00008000)), 0x0000);         /* tie -> even 0 */
+	assert_int_equal(ds_fp32_to_bf16(f(0x00018000)), 0x0002);         /* tie -> even 2 */
+	assert_int_equal(ds_fp32_to_bf16(-INFINITY), 0xFF80);
+	assert_true(isnan(ds_bf16_to_fp32(ds_fp32_to_bf16(NAN))));
+	assert_true(ds_bf16_to_fp32(0x4049) == 3.140625f);
+	float src[5] = { 1.0f, -2.5f, 65504.0f, 1e-8f, 0.1f };
+	uint16_t h[5];
+	float back[5];
+	ds_fp32_to_bf16_n(h, src, 5);
+	ds_bf16_to_fp32_n(back, h, 5);
+	for (int i = 0; i < 5; i++)
+		assert_true(fabsf(back[i] - src[i]) <= fabsf(src[i]) * ldexpf(1, -8));
+	ds_fp32_to_fp16_n(h, src, 5);
+	ds_fp16_to_fp32_n(back, h, 5);
+	assert_true(back[0] == 1.0f && back[1] == -2.5f && back[2] == 65504.0f);
+}
+
+static void test_parse_and_errors(void **state)
+{
+	uint64_t v;
+	assert_int_equal(ds_parse_size("4096", &v), 0);
+	assert_int_equal(v, 4096);
+	assert_int_equal(ds_parse_size("4K", &v), 0);
+	assert_int_equal(v, 4096);
+	assert_int_equal(ds_parse_size("1M", &v), 0);
+	assert_int_equal(v, 1048576);
+	assert_int_equal(ds_parse_size("1.5GiB", &v), 0);
+	assert_int_equal(v, 1610612736ull);
+	assert_int_equal(ds_parse_size("5e8", &v), 0);
+	assert_int_equal(v, 500000000ull);
+	assert_int_equal(ds_parse_size("-1", &v), DS_EINVAL);
+	assert_int_equal(ds_parse_size("12Q", &v), DS_EINVAL);
+	assert_int_equal(ds_parse_size("0.5", &v), DS_EINVAL);
+	assert_int_equal(ds_parse_u64("17", 1, 32, &v), 0);
+	assert_int_equal(ds_parse_u64("33", 1, 32, &v), DS_EINVAL);
+	assert_int_equal(ds_parse_u64("1x", 1, 32, &v), DS_EINVAL);
+
+	struct ds_err e = DS_ERR_INIT;
+	assert_int_equal(ds_err_set(&e, DS_EINVAL, "key '%s': bad", "x"), DS_EINVAL);
+	ds_err_prefix(&e, "%s: ", "a.json");
+	assert_string_equal(e.msg, "a.json: key 'x': bad");
+	assert_int_equal(ds_exit_code(DS_EINVAL), 2);
+	assert_int_equal(ds_exit_code(DS_ECORRUPT), 2);
+	assert_int_equal(ds_exit_code(DS_EIO), 1);
+	assert_int_equal(ds_exit_code(DS_ENOTSUP), 3);
+	assert_int_equal(ds_exit_code(DS_ESIGNAL), 4);
+	assert_int_equal(ds_exit_code(DS_ETIMEOUT), 5);
+}
+
+static void test_alloc_accounting(void **state)
+{
+	size_t before = ds_mem_held();
+	float *p = ds_alloc(1000 * sizeof(float));
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % DS_ALIGN, 0);
+	assert_true(p[0] == 0 && p[999] == 0);
+	assert_int_equal(ds_mem_held() - before, 4000);
+	void *q = ds_alloc_aligned(10, 4096);
+	assert_int_equal((uintptr_t)q % 4096, 0);
+	ds_free(p);
+	ds_free(q);
+	ds_free(NULL);
+	assert_int_equal(ds_mem_held(), before);
+	assert_true(ds_mem_peak() >= before + 4010);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c_check_values),
+		cmocka_unit_test(test_philox_kat),
+		cmocka_unit_test(test_rng_streams),
+		cmocka_unit_test(test_fp16_bits),
+		cmocka_unit_test(test_bf16_bits),
+		cmocka_unit_test(test_parse_and_errors),
+		cmocka_unit_test(test_alloc_accounting),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

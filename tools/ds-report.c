@@ -1,0 +1,3 @@
+#include "config.h"
+#include <stdio.h>
+int main(void) { printf("features: %s\n", DS_FEATURES); return 0; }
