@@ -1,0 +1,266 @@
+/* comm.c - backend selection, timing for the comms logger, and the `self`
+ * backend (world of one: every collective is a copy or nothing). */
+#include "comm/comm_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/mem.h"
+#include "util/timer.h"
+
+size_t ds_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case DS_F32: case DS_I32: return 4;
+	case DS_F64: case DS_I64: return 8;
+	case DS_F16: case DS_BF16: return 2;
+	default: return 1;
+	}
+}
+
+const char *ds_dtype_name(int dtype)
+{
+	static const char *n[] = { "fp32", "fp64", "int64", "int32", "uint8", "fp16", "bf16" };
+	return dtype >= 0 && dtype <= DS_BF16 ? n[dtype] : "?";
+}
+
+static int env_int(const char *a, const char *b, int dflt)
+{
+	const char *v = getenv(a);
+	if (!v && b)
+		v = getenv(b);
+	return v ? atoi(v) : dflt;
+}
+
+int ds_comm_mpi_launched(void)
+{
+	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+	       getenv("SLURM_STEP_ID") || getenv("PMI_SIZE");
+}
+
+int ds_comm_create(struct ds_comm **out, const char *backend, struct ds_err *err)
+{
+	const struct ds_comm_ops *ops;
+	if (!backend || !strcmp(backend, "auto"))
+		ops = (ds_comm_mpi_built && ds_comm_mpi_launched()) ? &ds_comm_mpi_ops : &ds_comm_self_ops;
+	else if (!strcmp(backend, "self"))
+		ops = &ds_comm_self_ops;
+	else if (!strcmp(backend, "mpi"))
+		ops = &ds_comm_mpi_ops;
+	else
+		return ds_err_set(err, DS_EINVAL, "unknown communicator backend '%s' (self, mpi, auto)", backend);
+	struct ds_comm *c = calloc(1, sizeof *c);
+	if (!c)
+		return ds_err_set(err, DS_ENOMEM, "out of memory creating the communicator");
+	c->ops = ops;
+	c->rank = 0;
+	c->size = 1;
+	gethostname(c->host, sizeof c->host - 1);
+	int rc = ops->init(c, err);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	c->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", 0);
+	c->nodes = env_int("SLURM_NNODES", "SLURM_JOB_NUM_NODES", 1);
+	*out = c;
+	return 0;
+}
+
+void ds_comm_destroy(struct ds_comm *c)
+{
+	if (!c)
+		return;
+	if (c->ops->fini)
+		c->ops->fini(c);
+	free(c);
+}
+
+int ds_comm_rank(const struct ds_comm *c) { return c->rank; }
+int ds_comm_size(const struct ds_comm *c) { return c->size; }
+int ds_comm_local_rank(const struct ds_comm *c) { return c->local_rank; }
+int ds_comm_num_nodes(const struct ds_comm *c) { return c->nodes; }
+const char *ds_comm_backend(const struct ds_comm *c) { return c->ops->name; }
+const char *ds_comm_hostname(const struct ds_comm *c) { return c->host; }
+
+void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
+{
+	c->log_fn = fn;
+	c->log_ctx = ctx;
+}
+
+static void log_op(struct ds_comm *c, const char *op, size_t bytes, double t0)
+{
+	if (c->log_fn) {
+		struct ds_comm_record r = { op, bytes, ds_now() - t0 };
+		c->log_fn(c->log_ctx, &r);
+	}
+}
+
+/* The wrappers time each call for the logger; message size is the
+ * DeepSpeed convention: the size of the buffer each rank contributes. */
+#define TIMED(opname, bytes, call)                      \
+	do {                                            \
+		double t0_ = c->log_fn ? ds_now() : 0;  \
+		int rc_ = (call);                       \
+		if (rc_ == 0)                           \
+			log_op(c, opname, bytes, t0_);  \
+		return rc_;                             \
+	} while (0)
+
+int ds_comm_allreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err)
+{
+	TIMED("all_reduce", count * ds_dtype_size(dtype), c->ops->allreduce(c, buf, count, dtype, op, err));
+}
+
+int ds_comm_reduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			   int dtype, int op, struct ds_err *err)
+{
+	TIMED("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
+	      c->ops->reduce_scatter(c, send, recv, recvcount, dtype, op, err));
+}
+
+int ds_comm_allgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+		      struct ds_err *err)
+{
+	TIMED("all_gather", sendcount * c->size * ds_dtype_size(dtype),
+	      c->ops->allgather(c, send, recv, sendcount, dtype, err));
+}
+
+int ds_comm_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err)
+{
+	TIMED("broadcast", count * ds_dtype_size(dtype), c->ops->broadcast(c, buf, count, dtype, root, err));
+}
+
+int ds_comm_barrier(struct ds_comm *c, struct ds_err *err)
+{
+	TIMED("barrier", 0, c->ops->barrier(c, err));
+}
+
+static int start_req(struct ds_comm_req **req, const char *op, size_t bytes, struct ds_err *err)
+{
+	*req = calloc(1, sizeof **req);
+	if (!*req)
+		return ds_err_set(err, DS_ENOMEM, "out of memory for a communication request");
+	(*req)->op = op;
+	(*req)->bytes = bytes;
+	(*req)->t0 = ds_now();
+	return 0;
+}
+
+#define START(opname, bytes, call)                                  \
+	do {                                                        \
+		DS_TRY(start_req(req, opname, bytes, err));         \
+		int rc_ = (call);                                   \
+		if (rc_ < 0) {                                      \
+			free(*req);                                 \
+			*req = NULL;                                \
+		}                                                   \
+		return rc_;                                         \
+	} while (0)
+
+int ds_comm_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+		       struct ds_comm_req **req, struct ds_err *err)
+{
+	START("all_reduce", count * ds_dtype_size(dtype), c->ops->iallreduce(c, buf, count, dtype, op, *req, err));
+}
+
+int ds_comm_ireduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			    int dtype, int op, struct ds_comm_req **req, struct ds_err *err)
+{
+	START("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
+	      c->ops->ireduce_scatter(c, send, recv, recvcount, dtype, op, *req, err));
+}
+
+int ds_comm_iallgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+		       struct ds_comm_req **req, struct ds_err *err)
+{
+	START("all_gather", sendcount * c->size * ds_dtype_size(dtype),
+	      c->ops->iallgather(c, send, recv, sendcount, dtype, *req, err));
+}
+
+int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
+{
+	if (!req)
+		return 0;
+	int rc = c->ops->wait(c, req, err);
+	if (rc == 0)
+		log_op(c, req->op, req->bytes, req->t0);
+	free(req);
+	return rc;
+}
+
+void ds_comm_abort(struct ds_comm *c, int code)
+{
+	if (c && c->ops->abort)
+		c->ops->abort(c, code);
+}
+
+/* ---- self: a world of one ---------------------------------------------- */
+
+static int self_init(struct ds_comm *c, struct ds_err *err) { return 0; }
+
+static int self_allreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err)
+{
+	return 0;
+}
+
+static int self_reduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			       int dtype, int op, struct ds_err *err)
+{
+	if (send != recv)
+		memmove(recv, send, recvcount * ds_dtype_size(dtype));
+	return 0;
+}
+
+static int self_allgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+			  struct ds_err *err)
+{
+	if (send != recv)
+		memmove(recv, send, sendcount * ds_dtype_size(dtype));
+	return 0;
+}
+
+static int self_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err)
+{
+	if (root != 0)
+		return ds_err_set(err, DS_EINVAL, "broadcast root %d out of range (world size 1)", root);
+	return 0;
+}
+
+static int self_barrier(struct ds_comm *c, struct ds_err *err) { return 0; }
+
+static int self_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			   struct ds_comm_req *req, struct ds_err *err)
+{
+	return 0;
+}
+
+static int self_ireduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+				int dtype, int op, struct ds_comm_req *req, struct ds_err *err)
+{
+	return self_reduce_scatter(c, send, recv, recvcount, dtype, op, err);
+}
+
+static int self_iallgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+			   struct ds_comm_req *req, struct ds_err *err)
+{
+	return self_allgather(c, send, recv, sendcount, dtype, err);
+}
+
+static int self_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err) { return 0; }
+
+const struct ds_comm_ops ds_comm_self_ops = {
+	.name = "self",
+	.init = self_init,
+	.allreduce = self_allreduce,
+	.reduce_scatter = self_reduce_scatter,
+	.allgather = self_allgather,
+	.broadcast = self_broadcast,
+	.barrier = self_barrier,
+	.iallreduce = self_iallreduce,
+	.ireduce_scatter = self_ireduce_scatter,
+	.iallgather = self_iallgather,
+	.wait = self_wait,
+};

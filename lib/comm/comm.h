@@ -1,0 +1,98 @@
+/* comm.h - a communicator with collective operations.
+ *
+ * Backends (one ops table each): `self` (one process, no MPI; always built)
+ * and `mpi` (OpenMPI; compiled in when configure found it, else a stub that
+ * says how to enable it).  Rank and world size come from the backend;
+ * OMPI_COMM_WORLD_* / SLURM_* variables are read only for information
+ * (local rank, node count) shown in logs.  Every operation works in place or
+ * on caller buffers and returns 0 or a DS_E* code with err filled.
+ */
+#ifndef DS_COMM_COMM_H
+#define DS_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+enum ds_dtype { DS_F32 = 0, DS_F64, DS_I64, DS_I32, DS_U8, DS_F16, DS_BF16 };
+enum ds_redop { DS_SUM = 0, DS_MAX, DS_MIN };
+
+/* Size in bytes of one element of dtype. */
+size_t ds_dtype_size(int dtype);
+const char *ds_dtype_name(int dtype);
+
+struct ds_comm;
+struct ds_comm_req;
+
+/* Operations a backend provides (STYLE rule 12); NULL where not supported. */
+struct ds_comm_ops {
+	const char *name;
+	int (*init)(struct ds_comm *c, struct ds_err *err);
+	void (*fini)(struct ds_comm *c);
+	int (*allreduce)(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err);
+	int (*reduce_scatter)(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			      int dtype, int op, struct ds_err *err);
+	int (*allgather)(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+			 struct ds_err *err);
+	int (*broadcast)(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err);
+	int (*barrier)(struct ds_comm *c, struct ds_err *err);
+	/* non-blocking variants: start and return a request, finished by wait */
+	int (*iallreduce)(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			  struct ds_comm_req *req, struct ds_err *err);
+	int (*ireduce_scatter)(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			       int dtype, int op, struct ds_comm_req *req, struct ds_err *err);
+	int (*iallgather)(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+			  struct ds_comm_req *req, struct ds_err *err);
+	int (*wait)(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err);
+	void (*abort)(struct ds_comm *c, int code);
+};
+
+/* One record per finished collective, for the comms logger. */
+struct ds_comm_record { const char *op; size_t bytes; double seconds; };
+typedef void (*ds_comm_log_fn)(void *ctx, const struct ds_comm_record *rec);
+
+/* Create a communicator.  backend: "self", "mpi" or "auto" (mpi when this
+ * process was started by mpirun/srun and MPI is built in, else self).
+ * Returns DS_ENOTSUP naming --with-mpi when "mpi" is asked of a build
+ * without it.  Destroy with ds_comm_destroy (finalises MPI). */
+int ds_comm_create(struct ds_comm **out, const char *backend, struct ds_err *err);
+void ds_comm_destroy(struct ds_comm *c);
+
+int ds_comm_rank(const struct ds_comm *c);
+int ds_comm_size(const struct ds_comm *c);
+int ds_comm_local_rank(const struct ds_comm *c);  /* from the launcher's env, 0 if unknown */
+int ds_comm_num_nodes(const struct ds_comm *c);   /* from SLURM_/OMPI_ env, 1 if unknown */
+const char *ds_comm_backend(const struct ds_comm *c);
+const char *ds_comm_hostname(const struct ds_comm *c);
+
+/* Called after every blocking collective (and every wait) with its size and
+ * latency; NULL turns it off.  The comms logger in lib/monitor plugs in here. */
+void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx);
+
+/* Collectives.  count / recvcount / sendcount are in elements.
+ * allreduce: in place.  reduce_scatter: send holds size*recvcount elements,
+ * rank r receives the reduction of block r.  allgather: recv holds
+ * size*sendcount, block r from rank r.  broadcast: in place from root. */
+int ds_comm_allreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err);
+int ds_comm_reduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			   int dtype, int op, struct ds_err *err);
+int ds_comm_allgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+		      struct ds_err *err);
+int ds_comm_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err);
+int ds_comm_barrier(struct ds_comm *c, struct ds_err *err);
+
+/* Non-blocking: *req is allocated by the call and freed by ds_comm_wait. */
+int ds_comm_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+		       struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_ireduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
+			    int dtype, int op, struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_iallgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
+		       struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err);
+
+/* Take every rank down with exit status `code` (a failing rank must not
+ * leave the others hanging).  The self backend simply returns. */
+void ds_comm_abort(struct ds_comm *c, int code);
+
+#endif

@@ -1,0 +1,8 @@
+# helper.bash for tests/mpi: the cli helper plus an mpirun wrapper that works
+# as root and on 2 cores (spec/platform.md §1).
+load ../cli/helper
+setup() { require_feature mpi; }
+MPIRUN="mpirun --oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+# one OpenMP thread per rank when ranks share the 2 cores
+mpirun_n() { local n=$1; shift; $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 "$@"; }
