@@ -372,6 +372,7 @@ int ds_count_model(const struct ds_model_config *m, const struct ds_count_opts *
 	struct ds_count nc = DS_COUNT_INIT;
 	struct build b = { &nc, o->convention, 0 };
 	nc.opts = *o;
+	nc.family = m->family;
 	if (m->family == DS_FAMILY_BERT)
 		build_bert(&b, m, o->batch, o->seq,
 			   o->mlm_tokens > 0 ? o->mlm_tokens : (int64_t)o->batch * o->seq);

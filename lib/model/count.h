@@ -79,9 +79,10 @@ struct ds_count_opts {
 struct ds_count {
 	struct ds_count_node *nodes;
 	int n, cap;
+	int family;           /* enum ds_model_family of the counted model */
 	struct ds_count_opts opts;
 };
-#define DS_COUNT_INIT { 0, 0, 0, { 0, 0, 0, 0 } }
+#define DS_COUNT_INIT { 0, 0, 0, 0, { 0, 0, 0, 0 } }
 
 /* Build the module tree of model m for one forward step of o->batch x o->seq
  * tokens.  Returns 0, or DS_EINVAL (bad shape: names the field) / DS_ENOMEM.

@@ -1,0 +1,41 @@
+/* profile_run.h - the work of ds-profile: load a model file, count it,
+ * render the profile to the caller's stream.
+ */
+#ifndef DS_MONITOR_PROFILE_RUN_H
+#define DS_MONITOR_PROFILE_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/model.h"
+#include "util/err.h"
+
+struct ds_profile_opts {
+	const char *model_path;   /* model JSON (gpt or bert family) */
+	int batch;                /* micro-batch B >= 1 */
+	int seq;                  /* sequence length T >= 1 */
+	int module_depth;         /* aggregated profile depth, -1 = DeepSpeed's default */
+	int top_modules;          /* >= 1 */
+	int detailed;             /* print the module tree */
+	int format;               /* enum ds_profile_format */
+	int convention;           /* enum ds_count_convention */
+	int64_t mlm_tokens;       /* bert: positions the MLM decoder sees, 0 = all */
+};
+#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0 }
+
+struct ds_profile_result {
+	int64_t params;           /* unique parameters */
+	int64_t fwd_macs, fwd_flops, attn_macs;
+};
+
+/* Load o->model_path, count one forward step and render the profile to out.
+ * Returns 0, DS_EINVAL (bad model file or option: the message names the file
+ * and key), DS_EIO (write failed) or DS_ENOMEM. */
+int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile_result *res,
+		   struct ds_err *err);
+
+/* Parse a model JSON into *m (defaults applied, derived fields filled).
+ * Returns 0 or DS_EINVAL with "FILE: key 'k': ..." in err. */
+int ds_profile_load_model(const char *path, struct ds_model_config *m, struct ds_err *err);
+
+#endif

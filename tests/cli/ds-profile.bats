@@ -1,0 +1,98 @@
+#!/usr/bin/env bats
+# ds-profile: help, bad input, the seed's BERT-Large figures, GPT-2 124M's
+# parameter count, and the JSON / CSV renderings.
+load helper
+
+@test "ds-profile --help exits 0 and shows usage" {
+	run -0 ds-profile --help
+	assert_output --partial "Usage: ds-profile --model FILE"
+}
+
+@test "ds-profile --version names the features" {
+	run -0 ds-profile --version
+	assert_line --index 0 --regexp '^ds-profile \(dstk\) '
+	assert_line --partial "features: "
+}
+
+@test "a bad flag exits 2 with a hint" {
+	run -2 --separate-stderr ds-profile --no-such-flag
+	[[ "$stderr" == *"Try 'ds-profile --help'"* ]]
+}
+
+@test "missing required options exit 2" {
+	run -2 ds-profile --model "$SHARE/models/gpt2-124m.json"
+	run -2 ds-profile --model "$SHARE/models/gpt2-124m.json" --batch-size 0 --seq-length 8
+}
+
+@test "a bad model file exits 2 naming the file and key" {
+	printf '{"num_layers": 2, "hiden_size": 64}' > "$BATS_TEST_TMPDIR/m.json"
+	run -2 --separate-stderr ds-profile --model "$BATS_TEST_TMPDIR/m.json" -b 1 -s 8
+	[[ "$stderr" == *"m.json: unknown key 'hiden_size' (did you mean 'hidden_size'?)"* ]]
+	printf '{"num_layers": 2,' > "$BATS_TEST_TMPDIR/t.json"
+	run -2 --separate-stderr ds-profile --model "$BATS_TEST_TMPDIR/t.json" -b 1 -s 8
+	[[ "$stderr" == *"t.json: line "* ]]
+	run -2 ds-profile --model "$BATS_TEST_TMPDIR/none.json" -b 1 -s 8
+	printf '{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 256, "norm": "batchnorm"}' > "$BATS_TEST_TMPDIR/n.json"
+	run -2 --separate-stderr ds-profile --model "$BATS_TEST_TMPDIR/n.json" -b 1 -s 8
+	[[ "$stderr" == *"key 'norm': expected one of"* ]]
+}
+
+@test "a sequence longer than the position table exits 2" {
+	run -2 --separate-stderr ds-profile --model "$SHARE/models/gpt2-124m.json" -b 1 -s 2048
+	[[ "$stderr" == *"max_position_embeddings 1024"* ]]
+}
+
+@test "BERT-Large at batch 80, sequence 128 reproduces the seed's table" {
+	# params 336.23 M whatever the convention
+	run -0 ds-profile --model "$SHARE/models/bert-large.json" --batch-size 80 --seq-length 128
+	assert_line --regexp '^params per GPU: +336\.23 M$'
+	# the table's convention: no attention matmuls, softmax as MACs, the
+	# 1159 masked positions its MLM decoder saw -> 3139.93 G MACs
+	run -0 ds-profile --model "$SHARE/models/bert-large.json" --batch-size 80 --seq-length 128 \
+		--convention legacy --mlm-tokens 1159 --top-modules 3
+	assert_line --regexp '^params per GPU: +336\.23 M$'
+	assert_line --regexp '^fwd MACs per GPU: +3\.14 TMACs$'
+	assert_line --regexp '^fwd flops per GPU: +6\.28 T +$'
+	assert_line "    params      - {'BertModel': '335.15 M', 'BertPreTrainingHeads': '32.34 M'}"
+	assert_line --partial "    MACs        - {'BertModel': '3.09 TMACs', 'BertPreTrainingHeads': '46.97 GMACs'}"
+	run -0 ds-profile --model "$SHARE/models/bert-large.json" --batch-size 80 --seq-length 128 \
+		--convention legacy --mlm-tokens 1159 --json
+	macs=$(printf '%s' "$output" | jq -r .summary.fwd_macs_per_gpu)
+	[ "$(awk -v m="$macs" 'BEGIN { printf "%.2f G", m / 1e9 }')" = "3139.93 G" ]
+	[ "$(printf '%s' "$output" | jq -r .summary.params_per_gpu)" = 336232258 ]
+}
+
+@test "GPT-2 124M: 124,439,808 params with vocab 50257, more when padded to 50304" {
+	run -0 ds-profile --model "$SHARE/models/gpt2-124m-hf.json" -b 1 -s 1024 --json
+	[ "$(printf '%s' "$output" | jq -r .summary.params_per_gpu)" = 124439808 ]
+	run -0 ds-profile --model "$SHARE/models/gpt2-124m.json" -b 1 -s 1024 --json
+	[ "$(printf '%s' "$output" | jq -r .summary.params_per_gpu)" = $((124439808 + 47 * 768)) ]
+}
+
+@test "--json parses and carries config, summary, aggregated and modules" {
+	run -0 --separate-stderr ds-profile --model "$SHARE/models/gpt2-124m.json" -b 2 -s 64 --json
+	printf '%s' "$output" | jq -e '.config.batch_size == 2 and .config.seq_length == 64 and .config.family == "gpt"'
+	printf '%s' "$output" | jq -e '.summary.attention_matmul_macs_per_gpu == 12 * 2 * 2 * 64 * 64 * 768'
+	printf '%s' "$output" | jq -e '(.modules | length) > 12 and .modules[0].class == "GPTLMHeadModel"'
+	printf '%s' "$output" | jq -e '.aggregated[0].params[0].value == .summary.params_per_gpu'
+}
+
+@test "--csv has its header and one row per module" {
+	run -0 ds-profile --model "$SHARE/models/gpt2-124m.json" -b 1 -s 32 --csv
+	assert_line --index 0 "path,class,depth,params,macs,flops,attn_matmul_macs,fwd_latency_s"
+	assert_line --index 1 --regexp '^,GPTLMHeadModel,0,124475904,'
+	assert_line --regexp '^transformer\.h\.11\.mlp\.c_fc,Linear,5,2362368,'
+}
+
+@test "--detailed prints the module tree, -o writes a file" {
+	run -0 ds-profile --model "$SHARE/models/gpt2-124m.json" -b 1 -s 32 --detailed
+	assert_line --partial "Detailed Profile per GPU"
+	assert_line --partial "(0-11): 12 x GPTBlock("
+	run -0 ds-profile --model "$SHARE/models/gpt2-124m.json" -b 1 -s 32 -o "$BATS_TEST_TMPDIR/p.txt"
+	assert_output ""
+	grep -q '^params per GPU: ' "$BATS_TEST_TMPDIR/p.txt"
+	# a failed run leaves the previous file alone
+	run -2 ds-profile --model "$BATS_TEST_TMPDIR/none.json" -b 1 -s 32 -o "$BATS_TEST_TMPDIR/p.txt"
+	grep -q '^params per GPU: ' "$BATS_TEST_TMPDIR/p.txt"
+	[ ! -e "$BATS_TEST_TMPDIR/p.txt.tmp" ]
+}

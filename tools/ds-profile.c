@@ -1,0 +1,163 @@
+/* ds-profile - DeepSpeed-style flops profile of a model: params, MACs and
+ * flops per module and per depth, counted analytically from the model file.
+ * The work is ds_profile_run (lib/monitor/profile_run.h); this file parses
+ * the command line and owns the output stream.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/count.h"
+#include "monitor/profile.h"
+#include "monitor/profile_run.h"
+#include "util/err.h"
+#include "util/mem.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: ds-profile --model FILE --batch-size B --seq-length T [OPTIONS]\n"
+		"Print the flops profile of a model (params, MACs, flops per module and depth)\n"
+		"in DeepSpeed's flops-profiler layout, counted from the model file.\n"
+		"\n"
+		"  -m, --model=FILE         model JSON (family gpt or bert)\n"
+		"  -b, --batch-size=B       micro-batch size per GPU\n"
+		"  -s, --seq-length=T       sequence length\n"
+		"  -d, --module-depth=D     depths of the aggregated profile (default: -1, all but\n"
+		"                           the deepest, as DeepSpeed)\n"
+		"  -k, --top-modules=K      modules per depth in the aggregated profile (default: 1)\n"
+		"      --detailed           also print the module tree\n"
+		"      --convention=C       current (default): attention matmuls counted; legacy:\n"
+		"                           DeepSpeed 0.3's count (Linear MACs and softmax only)\n"
+		"      --mlm-tokens=N       bert: positions the MLM decoder sees (default: all B*T)\n"
+		"      --json               JSON instead of text\n"
+		"      --csv                one CSV row per module\n"
+		"  -o, --output=FILE        write to FILE (replaced only when complete)\n"
+		"  -h, --help               this help\n"
+		"      --version            version and compiled features\n"
+		"\n"
+		"Examples:\n"
+		"  ds-profile --model share/models/gpt2-124m.json --batch-size 8 --seq-length 1024\n"
+		"  ds-profile --model share/models/bert-large.json --batch-size 80 --seq-length 128 \\\n"
+		"             --convention legacy --mlm-tokens 1159 --top-modules 3 --detailed\n");
+}
+
+enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM };
+
+static const struct option longopts[] = {
+	{ "model", required_argument, NULL, 'm' },
+	{ "batch-size", required_argument, NULL, 'b' },
+	{ "batch_size", required_argument, NULL, 'b' },
+	{ "seq-length", required_argument, NULL, 's' },
+	{ "seq_length", required_argument, NULL, 's' },
+	{ "module-depth", required_argument, NULL, 'd' },
+	{ "module_depth", required_argument, NULL, 'd' },
+	{ "top-modules", required_argument, NULL, 'k' },
+	{ "top_modules", required_argument, NULL, 'k' },
+	{ "detailed", no_argument, NULL, O_DETAILED },
+	{ "convention", required_argument, NULL, O_CONV },
+	{ "mlm-tokens", required_argument, NULL, O_MLM },
+	{ "mlm_tokens", required_argument, NULL, O_MLM },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "csv", no_argument, NULL, O_CSV },
+	{ "output", required_argument, NULL, 'o' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, O_VERSION },
+	{ NULL, 0, NULL, 0 }
+};
+
+static int bad(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "ds-profile: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'ds-profile --help'\n");
+	return 2;
+}
+
+static int num(const char *s, uint64_t lo, uint64_t hi, const char *what, uint64_t *out)
+{
+	if (ds_parse_u64(s, lo, hi, out) < 0) {
+		fprintf(stderr, "ds-profile: %s '%s': expected an integer in [%llu, %llu]\n"
+			"Try 'ds-profile --help'\n", what, s, (unsigned long long)lo, (unsigned long long)hi);
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ds_profile_opts o = DS_PROFILE_OPTS_INIT;
+	struct ds_err err = DS_ERR_INIT;
+	const char *outpath = NULL;
+	uint64_t u;
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":m:b:s:d:k:o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': o.model_path = optarg; break;
+		case 'b': if (num(optarg, 1, 1 << 24, "--batch-size", &u)) return 2; o.batch = (int)u; break;
+		case 's': if (num(optarg, 1, 1 << 24, "--seq-length", &u)) return 2; o.seq = (int)u; break;
+		case 'd':
+			if (!strcmp(optarg, "-1"))
+				o.module_depth = -1;
+			else if (num(optarg, 0, 1000, "--module-depth", &u))
+				return 2;
+			else
+				o.module_depth = (int)u;
+			break;
+		case 'k': if (num(optarg, 1, 1000, "--top-modules", &u)) return 2; o.top_modules = (int)u; break;
+		case O_MLM: if (num(optarg, 1, 1ULL << 40, "--mlm-tokens", &u)) return 2; o.mlm_tokens = (int64_t)u; break;
+		case O_DETAILED: o.detailed = 1; break;
+		case O_JSON: o.format = DS_PROFILE_JSON; break;
+		case O_CSV: o.format = DS_PROFILE_CSV; break;
+		case O_CONV:
+			if (!strcmp(optarg, "current"))
+				o.convention = DS_COUNT_CURRENT;
+			else if (!strcmp(optarg, "legacy"))
+				o.convention = DS_COUNT_LEGACY;
+			else
+				return bad("--convention '%s': expected current or legacy", optarg);
+			break;
+		case 'o': outpath = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case O_VERSION:
+			printf("ds-profile (dstk) %s\nfeatures: %s\n", PACKAGE_VERSION, DS_FEATURES);
+			return 0;
+		case ':': return bad("option '%s' needs a value", argv[optind - 1]);
+		default: return bad("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad("unexpected argument '%s'", argv[optind]);
+	if (!o.model_path || !o.batch || !o.seq)
+		return bad("%s", "--model, --batch-size and --seq-length are required");
+
+	/* -o: write next to FILE and rename when complete, so a failed run keeps the old file */
+	char tmp[4096];
+	FILE *out = stdout;
+	if (outpath) {
+		snprintf(tmp, sizeof(tmp), "%s.tmp", outpath);
+		if (!(out = fopen(tmp, "w"))) {
+			fprintf(stderr, "ds-profile: %s: cannot write: %m\n", tmp);
+			return 2;
+		}
+	}
+	int rc = ds_profile_run(&o, out, NULL, &err);
+	if (outpath) {
+		if (fclose(out) != 0 && rc == 0)
+			rc = ds_err_set(&err, DS_EIO, "%s: write failed", tmp);
+		if (rc == 0 && rename(tmp, outpath) != 0)
+			rc = ds_err_set(&err, DS_EIO, "%s: rename failed", outpath);
+		if (rc < 0)
+			remove(tmp);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "ds-profile: %s\n", err.msg);
+		return ds_exit_code(rc);
+	}
+	return 0;
+}
