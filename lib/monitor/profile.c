@@ -163,7 +163,8 @@ static int summary_rows(const struct ds_count *c, const struct ds_profile_engine
 		snprintf(l, sizeof(l),
 			 "fwd+bwd FLOPS per GPU = %g * fwd flops per GPU / (fwd+bwd latency): ", k + 1);
 		n = add_row(r, n, "fwd_bwd_flops_per_s", (k + 1) * flops / (fwd + e->bwd_s), F_RATE, l);
-		n = add_row(r, n, "step_latency_s", e->step_s, F_DURATION, "step latency: ");
+		if (e->step_s > 0 || e->world_size > 0)  /* standalone without an optimizer: none */
+			n = add_row(r, n, "step_latency_s", e->step_s, F_DURATION, "step latency: ");
 		n = add_row(r, n, "iter_latency_s", iter, F_DURATION, "iter latency: ");
 		snprintf(l, sizeof(l), "FLOPS per GPU = %g * fwd flops per GPU / iter latency: ", k + 1);
 		rate = (k + 1) * flops / iter;
@@ -280,7 +281,7 @@ static void text_aggregated(const struct ds_count *c, const struct ds_profile_vi
 			agg_metric = m;
 			qsort(s, (size_t)k, sizeof(*s), agg_cmp);
 			fprintf(out, "    %s - {", lab[m]);
-			for (int j = 0; j < k && j < top; j++)
+			for (int j = 0; j < k && j < top && (m < 2 || s[j].v[m] > 0); j++)
 				fprintf(out, "%s'%s': '%s'", j ? ", " : "", s[j].cls,
 					fmt_metric(m, s[j].v[m], b, sizeof(b)));
 			fprintf(out, "}\n");
@@ -339,8 +340,8 @@ static void node_items(const struct ds_count *c, int i, int timed, double root_l
 			   pct((double)t->params, (double)r->params, b, sizeof(b)),
 			   ds_profile_macs((double)t->macs, d, sizeof(d)),
 			   pct((double)t->macs, (double)r->macs, e, sizeof(e)));
-	if (timed) {
-		double lat = node_latency(c, i);
+	double lat = node_latency(c, i);
+	if (timed && lat > 0) {    /* modules that were not timed show no latency */
 		char rate[48];
 		len += snprintf(buf + len, n - (size_t)len, ", %s, %s%% latency, %s",
 				ds_profile_duration(lat, f, sizeof(f)), pct(lat, root_lat, g, sizeof(g)),
@@ -433,7 +434,7 @@ static int render_text(const struct ds_count *c, const struct ds_profile_view *v
 		fprintf(out, "\n------------------------------ Detailed Profile per GPU ------------------------------\n");
 		if (timed)
 			fprintf(out, "Each module profile is listed after its name in the following order: \n"
-				"params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd latency, fwd FLOPS\n");
+				"params, percentage of total params, MACs, percentage of total MACs, fwd latency, percentage of total fwd latency, fwd FLOPS (latency only for the modules that were timed)\n");
 		else
 			fprintf(out, "Each module profile is listed after its name in the following order: \n"
 				"params, percentage of total params, MACs, percentage of total MACs (fwd latency not measured)\n");
@@ -512,7 +513,7 @@ static int render_json(const struct ds_count *c, const struct ds_profile_view *v
 			if (s) {
 				memcpy(s, a, (size_t)k * sizeof(*s));
 				qsort(s, (size_t)k, sizeof(*s), agg_cmp);
-				for (int j = 0; j < k && j < top; j++)
+				for (int j = 0; j < k && j < top && (m < 2 || s[j].v[m] > 0); j++)
 					json_array_append_new(arr, json_pack("{s:s,s:o}", "class", s[j].cls, "value",
 									     jnum(s[j].v[m], m == 2 ? F_RATIO : F_NUMBER)));
 				free(s);

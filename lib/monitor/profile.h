@@ -4,6 +4,14 @@
  * text layout (spec/deepspeed-tools.md §4: summary, aggregated profile by
  * depth, detailed module tree), as JSON or as CSV.  The caller owns the
  * stream: ds-profile passes stdout or its -o file, the trainer its own.
+ *
+ * The trainer at flops_profiler.profile_step (on rank 0):
+ *   ds_count_model(&model_cfg, &(struct ds_count_opts){ mbs, T, DS_COUNT_CURRENT, 0 }, &c, err);
+ *   c.nodes[0].latency_s = fwd_s;            (the measured forward)
+ *   struct ds_profile_view v = { DS_PROFILE_TEXT, profile_step, module_depth, top_modules, detailed, NULL };
+ *   struct ds_profile_engine e = { world, dp, mp, mbs, fwd_s, wall_clock_breakdown,
+ *                                  bwd_s, step_s, recompute_fwd_factor, 0 };
+ *   ds_profile_render(&c, &v, &e, output_file ? f : stdout, err);  ds_count_release(&c);
  */
 #ifndef DS_MONITOR_PROFILE_H
 #define DS_MONITOR_PROFILE_H
