@@ -207,7 +207,7 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	linear(b, at, "c_attn", BT, C, 3 * C, 1);
 	if (m->pos_emb == DS_POS_ROTARY) {
 		/* q*cos + rotate_half(q)*sin on the rotated dims of q and k: 2 mul + 1 add */
-		int64_t rot = (int64_t)(hd * (m->rotary_pct > 0 ? m->rotary_pct : 1.0));
+		int64_t rot = (int64_t)(hd * (m->rotary_pct > 0 ? m->rotary_pct : 1.0)) & ~(int64_t)1;
 		elementwise(b, at, K_ELEMENTWISE, 2 * 3 * BT * NH * rot);
 	}
 	ds_count_attention(B, NH, T, T, hd, hd, &op);
