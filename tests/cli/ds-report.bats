@@ -1,0 +1,143 @@
+#!/usr/bin/env bats
+# ds-report.bats - the feature table, --json, /dev/shm warning and the CLI
+# conventions of ds-report, checked against /proc, df and DS_FEATURES.
+load helper
+
+FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16"
+
+require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get install jq)"; }
+
+@test "ds-report --help goes to stdout and exits 0" {
+	run --separate-stderr ds-report --help
+	assert_success
+	assert_line --index 0 "Usage: ds-report [OPTIONS]"
+	assert_equal "$stderr" ""
+}
+
+@test "ds-report: a bad flag exits 2 with one line and Try on stderr" {
+	run --separate-stderr -2 ds-report --no-such-flag
+	assert_equal "$output" ""
+	[[ "$stderr" == *"--no-such-flag"* ]]
+	[[ "$stderr" == *"Try 'ds-report --help' for more information."* ]]
+	run --separate-stderr -2 ds-report extra
+	[[ "$stderr" == *"unexpected argument 'extra'"* ]]
+	run --separate-stderr -2 ds-report --color=sometimes
+	[[ "$stderr" == *"--color"* ]]
+}
+
+@test "ds-report --version prints the version and the compiled features" {
+	run --separate-stderr ds-report --version
+	assert_success
+	assert_line --index 0 --regexp '^ds-report \(dstk\) [0-9]+\.[0-9]+\.[0-9]+$'
+	assert_line --index 1 --regexp '^features: .*openmp'
+}
+
+@test "ds-report: the table has a row for every feature, with [YES]/[NO] and [OKAY]/[NO]" {
+	run --separate-stderr ds-report --color=never
+	assert_success
+	assert_line --regexp '^# feature \.+ installed \.\. compatible \.\. detail$'
+	for f in $FEATURES; do
+		assert_line --regexp "^$f \\.+ \\[(YES|NO)\\] \\.+ \\[(OKAY|NO)\\] \\.+ "
+	done
+	for s in build machine versions; do
+		assert_line "# $s"
+	done
+	assert_line --regexp '^jansson \.+ [0-9]+\.[0-9]+'
+	assert_line --regexp '^hdf5 \.+ [0-9]+\.[0-9]+\.[0-9]+$'
+}
+
+@test "ds-report: installed matches --version's features, and a missing one names its configure flag" {
+	feats=$(ds-report --version | sed -n 's/^features: //p')
+	run --separate-stderr ds-report --color=never
+	for pair in mpi:mpi async_io:libaio cuda:cuda nccl:nccl hdf5_parallel:hdf5-parallel; do
+		row=${pair%%:*} word=${pair#*:}
+		if [[ " $feats " == *" $word "* ]]; then
+			assert_line --regexp "^$row \\.+ \\[YES\\]"
+		else
+			assert_line --regexp "^$row \\.+ \\[NO\\]"
+		fi
+	done
+	# gds is never built in; its reason and fix follow the row.
+	assert_line --regexp '^gds \.+ \[NO\]'
+	assert_line --partial "    fix:    use async_io"
+	if [[ " $feats " != *" libaio "* ]]; then
+		assert_line "    fix:    reconfigure --with-libaio after apt-get install libaio-dev"
+	fi
+}
+
+@test "ds-report: SIMD rows agree with the flags in /proc/cpuinfo" {
+	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
+	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+	run --separate-stderr ds-report --color=never
+	for f in avx2 fma f16c avx512f avx512_bf16; do
+		if [[ "$flags" == *" $f "* ]]; then
+			assert_line --regexp "^$f \\.+ \\[YES\\] \\.+ \\[OKAY\\]"
+		else
+			assert_line --regexp "^$f \\.+ \\[YES\\] \\.+ \\[NO\\]"
+		fi
+	done
+}
+
+@test "ds-report --json parses and carries the same content" {
+	require_jq
+	run --separate-stderr ds-report --json
+	assert_success
+	echo "$output" | jq -e . >/dev/null
+	for f in $FEATURES; do
+		echo "$output" | jq -e --arg f "$f" '.features[$f] | (.installed|type=="boolean") and (.compatible|type=="boolean")' >/dev/null
+	done
+	# every row that is not fine carries a reason and a fix
+	echo "$output" | jq -e '[.features[] | select(.installed and .compatible | not) | (.reason|type=="string") and (.fix|type=="string")] | all' >/dev/null
+	assert_equal "$(echo "$output" | jq -r .build.features)" "$(ds-report --version | sed -n 's/^features: //p')"
+}
+
+@test "ds-report --json: machine facts match /proc/meminfo, getconf, nproc and df" {
+	require_jq
+	run --separate-stderr ds-report --json
+	mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+	assert_equal "$(echo "$output" | jq .machine.memory_total_bytes)" "$((mem_kb * 1024))"
+	assert_equal "$(echo "$output" | jq .machine.cpus_online)" "$(getconf _NPROCESSORS_ONLN)"
+	assert_equal "$(echo "$output" | jq .machine.cpus_usable)" "$(nproc)"
+	assert_equal "$(echo "$output" | jq -r .machine.hostname)" "$(hostname)"
+	if [ -d /dev/shm ]; then
+		assert_equal "$(echo "$output" | jq .machine.shm_size_bytes)" "$(df -B1 --output=size /dev/shm | tail -1 | tr -d ' ')"
+	fi
+}
+
+@test "ds-report: /dev/shm below 512 MiB is warned about, 512 MiB is not" {
+	DS_REPORT_SHM_BYTES=67108864 run --separate-stderr ds-report --color=never --hide-operator-status
+	assert_success
+	assert_line "shm_size ......................... 64.00 MiB"
+	assert_line --regexp '^    \[WARNING\] /dev/shm is smaller than 512 MiB.*--shm-size'
+	DS_REPORT_SHM_BYTES=536870912 run --separate-stderr ds-report --color=never
+	assert_line "shm_size ......................... 512.00 MiB"
+	refute_line --partial "/dev/shm is smaller"
+	DS_REPORT_SHM_BYTES=1 run --separate-stderr ds-report --color=never --hide_errors_and_warnings
+	refute_line --partial "[WARNING]"
+	refute_line --regexp '^    (reason|fix):'
+	DS_REPORT_SHM_BYTES=lots run --separate-stderr -2 ds-report
+	[[ "$stderr" == *"DS_REPORT_SHM_BYTES"* ]]
+}
+
+@test "ds-report --json lists the /dev/shm warning" {
+	require_jq
+	DS_REPORT_SHM_BYTES=1048576 run --separate-stderr ds-report --json
+	echo "$output" | jq -e '.machine.shm_size_bytes == 1048576 and ([.warnings[] | select(.name=="shm_size")] | length == 1)' >/dev/null
+	DS_REPORT_SHM_BYTES=1073741824 run --separate-stderr ds-report --json
+	echo "$output" | jq -e '[.warnings[] | select(.name=="shm_size")] | length == 0' >/dev/null
+}
+
+@test "ds-report: --hide-operator-status (and DeepSpeed's _ spelling) leaves out the table" {
+	run --separate-stderr ds-report --hide_operator_status --color=never
+	assert_success
+	refute_line --partial "# feature"
+	refute_line --regexp '^async_io '
+	assert_line "# machine"
+}
+
+@test "ds-report: colour only when asked or on a terminal" {
+	run --separate-stderr ds-report
+	refute_output --partial $'\033['
+	run --separate-stderr ds-report --color=always
+	assert_output --partial $'\033[92m[YES]\033[0m'
+}
