@@ -301,7 +301,11 @@ static void rows_versions(struct ds_report *r, const struct ds_gpu_info *gi, int
 	unsigned maj = 0, min = 0, rel = 0;
 	char mpi[160];
 
-	add(r, DS_REPORT_VERSION, "compiler", "%s", __VERSION__);
+#if defined(__clang__)
+	add(r, DS_REPORT_VERSION, "compiler", "%s", __VERSION__); /* "Clang 16.0.6 ..." */
+#else
+	add(r, DS_REPORT_VERSION, "compiler", "GCC %s", __VERSION__); /* gcc's says "12.2.0" */
+#endif
 	add(r, DS_REPORT_VERSION, "openmp", "%s (_OPENMP %d)", openmp_version(), _OPENMP);
 	add(r, DS_REPORT_VERSION, "jansson", "%s", jansson_version_str());
 	H5get_libversion(&maj, &min, &rel);

@@ -141,3 +141,24 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	run --separate-stderr ds-report --color=always
 	assert_output --partial $'\033[92m[YES]\033[0m'
 }
+
+@test "ds-report: blas_threads reports the OpenBLAS actually loaded, not the one configured" {
+	dir=/usr/lib/x86_64-linux-gnu
+	[ -f $dir/openblas-pthread/libopenblas.so.0 ] || skip "no pthreads OpenBLAS (libopenblas0-pthread)"
+	[ -f $dir/openblas-openmp/libopenblas.so.0 ] || skip "no OpenMP OpenBLAS (libopenblas0-openmp)"
+	LD_LIBRARY_PATH=$dir/openblas-pthread run --separate-stderr ds-report --color=never
+	assert_success
+	assert_line --regexp '^blas_threads \.+ \[YES\] \.+ \[NO\] \.+ pthreads, '
+	assert_line --partial "    reason: the pthreads OpenBLAS is loaded"
+	LD_LIBRARY_PATH=$dir/openblas-openmp run --separate-stderr ds-report --color=never
+	assert_line --regexp '^blas_threads \.+ \[YES\] \.+ \[OKAY\] \.+ openmp, '
+}
+
+@test "ds-report: more OpenMP threads than usable CPUs is warned about" {
+	n=$(nproc)
+	OMP_NUM_THREADS=$((n + 1)) run --separate-stderr ds-report --color=never
+	assert_line "openmp ................. [YES] ...... [OKAY] ...... OpenMP $(ds-report | sed -n 's/^openmp \.* \([0-9.]*\) .*/\1/p'), max $((n + 1)) threads"
+	assert_line "    [WARNING] OpenMP will start $((n + 1)) threads on $n usable CPUs: set OMP_NUM_THREADS=$n"
+	OMP_NUM_THREADS=1 run --separate-stderr ds-report --color=never
+	refute_line --partial "[WARNING] OpenMP"
+}
