@@ -1,1 +1,15 @@
-## lib/model/gpt.mk: (no sources yet)
+## lib/model/gpt.mk: the GPT family -- parameter registry (one flat buffer,
+## named tensors, segments), forward/backward on CPU, and its tests against
+## the PyTorch fixtures of contrib/reference.
+noinst_LIBRARIES += lib/model/libds_gpt.a
+lib_model_libds_gpt_a_SOURCES = lib/model/gpt.c lib/model/gpt.h \
+	lib/model/registry.c lib/model/registry.h
+LIBDS += lib/model/libds_gpt.a
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_model
+TESTS += tests/unit/test_model
+tests_unit_test_model_SOURCES = tests/unit/test_model.c tests/unit/unit.h
+tests_unit_test_model_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_model_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif

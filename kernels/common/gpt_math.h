@@ -1,0 +1,64 @@
+/* gpt_math.h - per-element math of the GPT family, shared by the CPU kernels
+ * (kernels/cpu) and a CUDA build (kernels/cuda): activations, their
+ * derivatives, the rotary rotation and the dropout keep test.
+ *
+ * Plain static inline C on floats; DS_HD marks them host+device for nvcc.
+ */
+#ifndef DS_KERNELS_GPT_MATH_H
+#define DS_KERNELS_GPT_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DS_HD __host__ __device__
+#else
+#define DS_HD
+#endif
+
+#define DS_GELU_SCALE 0.7978845608028654f   /* sqrt(2/pi) */
+
+/* GeLU, tanh approximation (GPT-2's and torch's approximate='tanh'):
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static inline DS_HD float ds_gelu(float x)
+{
+	float u = DS_GELU_SCALE * (x + 0.044715f * x * x * x);
+	return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu(x) / dx for the tanh approximation. */
+static inline DS_HD float ds_gelu_grad(float x)
+{
+	float u = DS_GELU_SCALE * (x + 0.044715f * x * x * x);
+	float th = tanhf(u);
+	float sech2 = 1.0f - th * th;
+	return 0.5f * (1.0f + th) + 0.5f * x * sech2 * DS_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static inline DS_HD float ds_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* SiLU (swish): x * sigmoid(x), and its derivative s (1 + x (1 - s)). */
+static inline DS_HD float ds_silu(float x) { return x * ds_sigmoid(x); }
+static inline DS_HD float ds_silu_grad(float x)
+{
+	float s = ds_sigmoid(x);
+	return s * (1.0f + x * (1.0f - s));
+}
+
+/* Rotate the pair (x1, x2) = (x[i], x[i + rd/2]) of NeoX's rotate-half by
+ * angle th: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin.  The backward pass
+ * is the same rotation with -sin. */
+static inline DS_HD void ds_rotary_pair(float *x1, float *x2, float c, float s)
+{
+	float a = *x1, b = *x2;
+	*x1 = a * c - b * s;
+	*x2 = b * c + a * s;
+}
+
+/* Dropout: element kept when its uniform draw u in (0,1) is >= p. */
+static inline DS_HD int ds_dropout_keep(uint32_t bits, float p)
+{
+	return ((float)(bits >> 8) + 0.5f) * (1.0f / 16777216.0f) >= p;
+}
+
+#endif

@@ -1,0 +1,473 @@
+/* gpt_kernels.c - CPU kernels of the GPT passes (gpt_kernels.h).
+ *
+ * OpenMP over rows (or (b, head) pairs for attention), inner loops written
+ * for the vectoriser (`omp simd` on reductions).  Statistics of the norms and
+ * of the loss are summed in double.  Schedules are static, so results are
+ * bitwise reproducible for a given thread count.
+ */
+#include "cpu/gpt_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/gpt_math.h"
+
+void ds_kernel_dropout(float *x, int64_t n, const struct ds_rng *g, float p)
+{
+	if (p <= 0.0f)
+		return;
+	const float sc = 1.0f / (1.0f - p);
+	const int64_t nb = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (nb > 4096)
+	for (int64_t k = 0; k < nb; k++) {
+		uint32_t r[4];
+		ds_rng_block(g, (uint64_t)k, r);
+		for (int j = 0; j < 4 && 4 * k + j < n; j++) {
+			int64_t i = 4 * k + j;
+			x[i] = ds_dropout_keep(r[j], p) ? x[i] * sc : 0.0f;
+		}
+	}
+}
+
+void ds_kernel_embed_forward(float *out, const int32_t *tok, const float *wte, const float *pos,
+			     int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+		float *o = out + bt * C;
+		const float *w = wte + (int64_t)tok[bt] * C;
+		if (pos) {
+			const float *p = pos + (bt % T) * C;
+			for (int i = 0; i < C; i++)
+				o[i] = w[i] + p[i];
+		} else {
+			memcpy(o, w, (size_t)C * sizeof(float));
+		}
+	}
+}
+
+void ds_kernel_embed_backward(float *dwte, float *dpos, const float *dout, const int32_t *tok,
+			      int B, int T, int C)
+{
+	/* parallel over channel blocks: rows with the same token never race */
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < C; c0 += CB) {
+		int c1 = c0 + CB < C ? c0 + CB : C;
+		for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+			float *d = dwte + (int64_t)tok[bt] * C;
+			const float *g = dout + bt * C;
+			for (int i = c0; i < c1; i++)
+				d[i] += g[i];
+		}
+		if (dpos)
+			for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+				float *d = dpos + (bt % T) * C;
+				const float *g = dout + bt * C;
+				for (int i = c0; i < c1; i++)
+					d[i] += g[i];
+			}
+	}
+}
+
+void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+				 const float *w, const float *b, int64_t N, int C, float eps)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *x = inp + n * C;
+		double s = 0;
+		for (int i = 0; i < C; i++)
+			s += x[i];
+		double m = s / C, v = 0;
+		for (int i = 0; i < C; i++) {
+			double d = x[i] - m;
+			v += d * d;
+		}
+		float fm = (float)m, rs = (float)(1.0 / sqrt(v / C + eps));
+		float *o = out + n * C;
+#pragma omp simd
+		for (int i = 0; i < C; i++)
+			o[i] = (x[i] - fm) * rs * w[i] + b[i];
+		mean[n] = fm;
+		rstd[n] = rs;
+	}
+}
+
+/* dw (C) += sum_n a[n,i] * b'[n,i] style column reductions, parallel over
+ * channel blocks so the order over n is fixed. */
+void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+				  const float *inp, const float *w, const float *mean, const float *rstd,
+				  int64_t N, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *x = inp + n * C, *g = dout + n * C;
+		const float m = mean[n], rs = rstd[n];
+		float sg = 0, sgx = 0;
+#pragma omp simd reduction(+:sg, sgx)
+		for (int i = 0; i < C; i++) {
+			float dn = w[i] * g[i];
+			sg += dn;
+			sgx += dn * (x[i] - m) * rs;
+		}
+		sg /= C;
+		sgx /= C;
+		float *d = dinp + n * C;
+#pragma omp simd
+		for (int i = 0; i < C; i++) {
+			float xh = (x[i] - m) * rs;
+			d[i] += rs * (w[i] * g[i] - sg - xh * sgx);
+		}
+	}
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < C; c0 += CB) {
+		int c1 = c0 + CB < C ? c0 + CB : C;
+		float aw[64], ab[64];
+		for (int i = 0; i < c1 - c0; i++)
+			aw[i] = ab[i] = 0;
+		for (int64_t n = 0; n < N; n++) {
+			const float *x = inp + n * C, *g = dout + n * C;
+			const float m = mean[n], rs = rstd[n];
+			for (int i = c0; i < c1; i++) {
+				aw[i - c0] += g[i] * (x[i] - m) * rs;
+				ab[i - c0] += g[i];
+			}
+		}
+		for (int i = c0; i < c1; i++) {
+			dw[i] += aw[i - c0];
+			db[i] += ab[i - c0];
+		}
+	}
+}
+
+void ds_kernel_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp,
+			       const float *w, int64_t N, int C, float eps)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *x = inp + n * C;
+		double s = 0;
+		for (int i = 0; i < C; i++)
+			s += (double)x[i] * x[i];
+		double r = sqrt(s / C);
+		float iv = (float)(1.0 / (r + eps));
+		float *o = out + n * C;
+#pragma omp simd
+		for (int i = 0; i < C; i++)
+			o[i] = w[i] * (x[i] * iv);
+		rms[n] = (float)r;
+		inv[n] = iv;
+	}
+}
+
+/* y_i = w_i x_i / (r + eps), r = sqrt(sum x^2 / C):
+ * dx_i = inv * w_i g_i - inv^2 * (sum_j w_j g_j x_j) * x_i / (C r). */
+void ds_kernel_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				const float *w, const float *rms, const float *inv, int64_t N, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *x = inp + n * C, *g = dout + n * C;
+		const float iv = inv[n], r = rms[n];
+		float s = 0;
+#pragma omp simd reduction(+:s)
+		for (int i = 0; i < C; i++)
+			s += w[i] * g[i] * x[i];
+		float k = r > 0 ? iv * iv * s / (C * r) : 0.0f;
+		float *d = dinp + n * C;
+#pragma omp simd
+		for (int i = 0; i < C; i++)
+			d[i] += iv * w[i] * g[i] - k * x[i];
+	}
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < C; c0 += CB) {
+		int c1 = c0 + CB < C ? c0 + CB : C;
+		float aw[64];
+		for (int i = 0; i < c1 - c0; i++)
+			aw[i] = 0;
+		for (int64_t n = 0; n < N; n++) {
+			const float *x = inp + n * C, *g = dout + n * C;
+			const float iv = inv[n];
+			for (int i = c0; i < c1; i++)
+				aw[i - c0] += g[i] * (x[i] * iv);
+		}
+		for (int i = c0; i < c1; i++)
+			dw[i] += aw[i - c0];
+	}
+}
+
+void ds_kernel_bias_fill(float *out, const float *b, int64_t N, int OC)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float *o = out + n * OC;
+		if (b)
+			memcpy(o, b, (size_t)OC * sizeof(float));
+		else
+			memset(o, 0, (size_t)OC * sizeof(float));
+	}
+}
+
+void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC)
+{
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < OC; c0 += CB) {
+		int c1 = c0 + CB < OC ? c0 + CB : OC;
+		float a[64];
+		for (int i = 0; i < c1 - c0; i++)
+			a[i] = 0;
+		for (int64_t n = 0; n < N; n++) {
+			const float *g = dout + n * OC;
+			for (int i = c0; i < c1; i++)
+				a[i - c0] += g[i];
+		}
+		for (int i = c0; i < c1; i++)
+			db[i] += a[i - c0];
+	}
+}
+
+void ds_kernel_add_inplace(float *out, const float *a, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		out[i] += a[i];
+}
+
+void ds_kernel_rotary(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH,
+		      int rd, int inverse)
+{
+	const int hs = C / NH, half = rd / 2;
+	const float sg = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static)
+	for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+		const int t = (int)(bt % T);
+		const float *c = cs + (int64_t)t * half, *s = sn + (int64_t)t * half;
+		for (int part = 0; part < 2; part++)
+			for (int h = 0; h < NH; h++) {
+				float *x = qkv + bt * 3 * C + part * C + h * hs;
+				for (int i = 0; i < half; i++)
+					ds_rotary_pair(&x[i], &x[i + half], c[i], sg * s[i]);
+			}
+	}
+}
+
+/* keep[t2] = 1/(1-p) or 0 for row t of head h of one sample. */
+static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, float p)
+{
+	const float sc = 1.0f / (1.0f - p);
+	uint64_t base = ((uint64_t)h * T + t) * T;
+	for (int t2 = 0; t2 <= t; t2++) {
+		uint64_t e = base + t2;
+		uint32_t r[4];
+		ds_rng_block(g, e >> 2, r);
+		keep[t2] = ds_dropout_keep(r[e & 3], p) ? sc : 0.0f;
+	}
+}
+
+void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+				 int NH, float p, const struct ds_rng *gs)
+{
+	const int hs = C / NH;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const int64_t C3 = 3 * (int64_t)C;
+#pragma omp parallel
+	{
+		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
+#pragma omp for schedule(static) collapse(2)
+		for (int b = 0; b < B; b++)
+			for (int h = 0; h < NH; h++) {
+				const float *base = qkv + (int64_t)b * T * C3;
+				for (int t = 0; t < T; t++) {
+					const float *q = base + t * C3 + h * hs;
+					float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+					float mx = -INFINITY;
+					for (int t2 = 0; t2 <= t; t2++) {
+						const float *k = base + t2 * C3 + C + h * hs;
+						float s = 0;
+#pragma omp simd reduction(+:s)
+						for (int i = 0; i < hs; i++)
+							s += q[i] * k[i];
+						s *= scale;
+						a[t2] = s;
+						if (s > mx)
+							mx = s;
+					}
+					float sum = 0;
+					for (int t2 = 0; t2 <= t; t2++) {
+						a[t2] = expf(a[t2] - mx);
+						sum += a[t2];
+					}
+					float is = 1.0f / sum;
+					for (int t2 = 0; t2 <= t; t2++)
+						a[t2] *= is;
+					for (int t2 = t + 1; t2 < T; t2++)
+						a[t2] = 0;
+					if (keep)
+						drop_row(keep, &gs[b], h, t, T, p);
+					float *o = out + ((int64_t)b * T + t) * C + h * hs;
+					for (int i = 0; i < hs; i++)
+						o[i] = 0;
+					for (int t2 = 0; t2 <= t; t2++) {
+						const float *v = base + t2 * C3 + 2 * C + h * hs;
+						float w = keep ? a[t2] * keep[t2] : a[t2];
+#pragma omp simd
+						for (int i = 0; i < hs; i++)
+							o[i] += w * v[i];
+					}
+				}
+			}
+		free(keep);
+	}
+}
+
+void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *qkv,
+				  const float *att, int B, int T, int C, int NH, float p,
+				  const struct ds_rng *gs)
+{
+	const int hs = C / NH;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const int64_t C3 = 3 * (int64_t)C;
+#pragma omp parallel
+	{
+		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
+		float *dp = malloc((size_t)T * sizeof(float));
+#pragma omp for schedule(static) collapse(2)
+		for (int b = 0; b < B; b++)
+			for (int h = 0; h < NH; h++) {
+				const float *base = qkv + (int64_t)b * T * C3;
+				float *dbase = dqkv + (int64_t)b * T * C3;
+				for (int t = 0; t < T; t++)
+					for (int part = 0; part < 3; part++)
+						memset(dbase + t * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
+				for (int t = 0; t < T; t++) {
+					const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
+					const float *go = dout + ((int64_t)b * T + t) * C + h * hs;
+					if (keep)
+						drop_row(keep, &gs[b], h, t, T, p);
+					/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep */
+					for (int t2 = 0; t2 <= t; t2++) {
+						const float *v = base + t2 * C3 + 2 * C + h * hs;
+						float *dv = dbase + t2 * C3 + 2 * C + h * hs;
+						float s = 0;
+#pragma omp simd reduction(+:s)
+						for (int i = 0; i < hs; i++)
+							s += go[i] * v[i];
+						float w = keep ? a[t2] * keep[t2] : a[t2];
+#pragma omp simd
+						for (int i = 0; i < hs; i++)
+							dv[i] += w * go[i];
+						dp[t2] = keep ? s * keep[t2] : s;
+					}
+					/* softmax backward: dpre = a * (dp - sum(a dp)) */
+					float sad = 0;
+					for (int t2 = 0; t2 <= t; t2++)
+						sad += a[t2] * dp[t2];
+					const float *q = base + t * C3 + h * hs;
+					float *dq = dbase + t * C3 + h * hs;
+					for (int t2 = 0; t2 <= t; t2++) {
+						float d = a[t2] * (dp[t2] - sad) * scale;
+						const float *k = base + t2 * C3 + C + h * hs;
+						float *dk = dbase + t2 * C3 + C + h * hs;
+#pragma omp simd
+						for (int i = 0; i < hs; i++) {
+							dq[i] += d * k[i];
+							dk[i] += d * q[i];
+						}
+					}
+				}
+			}
+		free(dp);
+		free(keep);
+	}
+}
+
+void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float *o = out + n * F;
+		if (act == 0) {
+			const float *x = inp + n * F;
+			for (int i = 0; i < F; i++)
+				o[i] = ds_gelu(x[i]);
+		} else {
+			const float *a = inp + n * 2 * F, *b = a + F;
+			if (act == 1)
+				for (int i = 0; i < F; i++)
+					o[i] = ds_gelu(a[i]) * b[i];
+			else
+				for (int i = 0; i < F; i++)
+					o[i] = ds_silu(a[i]) * b[i];
+		}
+	}
+}
+
+void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
+			    int act)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *g = dout + n * F;
+		if (act == 0) {
+			const float *x = inp + n * F;
+			float *d = dinp + n * F;
+			for (int i = 0; i < F; i++)
+				d[i] = ds_gelu_grad(x[i]) * g[i];
+		} else {
+			const float *a = inp + n * 2 * F, *b = a + F;
+			float *da = dinp + n * 2 * F, *db = da + F;
+			if (act == 1)
+				for (int i = 0; i < F; i++) {
+					da[i] = ds_gelu_grad(a[i]) * b[i] * g[i];
+					db[i] = ds_gelu(a[i]) * g[i];
+				}
+			else
+				for (int i = 0; i < F; i++) {
+					da[i] = ds_silu_grad(a[i]) * b[i] * g[i];
+					db[i] = ds_silu(a[i]) * g[i];
+				}
+		}
+	}
+}
+
+double ds_kernel_xent_forward(float *lse, const float *logits, const int32_t *targets, int64_t N,
+			      int V, int Vp)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *l = logits + n * Vp;
+		float mx = -INFINITY;
+		for (int i = 0; i < V; i++)
+			if (l[i] > mx)
+				mx = l[i];
+		double s = 0;
+		for (int i = 0; i < V; i++)
+			s += exp((double)(l[i] - mx));
+		lse[n] = (float)(mx + log(s));
+	}
+	/* serial sum: the same bits whatever the thread count */
+	double total = 0;
+	for (int64_t n = 0; n < N; n++)
+		total += (double)lse[n] - (double)logits[n * Vp + targets[n]];
+	return total;
+}
+
+void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N,
+			     int V, int Vp, float dscale)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float *l = logits + n * Vp;
+		const float z = lse[n];
+		for (int i = 0; i < V; i++)
+			l[i] = dscale * expf(l[i] - z);
+		l[targets[n]] -= dscale;
+		for (int i = V; i < Vp; i++)
+			l[i] = 0;
+	}
+}

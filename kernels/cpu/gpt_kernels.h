@@ -1,0 +1,87 @@
+/* gpt_kernels.h - CPU kernels of the GPT forward and backward passes (all but
+ * the matrix products, which lib/model/gpt.c hands to cblas_sgemm).
+ *
+ * llm.c's conventions: N = B*T rows, C channels, shapes in the comments,
+ * forward/backward pairs adjacent with the same argument order.  Backward
+ * kernels ACCUMULATE (+=) into parameter gradients and into dinp unless the
+ * comment says "writes".  Each kernel runs its own OpenMP loop and calls no
+ * BLAS, so BLAS is never called inside a parallel region.
+ */
+#ifndef DS_KERNELS_GPT_KERNELS_H
+#define DS_KERNELS_GPT_KERNELS_H
+
+#include <stdint.h>
+
+#include "util/rng.h"
+
+/* Dropout in place on x[0..n): element i of stream g kept with probability
+ * 1-p and scaled by 1/(1-p), else zeroed.  The backward pass is the same
+ * call on the gradient.  p <= 0 does nothing. */
+void ds_kernel_dropout(float *x, int64_t n, const struct ds_rng *g, float p);
+
+/* out (N,C) writes = wte[tok] + pos[t] (pos (T,C) or NULL), N = B*T. */
+void ds_kernel_embed_forward(float *out, const int32_t *tok, const float *wte, const float *pos,
+			     int B, int T, int C);
+/* dwte (Vp,C) += scatter of dout (N,C) by token; dpos (T,C) += sum over b (NULL: skip). */
+void ds_kernel_embed_backward(float *dwte, float *dpos, const float *dout, const int32_t *tok,
+			      int B, int T, int C);
+
+/* LayerNorm: out (N,C) writes, mean/rstd (N) writes; w, b (C). */
+void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+				 const float *w, const float *b, int64_t N, int C, float eps);
+/* dinp (N,C) +=, dw, db (C) +=. */
+void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+				  const float *inp, const float *w, const float *mean, const float *rstd,
+				  int64_t N, int C);
+
+/* RMSNorm as GPT-NeoX: out = w * x / (sqrt(mean(x^2)) + eps).  rms (N) and
+ * inv = 1/(rms+eps) (N) write. */
+void ds_kernel_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp,
+			       const float *w, int64_t N, int C, float eps);
+void ds_kernel_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+				const float *w, const float *rms, const float *inv, int64_t N, int C);
+
+/* out (N,OC) writes: every row = b (OC), or zeros when b is NULL. */
+void ds_kernel_bias_fill(float *out, const float *b, int64_t N, int OC);
+/* db (OC) += column sums of dout (N,OC). */
+void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC);
+
+/* out (N,C) += a (N,C) (residual add). */
+void ds_kernel_add_inplace(float *out, const float *a, int64_t n);
+
+/* Rotary embedding (NeoX rotate-half) in place on q and k of qkv (B,T,3C):
+ * the first rd dims of each head, pair (i, i+rd/2) rotated by angle
+ * t*inv_freq[i]; cs, sn (T, rd/2).  inverse != 0 rotates by -angle (backward). */
+void ds_kernel_rotary(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH,
+		      int rd, int inverse);
+
+/* Causal self-attention over qkv (B,T,3C) = [q | k | v], heads of hs = C/NH.
+ * att (B,NH,T,T) writes the softmax probabilities before dropout (zeros above
+ * the diagonal); out (B,T,C) writes.  Attention dropout p on the
+ * probabilities, keyed per sample by gs[b] (element h*T*T + t*T + t2); gs may
+ * be NULL when p <= 0. */
+void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+				 int NH, float p, const struct ds_rng *gs);
+/* dqkv (B,T,3C) writes; dout (B,T,C). */
+void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *qkv,
+				  const float *att, int B, int T, int C, int NH, float p,
+				  const struct ds_rng *gs);
+
+/* MLP activation.  act 0 gelu: out (N,F) = gelu(inp (N,F)).  act 1 geglu,
+ * 2 swiglu: inp (N,2F) = [a | b], out = act(a) * b (Megatron's chunk order). */
+void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act);
+/* dinp (N,F or 2F) writes. */
+void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
+			    int act);
+
+/* Cross-entropy on logits (N,Vp), softmax over the first V columns only.
+ * lse (N) writes log-sum-exp; returns the sum over rows of the losses
+ * (double).  targets (N) in [0,V). */
+double ds_kernel_xent_forward(float *lse, const float *logits, const int32_t *targets, int64_t N,
+			      int V, int Vp);
+/* In place: logits (N,Vp) becomes dlogits = dscale * (softmax - onehot) on
+ * columns < V, 0 on the padding columns. */
+void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N,
+			     int V, int Vp, float dscale);
+
+#endif

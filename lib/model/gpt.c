@@ -1,0 +1,657 @@
+/* gpt.c - GPT forward and backward on CPU over one flat buffer (gpt.h).
+ *
+ * Matrix products go to cblas_sgemm (the OpenMP OpenBLAS, one thread pool
+ * with our loops; never called inside a parallel region); everything else
+ * is in kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
+ * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
+ * Vp padded vocabulary, L layers, N = B*T.  Non-goals: fp16 storage, CUDA.
+ */
+#include "model/gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gpt_kernels.h"
+#include "util/mem.h"
+#include "util/rng.h"
+#include "util/timer.h"
+
+/* registry indices of one layer's tensors (-1: absent) */
+struct layer_ix {
+	int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcpw, fcpb;
+};
+
+struct ds_gpt {
+	struct ds_model_config cfg;
+	struct ds_gpt_registry reg;
+	int L, C, NH, V, Vp, F, F2, rd;
+	int wte, wpe, lnfw, lnfb, head;   /* head = wte when tied */
+	struct layer_ix *li;
+};
+
+/* activations of one layer */
+struct acts {
+	float *ln1, *ln1_a, *ln1_b;   /* (N,C), (N), (N): mean/rstd or rms/inv */
+	float *qkv;                   /* (N,3C) after rotary */
+	float *att;                   /* (B,NH,T,T) probabilities before dropout */
+	float *atty;                  /* (N,C) attention output before c_proj */
+	float *res2;                  /* (N,C) x + attention branch (sequential) */
+	float *ln2, *ln2_a, *ln2_b;   /* (N,C), (N), (N) */
+	float *fch;                   /* (N,F2) c_fc output */
+	float *fcact;                 /* (N,F) activation output */
+};
+
+struct ds_gpt_ws {
+	int Bmax, Tmax, ckpt;
+	uint64_t seed;
+	void *mem;
+	size_t bytes;
+	float *resid;                 /* (L+1, N, C): layer inputs, resid[L] final */
+	struct acts *la;              /* L entries, or 1 with checkpointing */
+	float *lnf, *lnf_a, *lnf_b;   /* (N,C), (N), (N) */
+	float *logits;                /* (N,Vp) */
+	float *lse;                   /* (N) */
+	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
+	float *rcos, *rsin;           /* (T, rd/2) */
+	float *spos;                  /* (T, C) sinusoidal table */
+	int32_t *tok, *tgt;           /* (N) copies of the last forward's inputs */
+	struct ds_rng *gs;            /* (B) per-sample dropout streams scratch */
+	int B, T, have_fwd, ckpt_layer; /* last forward's shape; layer held by la[0] */
+	int64_t step, sample_offset;
+	int train;
+	double recompute_s;
+	struct ds_gpt_hooks hooks;
+	int has_hooks;
+	float *segp[];                /* 2*nseg: parameter then gradient base per segment */
+};
+
+/* ---- model ------------------------------------------------------------- */
+
+static int find(const struct ds_gpt *m, const char *fmt, int l)
+{
+	char n[DS_GPT_NAME_MAX];
+	snprintf(n, sizeof(n), fmt, l);
+	return ds_gpt_registry_find(&m->reg, n);
+}
+
+int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct ds_err *err)
+{
+	*out = NULL;
+	struct ds_gpt *m = calloc(1, sizeof(*m));
+	if (!m)
+		return ds_err_set(err, DS_ENOMEM, "model: out of memory");
+	m->cfg = *cfg;
+	struct ds_model_config *c = &m->cfg;
+	if (c->family != DS_FAMILY_GPT) {
+		free(m);
+		return ds_err_set(err, DS_EINVAL, "model: family must be gpt for training (bert is profile-only)");
+	}
+	if (c->padded_vocab_size <= 0) {
+		int d = c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 128;
+		c->padded_vocab_size = (c->vocab_size + d - 1) / d * d;
+	}
+	if (c->intermediate_size <= 0)
+		c->intermediate_size = 4 * c->hidden_size;
+	if (c->rotary_emb_base <= 0)
+		c->rotary_emb_base = 10000;
+	int rc = ds_gpt_registry_build(&m->reg, c, err);
+	if (rc < 0) {
+		free(m);
+		return rc;
+	}
+	m->L = c->num_layers;
+	m->C = c->hidden_size;
+	m->NH = c->num_attention_heads;
+	m->V = c->vocab_size;
+	m->Vp = c->padded_vocab_size;
+	m->F = c->intermediate_size;
+	m->F2 = c->activation == DS_ACT_GELU ? m->F : 2 * m->F;
+	m->rd = 0;
+	if (c->pos_emb == DS_POS_ROTARY) {
+		if (!(c->rotary_pct > 0 && c->rotary_pct <= 1)) {
+			rc = ds_err_set(err, DS_EINVAL, "model: rotary_pct must be in (0, 1] (got %g)", c->rotary_pct);
+			ds_gpt_destroy(m);
+			return rc;
+		}
+		m->rd = (int)((m->C / m->NH) * c->rotary_pct) / 2 * 2;
+	}
+	if (c->pos_emb == DS_POS_SINUSOIDAL && m->C % 2) {
+		rc = ds_err_set(err, DS_EINVAL, "model: pos_emb sinusoidal needs an even hidden_size (got %d)", m->C);
+		ds_gpt_destroy(m);
+		return rc;
+	}
+	if (c->hidden_dropout < 0 || c->hidden_dropout >= 1 || c->attention_dropout < 0 || c->attention_dropout >= 1) {
+		rc = ds_err_set(err, DS_EINVAL, "model: hidden_dropout and attention_dropout must be in [0, 1)");
+		ds_gpt_destroy(m);
+		return rc;
+	}
+	m->li = calloc((size_t)m->L, sizeof(*m->li));
+	if (!m->li) {
+		rc = ds_err_set(err, DS_ENOMEM, "model: out of memory");
+		ds_gpt_destroy(m);
+		return rc;
+	}
+	m->wte = find(m, "transformer.wte.weight", 0);
+	m->wpe = find(m, "transformer.wpe.weight", 0);
+	m->lnfw = find(m, "transformer.ln_f.weight", 0);
+	m->lnfb = find(m, "transformer.ln_f.bias", 0);
+	m->head = c->no_weight_tying ? find(m, "lm_head.weight", 0) : m->wte;
+	for (int l = 0; l < m->L; l++) {
+		struct layer_ix *x = &m->li[l];
+		x->ln1w = find(m, "transformer.h.%d.ln_1.weight", l);
+		x->ln1b = find(m, "transformer.h.%d.ln_1.bias", l);
+		x->qkvw = find(m, "transformer.h.%d.attn.c_attn.weight", l);
+		x->qkvb = find(m, "transformer.h.%d.attn.c_attn.bias", l);
+		x->projw = find(m, "transformer.h.%d.attn.c_proj.weight", l);
+		x->projb = find(m, "transformer.h.%d.attn.c_proj.bias", l);
+		x->ln2w = find(m, "transformer.h.%d.ln_2.weight", l);
+		x->ln2b = find(m, "transformer.h.%d.ln_2.bias", l);
+		x->fcw = find(m, "transformer.h.%d.mlp.c_fc.weight", l);
+		x->fcb = find(m, "transformer.h.%d.mlp.c_fc.bias", l);
+		x->fcpw = find(m, "transformer.h.%d.mlp.c_proj.weight", l);
+		x->fcpb = find(m, "transformer.h.%d.mlp.c_proj.bias", l);
+	}
+	*out = m;
+	return 0;
+}
+
+void ds_gpt_destroy(struct ds_gpt *m)
+{
+	if (!m)
+		return;
+	ds_gpt_registry_release(&m->reg);
+	free(m->li);
+	free(m);
+}
+
+const struct ds_model_config *ds_gpt_config(const struct ds_gpt *m) { return &m->cfg; }
+const struct ds_gpt_registry *ds_gpt_registry(const struct ds_gpt *m) { return &m->reg; }
+int64_t ds_gpt_num_params(const struct ds_gpt *m) { return m->reg.numel; }
+int ds_gpt_num_tensors(const struct ds_gpt *m) { return m->reg.nt; }
+const struct ds_gpt_tensor *ds_gpt_tensor(const struct ds_gpt *m, int i) { return &m->reg.t[i]; }
+int ds_gpt_find(const struct ds_gpt *m, const char *name) { return ds_gpt_registry_find(&m->reg, name); }
+int ds_gpt_num_segments(const struct ds_gpt *m) { return m->reg.nseg; }
+const struct ds_gpt_segment *ds_gpt_segment(const struct ds_gpt *m, int s) { return &m->reg.seg[s]; }
+
+void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begin, int64_t end)
+{
+	ds_gpt_registry_init_range(&m->reg, seed, dst, begin, end);
+}
+
+/* ---- workspace --------------------------------------------------------- */
+
+struct dims {
+	int64_t B, T, N, C, NH, F, F2, Vp, L, rd;
+	int ckpt, sinus;
+};
+
+static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int T, int ckpt)
+{
+	int Vp = c->padded_vocab_size;
+	if (Vp <= 0) {
+		int k = c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 128;
+		Vp = (c->vocab_size + k - 1) / k * k;
+	}
+	int F = c->intermediate_size > 0 ? c->intermediate_size : 4 * c->hidden_size;
+	d->B = B;
+	d->T = T;
+	d->N = (int64_t)B * T;
+	d->C = c->hidden_size;
+	d->NH = c->num_attention_heads;
+	d->F = F;
+	d->F2 = c->activation == DS_ACT_GELU ? F : 2 * F;
+	d->Vp = Vp;
+	d->L = c->num_layers;
+	d->rd = c->pos_emb == DS_POS_ROTARY && d->NH > 0
+		? (int64_t)((c->hidden_size / c->num_attention_heads) * c->rotary_pct) / 2 * 2 : 0;
+	d->ckpt = ckpt;
+	d->sinus = c->pos_emb == DS_POS_SINUSOIDAL;
+}
+
+/* Carve the workspace out of base (NULL: only measure); returns bytes. */
+static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
+{
+	size_t off = 0;
+#define TAKE(ptr, n) do { size_t b_ = ((size_t)(n) * 4 + 63) & ~(size_t)63; \
+	if (base) { (ptr) = (void *)(base + off); } off += b_; } while (0)
+	float *dummy;
+	const int64_t N = d->N, C = d->C;
+	int nl = d->ckpt ? 1 : (int)d->L;
+	TAKE(*(ws ? &ws->resid : &dummy), (d->L + 1) * N * C);
+	for (int l = 0; l < nl; l++) {
+		struct acts tmp, *a = ws ? &ws->la[l] : &tmp;
+		TAKE(a->ln1, N * C);
+		TAKE(a->ln1_a, N);
+		TAKE(a->ln1_b, N);
+		TAKE(a->qkv, 3 * N * C);
+		TAKE(a->att, d->B * d->NH * d->T * d->T);
+		TAKE(a->atty, N * C);
+		TAKE(a->res2, N * C);
+		TAKE(a->ln2, N * C);
+		TAKE(a->ln2_a, N);
+		TAKE(a->ln2_b, N);
+		TAKE(a->fch, N * d->F2);
+		TAKE(a->fcact, N * d->F);
+	}
+	struct ds_gpt_ws tw, *w = ws ? ws : &tw;
+	TAKE(w->lnf, N * C);
+	TAKE(w->lnf_a, N);
+	TAKE(w->lnf_b, N);
+	TAKE(w->logits, N * d->Vp);
+	TAKE(w->lse, N);
+	TAKE(w->dresid, N * C);
+	TAKE(w->dA, N * C);
+	TAKE(w->dM, N * C);
+	TAKE(w->dln, N * C);
+	TAKE(w->dqkv, 3 * N * C);
+	TAKE(w->datty, N * C);
+	TAKE(w->dfch, N * d->F2);
+	TAKE(w->dfcact, N * d->F);
+	TAKE(w->rcos, d->T * (d->rd / 2));
+	TAKE(w->rsin, d->T * (d->rd / 2));
+	TAKE(w->spos, d->sinus ? d->T * C : 0);
+	TAKE(w->tok, N);
+	TAKE(w->tgt, N);
+#undef TAKE
+	return off;
+}
+
+size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing)
+{
+	struct dims d;
+	dims_of(&d, cfg, B, T, checkpointing);
+	return layout(&d, NULL, NULL);
+}
+
+int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
+		     struct ds_err *err)
+{
+	*out = NULL;
+	if (o->B < 1 || o->T < 1)
+		return ds_err_set(err, DS_EINVAL, "model workspace: B and T must be >= 1 (got %d, %d)", o->B, o->T);
+	if (m->cfg.pos_emb == DS_POS_LEARNED && o->T > m->cfg.max_position_embeddings)
+		return ds_err_set(err, DS_EINVAL, "model: sequence length %d exceeds max_position_embeddings %d",
+				  o->T, m->cfg.max_position_embeddings);
+	int nseg = m->reg.nseg;
+	struct ds_gpt_ws *ws = calloc(1, sizeof(*ws) + 2 * (size_t)nseg * sizeof(float *));
+	if (!ws)
+		return ds_err_set(err, DS_ENOMEM, "model workspace: out of memory");
+	ws->Bmax = o->B;
+	ws->Tmax = o->T;
+	ws->ckpt = o->checkpointing != 0;
+	ws->seed = o->dropout_seed;
+	ws->ckpt_layer = -1;
+	ws->la = calloc(ws->ckpt ? 1 : (size_t)m->L, sizeof(*ws->la));
+	ws->gs = calloc((size_t)o->B, sizeof(*ws->gs));
+	struct dims d;
+	dims_of(&d, &m->cfg, o->B, o->T, ws->ckpt);
+	ws->bytes = layout(&d, NULL, NULL);
+	ws->mem = ds_alloc(ws->bytes);
+	if (!ws->la || !ws->gs || !ws->mem) {
+		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for %zu bytes of activations", ws->bytes);
+		ds_gpt_ws_destroy(ws);
+		return rc;
+	}
+	layout(&d, ws, ws->mem);
+	/* rotary and sinusoidal tables, angles in double */
+	const int half = m->rd / 2;
+	for (int t = 0; t < o->T; t++)
+		for (int i = 0; i < half; i++) {
+			double f = pow(m->cfg.rotary_emb_base, -2.0 * i / m->rd);
+			ws->rcos[t * half + i] = (float)cos(t * f);
+			ws->rsin[t * half + i] = (float)sin(t * f);
+		}
+	if (d.sinus)
+		for (int t = 0; t < o->T; t++)
+			for (int i = 0; i < m->C / 2; i++) {
+				double f = pow(10000.0, -2.0 * i / m->C);
+				ws->spos[(int64_t)t * m->C + i] = (float)sin(t * f);
+				ws->spos[(int64_t)t * m->C + m->C / 2 + i] = (float)cos(t * f);
+			}
+	*out = ws;
+	return 0;
+}
+
+void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
+{
+	if (!ws)
+		return;
+	ds_free(ws->mem);
+	free(ws->la);
+	free(ws->gs);
+	free(ws);
+}
+
+size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws) { return ws->bytes; }
+const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws) { return ws->logits; }
+double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws) { return ws->recompute_s; }
+
+void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
+{
+	ws->has_hooks = h != NULL;
+	if (h)
+		ws->hooks = *h;
+}
+
+/* per-segment parameter and gradient base pointers live after the struct */
+static float **seg_params(struct ds_gpt_ws *ws) { return ws->segp; }
+static float **seg_grads(const struct ds_gpt *m, struct ds_gpt_ws *ws) { return ws->segp + m->reg.nseg; }
+
+/* pointer to tensor i inside its segment's buffer */
+static float *tp(const struct ds_gpt *m, float **base, int i)
+{
+	if (i < 0)
+		return NULL;
+	const struct ds_gpt_tensor *t = &m->reg.t[i];
+	return base[t->segment] + (t->offset - m->reg.seg[t->segment].offset);
+}
+
+static int hook_pre(const struct ds_gpt *m, struct ds_gpt_ws *ws, int seg, int phase,
+		    const float *params, float *grads, struct ds_err *err)
+{
+	float **P = seg_params(ws), **G = seg_grads(m, ws);
+	int64_t off = m->reg.seg[seg].offset;
+	P[seg] = params ? (float *)params + off : NULL;
+	G[seg] = grads ? grads + off : NULL;
+	if (ws->has_hooks && ws->hooks.pre) {
+		int rc = ws->hooks.pre(ws->hooks.ctx, seg, phase, &P[seg], &G[seg]);
+		if (rc < 0)
+			return ds_err_set(err, rc, "model: segment %d hook failed before %s", seg,
+					  phase ? "backward" : "forward");
+	}
+	if (!P[seg] || (phase == DS_GPT_BACKWARD && !G[seg]))
+		return ds_err_set(err, DS_EINVAL, "model: segment %d has no %s buffer (pass it or set it in the pre hook)",
+				  seg, P[seg] ? "gradient" : "parameter");
+	return 0;
+}
+
+static int hook_post(struct ds_gpt_ws *ws, int seg, int phase, struct ds_err *err)
+{
+	if (ws->has_hooks && ws->hooks.post) {
+		int rc = ws->hooks.post(ws->hooks.ctx, seg, phase);
+		if (rc < 0)
+			return ds_err_set(err, rc, "model: segment %d hook failed after %s", seg,
+					  phase ? "backward" : "forward");
+	}
+	return 0;
+}
+
+/* per-sample dropout streams for (layer id, site) */
+static const struct ds_rng *streams(struct ds_gpt_ws *ws, int B, int layer, int site)
+{
+	for (int b = 0; b < B; b++) {
+		uint64_t s = (uint64_t)(ws->sample_offset + b);
+		ds_rng_init(&ws->gs[b], ws->seed, (uint64_t)ws->step,
+			    (s << 20) | ((uint64_t)(layer & 0xFFFF) << 4) | (uint64_t)site);
+	}
+	return ws->gs;
+}
+
+/* dropout of a (B, T, C) tensor: each sample its own stream */
+static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int layer, int site, float p)
+{
+	if (!ws->train || p <= 0)
+		return;
+	const struct ds_rng *g = streams(ws, B, layer, site);
+	for (int b = 0; b < B; b++)
+		ds_kernel_dropout(x + (int64_t)b * T * C, (int64_t)T * C, &g[b], p);
+}
+
+/* ---- matmuls (cblas_sgemm) --------------------------------------------- */
+
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *b,
+			   int64_t N, int IC, int OC)
+{
+	ds_kernel_bias_fill(out, b, N, OC);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC,
+		    1.0f, out, OC);
+}
+
+/* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum dout */
+static void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+			    const float *w, int64_t N, int IC, int OC)
+{
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1.0f, dout, OC, w, IC,
+		    0.0f, dinp, IC);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1.0f, dout, OC, inp, IC,
+		    1.0f, dw, IC);
+	if (db)
+		ds_kernel_bias_backward(db, dout, N, OC);
+}
+
+static void norm_forward(const struct ds_gpt *m, float *out, float *a, float *b, const float *inp,
+			 const float *w, const float *bias, int64_t N)
+{
+	if (m->cfg.norm == DS_NORM_LAYERNORM)
+		ds_kernel_layernorm_forward(out, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon);
+	else
+		ds_kernel_rmsnorm_forward(out, a, b, inp, w, N, m->C, (float)m->cfg.rms_norm_epsilon);
+}
+
+static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float *db, const float *dout,
+			  const float *inp, const float *w, const float *a, const float *b, int64_t N)
+{
+	if (m->cfg.norm == DS_NORM_LAYERNORM)
+		ds_kernel_layernorm_backward(dinp, dw, db, dout, inp, w, a, b, N, m->C);
+	else
+		ds_kernel_rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
+}
+
+/* ---- one transformer layer --------------------------------------------- */
+
+/* out (N,C) = layer l of x (N,C); activations into a. */
+static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, struct acts *a,
+			  float *out, const float *x, int B, int T)
+{
+	const struct layer_ix *ix = &m->li[l];
+	float **P = seg_params(ws);
+	const int64_t N = (int64_t)B * T;
+	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
+	const float ph = (float)m->cfg.hidden_dropout, pa = (float)m->cfg.attention_dropout;
+	const int gptj = m->cfg.gpt_j_residual;
+
+	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
+	matmul_forward(a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
+	if (m->rd)
+		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 0);
+	const int adrop = ws->train && pa > 0;
+	ds_kernel_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, adrop ? pa : 0.0f,
+				    adrop ? streams(ws, B, l + 1, 1) : NULL);
+	/* attention branch -> res2 (sequential) or out (parallel) */
+	float *ab = gptj ? out : a->res2;
+	matmul_forward(ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
+	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
+	ds_kernel_add_inplace(ab, x, N * C);
+	const float *h = gptj ? x : a->res2;
+	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
+	matmul_forward(a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
+	ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
+	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
+	matmul_forward(mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
+	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
+	if (gptj) {
+		ds_kernel_add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
+	} else {
+		memcpy(out, a->res2, (size_t)(N * C) * sizeof(float));
+		ds_kernel_add_inplace(out, mb, N * C);          /* out = res2 + mlp */
+	}
+}
+
+/* dx (N,C) += gradient through layer l of dout (N,C); dx may alias dout
+ * (it is the residual stream's gradient, updated in place). */
+static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
+			   float *dres, const float *x, int B, int T)
+{
+	const struct layer_ix *ix = &m->li[l];
+	float **P = seg_params(ws), **G = seg_grads(m, ws);
+	const int64_t N = (int64_t)B * T;
+	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
+	const float ph = (float)m->cfg.hidden_dropout, pa = (float)m->cfg.attention_dropout;
+	const int gptj = m->cfg.gpt_j_residual;
+	const size_t nc = (size_t)(N * C) * sizeof(float);
+
+	/* out = h + drop(mlp): dM = drop(dout) */
+	memcpy(ws->dM, dres, nc);
+	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
+	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
+		memcpy(ws->dA, dres, nc);
+		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
+	}
+	/* mlp: fcact @ c_proj, act, ln2 @ c_fc, norm2 */
+	matmul_backward(ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
+			tp(m, P, ix->fcpw), N, F, C);
+	ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
+	matmul_backward(ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
+			tp(m, P, ix->fcw), N, C, F2);
+	const float *h = gptj ? x : a->res2;
+	norm_backward(m, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
+		      tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N);
+	if (!gptj) {  /* res2 = x + drop(attn): dA = drop(dres2) */
+		memcpy(ws->dA, dres, nc);
+		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
+	}
+	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
+	matmul_backward(ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
+			tp(m, P, ix->projw), N, C, C);
+	const int adrop = ws->train && pa > 0;
+	ds_kernel_attention_backward(ws->dqkv, ws->datty, a->qkv, a->att, B, T, C, NH,
+				     adrop ? pa : 0.0f, adrop ? streams(ws, B, l + 1, 1) : NULL);
+	if (m->rd)
+		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 1);
+	matmul_backward(ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
+			tp(m, P, ix->qkvw), N, C, 3 * C);
+	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
+		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
+}
+
+/* ---- whole model ------------------------------------------------------- */
+
+int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
+		   const int32_t *tokens, const int32_t *targets, int B, int T, int64_t step,
+		   int64_t sample_offset, int train, float *loss, struct ds_err *err)
+{
+	if (B < 1 || T < 1 || B > ws->Bmax || T > ws->Tmax)
+		return ds_err_set(err, DS_EINVAL, "model: batch %dx%d outside the workspace's %dx%d", B, T,
+				  ws->Bmax, ws->Tmax);
+	const int64_t N = (int64_t)B * T;
+	const int C = m->C, L = m->L, last = L + 1;
+	for (int64_t i = 0; i < N; i++) {
+		if (tokens[i] < 0 || tokens[i] >= m->V)
+			return ds_err_set(err, DS_EINVAL, "model: token id %d at sample %lld position %lld is outside the vocabulary [0, %d)",
+					  tokens[i], (long long)(sample_offset + i / T), (long long)(i % T), m->V);
+		if (targets && (targets[i] < 0 || targets[i] >= m->V))
+			return ds_err_set(err, DS_EINVAL, "model: target id %d at sample %lld position %lld is outside the vocabulary [0, %d)",
+					  targets[i], (long long)(sample_offset + i / T), (long long)(i % T), m->V);
+	}
+	ws->have_fwd = 0;
+	ws->B = B;
+	ws->T = T;
+	ws->step = step;
+	ws->sample_offset = sample_offset;
+	ws->train = train;
+	ws->ckpt_layer = -1;
+	memcpy(ws->tok, tokens, (size_t)N * sizeof(int32_t));
+	float **P = seg_params(ws);
+	const int tied = !m->cfg.no_weight_tying;
+
+	/* embeddings */
+	DS_TRY(hook_pre(m, ws, 0, DS_GPT_FORWARD, params, NULL, err));
+	const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
+		: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
+	ds_kernel_embed_forward(ws->resid, tokens, tp(m, P, m->wte), pos, B, T, C);
+	dropout_btc(ws, ws->resid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
+	if (!tied)
+		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
+
+	/* layers */
+	for (int l = 0; l < L; l++) {
+		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_FORWARD, params, NULL, err));
+		struct acts *a = &ws->la[ws->ckpt ? 0 : l];
+		layer_forward(m, ws, l, a, ws->resid + (int64_t)(l + 1) * N * C, ws->resid + (int64_t)l * N * C, B, T);
+		DS_TRY(hook_post(ws, l + 1, DS_GPT_FORWARD, err));
+	}
+	ws->ckpt_layer = ws->ckpt ? L - 1 : -1;
+
+	/* final norm and head */
+	DS_TRY(hook_pre(m, ws, last, DS_GPT_FORWARD, params, NULL, err));
+	const float *xf = ws->resid + (int64_t)L * N * C;
+	norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
+	const int V = m->V, Vp = m->Vp;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f, ws->lnf, C,
+		    tp(m, P, m->head), C, 0.0f, ws->logits, Vp);
+	if (Vp > V) {
+#pragma omp parallel for schedule(static)
+		for (int64_t n = 0; n < N; n++)
+			for (int i = V; i < Vp; i++)
+				ws->logits[n * Vp + i] = -INFINITY;
+	}
+	DS_TRY(hook_post(ws, last, DS_GPT_FORWARD, err));
+	if (tied)
+		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
+
+	if (targets) {
+		memcpy(ws->tgt, targets, (size_t)N * sizeof(int32_t));
+		double sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
+		if (loss)
+			*loss = (float)(sum / (double)N);
+		ws->have_fwd = 1;
+	}
+	return 0;
+}
+
+int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
+		    float *grads, float scale, struct ds_err *err)
+{
+	if (!ws->have_fwd)
+		return ds_err_set(err, DS_EINVAL, "model: backward needs a forward with targets first");
+	ws->have_fwd = 0;
+	const int B = ws->B, T = ws->T, C = m->C, L = m->L, last = L + 1;
+	const int64_t N = (int64_t)B * T;
+	const int V = m->V, Vp = m->Vp;
+	const int tied = !m->cfg.no_weight_tying;
+	float **P = seg_params(ws), **G = seg_grads(m, ws);
+
+	/* head: dlogits = scale/N (softmax - onehot) */
+	if (tied)
+		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
+	DS_TRY(hook_pre(m, ws, last, DS_GPT_BACKWARD, params, grads, err));
+	ds_kernel_xent_backward(ws->logits, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
+	/* dlnf (N,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, V, 1.0f, ws->logits, Vp,
+		    tp(m, P, m->head), C, 0.0f, ws->dln, C);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)N, 1.0f, ws->logits, Vp,
+		    ws->lnf, C, 1.0f, tp(m, G, m->head), C);
+	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
+	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
+		      ws->resid + (int64_t)L * N * C, tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);
+	DS_TRY(hook_post(ws, last, DS_GPT_BACKWARD, err));
+
+	/* layers, last first; with checkpointing recompute each from its input */
+	for (int l = L - 1; l >= 0; l--) {
+		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_BACKWARD, params, grads, err));
+		const float *x = ws->resid + (int64_t)l * N * C;
+		struct acts *a = &ws->la[ws->ckpt ? 0 : l];
+		if (ws->ckpt && ws->ckpt_layer != l) {
+			double t0 = ds_now();
+			/* the output goes to scratch: resid[l+1] is no longer needed */
+			layer_forward(m, ws, l, a, ws->dqkv, x, B, T);
+			ws->ckpt_layer = l;
+			ws->recompute_s += ds_now() - t0;
+		}
+		layer_backward(m, ws, l, a, ws->dresid, x, B, T);
+		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
+	}
+
+	/* embeddings */
+	if (!tied)
+		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
+	dropout_btc(ws, ws->dresid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
+	ds_kernel_embed_backward(tp(m, G, m->wte), m->wpe >= 0 ? tp(m, G, m->wpe) : NULL, ws->dresid,
+				 ws->tok, B, T, C);
+	DS_TRY(hook_post(ws, 0, DS_GPT_BACKWARD, err));
+	return 0;
+}

@@ -1,0 +1,159 @@
+/* gpt.h - the GPT family on CPU: parameter registry, initialisation, forward
+ * and backward over ONE flat fp32 buffer, segment by segment.
+ *
+ * Architecture (GPT-2 / GPT-NeoX / Megatron options of struct ds_model_config):
+ *   x = wte[tok] (+ wpe[t] learned | + sinusoidal[t]), hidden dropout
+ *   per layer, sequential:   h = x + drop(attn(norm1(x)));  out = h + drop(mlp(norm2(h)))
+ *              gpt_j_residual: out = x + drop(attn(norm1(x))) + drop(mlp(norm2(x)))
+ *   logits = norm_f(x) @ head^T (head = wte when tied), columns >= vocab_size
+ *   are -inf and take no part in the softmax, so the loss is the unpadded
+ *   model's; loss = mean over B*T tokens of the cross-entropy.
+ * Details a reference implementation must match:
+ *   - c_attn output is [q | k | v], each C wide, head h at columns h*hs..;
+ *     causal softmax(q k^T / sqrt(hs)); attention dropout on the probabilities.
+ *   - rotary: NeoX rotate-half on the first rd = floor(hs*rotary_pct) (even)
+ *     dims of q and k of each head, pair (i, i+rd/2) rotated by t*base^(-2i/rd)
+ *     (base rotary_emb_base, 10000), positions 0..T-1, angles in double.
+ *   - sinusoidal: pos[t] = [sin(t*f_i) | cos(t*f_i)], f_i = 10000^(-2i/C)
+ *     (GPT-NeoX's SinusoidalPositionalEmbedding: halves, not interleaved).
+ *   - layernorm: (x - mean) / sqrt(var + layernorm_epsilon) * w + b (biased var).
+ *   - rmsnorm (GPT-NeoX's): w * x / (sqrt(mean(x^2)) + rms_norm_epsilon), no bias.
+ *   - gelu is the TANH approximation (GPT-2, torch approximate='tanh');
+ *     geglu/swiglu: c_fc gives 2F = [a | b], act(a) * b (Megatron's order).
+ *   - dropout keeps with probability 1-p and scales by 1/(1-p).
+ *
+ * Parameters, in registry order (F = intermediate_size, F' = 2F for geglu
+ * and swiglu else F; matrices stored [out, in] row-major like torch.nn.Linear
+ * -- HF GPT-2's Conv1D checkpoints hold the transpose):
+ *   segment 0      transformer.wte.weight [Vp, C]
+ *                  transformer.wpe.weight [max_position_embeddings, C]  (learned only)
+ *   segment 1+i    transformer.h.i.ln_1.weight [C], ln_1.bias [C] (layernorm only)
+ *                  transformer.h.i.attn.c_attn.weight [3C, C], .bias [3C]
+ *                  transformer.h.i.attn.c_proj.weight [C, C],  .bias [C]
+ *                  transformer.h.i.ln_2.weight [C], ln_2.bias [C] (layernorm only)
+ *                  transformer.h.i.mlp.c_fc.weight [F', C],    .bias [F']
+ *                  transformer.h.i.mlp.c_proj.weight [C, F],   .bias [C]
+ *   segment L+1    transformer.ln_f.weight [C], ln_f.bias [C] (layernorm only)
+ *                  lm_head.weight [Vp, C]  (no_weight_tying only)
+ *
+ * Initialisation (ds_gpt_init): normal(0, init_method_std) for weights and
+ * embeddings, normal(0, init_method_std / sqrt(2 num_layers)) for the two
+ * output projections attn.c_proj and mlp.c_proj (Megatron's
+ * scaled_init_method_normal), zeros for biases, ones for norm weights.
+ * Element i of tensor x draws from Philox stream (seed, hash(x.name), 0),
+ * index i, so any slice of the flat buffer initialises on its own (ZeRO-3).
+ *
+ * Dropout masks: Philox stream (seed, step, (sample << 20) | (layer << 4) |
+ * site), element = index within the sample's tensor; sample is the GLOBAL
+ * sample index sample_offset + b, layer 0 = embeddings, 1+i = layer i; site 0
+ * embedding, 1 attention probabilities, 2 attention output, 3 MLP output.
+ * Masks therefore do not depend on rank or on the micro-batch split.
+ */
+#ifndef DS_MODEL_GPT_H
+#define DS_MODEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/model.h"
+#include "model/registry.h"
+#include "util/err.h"
+
+struct ds_gpt;      /* model: config + registry (no parameter storage) */
+struct ds_gpt_ws;   /* activations/workspace for one (B, T) */
+
+/* ---- model and registry ------------------------------------------------ */
+
+/* Create the model for config *cfg (copied).  padded_vocab_size 0 is derived
+ * from vocab_size and make_vocab_size_divisible_by (default 128),
+ * intermediate_size 0 becomes 4*hidden_size, rotary_emb_base 0 becomes 10000.
+ * Returns 0 or DS_EINVAL (names the field) / DS_ENOMEM.  Free with ds_gpt_destroy. */
+int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct ds_err *err);
+void ds_gpt_destroy(struct ds_gpt *m);   /* accepts NULL */
+
+/* The effective config (derived fields filled); borrowed. */
+const struct ds_model_config *ds_gpt_config(const struct ds_gpt *m);
+/* The registry: tensors (name, offset, shape, segment) and segments; borrowed. */
+const struct ds_gpt_registry *ds_gpt_registry(const struct ds_gpt *m);
+/* Number of parameters = elements of the flat buffer. */
+int64_t ds_gpt_num_params(const struct ds_gpt *m);
+/* Tensor count, tensor i (0 <= i < count; borrowed), index of `name` or -1. */
+int ds_gpt_num_tensors(const struct ds_gpt *m);
+const struct ds_gpt_tensor *ds_gpt_tensor(const struct ds_gpt *m, int i);
+int ds_gpt_find(const struct ds_gpt *m, const char *name);
+/* Segment count (num_layers + 2) and segment s (offset, numel; borrowed). */
+int ds_gpt_num_segments(const struct ds_gpt *m);
+const struct ds_gpt_segment *ds_gpt_segment(const struct ds_gpt *m, int s);
+
+/* Initialise flat elements [begin, end) of the parameters into dst[0..end-begin)
+ * (dst = params + begin for the whole buffer).  Pure function of
+ * (seed, names, indices). */
+void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begin, int64_t end);
+
+/* ---- workspace --------------------------------------------------------- */
+
+struct ds_gpt_ws_opts {
+	int B, T;                /* largest micro-batch and sequence length */
+	int checkpointing;       /* 1: keep only each layer's input, recompute in backward */
+	uint64_t dropout_seed;   /* key of the dropout streams */
+};
+
+/* Activation bytes a workspace for (B, T, checkpointing) holds, without
+ * allocating (the memory estimator's figure; ds_gpt_ws_bytes of the real one
+ * is the same number). */
+size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing);
+
+/* Allocate (ds_alloc) a workspace.  Returns 0, DS_EINVAL (T > max positions
+ * for learned, B or T < 1) or DS_ENOMEM.  Free with ds_gpt_ws_destroy. */
+int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
+		     struct ds_err *err);
+void ds_gpt_ws_destroy(struct ds_gpt_ws *ws);   /* accepts NULL */
+size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws);
+/* Logits of the last forward, (B, T, Vp) row-major; columns >= vocab_size are
+ * -inf.  Valid until the next backward (which turns them into dlogits). */
+const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws);
+/* Seconds spent recomputing layers in backward so far (activation
+ * checkpointing's `profile` figure); 0 without checkpointing. */
+double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws);
+
+/* ---- per-segment hooks (ZeRO-3) ---------------------------------------- */
+
+enum ds_gpt_phase { DS_GPT_FORWARD = 0, DS_GPT_BACKWARD = 1 };
+
+/* Called around each segment's work.  pre() may replace *params (and in
+ * backward *grads) with a buffer holding the segment's elements (element 0 =
+ * the segment's first); by default they point into the flat buffers passed
+ * to forward/backward.  post() says the segment is done (in backward its
+ * gradients are complete).  With tied weights the head (segment L+1) also
+ * uses segment 0's wte, so segment 0 stays open: forward calls pre(0) first
+ * and post(0) after the head; backward calls pre(0) before the head and
+ * post(0) after the embeddings.  Return 0 or a negative DS_E* to abort. */
+struct ds_gpt_hooks {
+	void *ctx;
+	int (*pre)(void *ctx, int seg, int phase, float **params, float **grads);
+	int (*post)(void *ctx, int seg, int phase);
+};
+/* Install hooks (copied; NULL removes them). */
+void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h);
+
+/* ---- passes ------------------------------------------------------------ */
+
+/* Forward of tokens (B, T) with B <= ws.B, T <= ws.T.  params: the flat
+ * buffer (may be NULL when hooks supply every segment).  targets (B, T) or
+ * NULL (then *loss is not computed).  step and sample_offset (global index
+ * of row 0) key the dropout masks; train 0 disables dropout.  *loss = mean
+ * cross-entropy over the B*T tokens.  Returns 0 or DS_EINVAL (token id out
+ * of range: names the position) or a hook's status. */
+int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
+		   const int32_t *tokens, const int32_t *targets, int B, int T, int64_t step,
+		   int64_t sample_offset, int train, float *loss, struct ds_err *err);
+
+/* Backward of the last forward (which had targets): ACCUMULATES
+ * scale * d(loss)/d(param) into grads (the flat gradient buffer, same layout;
+ * the caller zeroes it; NULL when hooks supply it).  scale carries 1/GA and
+ * the fp16 loss scale.  Returns 0, DS_EINVAL (no forward with targets) or a
+ * hook's status. */
+int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
+		    float *grads, float scale, struct ds_err *err);
+
+#endif

@@ -1,0 +1,192 @@
+/* registry.c - named tensors of the GPT family in one flat buffer (registry.h).
+ *
+ * The order is the order of the forward pass, so a segment is one contiguous
+ * range.  Initialisation is a pure function of (seed, name, element index).
+ */
+#include "model/registry.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/rng.h"
+
+struct builder {
+	struct ds_gpt_registry *r;
+	int cap;
+	int64_t off;
+	int seg;
+};
+
+static int add(struct builder *b, const char *name, int64_t d0, int64_t d1, int init, float std)
+{
+	struct ds_gpt_registry *r = b->r;
+	if (r->nt == b->cap) {
+		int cap = b->cap ? 2 * b->cap : 32;
+		struct ds_gpt_tensor *t = realloc(r->t, (size_t)cap * sizeof(*t));
+		if (!t)
+			return DS_ENOMEM;
+		r->t = t;
+		b->cap = cap;
+	}
+	struct ds_gpt_tensor *x = &r->t[r->nt++];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->name, sizeof(x->name), "%s", name);
+	x->ndim = d1 > 0 ? 2 : 1;
+	x->shape[0] = d0;
+	x->shape[1] = d1 > 0 ? d1 : 0;
+	x->numel = d1 > 0 ? d0 * d1 : d0;
+	x->offset = b->off;
+	x->segment = b->seg;
+	x->init = init;
+	x->init_std = (init == DS_INIT_NORMAL || init == DS_INIT_SCALED) ? std : 0.0f;
+	x->name_hash = ds_hash_str(x->name);
+	b->off += x->numel;
+	return 0;
+}
+
+static void seg_begin(struct builder *b)
+{
+	struct ds_gpt_segment *s = &b->r->seg[b->seg];
+	s->offset = b->off;
+	s->first_tensor = b->r->nt;
+}
+
+static void seg_end(struct builder *b)
+{
+	struct ds_gpt_segment *s = &b->r->seg[b->seg];
+	s->numel = b->off - s->offset;
+	s->ntensors = b->r->nt - s->first_tensor;
+	b->seg++;
+}
+
+int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_config *m, struct ds_err *err)
+{
+	memset(r, 0, sizeof(*r));
+	if (m->num_layers < 1)
+		return ds_err_set(err, DS_EINVAL, "model: num_layers must be >= 1 (got %d)", m->num_layers);
+	if (m->hidden_size < 1 || m->num_attention_heads < 1 || m->hidden_size % m->num_attention_heads)
+		return ds_err_set(err, DS_EINVAL, "model: hidden_size %d must be a positive multiple of num_attention_heads %d",
+				  m->hidden_size, m->num_attention_heads);
+	if (m->padded_vocab_size < m->vocab_size || m->vocab_size < 1)
+		return ds_err_set(err, DS_EINVAL, "model: vocab_size %d / padded_vocab_size %d: padded must be >= vocab >= 1",
+				  m->vocab_size, m->padded_vocab_size);
+	if (m->intermediate_size < 1)
+		return ds_err_set(err, DS_EINVAL, "model: intermediate_size must be >= 1 (got %d)", m->intermediate_size);
+	if (m->pos_emb == DS_POS_LEARNED && m->max_position_embeddings < 1)
+		return ds_err_set(err, DS_EINVAL, "model: max_position_embeddings must be >= 1 with pos_emb learned");
+
+	const int64_t L = m->num_layers, C = m->hidden_size, Vp = m->padded_vocab_size;
+	const int64_t F = m->intermediate_size;
+	const int64_t Fup = m->activation == DS_ACT_GELU ? F : 2 * F;
+	const float std = (float)m->init_method_std;
+	const float sstd = (float)(m->init_method_std / sqrt(2.0 * (double)L));
+	const int ln = m->norm == DS_NORM_LAYERNORM;
+
+	r->nseg = (int)L + 2;
+	r->seg = calloc((size_t)r->nseg, sizeof(*r->seg));
+	if (!r->seg)
+		return ds_err_set(err, DS_ENOMEM, "model: out of memory for the segment table");
+	struct builder b = { r, 0, 0, 0 };
+	char n[DS_GPT_NAME_MAX];
+	int rc = 0;
+#define ADD(name, d0, d1, init, s) do { if ((rc = add(&b, (name), (d0), (d1), (init), (s))) < 0) goto fail; } while (0)
+	seg_begin(&b);
+	ADD("transformer.wte.weight", Vp, C, DS_INIT_NORMAL, std);
+	if (m->pos_emb == DS_POS_LEARNED)
+		ADD("transformer.wpe.weight", m->max_position_embeddings, C, DS_INIT_NORMAL, std);
+	seg_end(&b);
+	for (int l = 0; l < L; l++) {
+		seg_begin(&b);
+#define LN(sub) do { \
+		snprintf(n, sizeof(n), "transformer.h.%d.%s.weight", l, sub); ADD(n, C, 0, DS_INIT_ONE, 0); \
+		if (ln) { snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, C, 0, DS_INIT_ZERO, 0); } \
+	} while (0)
+#define LIN(sub, out, in, init, s) do { \
+		snprintf(n, sizeof(n), "transformer.h.%d.%s.weight", l, sub); ADD(n, out, in, init, s); \
+		snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, out, 0, DS_INIT_ZERO, 0); \
+	} while (0)
+		LN("ln_1");
+		LIN("attn.c_attn", 3 * C, C, DS_INIT_NORMAL, std);
+		LIN("attn.c_proj", C, C, DS_INIT_SCALED, sstd);
+		LN("ln_2");
+		LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
+		LIN("mlp.c_proj", C, F, DS_INIT_SCALED, sstd);
+#undef LN
+#undef LIN
+		seg_end(&b);
+	}
+	seg_begin(&b);
+	ADD("transformer.ln_f.weight", C, 0, DS_INIT_ONE, 0);
+	if (ln)
+		ADD("transformer.ln_f.bias", C, 0, DS_INIT_ZERO, 0);
+	if (m->no_weight_tying)
+		ADD("lm_head.weight", Vp, C, DS_INIT_NORMAL, std);
+	seg_end(&b);
+#undef ADD
+	r->numel = b.off;
+	return 0;
+fail:
+	ds_gpt_registry_release(r);
+	return ds_err_set(err, rc, "model: out of memory for the parameter registry");
+}
+
+void ds_gpt_registry_release(struct ds_gpt_registry *r)
+{
+	free(r->t);
+	free(r->seg);
+	memset(r, 0, sizeof(*r));
+}
+
+int ds_gpt_registry_find(const struct ds_gpt_registry *r, const char *name)
+{
+	for (int i = 0; i < r->nt; i++)
+		if (!strcmp(r->t[i].name, name))
+			return i;
+	return -1;
+}
+
+/* Index of the tensor holding flat element e (binary search on offsets). */
+static int tensor_at(const struct ds_gpt_registry *r, int64_t e)
+{
+	int lo = 0, hi = r->nt - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (r->t[mid].offset <= e)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+void ds_gpt_registry_init_range(const struct ds_gpt_registry *r, uint64_t seed, float *dst,
+				int64_t begin, int64_t end)
+{
+	if (begin < 0)
+		begin = 0;
+	if (end > r->numel)
+		end = r->numel;
+	if (begin >= end)
+		return;
+	for (int ti = tensor_at(r, begin); ti < r->nt && r->t[ti].offset < end; ti++) {
+		const struct ds_gpt_tensor *x = &r->t[ti];
+		int64_t a = x->offset > begin ? x->offset : begin;
+		int64_t z = x->offset + x->numel < end ? x->offset + x->numel : end;
+		float *o = dst + (a - begin);
+		int64_t n = z - a, i0 = a - x->offset;
+		if (x->init == DS_INIT_ZERO || x->init == DS_INIT_ONE) {
+			float v = x->init == DS_INIT_ONE ? 1.0f : 0.0f;
+			for (int64_t i = 0; i < n; i++)
+				o[i] = v;
+			continue;
+		}
+		struct ds_rng g;
+		ds_rng_init(&g, seed, x->name_hash, 0);
+		const float s = x->init_std;
+#pragma omp parallel for schedule(static) if (n > 65536)
+		for (int64_t i = 0; i < n; i++)
+			o[i] = s * ds_rng_normal(&g, (uint64_t)(i0 + i));
+	}
+}

@@ -1,0 +1,69 @@
+/* registry.h - the parameter registry of the GPT family: named tensors in a
+ * fixed order inside ONE flat fp32 buffer, split into segments.
+ *
+ * DESIGN.md "One flat buffer, named views": each tensor is an offset and a
+ * shape into the flat buffer; gradients and optimizer states mirror it.
+ * Segments: 0 = embeddings, 1..L = transformer layers, L+1 = final norm (and
+ * lm_head when untied).  Names are HF GPT-2 style; see gpt.h for the table.
+ */
+#ifndef DS_MODEL_REGISTRY_H
+#define DS_MODEL_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/model.h"
+#include "util/err.h"
+
+#define DS_GPT_NAME_MAX 64
+
+/* How a tensor is initialised (ds_gpt_registry_init_range). */
+enum ds_gpt_init_kind {
+	DS_INIT_NORMAL = 0,      /* normal(0, init_method_std) */
+	DS_INIT_SCALED = 1,      /* normal(0, init_method_std / sqrt(2 L)): output projections */
+	DS_INIT_ZERO = 2,        /* biases */
+	DS_INIT_ONE = 3          /* norm weights */
+};
+
+struct ds_gpt_tensor {
+	char name[DS_GPT_NAME_MAX];  /* "transformer.h.0.attn.c_attn.weight" */
+	int64_t offset;              /* first element in the flat buffer */
+	int64_t numel;
+	int ndim;                    /* 1 or 2 */
+	int64_t shape[2];            /* [out, in] row-major for matrices (torch.nn.Linear) */
+	int segment;                 /* index into the segment table */
+	int init;                    /* enum ds_gpt_init_kind */
+	float init_std;              /* std of the normal kinds, 0 otherwise */
+	uint64_t name_hash;          /* ds_hash_str(name): the RNG stream id */
+};
+
+struct ds_gpt_segment {
+	int64_t offset;              /* first element */
+	int64_t numel;               /* elements (no padding) */
+	int first_tensor, ntensors;  /* tensors [first, first+n) of the registry */
+};
+
+struct ds_gpt_registry {
+	struct ds_gpt_tensor *t;
+	int nt;
+	struct ds_gpt_segment *seg;
+	int nseg;                    /* num_layers + 2 */
+	int64_t numel;               /* total elements of the flat buffer */
+};
+
+/* Build the registry of config m (padded_vocab_size and intermediate_size
+ * must be set).  Returns 0, DS_EINVAL (names the bad field) or DS_ENOMEM.
+ * Release with ds_gpt_registry_release. */
+int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_config *m, struct ds_err *err);
+void ds_gpt_registry_release(struct ds_gpt_registry *r);   /* accepts a zeroed struct */
+
+/* Index of tensor `name`, or -1. */
+int ds_gpt_registry_find(const struct ds_gpt_registry *r, const char *name);
+
+/* Initialise flat elements [begin, end) into dst[0 .. end-begin): element i
+ * of tensor x draws from the Philox stream (seed, hash(x.name), 0) at index
+ * i - x.offset, so any slice gives the same values as the whole buffer. */
+void ds_gpt_registry_init_range(const struct ds_gpt_registry *r, uint64_t seed, float *dst,
+				int64_t begin, int64_t end);
+
+#endif

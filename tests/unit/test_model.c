@@ -1,0 +1,650 @@
+/* test_model.c - the GPT model against independent references: the PyTorch
+ * fixtures of contrib/reference (logits, loss, every gradient), central
+ * finite differences, GPT-2 124M's known parameter count, and the layout
+ * invariants of DESIGN.md (slice init, dropout keys, checkpointing, hooks).
+ */
+#include "unit.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt.h"
+#include "util/mem.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static void cfg_base(struct ds_model_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->family = DS_FAMILY_GPT;
+	c->num_layers = 2;
+	c->hidden_size = 16;
+	c->num_attention_heads = 2;
+	c->seq_length = 8;
+	c->max_position_embeddings = 16;
+	c->vocab_size = 20;
+	c->make_vocab_size_divisible_by = 8;
+	c->rotary_pct = 1.0;
+	c->rotary_emb_base = 10000;
+	c->layernorm_epsilon = 1e-5;
+	c->rms_norm_epsilon = 1e-8;
+	c->init_method_std = 0.02;
+}
+
+static struct ds_gpt *mk(const struct ds_model_config *c)
+{
+	struct ds_gpt *m = NULL;
+	struct ds_err err = DS_ERR_INIT;
+	int rc = ds_gpt_create(&m, c, &err);
+	if (rc)
+		fprintf(stderr, "# %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	return m;
+}
+
+static struct ds_gpt_ws *mkws(const struct ds_gpt *m, int B, int T, int ckpt, uint64_t seed)
+{
+	struct ds_gpt_ws *ws = NULL;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_gpt_ws_opts o = { B, T, ckpt, seed };
+	int rc = ds_gpt_ws_create(&ws, m, &o, &err);
+	if (rc)
+		fprintf(stderr, "# %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	return ws;
+}
+
+static float run_fwd(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p, const int32_t *tok,
+		     const int32_t *tgt, int B, int T, int64_t step, int64_t off, int train)
+{
+	struct ds_err err = DS_ERR_INIT;
+	float loss = NAN;
+	int rc = ds_gpt_forward(m, ws, p, tok, tgt, B, T, step, off, train, &loss, &err);
+	if (rc)
+		fprintf(stderr, "# %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	return loss;
+}
+
+static void run_bwd(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p, float *g, float scale)
+{
+	struct ds_err err = DS_ERR_INIT;
+	int rc = ds_gpt_backward(m, ws, p, g, scale, &err);
+	if (rc)
+		fprintf(stderr, "# %s\n", err.msg);
+	assert_int_equal(rc, 0);
+}
+
+static void rand_tokens(int32_t *t, int n, int V, unsigned s)
+{
+	for (int i = 0; i < n; i++) {
+		s = s * 1103515245u + 12345u;
+		t[i] = (int32_t)((s >> 16) % (unsigned)V);
+	}
+}
+
+/* ---- HDF5 fixture ------------------------------------------------------ */
+
+static double attr_d(hid_t f, const char *name)
+{
+	double v = 0;
+	hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+	assert_true(a >= 0);
+	assert_true(H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+	H5Aclose(a);
+	return v;
+}
+
+static int attr_i(hid_t f, const char *name) { return (int)lround(attr_d(f, name)); }
+
+/* Read dataset `path` (n elements of type t) into buf; returns 0 or -1. */
+static int read_ds(hid_t f, const char *path, hid_t t, void *buf, long n)
+{
+	if (H5Lexists(f, path, H5P_DEFAULT) <= 0)
+		return -1;
+	hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+	hid_t s = H5Dget_space(d);
+	long np = (long)H5Sget_simple_extent_npoints(s);
+	int rc = np == n && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
+	H5Sclose(s);
+	H5Dclose(d);
+	return rc;
+}
+
+static void check_fixture(const char *rel)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s", DS_SRCDIR, rel);
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	assert_true(f >= 0);
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.num_layers = attr_i(f, "num_layers");
+	c.hidden_size = attr_i(f, "hidden_size");
+	c.num_attention_heads = attr_i(f, "num_attention_heads");
+	c.seq_length = attr_i(f, "seq_length");
+	c.max_position_embeddings = attr_i(f, "max_position_embeddings");
+	c.vocab_size = attr_i(f, "vocab_size");
+	c.make_vocab_size_divisible_by = attr_i(f, "make_vocab_size_divisible_by");
+	c.intermediate_size = attr_i(f, "intermediate_size");
+	c.pos_emb = attr_i(f, "pos_emb");
+	c.rotary_pct = attr_d(f, "rotary_pct");
+	c.rotary_emb_base = attr_d(f, "rotary_emb_base");
+	c.norm = attr_i(f, "norm");
+	c.layernorm_epsilon = attr_d(f, "layernorm_epsilon");
+	c.rms_norm_epsilon = attr_d(f, "rms_norm_epsilon");
+	c.activation = attr_i(f, "activation");
+	c.no_weight_tying = attr_i(f, "no_weight_tying");
+	c.gpt_j_residual = attr_i(f, "gpt_j_residual");
+	const int B = attr_i(f, "batch"), T = c.seq_length, V = c.vocab_size;
+	struct ds_gpt *m = mk(&c);
+	assert_int_equal(ds_gpt_config(m)->padded_vocab_size, attr_i(f, "padded_vocab_size"));
+
+	const int64_t np = ds_gpt_num_params(m);
+	float *p = ds_alloc((size_t)np * sizeof(float)), *g = ds_alloc((size_t)np * sizeof(float));
+	float *want = ds_alloc((size_t)np * sizeof(float));
+	char name[256];
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+		snprintf(name, sizeof(name), "params/%s", x->name);
+		if (read_ds(f, name, H5T_NATIVE_FLOAT, p + x->offset, (long)x->numel))
+			fail_msg("%s: %s missing or of the wrong size", rel, name);
+	}
+	/* every tensor of the fixture is in the registry */
+	hid_t grp = H5Gopen2(f, "params", H5P_DEFAULT);
+	H5G_info_t gi;
+	H5Gget_info(grp, &gi);
+	assert_int_equal((int)gi.nlinks, ds_gpt_num_tensors(m));
+	H5Gclose(grp);
+
+	int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
+	assert_int_equal(read_ds(f, "inputs/tokens", H5T_NATIVE_INT32, tok, (long)B * T), 0);
+	assert_int_equal(read_ds(f, "inputs/targets", H5T_NATIVE_INT32, tgt, (long)B * T), 0);
+	float *wlog = malloc((size_t)B * T * V * sizeof(float)), *glog = malloc((size_t)B * T * V * sizeof(float));
+	assert_int_equal(read_ds(f, "logits", H5T_NATIVE_FLOAT, wlog, (long)B * T * V), 0);
+	float wloss;
+	assert_int_equal(read_ds(f, "loss", H5T_NATIVE_FLOAT, &wloss, 1), 0);
+
+	for (int ckpt = 0; ckpt < 2; ckpt++) {
+		struct ds_gpt_ws *ws = mkws(m, B, T, ckpt, 7);
+		float loss = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+		const float *lg = ds_gpt_ws_logits(ws);
+		const int Vp = ds_gpt_config(m)->padded_vocab_size;
+		for (int n = 0; n < B * T; n++) {
+			memcpy(glog + (long)n * V, lg + (long)n * Vp, (size_t)V * sizeof(float));
+			for (int i = V; i < Vp; i++)
+				assert_true(isinf(lg[(long)n * Vp + i]) && lg[(long)n * Vp + i] < 0);
+		}
+		double e;
+		if (!ds_test_close(glog, wlog, (long)B * T * V, 1e-5, &e))
+			fail_msg("%s: logits rel err %.3g > 1e-5", rel, e);
+		if (!ds_test_close(&loss, &wloss, 1, 1e-5, &e))
+			fail_msg("%s: loss %.7f vs %.7f (rel %.3g)", rel, loss, wloss, e);
+		memset(g, 0, (size_t)np * sizeof(float));
+		run_bwd(m, ws, p, g, 1.0f);
+		double worst = 0;
+		for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+			const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+			snprintf(name, sizeof(name), "grads/%s", x->name);
+			assert_int_equal(read_ds(f, name, H5T_NATIVE_FLOAT, want, (long)x->numel), 0);
+			if (!ds_test_close(g + x->offset, want, (long)x->numel, 1e-4, &e))
+				fail_msg("%s: gradient %s rel err %.3g > 1e-4", rel, x->name, e);
+			if (e > worst)
+				worst = e;
+		}
+		printf("# %s ckpt=%d: loss %.7f (ref %.7f), worst gradient rel err %.2g\n", rel, ckpt, loss,
+		       wloss, worst);
+		ds_gpt_ws_destroy(ws);
+	}
+	free(tok);
+	free(tgt);
+	free(wlog);
+	free(glog);
+	ds_free(p);
+	ds_free(g);
+	ds_free(want);
+	ds_gpt_destroy(m);
+	H5Fclose(f);
+}
+
+static void test_ref_gpt2(void **state) { (void)state; check_fixture("tests/data/ref_gpt2.h5"); }
+static void test_ref_neox(void **state) { (void)state; check_fixture("tests/data/ref_neox.h5"); }
+
+/* ---- registry ---------------------------------------------------------- */
+
+/* GPT-2 small with the vocabulary padded to 50304: 124,475,904 parameters
+ * (llm.c's figure); 12 layers of 7,087,872. */
+static void test_registry_gpt2_124m(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.num_layers = 12;
+	c.hidden_size = 768;
+	c.num_attention_heads = 12;
+	c.seq_length = 1024;
+	c.max_position_embeddings = 1024;
+	c.vocab_size = 50257;
+	c.make_vocab_size_divisible_by = 128;
+	struct ds_gpt *m = mk(&c);
+	assert_int_equal(ds_gpt_config(m)->padded_vocab_size, 50304);
+	assert_int_equal(ds_gpt_num_params(m), 124475904);
+	assert_int_equal(ds_gpt_num_segments(m), 14);
+	assert_int_equal(ds_gpt_num_tensors(m), 2 + 12 * 12 + 2);
+	assert_int_equal(ds_gpt_segment(m, 0)->numel, 50304 * 768 + 1024 * 768);
+	for (int s = 1; s <= 12; s++)
+		assert_int_equal(ds_gpt_segment(m, s)->numel, 7087872);
+	assert_int_equal(ds_gpt_segment(m, 13)->numel, 2 * 768);
+	/* segments tile the buffer, tensors tile their segments */
+	int64_t off = 0;
+	for (int s = 0; s < ds_gpt_num_segments(m); s++) {
+		const struct ds_gpt_segment *sg = ds_gpt_segment(m, s);
+		assert_int_equal(sg->offset, off);
+		int64_t o2 = off;
+		for (int i = sg->first_tensor; i < sg->first_tensor + sg->ntensors; i++) {
+			assert_int_equal(ds_gpt_tensor(m, i)->offset, o2);
+			assert_int_equal(ds_gpt_tensor(m, i)->segment, s);
+			o2 += ds_gpt_tensor(m, i)->numel;
+		}
+		off += sg->numel;
+		assert_int_equal(o2, off);
+	}
+	assert_int_equal(off, ds_gpt_num_params(m));
+	int i = ds_gpt_find(m, "transformer.h.3.attn.c_attn.weight");
+	assert_true(i > 0);
+	assert_int_equal(ds_gpt_tensor(m, i)->shape[0], 3 * 768);
+	assert_int_equal(ds_gpt_tensor(m, i)->shape[1], 768);
+	assert_int_equal(ds_gpt_tensor(m, i)->segment, 4);
+	assert_string_equal(ds_gpt_tensor(m, 0)->name, "transformer.wte.weight");
+	assert_string_equal(ds_gpt_tensor(m, ds_gpt_num_tensors(m) - 1)->name, "transformer.ln_f.bias");
+	assert_int_equal(ds_gpt_find(m, "lm_head.weight"), -1);
+	assert_int_equal(ds_gpt_find(m, "transformer.h.12.ln_1.weight"), -1);
+	ds_gpt_destroy(m);
+
+	/* NeoX options: rmsnorm has no bias, swiglu doubles c_fc, untied head */
+	cfg_base(&c);
+	c.norm = DS_NORM_RMSNORM;
+	c.activation = DS_ACT_SWIGLU;
+	c.pos_emb = DS_POS_ROTARY;
+	c.no_weight_tying = 1;
+	c.intermediate_size = 40;
+	m = mk(&c);
+	assert_int_equal(ds_gpt_find(m, "transformer.h.0.ln_1.bias"), -1);
+	assert_int_equal(ds_gpt_find(m, "transformer.wpe.weight"), -1);
+	i = ds_gpt_find(m, "transformer.h.1.mlp.c_fc.weight");
+	assert_int_equal(ds_gpt_tensor(m, i)->shape[0], 80);
+	i = ds_gpt_find(m, "transformer.h.1.mlp.c_proj.weight");
+	assert_int_equal(ds_gpt_tensor(m, i)->shape[1], 40);
+	i = ds_gpt_find(m, "lm_head.weight");
+	assert_int_equal(ds_gpt_tensor(m, i)->segment, 3);
+	/* Vp 24, C 16: wte; per layer ln 16, attn 48*16+48, proj 16*16+16, ln 16,
+	 * fc 80*16+80, proj 16*40+16; ln_f 16; head 24*16 */
+	int64_t per = 16 + 48 * 16 + 48 + 16 * 16 + 16 + 16 + 80 * 16 + 80 + 16 * 40 + 16;
+	assert_int_equal(ds_gpt_num_params(m), 24 * 16 + 2 * per + 16 + 24 * 16);
+	ds_gpt_destroy(m);
+}
+
+/* Init of any slice equals the slice of the whole init; kinds have the
+ * documented distributions. */
+static void test_init(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.num_layers = 8;
+	c.hidden_size = 64;
+	c.num_attention_heads = 4;
+	c.init_method_std = 0.05;
+	struct ds_gpt *m = mk(&c);
+	int64_t n = ds_gpt_num_params(m);
+	float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+	ds_gpt_init(m, 42, a, 0, n);
+	int64_t cuts[] = { 0, 1, 7, 1000, 1001, 5555, 77777, n / 2, n - 3, n };
+	for (int k = 0; k + 1 < (int)(sizeof(cuts) / sizeof(cuts[0])); k++)
+		ds_gpt_init(m, 42, b + cuts[k], cuts[k], cuts[k + 1]);
+	assert_memory_equal(a, b, (size_t)n * sizeof(float));
+	ds_gpt_init(m, 43, b, 0, n);
+	assert_true(memcmp(a, b, (size_t)n * sizeof(float)) != 0);
+	/* statistics per kind */
+	double s2w = 0, s2p = 0;
+	long nw = 0, npj = 0;
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+		const float *v = a + x->offset;
+		int is_bias = strstr(x->name, ".bias") != NULL;
+		int is_norm = strstr(x->name, "ln_") != NULL;
+		for (int64_t j = 0; j < x->numel; j++) {
+			if (is_bias)
+				assert_true(v[j] == 0.0f);
+			else if (is_norm)
+				assert_true(v[j] == 1.0f);
+			else if (strstr(x->name, "c_proj")) {
+				s2p += (double)v[j] * v[j];
+				npj++;
+			} else {
+				s2w += (double)v[j] * v[j];
+				nw++;
+			}
+		}
+	}
+	double sw = sqrt(s2w / nw), sp = sqrt(s2p / npj), want_p = 0.05 / sqrt(2.0 * 8);
+	assert_true(fabs(sw - 0.05) < 0.05 * 0.02);
+	assert_true(fabs(sp - want_p) < want_p * 0.02);
+	free(a);
+	free(b);
+	ds_gpt_destroy(m);
+}
+
+/* ---- finite differences ------------------------------------------------ */
+
+/* Central differences of the loss on a tiny model, in fp32 with large
+ * weights so the loss is far from flat.  Dropout is on: its masks are a
+ * pure function of (seed, step, sample, layer), so the loss is a
+ * deterministic function of the parameters and FD applies. */
+static void fd_check(struct ds_model_config *c, const char *label)
+{
+	struct ds_gpt *m = mk(c);
+	const int B = 2, T = c->seq_length;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float)), *g = calloc((size_t)n, sizeof(float));
+	ds_gpt_init(m, 5, p, 0, n);
+	/* perturb biases and norm weights away from 0/1 so every path matters */
+	for (int64_t i = 0; i < n; i++)
+		p[i] += 0.1f * (float)sin(0.37 * (double)i);
+	int32_t tok[64], tgt[64];
+	rand_tokens(tok, B * T, c->vocab_size, 3);
+	rand_tokens(tgt, B * T, c->vocab_size, 9);
+	struct ds_gpt_ws *ws = mkws(m, B, T, 0, 11);
+	run_fwd(m, ws, p, tok, tgt, B, T, 5, 100, 1);
+	run_bwd(m, ws, p, g, 1.0f);
+	int checked = 0;
+	double worst = 0;
+	for (int ti = 0; ti < ds_gpt_num_tensors(m); ti++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, ti);
+		double gmax = 0;
+		for (int64_t j = 0; j < x->numel; j++)
+			gmax = fmax(gmax, fabs(g[x->offset + j]));
+		if (gmax == 0)
+			continue;   /* e.g. padded rows only */
+		for (int k = 0; k < 3; k++) {
+			/* the element with the largest gradient, and two others */
+			int64_t j = 0;
+			if (k == 0) {
+				for (int64_t q = 0; q < x->numel; q++)
+					if (fabs(g[x->offset + q]) == gmax) { j = q; break; }
+			} else {
+				j = (x->numel * k) / 3 + k;
+				if (j >= x->numel)
+					j = x->numel - 1;
+			}
+			float *w = &p[x->offset + j];
+			const float w0 = *w, h = 1e-2f;
+			*w = w0 + h;
+			double lp = run_fwd(m, ws, p, tok, tgt, B, T, 5, 100, 1);
+			*w = w0 - h;
+			double lm = run_fwd(m, ws, p, tok, tgt, B, T, 5, 100, 1);
+			*w = w0;
+			double fd = (lp - lm) / (2.0 * h);
+			double an = g[x->offset + j];
+			double rel = fabs(fd - an) / gmax;
+			if (rel > worst)
+				worst = rel;
+			if (rel > 2e-2)
+				fail_msg("%s: %s[%lld]: analytic %.6g, finite difference %.6g (max |g| %.3g)", label,
+					 x->name, (long long)j, an, fd, gmax);
+			checked++;
+		}
+	}
+	printf("# fd %s: %d gradients checked, worst |fd-g|/max|g| %.2g\n", label, checked, worst);
+	assert_true(checked > 20);
+	ds_gpt_ws_destroy(ws);
+	free(p);
+	free(g);
+	ds_gpt_destroy(m);
+}
+
+static void test_fd_gpt2_variant(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.pos_emb = DS_POS_SINUSOIDAL;
+	c.activation = DS_ACT_GEGLU;
+	c.intermediate_size = 24;
+	c.init_method_std = 0.3;
+	c.hidden_dropout = 0.1;
+	c.attention_dropout = 0.1;
+	fd_check(&c, "sinusoidal+layernorm+geglu+tied+dropout");
+	c.pos_emb = DS_POS_LEARNED;
+	c.activation = DS_ACT_GELU;
+	c.hidden_dropout = c.attention_dropout = 0;
+	fd_check(&c, "learned+layernorm+gelu+tied");
+}
+
+static void test_fd_neox_variant(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.pos_emb = DS_POS_ROTARY;
+	c.rotary_pct = 0.5;
+	c.norm = DS_NORM_RMSNORM;
+	c.activation = DS_ACT_SWIGLU;
+	c.no_weight_tying = 1;
+	c.gpt_j_residual = 1;
+	c.init_method_std = 0.3;
+	c.hidden_dropout = 0.1;
+	c.attention_dropout = 0.2;
+	fd_check(&c, "rotary+rmsnorm+swiglu+gptj+untied+dropout");
+}
+
+/* ---- layout invariants ------------------------------------------------- */
+
+static struct ds_gpt *mk_dropout_model(void)
+{
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.pos_emb = DS_POS_ROTARY;
+	c.rotary_pct = 0.25 * 2;
+	c.activation = DS_ACT_SWIGLU;
+	c.init_method_std = 0.2;
+	c.hidden_dropout = 0.2;
+	c.attention_dropout = 0.3;
+	c.make_vocab_size_divisible_by = 4;   /* Vp = V = 20: logits rows are contiguous */
+	return mk(&c);
+}
+
+/* Checkpointing on and off give bitwise identical loss and gradients. */
+static void test_checkpointing_bitwise(void **state)
+{
+	(void)state;
+	struct ds_gpt *m = mk_dropout_model();
+	const int B = 3, T = 8;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float));
+	float *g0 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
+	ds_gpt_init(m, 1, p, 0, n);
+	int32_t tok[24], tgt[24];
+	rand_tokens(tok, B * T, 20, 5);
+	rand_tokens(tgt, B * T, 20, 6);
+	struct ds_gpt_ws *a = mkws(m, B, T, 0, 3), *b = mkws(m, B, T, 1, 3);
+	assert_true(ds_gpt_ws_bytes(b) < ds_gpt_ws_bytes(a));
+	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0));
+	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1));
+	for (int step = 0; step < 2; step++) {
+		float la = run_fwd(m, a, p, tok, tgt, B, T, step, 10, 1);
+		float lb = run_fwd(m, b, p, tok, tgt, B, T, step, 10, 1);
+		assert_memory_equal(&la, &lb, sizeof(float));
+		run_bwd(m, a, p, g0, 0.5f);
+		run_bwd(m, b, p, g1, 0.5f);
+		assert_memory_equal(g0, g1, (size_t)n * sizeof(float));
+	}
+	assert_true(ds_gpt_ws_recompute_seconds(b) > 0);
+	ds_gpt_ws_destroy(a);
+	ds_gpt_ws_destroy(b);
+	free(p);
+	free(g0);
+	free(g1);
+	ds_gpt_destroy(m);
+}
+
+/* A sample gets the same dropout masks whatever its position in the
+ * micro-batch: rows of a B=3 batch at offset 10 equal B=1 runs at offsets
+ * 10, 11, 12; gradients of the B=3 batch equal the sum of the three B=1
+ * backward passes scaled by 1/3 (gradient accumulation). */
+static void test_dropout_layout(void **state)
+{
+	(void)state;
+	struct ds_gpt *m = mk_dropout_model();
+	const int B = 3, T = 8, Vp = ds_gpt_config(m)->padded_vocab_size;
+	assert_int_equal(Vp, 20);
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float));
+	float *g3 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
+	ds_gpt_init(m, 1, p, 0, n);
+	int32_t tok[24], tgt[24];
+	rand_tokens(tok, B * T, 20, 5);
+	rand_tokens(tgt, B * T, 20, 6);
+	struct ds_gpt_ws *w3 = mkws(m, B, T, 0, 3), *w1 = mkws(m, B, T, 0, 3);
+	float l3 = run_fwd(m, w3, p, tok, tgt, B, T, 4, 10, 1);
+	float *lg3 = malloc((size_t)B * T * Vp * sizeof(float));
+	memcpy(lg3, ds_gpt_ws_logits(w3), (size_t)B * T * Vp * sizeof(float));
+	run_bwd(m, w3, p, g3, 1.0f);
+	double lsum = 0, e;
+	for (int b = 0; b < B; b++) {
+		lsum += run_fwd(m, w1, p, tok + b * T, tgt + b * T, 1, T, 4, 10 + b, 1);
+		if (!ds_test_close(ds_gpt_ws_logits(w1), lg3 + (long)b * T * Vp, (long)T * Vp, 1e-6, &e))
+			fail_msg("sample %d: logits differ by %.3g between batch positions", b, e);
+		run_bwd(m, w1, p, g1, 1.0f / 3);
+	}
+	float lmean = (float)(lsum / 3);
+	assert_true(ds_test_close(&lmean, &l3, 1, 1e-6, NULL));
+	if (!ds_test_close(g1, g3, (long)n, 1e-5, &e))
+		fail_msg("accumulated gradients differ by %.3g", e);
+	/* the masks really depend on the sample index, the step, and train */
+	run_fwd(m, w1, p, tok, tgt, 1, T, 4, 11, 1);
+	assert_false(ds_test_close(ds_gpt_ws_logits(w1), lg3, (long)T * Vp, 1e-3, NULL));
+	run_fwd(m, w1, p, tok, tgt, 1, T, 5, 10, 1);
+	assert_false(ds_test_close(ds_gpt_ws_logits(w1), lg3, (long)T * Vp, 1e-3, NULL));
+	run_fwd(m, w1, p, tok, tgt, 1, T, 4, 10, 0);
+	assert_false(ds_test_close(ds_gpt_ws_logits(w1), lg3, (long)T * Vp, 1e-3, NULL));
+	free(lg3);
+	ds_gpt_ws_destroy(w1);
+	ds_gpt_ws_destroy(w3);
+	free(p);
+	free(g1);
+	free(g3);
+	ds_gpt_destroy(m);
+}
+
+/* Hooks: segments gathered from private copies give the same results, and
+ * the pre/post calls come in the documented order. */
+struct hook_ctx {
+	const struct ds_gpt *m;
+	float *pcopy, *gcopy;   /* per-segment copies, at segment offsets */
+	char log[512];
+};
+
+static int hk_pre(void *vctx, int seg, int phase, float **params, float **grads)
+{
+	struct hook_ctx *h = vctx;
+	int64_t off = ds_gpt_segment(h->m, seg)->offset;
+	*params = h->pcopy + off;
+	if (phase == DS_GPT_BACKWARD)
+		*grads = h->gcopy + off;
+	size_t l = strlen(h->log);
+	snprintf(h->log + l, sizeof(h->log) - l, "%c%d", phase ? 'B' : 'F', seg);
+	return 0;
+}
+
+static int hk_post(void *vctx, int seg, int phase)
+{
+	struct hook_ctx *h = vctx;
+	size_t l = strlen(h->log);
+	snprintf(h->log + l, sizeof(h->log) - l, "%c%d.", phase ? 'b' : 'f', seg);
+	return 0;
+}
+
+static void test_hooks(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.init_method_std = 0.2;
+	struct ds_gpt *m = mk(&c);
+	const int B = 2, T = 8;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float)), *g = calloc((size_t)n, sizeof(float));
+	struct hook_ctx h = { m, malloc((size_t)n * sizeof(float)), calloc((size_t)n, sizeof(float)), "" };
+	ds_gpt_init(m, 2, p, 0, n);
+	memcpy(h.pcopy, p, (size_t)n * sizeof(float));
+	int32_t tok[16], tgt[16];
+	rand_tokens(tok, B * T, 20, 1);
+	rand_tokens(tgt, B * T, 20, 2);
+	struct ds_gpt_ws *ws = mkws(m, B, T, 1, 0);
+	float l0 = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+	run_bwd(m, ws, p, g, 1.0f);
+	struct ds_gpt_hooks hooks = { &h, hk_pre, hk_post };
+	ds_gpt_ws_set_hooks(ws, &hooks);
+	float l1 = run_fwd(m, ws, NULL, tok, tgt, B, T, 0, 0, 1);
+	run_bwd(m, ws, NULL, NULL, 1.0f);
+	assert_memory_equal(&l0, &l1, sizeof(float));
+	assert_memory_equal(g, h.gcopy, (size_t)n * sizeof(float));
+	/* tied: segment 0 stays open around the head in both passes */
+	assert_string_equal(h.log, "F0F1f1.F2f2.F3f3.f0.B0B3b3.B2b2.B1b1.b0.");
+	ds_gpt_ws_destroy(ws);
+	free(h.pcopy);
+	free(h.gcopy);
+	free(p);
+	free(g);
+	ds_gpt_destroy(m);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	struct ds_gpt *m = mk(&c);
+	struct ds_err err = DS_ERR_INIT;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = calloc((size_t)n, sizeof(float)), loss;
+	struct ds_gpt_ws *ws = mkws(m, 1, 8, 0, 0);
+	int32_t tok[8] = { 1, 2, 3, 4, 5, 6, 7, 20 };
+	assert_int_equal(ds_gpt_forward(m, ws, p, tok, NULL, 1, 8, 0, 0, 0, &loss, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "position 7"));
+	tok[7] = 0;
+	assert_int_equal(ds_gpt_forward(m, ws, p, tok, NULL, 2, 8, 0, 0, 0, &loss, &err), DS_EINVAL);
+	assert_int_equal(ds_gpt_forward(m, ws, p, tok, NULL, 1, 8, 0, 0, 0, &loss, &err), 0);
+	assert_int_equal(ds_gpt_backward(m, ws, p, p, 1.0f, &err), DS_EINVAL);   /* no targets */
+	ds_gpt_ws_destroy(ws);
+	struct ds_gpt_ws_opts o = { 1, 17, 0, 0 };
+	assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), DS_EINVAL);   /* > max positions */
+	assert_null(ws);
+	ds_gpt_destroy(m);
+	free(p);
+	c.hidden_size = 18;   /* not a multiple of 4 heads */
+	c.num_attention_heads = 4;
+	assert_int_equal(ds_gpt_create(&m, &c, &err), DS_EINVAL);
+	assert_null(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ref_gpt2),
+		cmocka_unit_test(test_ref_neox),
+		cmocka_unit_test(test_registry_gpt2_124m),
+		cmocka_unit_test(test_init),
+		cmocka_unit_test(test_fd_gpt2_variant),
+		cmocka_unit_test(test_fd_neox_variant),
+		cmocka_unit_test(test_checkpointing_bitwise),
+		cmocka_unit_test(test_dropout_layout),
+		cmocka_unit_test(test_hooks),
+		cmocka_unit_test(test_bad_input),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
