@@ -162,3 +162,11 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	OMP_NUM_THREADS=1 run --separate-stderr ds-report --color=never
 	refute_line --partial "[WARNING] OpenMP"
 }
+
+@test "ds-report: a failed write is exit 1 with the reason, not a silent success" {
+	[ -w /dev/full ] || skip "no /dev/full"
+	run --separate-stderr -1 bash -c 'ds-report > /dev/full'
+	[[ "$stderr" == "ds-report: writing the report: No space left on device" ]]
+	run --separate-stderr -1 bash -c 'ds-report --json > /dev/full'
+	[[ "$stderr" == *"No space left on device"* ]]
+}
