@@ -10,11 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/cli.h"
 #include "model/count.h"
 #include "monitor/profile.h"
 #include "monitor/profile_run.h"
 #include "util/err.h"
 #include "util/mem.h"
+
+#define TOOL "ds-profile"
 
 static void usage(FILE *f)
 {
@@ -33,6 +36,12 @@ static void usage(FILE *f)
 		"      --convention=C       current (default): attention matmuls counted; legacy:\n"
 		"                           DeepSpeed 0.3's count (Linear MACs and softmax only)\n"
 		"      --mlm-tokens=N       bert: positions the MLM decoder sees (default: all B*T)\n"
+		"      --measure            also time forward and backward here (gpt family),\n"
+		"                           per-layer latency, FLOPS and MFU against sgemm\n"
+		"      --warmup=N           --measure: untimed iterations first (default: 2)\n"
+		"      --iters=N            --measure: timed iterations (default: 3)\n"
+		"      --checkpointing      --measure with activation checkpointing (backward\n"
+		"                           counted as 3 x forward: recompute_fwd_factor 1)\n"
 		"      --json               JSON instead of text\n"
 		"      --csv                one CSV row per module\n"
 		"  -o, --output=FILE        write to FILE (replaced only when complete)\n"
@@ -45,22 +54,21 @@ static void usage(FILE *f)
 		"             --convention legacy --mlm-tokens 1159 --top-modules 3 --detailed\n");
 }
 
-enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM };
+enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM, O_MEASURE, O_WARMUP, O_ITERS, O_CKPT };
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, 'm' },
 	{ "batch-size", required_argument, NULL, 'b' },
-	{ "batch_size", required_argument, NULL, 'b' },
 	{ "seq-length", required_argument, NULL, 's' },
-	{ "seq_length", required_argument, NULL, 's' },
 	{ "module-depth", required_argument, NULL, 'd' },
-	{ "module_depth", required_argument, NULL, 'd' },
 	{ "top-modules", required_argument, NULL, 'k' },
-	{ "top_modules", required_argument, NULL, 'k' },
 	{ "detailed", no_argument, NULL, O_DETAILED },
 	{ "convention", required_argument, NULL, O_CONV },
 	{ "mlm-tokens", required_argument, NULL, O_MLM },
-	{ "mlm_tokens", required_argument, NULL, O_MLM },
+	{ "measure", no_argument, NULL, O_MEASURE },
+	{ "warmup", required_argument, NULL, O_WARMUP },
+	{ "iters", required_argument, NULL, O_ITERS },
+	{ "checkpointing", no_argument, NULL, O_CKPT },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "csv", no_argument, NULL, O_CSV },
 	{ "output", required_argument, NULL, 'o' },
@@ -69,21 +77,12 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 }
 };
 
-static int bad(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "ds-profile: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'ds-profile --help'\n");
-	return 2;
-}
-
+/* A number option in [lo, hi]; nonzero (the usage status) when it is not. */
 static int num(const char *s, uint64_t lo, uint64_t hi, const char *what, uint64_t *out)
 {
-	if (ds_parse_u64(s, lo, hi, out) < 0) {
-		fprintf(stderr, "ds-profile: %s '%s': expected an integer in [%llu, %llu]\n"
-			"Try 'ds-profile --help'\n", what, s, (unsigned long long)lo, (unsigned long long)hi);
-		return 2;
-	}
+	if (ds_parse_u64(s, lo, hi, out) < 0)
+		return ds_cli_usage_error(TOOL, "%s '%s': expected an integer in [%llu, %llu]", what, s,
+					  (unsigned long long)lo, (unsigned long long)hi);
 	return 0;
 }
 
@@ -95,46 +94,41 @@ int main(int argc, char **argv)
 	uint64_t u;
 	int c;
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:b:s:d:k:o:h", longopts, NULL)) != -1) {
+	ds_cli_normalize_args(argc, argv);
+	while ((c = getopt_long(argc, argv, "m:b:s:d:k:o:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': o.model_path = optarg; break;
 		case 'b': if (num(optarg, 1, 1 << 24, "--batch-size", &u)) return 2; o.batch = (int)u; break;
 		case 's': if (num(optarg, 1, 1 << 24, "--seq-length", &u)) return 2; o.seq = (int)u; break;
 		case 'd':
-			if (!strcmp(optarg, "-1"))
-				o.module_depth = -1;
-			else if (num(optarg, 0, 1000, "--module-depth", &u))
+			if (strcmp(optarg, "-1") && num(optarg, 0, 1000, "--module-depth", &u))
 				return 2;
-			else
-				o.module_depth = (int)u;
+			o.module_depth = strcmp(optarg, "-1") ? (int)u : -1;
 			break;
 		case 'k': if (num(optarg, 1, 1000, "--top-modules", &u)) return 2; o.top_modules = (int)u; break;
 		case O_MLM: if (num(optarg, 1, 1ULL << 40, "--mlm-tokens", &u)) return 2; o.mlm_tokens = (int64_t)u; break;
+		case O_WARMUP: if (num(optarg, 0, 1000, "--warmup", &u)) return 2; o.warmup = (int)u; break;
+		case O_ITERS: if (num(optarg, 1, 1000, "--iters", &u)) return 2; o.iters = (int)u; break;
 		case O_DETAILED: o.detailed = 1; break;
+		case O_MEASURE: o.measure = 1; break;
+		case O_CKPT: o.checkpointing = 1; break;
 		case O_JSON: o.format = DS_PROFILE_JSON; break;
 		case O_CSV: o.format = DS_PROFILE_CSV; break;
 		case O_CONV:
-			if (!strcmp(optarg, "current"))
-				o.convention = DS_COUNT_CURRENT;
-			else if (!strcmp(optarg, "legacy"))
-				o.convention = DS_COUNT_LEGACY;
-			else
-				return bad("--convention '%s': expected current or legacy", optarg);
+			if (strcmp(optarg, "current") && strcmp(optarg, "legacy"))
+				return ds_cli_usage_error(TOOL, "--convention '%s': expected current or legacy", optarg);
+			o.convention = strcmp(optarg, "legacy") ? DS_COUNT_CURRENT : DS_COUNT_LEGACY;
 			break;
 		case 'o': outpath = optarg; break;
 		case 'h': usage(stdout); return 0;
-		case O_VERSION:
-			printf("ds-profile (dstk) %s\nfeatures: %s\n", PACKAGE_VERSION, DS_FEATURES);
-			return 0;
-		case ':': return bad("option '%s' needs a value", argv[optind - 1]);
-		default: return bad("unknown option '%s'", argv[optind - 1]);
+		case O_VERSION: return ds_cli_version(TOOL);
+		default: return ds_cli_try_help(TOOL);
 		}
 	}
 	if (optind < argc)
-		return bad("unexpected argument '%s'", argv[optind]);
+		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
 	if (!o.model_path || !o.batch || !o.seq)
-		return bad("%s", "--model, --batch-size and --seq-length are required");
+		return ds_cli_usage_error(TOOL, "--model, --batch-size and --seq-length are required");
 
 	/* -o: write next to FILE and rename when complete, so a failed run keeps the old file */
 	char tmp[4096];
@@ -155,9 +149,5 @@ int main(int argc, char **argv)
 		if (rc < 0)
 			remove(tmp);
 	}
-	if (rc < 0) {
-		fprintf(stderr, "ds-profile: %s\n", err.msg);
-		return ds_exit_code(rc);
-	}
-	return 0;
+	return rc < 0 ? ds_cli_fail(TOOL, &err) : 0;
 }

@@ -3,7 +3,8 @@
 noinst_LIBRARIES += lib/monitor/libds_profile.a
 lib_monitor_libds_profile_a_SOURCES = \
 	lib/monitor/profile.c lib/monitor/profile.h \
-	lib/monitor/profile_run.c lib/monitor/profile_run.h
+	lib/monitor/profile_run.c lib/monitor/profile_run.h \
+	lib/monitor/profile_measure.c
 LIBDS += lib/monitor/libds_profile.a
 
 bin_PROGRAMS += tools/ds-profile

@@ -230,7 +230,16 @@ int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile
 	v.top_modules = o->top_modules;
 	v.detailed = o->detailed;
 	v.model = o->model_path;
-	rc = ds_profile_render(&c, &v, NULL, out, err);
+	struct ds_profile_engine e = { 0 };
+	if (o->measure) {
+		struct ds_profile_measure_opts mo = { o->warmup, o->iters, o->checkpointing };
+		e.micro_batch = o->batch;
+		if ((rc = ds_profile_measure(&m, &mo, &c, &e, err)) < 0) {
+			ds_count_release(&c);
+			return rc;
+		}
+	}
+	rc = ds_profile_render(&c, &v, o->measure ? &e : NULL, out, err);
 	if (rc == 0 && res) {
 		res->params = c.nodes[0].total.params;
 		res->fwd_macs = c.nodes[0].total.macs;

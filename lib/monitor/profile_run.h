@@ -8,6 +8,8 @@
 #include <stdio.h>
 
 #include "config/model.h"
+#include "model/count.h"
+#include "monitor/profile.h"
 #include "util/err.h"
 
 struct ds_profile_opts {
@@ -20,8 +22,11 @@ struct ds_profile_opts {
 	int format;               /* enum ds_profile_format */
 	int convention;           /* enum ds_count_convention */
 	int64_t mlm_tokens;       /* bert: positions the MLM decoder sees, 0 = all */
+	int measure;              /* time forward/backward here (gpt family) */
+	int warmup, iters;        /* --measure: untimed, then timed iterations */
+	int checkpointing;        /* --measure with activation checkpointing */
 };
-#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0 }
+#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0, 0, 2, 3, 0 }
 
 struct ds_profile_result {
 	int64_t params;           /* unique parameters */
@@ -33,6 +38,18 @@ struct ds_profile_result {
  * and key), DS_EIO (write failed) or DS_ENOMEM. */
 int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile_result *res,
 		   struct ds_err *err);
+
+/* Measure the GPT of cfg at c's batch x seq on this machine: o->warmup
+ * untimed then o->iters timed forward+backward iterations (fp32, CPU).
+ * Fills e->fwd_s, e->bwd_s, e->breakdown, e->recompute_fwd_factor,
+ * e->peak_flops (sgemm ceiling, same run) and the latency of c's root and of each layer (segment hooks).
+ * Returns 0, DS_EINVAL (bert, bad shape) or DS_ENOMEM. */
+struct ds_profile_measure_opts {
+	int warmup, iters;
+	int checkpointing;        /* recompute layers in backward: recompute_fwd_factor 1 */
+};
+int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profile_measure_opts *o,
+		       struct ds_count *c, struct ds_profile_engine *e, struct ds_err *err);
 
 /* Parse a model JSON into *m (defaults applied, derived fields filled).
  * Returns 0 or DS_EINVAL with "FILE: key 'k': ..." in err. */

@@ -96,3 +96,34 @@ load helper
 	grep -q '^params per GPU: ' "$BATS_TEST_TMPDIR/p.txt"
 	[ ! -e "$BATS_TEST_TMPDIR/p.txt.tmp" ]
 }
+
+tiny_model() {
+	printf '{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32, "vocab_size": 256}' > "$BATS_TEST_TMPDIR/tiny.json"
+}
+
+@test "--measure times forward and backward, per layer, and reports MFU" {
+	tiny_model
+	run -0 ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --warmup 1 --iters 2 --detailed
+	assert_line --regexp '^fwd latency: +[0-9.]+ [mu]?s *$'
+	assert_line --regexp '^bwd FLOPS per GPU = 2 \* fwd flops per GPU / bwd latency: +[0-9.]+ [KMGT]?FLOPS$'
+	assert_line --regexp '^MFU = FLOPS per GPU / sgemm ceiling: +0\.[0-9]+ *$'
+	assert_line --regexp "^    fwd latency - \{'GPTLMHeadModel': '[0-9.]+ [mu]?s'\}$"
+	# each layer was timed through the segment hooks: no collapse, a latency each
+	assert_line --regexp '^      \(0\): GPTBlock\($'
+	assert_line --regexp '^      \(1\): GPTBlock\($'
+	run -0 ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --warmup 0 --iters 1 --json
+	printf '%s' "$output" | jq -e '.summary.fwd_latency_s > 0 and .summary.bwd_latency_s > 0 and .summary.mfu > 0'
+	printf '%s' "$output" | jq -e '[.modules[] | select(.class == "GPTBlock") | .fwd_latency_s > 0] == [true, true]'
+}
+
+@test "--measure on the profile-only bert family exits 2" {
+	run -2 --separate-stderr ds-profile --model "$SHARE/models/bert-large.json" -b 1 -s 8 --measure
+	[[ "$stderr" == *"profile-only"* ]]
+}
+
+@test "--measure --checkpointing counts the recomputed forward in the labels" {
+	tiny_model
+	run -0 ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --checkpointing --warmup 0 --iters 1
+	assert_line --regexp '^bwd FLOPS per GPU = 3 \* fwd flops per GPU / bwd latency: '
+	assert_line --regexp '^FLOPS per GPU = 4 \* fwd flops per GPU / iter latency: '
+}
