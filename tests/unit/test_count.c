@@ -1,13 +1,15 @@
 /* test_count.c - lib/model/count against spec/deepspeed-tools.md's cases
  * (Linear, SDPA, LayerNorm, softmax), GPT-2 124M's published parameter count
  * (124,439,808 with Hugging Face's 50257 vocabulary), the seed's BERT-Large
- * table (336.23 M params, 3139.93 G MACs) and closed forms worked by hand.
+ * table (336.23 M params, 3139.93 G MACs), closed forms worked by hand, and
+ * the parameter count of the GPT the trainer really builds (lib/model/gpt).
  */
 #include "unit.h"
 
 #include <string.h>
 
 #include "model/count.h"
+#include "model/gpt.h"
 
 static void test_linear(void **state)
 {
@@ -170,6 +172,44 @@ static void test_gpt_variants(void **state)
 	assert_int_equal(ds_count_model(&m, &o, &c, &err), DS_EINVAL);
 }
 
+/* Every gpt option: the tree's params equal the trainer's flat buffer. */
+static void test_gpt_matches_registry(void **state)
+{
+	static const int pos[] = { DS_POS_LEARNED, DS_POS_ROTARY, DS_POS_SINUSOIDAL };
+	static const int act[] = { DS_ACT_GELU, DS_ACT_GEGLU, DS_ACT_SWIGLU };
+	struct ds_count_opts o = { 1, 16, DS_COUNT_CURRENT, 0 };
+	struct ds_err err = DS_ERR_INIT;
+	for (int v = 0; v < 3 * 3 * 2 * 2 * 2; v++) {
+		struct ds_model_config m;
+		struct ds_count c = DS_COUNT_INIT;
+		struct ds_gpt *g = NULL;
+		memset(&m, 0, sizeof(m));
+		m.num_layers = 3;
+		m.hidden_size = 32;
+		m.num_attention_heads = 4;
+		m.seq_length = 16;
+		m.max_position_embeddings = 16;
+		m.vocab_size = 100;
+		m.make_vocab_size_divisible_by = 64;
+		m.rotary_pct = 0.5;
+		m.rotary_emb_base = 10000;
+		m.layernorm_epsilon = 1e-5;
+		m.rms_norm_epsilon = 1e-8;
+		m.init_method_std = 0.02;
+		m.pos_emb = pos[v % 3];
+		m.activation = act[v / 3 % 3];
+		m.norm = v / 9 % 2 ? DS_NORM_RMSNORM : DS_NORM_LAYERNORM;
+		m.no_weight_tying = v / 18 % 2;
+		m.gpt_j_residual = v / 36 % 2;
+		m.intermediate_size = v % 2 ? 48 : 0;
+		assert_int_equal(ds_gpt_create(&g, &m, &err), 0);
+		assert_int_equal(ds_count_model(ds_gpt_config(g), &o, &c, &err), 0);
+		assert_int_equal(c.nodes[0].total.params, ds_gpt_num_params(g));
+		ds_count_release(&c);
+		ds_gpt_destroy(g);
+	}
+}
+
 static void bert_large(struct ds_model_config *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -235,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_gpt2_params),
 		cmocka_unit_test(test_gpt2_flops),
 		cmocka_unit_test(test_gpt_variants),
+		cmocka_unit_test(test_gpt_matches_registry),
 		cmocka_unit_test(test_bert_large_seed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
