@@ -238,12 +238,13 @@ static int agg_depth(const struct ds_count *c, int d, struct agg *a)
 	return k;
 }
 
-static int agg_metric;
-static int agg_cmp(const void *x, const void *y)
+/* qsort_r order: descending by metric *(int *)m, ties in first-seen order. */
+static int agg_cmp(const void *x, const void *y, void *metric)
 {
 	const struct agg *a = x, *b = y;
-	if (a->v[agg_metric] != b->v[agg_metric])
-		return a->v[agg_metric] < b->v[agg_metric] ? 1 : -1;
+	int m = *(int *)metric;
+	if (a->v[m] != b->v[m])
+		return a->v[m] < b->v[m] ? 1 : -1;
 	return a->order - b->order;     /* Python's sorted(reverse=True) is stable */
 }
 
@@ -278,8 +279,7 @@ static void text_aggregated(const struct ds_count *c, const struct ds_profile_vi
 			if (m == 2 && !timed)
 				continue;
 			memcpy(s, a, (size_t)k * sizeof(*s));
-			agg_metric = m;
-			qsort(s, (size_t)k, sizeof(*s), agg_cmp);
+			qsort_r(s, (size_t)k, sizeof(*s), agg_cmp, &m);
 			fprintf(out, "    %s - {", lab[m]);
 			for (int j = 0; j < k && j < top && (m < 2 || s[j].v[m] > 0); j++)
 				fprintf(out, "%s'%s': '%s'", j ? ", " : "", s[j].cls,
@@ -407,8 +407,7 @@ static char *node_repr(const struct ds_count *c, int i, int timed, double root_l
 /* ---- the three renderers ---- */
 
 static int render_text(const struct ds_count *c, const struct ds_profile_view *v,
-		       const struct ds_profile_engine *e, const struct row *r, int nr, FILE *out,
-		       struct ds_err *err)
+		       const struct row *r, int nr, FILE *out, struct ds_err *err)
 {
 	char b[64];
 	int timed = node_latency(c, 0) > 0;
@@ -448,7 +447,6 @@ static int render_text(const struct ds_count *c, const struct ds_profile_view *v
 		free(s);
 	}
 	fprintf(out, "------------------------------------------------------------------------------\n");
-	(void)e;
 	return 0;
 }
 
@@ -507,12 +505,11 @@ static int render_json(const struct ds_count *c, const struct ds_profile_view *v
 		json_t *o = json_object();
 		json_object_set_new(o, "depth", json_integer(d));
 		for (int m = 0; m < 3; m++) {
-			agg_metric = m;
 			json_t *arr = json_array();
 			struct agg *s = malloc((size_t)k * sizeof(*s));
 			if (s) {
 				memcpy(s, a, (size_t)k * sizeof(*s));
-				qsort(s, (size_t)k, sizeof(*s), agg_cmp);
+				qsort_r(s, (size_t)k, sizeof(*s), agg_cmp, &m);
 				for (int j = 0; j < k && j < top && (m < 2 || s[j].v[m] > 0); j++)
 					json_array_append_new(arr, json_pack("{s:s,s:o}", "class", s[j].cls, "value",
 									     jnum(s[j].v[m], m == 2 ? F_RATIO : F_NUMBER)));
@@ -573,7 +570,7 @@ int ds_profile_render(const struct ds_count *c, const struct ds_profile_view *v,
 	else if (v->format == DS_PROFILE_CSV)
 		rc = render_csv(c, out);
 	else
-		rc = render_text(c, v, e, rows, nr, out, err);
+		rc = render_text(c, v, rows, nr, out, err);
 	if (rc == 0 && (fflush(out) != 0 || ferror(out)))
 		rc = ds_err_set(err, DS_EIO, "profile: write failed: %s", strerror(errno));
 	return rc;

@@ -95,6 +95,10 @@ static void test_text_layout(void **state)
 				  "depth 0:\n    params      - {'GPTLMHeadModel': '118.53 K'}\n"));
 	/* depth 1: the GPT body and the (tied) head, by MACs: body first */
 	assert_non_null(strstr(s, "depth 1:\n    params      - {'GPTModel': '118.53 K', 'Linear': '16.38 K'}\n"));
+	/* ties keep first-seen order (Python's stable sort): Embedding before LayerNorm;
+	 * per layer 64 tokens x 12 x 64^2 Linear + 2 x 2 x 32 x 32 x 64 attention MACs */
+	assert_non_null(strstr(s, "depth 2:\n    params      - {'ModuleList': '99.97 K', 'Embedding': '18.43 K'}\n"
+				  "    MACs        - {'ModuleList': '6.82 MMACs', 'Embedding': '0 MACs'}\n"));
 	/* module_depth -1 prints every level but the deepest (Linear at 5) */
 	assert_non_null(strstr(s, "depth 4:"));
 	assert_null(strstr(s, "depth 5:"));
