@@ -1,5 +1,14 @@
 ## lib/engine: the training engine (flat buffers, ZeRO, step) and the
 ## machine ceilings that MFU and the benchmarks compare against.
 noinst_LIBRARIES += lib/engine/libds_engine.a
-lib_engine_libds_engine_a_SOURCES = lib/engine/ceiling.c lib/engine/ceiling.h
+lib_engine_libds_engine_a_SOURCES = lib/engine/ceiling.c lib/engine/ceiling.h \
+	lib/engine/engine.c lib/engine/engine.h
 LIBDS += lib/engine/libds_engine.a
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_engine
+TESTS += tests/unit/test_engine
+tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/unit.h
+tests_unit_test_engine_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_engine_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif

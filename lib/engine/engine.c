@@ -1,0 +1,466 @@
+/* engine.c - the training engine (see engine.h for the layout and the
+ * sample order).  One step: zero gradients; GA micro-steps of forward and
+ * backward (loss scaled by 1/GA); reduce gradients across ranks; global
+ * norm, non-finite check and clipping on owned slices; the optimizer on
+ * the slice this rank updates; allgather updated slices (stages >= 1). */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+#include "util/timer.h"
+
+struct seg {
+	int64_t numel;    /* the model's elements */
+	int64_t padded;   /* numel rounded up to W*16 */
+	int64_t off;      /* first element in the padded flat buffers */
+	int64_t shard;    /* padded / W */
+	int64_t u0, un;   /* range this rank updates, segment-local */
+	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
+	int *lamb_tensor;       /* tensor index of each piece */
+	int nlamb;
+};
+
+struct ds_engine {
+	struct ds_engine_opts o;
+	struct ds_comm *comm;
+	int rank, W, T;
+	struct ds_gpt *model;
+	struct ds_gpt_ws *ws;
+	int nseg;
+	struct seg *seg;
+	int64_t total;       /* padded elements */
+	float *params, *grads;
+	float *scratch;      /* max shard, for reduce-scatter */
+	struct ds_optim **opt;
+	int32_t *in, *tg;    /* one micro-batch of inputs and targets */
+	double *lamb_sums;   /* 2 per tensor */
+	int64_t steps;
+};
+
+void ds_engine_opts_init(struct ds_engine_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->micro_batch = 1;
+	o->grad_accum = 1;
+	ds_optim_params_init(&o->optim, DS_OPTIM_ADAMW);
+	o->gradient_predivide_factor = 1.0;
+	o->seed = 1234;
+}
+
+static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
+
+/* Hook: point the model at the padded segment inside our flat buffers. */
+static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
+{
+	struct ds_engine *e = ctx;
+	*params = e->params + e->seg[s].off;
+	if (grads)
+		*grads = e->grads + e->seg[s].off;
+	return 0;
+}
+
+static int build_lamb_ranges(struct ds_engine *e, struct seg *sg, int s, struct ds_err *err)
+{
+	const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
+	sg->lamb = calloc((size_t)ms->ntensors, sizeof *sg->lamb);
+	sg->lamb_tensor = calloc((size_t)ms->ntensors, sizeof *sg->lamb_tensor);
+	if (!sg->lamb || !sg->lamb_tensor)
+		return ds_err_set(err, DS_ENOMEM, "out of memory for optimizer ranges");
+	for (int i = ms->first_tensor; i < ms->first_tensor + ms->ntensors; i++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(e->model, i);
+		int64_t a = t->offset - ms->offset, b = a + t->numel;
+		int64_t lo = a > sg->u0 ? a : sg->u0, hi = b < sg->u0 + sg->un ? b : sg->u0 + sg->un;
+		if (hi <= lo)
+			continue;
+		sg->lamb[sg->nlamb] = (struct ds_range){ (size_t)(lo - sg->u0), (size_t)(hi - lo) };
+		sg->lamb_tensor[sg->nlamb++] = i;
+	}
+	return 0;
+}
+
+int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, struct ds_comm *comm,
+		     struct ds_err *err)
+{
+	int rc;
+	struct ds_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
+	e->o = *opts;
+	e->comm = comm;
+	e->rank = ds_comm_rank(comm);
+	e->W = ds_comm_size(comm);
+	if (opts->zero_stage < 0 || opts->zero_stage > 3) {
+		rc = ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d: must be 0, 1, 2 or 3", opts->zero_stage);
+		goto fail;
+	}
+	if (opts->micro_batch < 1 || opts->grad_accum < 1) {
+		rc = ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
+				opts->micro_batch, opts->grad_accum);
+		goto fail;
+	}
+	if ((rc = ds_gpt_create(&e->model, &opts->model, err)) < 0)
+		goto fail;
+	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
+	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
+				     .dropout_seed = opts->seed };
+	if ((rc = ds_gpt_ws_create(&e->ws, e->model, &wo, err)) < 0)
+		goto fail;
+	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = NULL };
+	ds_gpt_ws_set_hooks(e->ws, &h);
+
+	e->nseg = ds_gpt_num_segments(e->model);
+	e->seg = calloc((size_t)e->nseg, sizeof *e->seg);
+	if (!e->seg) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto fail;
+	}
+	int64_t align = (int64_t)e->W * 16, maxshard = 0;
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		sg->numel = ds_gpt_segment(e->model, s)->numel;
+		sg->padded = (sg->numel + align - 1) / align * align;
+		sg->off = e->total;
+		sg->shard = sg->padded / e->W;
+		e->total += sg->padded;
+		if (sg->shard > maxshard)
+			maxshard = sg->shard;
+	}
+	e->params = ds_alloc((size_t)e->total * sizeof(float));
+	e->grads = ds_alloc((size_t)e->total * sizeof(float));
+	e->scratch = ds_alloc((size_t)maxshard * sizeof(float));
+	e->in = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
+	e->tg = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
+	e->opt = calloc((size_t)e->nseg, sizeof *e->opt);
+	e->lamb_sums = calloc((size_t)ds_gpt_num_tensors(e->model) * 2, sizeof(double));
+	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
+		goto fail;
+	}
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
+		/* every rank initialises the whole segment: a pure function of
+		 * (seed, name, index), so the copies agree without talking */
+		ds_gpt_init(e->model, opts->seed, e->params + sg->off, ms->offset, ms->offset + ms->numel);
+		sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
+		sg->un = sharded(e) ? sg->shard : sg->padded;
+		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
+			goto fail;
+		if ((rc = build_lamb_ranges(e, sg, s, err)) < 0)
+			goto fail;
+	}
+	*out = e;
+	return 0;
+fail:
+	ds_engine_destroy(e);
+	return rc;
+}
+
+void ds_engine_destroy(struct ds_engine *e)
+{
+	if (!e)
+		return;
+	for (int s = 0; e->seg && s < e->nseg; s++) {
+		if (e->opt)
+			ds_optim_destroy(e->opt[s]);
+		free(e->seg[s].lamb);
+		free(e->seg[s].lamb_tensor);
+	}
+	free(e->opt);
+	free(e->seg);
+	free(e->lamb_sums);
+	ds_free(e->params);
+	ds_free(e->grads);
+	ds_free(e->scratch);
+	ds_free(e->in);
+	ds_free(e->tg);
+	ds_gpt_ws_destroy(e->ws);
+	ds_gpt_destroy(e->model);
+	free(e);
+}
+
+const struct ds_gpt *ds_engine_model(const struct ds_engine *e) { return e->model; }
+int64_t ds_engine_num_params(const struct ds_engine *e) { return ds_gpt_num_params(e->model); }
+int64_t ds_engine_steps(const struct ds_engine *e) { return e->steps; }
+
+static void scale_buf(float *p, int64_t n, float f)
+{
+	if (f == 1.0f)
+		return;
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		p[i] *= f;
+}
+
+/* Reduce the gradients across ranks (spec §6: postscale by default,
+ * prescale when asked; predivide factor f).  Stages 0-1 allreduce every
+ * segment in buckets; stages 2-3 reduce-scatter each segment so that a rank
+ * keeps only its slice. */
+static int reduce_grads(struct ds_engine *e, struct ds_err *err)
+{
+	const int W = e->W;
+	if (W == 1)
+		return 0;
+	float pre = e->o.prescale_gradients ? 1.0f / (float)W : (float)(1.0 / e->o.gradient_predivide_factor);
+	float post = e->o.prescale_gradients ? 1.0f : (float)(e->o.gradient_predivide_factor / W);
+	scale_buf(e->grads, e->total, pre);
+	if (e->o.zero_stage >= 2) {
+		for (int s = 0; s < e->nseg; s++) {
+			struct seg *sg = &e->seg[s];
+			DS_TRY(ds_comm_reduce_scatter(e->comm, e->grads + sg->off, e->scratch, (size_t)sg->shard,
+						      DS_F32, DS_SUM, err));
+			memcpy(e->grads + sg->off + sg->u0, e->scratch, (size_t)sg->shard * sizeof(float));
+			scale_buf(e->grads + sg->off + sg->u0, sg->shard, post);
+		}
+		return 0;
+	}
+	int64_t bucket = e->o.reduce_bucket_size > 0 ? e->o.reduce_bucket_size : e->total;
+	for (int64_t off = 0; off < e->total; off += bucket) {
+		int64_t n = e->total - off < bucket ? e->total - off : bucket;
+		DS_TRY(ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err));
+	}
+	scale_buf(e->grads, e->total, post);
+	return 0;
+}
+
+/* Sum of squares over this rank's W-slice of every segment (every stage
+ * holds at least that slice reduced), and whether any element is not
+ * finite. */
+static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
+{
+	double ss = 0;
+	int bad = 0;
+	for (int s = 0; s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		const float *g = e->grads + sg->off + (int64_t)e->rank * sg->shard;
+#pragma omp parallel for reduction(+ : ss) reduction(| : bad) schedule(static)
+		for (int64_t i = 0; i < sg->shard; i++) {
+			double v = g[i];
+			bad |= !isfinite(g[i]);
+			ss += v * v;
+		}
+	}
+	*nonfinite = bad;
+	return ss;
+}
+
+static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
+{
+	if (e->o.optim.type != DS_OPTIM_LAMB) {
+		for (int s = 0; s < e->nseg; s++) {
+			struct seg *sg = &e->seg[s];
+			DS_TRY(ds_optim_step(e->opt[s], e->params + sg->off + sg->u0, e->grads + sg->off + sg->u0,
+					     grad_mul, NULL, 0, err));
+		}
+		return 0;
+	}
+	/* Lamb: per-tensor norms may span ranks, so sum partial norms first */
+	int nt = ds_gpt_num_tensors(e->model);
+	double local[2 * 64];
+	memset(e->lamb_sums, 0, sizeof(double) * 2 * (size_t)nt);
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
+		if (!sums)
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		int rc = ds_lamb_partial_norms(e->opt[s], e->params + sg->off + sg->u0, e->grads + sg->off + sg->u0,
+					       grad_mul, sg->lamb, sg->nlamb, sums, err);
+		for (int k = 0; rc == 0 && k < sg->nlamb; k++) {
+			e->lamb_sums[2 * sg->lamb_tensor[k]] += sums[2 * k];
+			e->lamb_sums[2 * sg->lamb_tensor[k] + 1] += sums[2 * k + 1];
+		}
+		if (sums != local)
+			free(sums);
+		DS_TRY(rc);
+	}
+	if (sharded(e))
+		DS_TRY(ds_comm_allreduce(e->comm, e->lamb_sums, 2 * (size_t)nt, DS_F64, DS_SUM, err));
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
+		if (!sums)
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		for (int k = 0; k < sg->nlamb; k++) {
+			sums[2 * k] = e->lamb_sums[2 * sg->lamb_tensor[k]];
+			sums[2 * k + 1] = e->lamb_sums[2 * sg->lamb_tensor[k] + 1];
+		}
+		int rc = ds_lamb_apply(e->opt[s], e->params + sg->off + sg->u0, sg->lamb, sg->nlamb, sums, err);
+		if (sums != local)
+			free(sums);
+		DS_TRY(rc);
+	}
+	return 0;
+}
+
+/* Stages >= 1: every rank updated its slice; gather the full parameters. */
+static int gather_params(struct ds_engine *e, struct ds_err *err)
+{
+	if (!sharded(e))
+		return 0;
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		float *base = e->params + sg->off;
+		DS_TRY(ds_comm_allgather(e->comm, base + sg->u0, base, (size_t)sg->shard, DS_F32, err));
+	}
+	return 0;
+}
+
+int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err) { return gather_params(e, err); }
+
+static void split_rows(struct ds_engine *e, const int32_t *rows, int n)
+{
+	const int T = e->T;
+	for (int b = 0; b < n; b++) {
+		memcpy(e->in + (size_t)b * T, rows + (size_t)b * (T + 1), (size_t)T * sizeof(int32_t));
+		memcpy(e->tg + (size_t)b * T, rows + (size_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+	}
+}
+
+int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t base, int64_t step, double lr,
+			 int has_betas, double beta1, double beta2, struct ds_engine_step *res,
+			 struct ds_err *err)
+{
+	const int MB = e->o.micro_batch, GA = e->o.grad_accum, T = e->T;
+	double t0, loss_sum = 0;
+	memset(res, 0, sizeof *res);
+	memset(e->grads, 0, (size_t)e->total * sizeof(float));
+	for (int a = 0; a < GA; a++) {
+		float loss;
+		int64_t offset = base + (int64_t)a * MB * e->W + (int64_t)e->rank * MB;
+		split_rows(e, tokens + (size_t)a * MB * (T + 1), MB);
+		t0 = ds_now();
+		DS_TRY(ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, step, offset, 1, &loss, err));
+		res->t_fwd += ds_now() - t0;
+		t0 = ds_now();
+		DS_TRY(ds_gpt_backward(e->model, e->ws, NULL, NULL, 1.0f / (float)GA, err));
+		res->t_bwd += ds_now() - t0;
+		loss_sum += loss;
+	}
+	t0 = ds_now();
+	DS_TRY(reduce_grads(e, err));
+	int bad;
+	double stat[2] = { owned_sumsq(e, &bad), 0 };
+	stat[1] = bad;
+	double lsum = loss_sum / GA;
+	if (e->W > 1) {
+		double v[3] = { stat[0], stat[1], lsum };
+		DS_TRY(ds_comm_allreduce(e->comm, v, 3, DS_F64, DS_SUM, err));
+		stat[0] = v[0];
+		stat[1] = v[1];
+		lsum = v[2] / e->W;
+	}
+	res->t_reduce = ds_now() - t0;
+	res->loss = lsum;
+	res->grad_norm = sqrt(stat[0]);
+	res->lr = lr;
+	if (stat[1] > 0 || !isfinite(res->grad_norm)) {
+		res->skipped = 1;
+		return 0;
+	}
+	/* clipping: coef = min(1, clip / (norm + 1e-6)) (spec §6) */
+	float grad_mul = 1.0f;
+	if (e->o.gradient_clipping > 0) {
+		double c = e->o.gradient_clipping / (res->grad_norm + 1e-6);
+		if (c < 1)
+			grad_mul = (float)c;
+	}
+	t0 = ds_now();
+	for (int s = 0; s < e->nseg; s++) {
+		e->opt[s]->hp.lr = lr;
+		if (has_betas) {
+			e->opt[s]->hp.beta1 = beta1;
+			e->opt[s]->hp.beta2 = beta2;
+		}
+	}
+	DS_TRY(optimizer_step(e, grad_mul, err));
+	DS_TRY(gather_params(e, err));
+	res->t_step = ds_now() - t0;
+	e->steps++;
+	return 0;
+}
+
+int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double *loss, struct ds_err *err)
+{
+	const int MB = e->o.micro_batch, T = e->T;
+	double v[2] = { 0, 0 };
+	for (int r = 0; r < rows; r += MB) {
+		int n = rows - r < MB ? rows - r : MB;
+		float l;
+		split_rows(e, tokens + (size_t)r * (T + 1), n);
+		DS_TRY(ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, n, T, 0, 0, 0, &l, err));
+		v[0] += (double)l * n;
+		v[1] += n;
+	}
+	if (e->W > 1)
+		DS_TRY(ds_comm_allreduce(e->comm, v, 2, DS_F64, DS_SUM, err));
+	*loss = v[1] > 0 ? v[0] / v[1] : 0;
+	return 0;
+}
+
+/* ---- checkpoint accessors ---------------------------------------------- */
+
+static int64_t tensor_local(const struct ds_engine *e, int i, const struct seg **sg)
+{
+	const struct ds_gpt_tensor *t = ds_gpt_tensor(e->model, i);
+	*sg = &e->seg[t->segment];
+	return t->offset - ds_gpt_segment(e->model, t->segment)->offset;
+}
+
+float *ds_engine_param(struct ds_engine *e, int i)
+{
+	const struct seg *sg;
+	int64_t a = tensor_local(e, i, &sg);
+	return e->params + sg->off + a;
+}
+
+static void intersect(int64_t a, int64_t n, int64_t lo, int64_t len, int64_t *b, int64_t *en)
+{
+	int64_t x = a > lo ? a : lo, y = a + n < lo + len ? a + n : lo + len;
+	if (y < x)
+		y = x;
+	*b = x - a;
+	*en = y - a;
+}
+
+void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int64_t *end)
+{
+	const struct seg *sg;
+	int64_t a = tensor_local(e, i, &sg);
+	intersect(a, ds_gpt_tensor(e->model, i)->numel, (int64_t)e->rank * sg->shard, sg->shard, begin, end);
+}
+
+float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
+{
+	const struct seg *sg;
+	int64_t a = tensor_local(e, i, &sg);
+	int s = ds_gpt_tensor(e->model, i)->segment;
+	float *st = ds_optim_state(e->opt[s], name);
+	if (!st)
+		return NULL;
+	intersect(a, ds_gpt_tensor(e->model, i)->numel, sg->u0, sg->un, begin, end);
+	/* pointer to element *begin of the tensor inside the state slice */
+	return st + (a + *begin - sg->u0);
+}
+
+int ds_engine_num_states(const struct ds_engine *e) { return e->opt[0]->nstates; }
+const char *ds_engine_state_name(const struct ds_engine *e, int k) { return e->opt[0]->state_names[k]; }
+
+void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
+{
+	e->steps = steps;
+	for (int s = 0; s < e->nseg; s++)
+		e->opt[s]->step = steps;
+}
+
+size_t ds_engine_state_bytes(const struct ds_engine *e)
+{
+	size_t b = 2 * (size_t)e->total * sizeof(float);
+	for (int s = 0; s < e->nseg; s++)
+		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
+	return b;
+}
+
+size_t ds_engine_activation_bytes(const struct ds_engine *e) { return ds_gpt_ws_bytes(e->ws); }

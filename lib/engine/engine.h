@@ -1,0 +1,121 @@
+/* engine.h - the training engine: flat buffers, ZeRO partitioning,
+ * gradient accumulation, reduction, clipping and the optimizer step.
+ *
+ * Layout (DESIGN.md): parameters, gradients and optimizer states live in
+ * flat fp32 buffers in registry order, split into the model's segments
+ * (embeddings, one per layer, final norm/head).  Each segment is padded to
+ * a multiple of world_size x 16 elements; rank r owns the r-th slice of
+ * every segment.  One optimizer runs per segment on the slice this rank
+ * updates: the whole segment at stage 0, the owned slice at stages >= 1.
+ * The grad norm is taken over owned slices and summed across ranks, so it
+ * is the same number at every stage.
+ *
+ * Samples: at step s the global batch is samples [base, base + TB) of the
+ * data order; micro-step a of rank r trains on rows base + a*MB*W + r*MB ..
+ * + MB, and dropout is keyed by those global indices, so a run gives the
+ * same losses whatever the world size and micro-batch split (to fp32
+ * rounding of the reductions).
+ *
+ * The engine never touches files: checkpoints go through the accessors
+ * below, driven by the layer above (lib/train).
+ */
+#ifndef DS_ENGINE_ENGINE_H
+#define DS_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "config/model.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "util/err.h"
+
+struct ds_engine_opts {
+	struct ds_model_config model;  /* copied */
+	int micro_batch;               /* MB, rows per rank per micro-step */
+	int grad_accum;                /* GA */
+	int seq_length;                /* T (0: the model's seq_length) */
+	struct ds_optim_params optim;  /* lr is the base; the caller sets lr per step */
+	double gradient_clipping;      /* 0: off */
+	int zero_stage;                /* 0..3 */
+	int64_t reduce_bucket_size;    /* elements per gradient reduction (0: one per segment) */
+	int64_t allgather_bucket_size; /* elements per parameter allgather (0: one per segment) */
+	int prescale_gradients;        /* divide by W before the reduction */
+	double gradient_predivide_factor; /* f of spec §6 (1 = plain mean) */
+	uint64_t seed;                 /* parameter init and dropout */
+	int checkpointing;             /* activation checkpointing per layer */
+};
+
+/* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234). */
+void ds_engine_opts_init(struct ds_engine_opts *o);
+
+/* What one optimizer step did. */
+struct ds_engine_step {
+	double loss;        /* mean loss over the global batch */
+	double grad_norm;   /* global L2 norm of the averaged gradient, before clipping */
+	double lr;          /* learning rate used */
+	int skipped;        /* 1 if the step was skipped (non-finite gradients) */
+	double t_fwd, t_bwd, t_reduce, t_step;  /* seconds on this rank */
+};
+
+struct ds_engine;
+
+/* Build the model, allocate buffers (ds_alloc) and initialise parameters
+ * from opts->seed.  comm is borrowed and must outlive the engine.
+ * Returns 0, DS_EINVAL (bad option, names it) or DS_ENOMEM. */
+int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, struct ds_comm *comm,
+		     struct ds_err *err);
+void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
+
+const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
+int64_t ds_engine_num_params(const struct ds_engine *e);
+/* Optimizer steps taken (restored by ds_engine_set_steps). */
+int64_t ds_engine_steps(const struct ds_engine *e);
+
+/* One optimizer step on this rank's rows.  tokens: GA*MB rows of T+1
+ * token ids (inputs are the first T, targets the last T); base: global
+ * sample index of the step's first sample (see the header comment); step:
+ * the step's number, keying dropout.  lr (and, when has_betas, beta1/beta2)
+ * are the schedule's values for this step.  Returns 0 or a DS_E* code. */
+int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t base, int64_t step, double lr,
+			 int has_betas, double beta1, double beta2, struct ds_engine_step *res,
+			 struct ds_err *err);
+
+/* Mean loss of `rows` rows (T+1 tokens each) without dropout or gradients,
+ * averaged over all ranks' rows (each rank passes its own). */
+int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double *loss, struct ds_err *err);
+
+/* ---- state for checkpoints --------------------------------------------- */
+
+/* Pointer to tensor i's parameters (the whole tensor; stages 0-2). */
+float *ds_engine_param(struct ds_engine *e, int i);
+
+/* The slice [*begin, *end) of tensor i (element indices within the tensor)
+ * that this rank writes to a checkpoint: its ZeRO slice of the tensor's
+ * segment (possibly empty), the same split whatever the stage. */
+void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int64_t *end);
+
+/* Optimizer state `name` ("exp_avg", ...) of tensor i: a pointer to element
+ * *begin of the tensor, and the range [*begin, *end) this rank holds (the
+ * whole tensor at stage 0, the owned slice otherwise).  NULL when the
+ * optimizer has no such state. */
+float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end);
+
+/* Names of the optimizer's states (count, and name k). */
+int ds_engine_num_states(const struct ds_engine *e);
+const char *ds_engine_state_name(const struct ds_engine *e, int k);
+
+/* Set the number of optimizer steps taken (after loading a checkpoint). */
+void ds_engine_set_steps(struct ds_engine *e, int64_t steps);
+
+/* After parameters were loaded slice by slice: make every rank's full
+ * parameter copy whole again (allgather of the owned slices). */
+int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err);
+
+/* Bytes of model state this rank holds (params, grads, optimizer states)
+ * and of activations/workspace. */
+size_t ds_engine_state_bytes(const struct ds_engine *e);
+size_t ds_engine_activation_bytes(const struct ds_engine *e);
+
+#endif
