@@ -1,0 +1,292 @@
+/* optim.c - optimizer hyper-parameters (defaults, names, checks), the
+ * optimizer object with its named states, and the step dispatch: Adam
+ * through the SIMD kernels of adam.c, SGD here, Lamb in lamb.c.
+ */
+#include "optim/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/mem.h"
+
+void ds_optim_params_init(struct ds_optim_params *p, enum ds_optim_type type)
+{
+	memset(p, 0, sizeof(*p));
+	p->type = type;
+	p->lr = 1e-3;
+	p->beta1 = 0.9;
+	p->beta2 = 0.999;
+	p->eps = 1e-8;
+	p->weight_decay = 0.0;
+	p->bias_correction = 1;
+	p->adam_w_mode = 1;
+	p->eps_inside_sqrt = 0;
+	p->max_coeff = 10.0;
+	p->min_coeff = 0.01;
+	p->momentum = 0.0;
+	p->dampening = 0.0;
+	p->nesterov = 0;
+}
+
+static const char *const type_names[] = { "adam", "adamw", "lamb", "sgd" };
+
+const char *ds_optim_type_name(enum ds_optim_type type)
+{
+	return (unsigned)type < 4 ? type_names[type] : "?";
+}
+
+int ds_optim_type_from_name(const char *name, enum ds_optim_type *type, struct ds_err *err)
+{
+	/* DeepSpeed's own names it does not have in dstk (yet) */
+	static const char *const known[] = { "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "lion",
+					     "muadam", "muadamw", "musgd", NULL };
+	for (int i = 0; i < 4; i++)
+		if (!strcasecmp(name, type_names[i])) {
+			*type = (enum ds_optim_type)i;
+			return 0;
+		}
+	for (int i = 0; known[i]; i++)
+		if (!strcasecmp(name, known[i]))
+			return ds_err_set(err, DS_EINVAL,
+					  "optimizer.type: '%s' is a DeepSpeed optimizer dstk does not implement; "
+					  "use Adam, AdamW, Lamb or SGD", name);
+	return ds_err_set(err, DS_EINVAL, "optimizer.type: unknown optimizer '%s'; use Adam, AdamW, Lamb or SGD",
+			  name);
+}
+
+int ds_optim_decoupled(const struct ds_optim_params *p)
+{
+	return p->type == DS_OPTIM_ADAMW || p->type == DS_OPTIM_LAMB || (p->type == DS_OPTIM_ADAM && p->adam_w_mode);
+}
+
+enum { K_NUM, K_BOOL, K_PAIR };
+
+struct key {
+	const char *name;
+	int kind;
+	unsigned types;  /* bit per ds_optim_type */
+	size_t off;      /* offsetof the double or int field (K_PAIR: beta1) */
+};
+
+#define ADAMS ((1u << DS_OPTIM_ADAM) | (1u << DS_OPTIM_ADAMW))
+#define LAMB (1u << DS_OPTIM_LAMB)
+#define SGD (1u << DS_OPTIM_SGD)
+#define OFF(f) offsetof(struct ds_optim_params, f)
+
+static const struct key keys[] = {
+	{ "lr", K_NUM, ADAMS | LAMB | SGD, OFF(lr) },
+	{ "betas", K_PAIR, ADAMS | LAMB, OFF(beta1) },
+	{ "eps", K_NUM, ADAMS | LAMB, OFF(eps) },
+	{ "weight_decay", K_NUM, ADAMS | LAMB | SGD, OFF(weight_decay) },
+	{ "bias_correction", K_BOOL, ADAMS | LAMB, OFF(bias_correction) },
+	{ "adam_w_mode", K_BOOL, ADAMS, OFF(adam_w_mode) },
+	{ "torch_adam", K_BOOL, ADAMS, 0 },   /* same update either way */
+	{ "amsgrad", K_BOOL, ADAMS | LAMB, 0 }, /* false only */
+	{ "eps_inside_sqrt", K_BOOL, LAMB, OFF(eps_inside_sqrt) },
+	{ "max_coeff", K_NUM, LAMB, OFF(max_coeff) },
+	{ "min_coeff", K_NUM, LAMB, OFF(min_coeff) },
+	{ "momentum", K_NUM, SGD, OFF(momentum) },
+	{ "dampening", K_NUM, SGD, OFF(dampening) },
+	{ "nesterov", K_BOOL, SGD, OFF(nesterov) },
+};
+
+/* Comma-separated list of the keys type takes, for messages. */
+static void valid_keys(enum ds_optim_type type, char *buf, size_t n)
+{
+	buf[0] = 0;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (keys[i].types & (1u << type)) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "%s%s", l ? ", " : "", keys[i].name);
+		}
+}
+
+int ds_optim_param_set(struct ds_optim_params *p, const char *name, const double *vals, int nvals,
+		       struct ds_err *err)
+{
+	const char *tn = ds_optim_type_name(p->type);
+	if (!strcmp(name, "max_grad_norm"))
+		return ds_err_set(err, DS_EINVAL,
+				  "optimizer.params.max_grad_norm: not supported as an optimizer parameter; "
+				  "use the top-level 'gradient_clipping' instead");
+	const struct key *k = NULL;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strcmp(name, keys[i].name))
+			k = &keys[i];
+	if (!k || !(k->types & (1u << p->type))) {
+		char buf[256];
+		valid_keys(p->type, buf, sizeof(buf));
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.%s: %s for optimizer %s (valid: %s)", name,
+				  k ? "not a parameter" : "unknown parameter", tn, buf);
+	}
+	int want = k->kind == K_PAIR ? 2 : 1;
+	if (nvals != want)
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.%s: expected %s", name,
+				  want == 2 ? "a list of two numbers" : "one value");
+	for (int i = 0; i < nvals; i++)
+		if (!isfinite(vals[i]))
+			return ds_err_set(err, DS_EINVAL, "optimizer.params.%s: value must be finite", name);
+	char *base = (char *)p;
+	if (k->kind == K_BOOL) {
+		if (vals[0] != 0.0 && vals[0] != 1.0)
+			return ds_err_set(err, DS_EINVAL, "optimizer.params.%s: expected true or false", name);
+		int b = vals[0] != 0.0;
+		if (!strcmp(name, "amsgrad")) {
+			if (b)
+				return ds_err_set(err, DS_EINVAL,
+						  "optimizer.params.amsgrad: AMSGrad is not supported (as in DeepSpeed's "
+						  "FusedAdam); set it to false or remove it");
+			return 0;
+		}
+		if (!strcmp(name, "torch_adam"))
+			return 0;
+		if (!strcmp(name, "adam_w_mode") && !b && p->type == DS_OPTIM_ADAMW)
+			return ds_err_set(err, DS_EINVAL,
+					  "optimizer.params.adam_w_mode: false has no effect with type AdamW (DeepSpeed "
+					  "ignores it); use type Adam for L2 weight decay");
+		*(int *)(base + k->off) = b;
+		return 0;
+	}
+	if (k->kind == K_PAIR) {
+		p->beta1 = vals[0];
+		p->beta2 = vals[1];
+		return 0;
+	}
+	*(double *)(base + k->off) = vals[0];
+	return 0;
+}
+
+int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err)
+{
+	if ((unsigned)p->type > DS_OPTIM_SGD)
+		return ds_err_set(err, DS_EINVAL, "optimizer.type: invalid type %d", (int)p->type);
+	if (!(p->lr >= 0))
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.lr: must be >= 0 (got %g)", p->lr);
+	if (!(p->weight_decay >= 0))
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.weight_decay: must be >= 0 (got %g)",
+				  p->weight_decay);
+	if (p->type == DS_OPTIM_SGD) {
+		if (!(p->momentum >= 0))
+			return ds_err_set(err, DS_EINVAL, "optimizer.params.momentum: must be >= 0 (got %g)",
+					  p->momentum);
+		if (p->nesterov && (p->momentum <= 0 || p->dampening != 0))
+			return ds_err_set(err, DS_EINVAL, "optimizer.params.nesterov: Nesterov momentum requires a "
+					  "momentum > 0 and zero dampening");
+		return 0;
+	}
+	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1))
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.betas: each must be in [0, 1) (got [%g, %g])",
+				  p->beta1, p->beta2);
+	if (!(p->eps >= 0))
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.eps: must be >= 0 (got %g)", p->eps);
+	if (p->type == DS_OPTIM_LAMB && !(p->min_coeff >= 0 && p->min_coeff <= p->max_coeff))
+		return ds_err_set(err, DS_EINVAL,
+				  "optimizer.params.min_coeff: need 0 <= min_coeff <= max_coeff (got %g, %g)",
+				  p->min_coeff, p->max_coeff);
+	return 0;
+}
+
+int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err)
+{
+	*out = NULL;
+	DS_TRY(ds_optim_params_check(hp, err));
+	struct ds_optim *o = ds_alloc(sizeof(*o));
+	if (!o)
+		return ds_err_set(err, DS_ENOMEM, "optimizer: out of memory");
+	o->hp = *hp;
+	o->n = n;
+	if (hp->type == DS_OPTIM_SGD) {
+		/* torch allocates momentum_buffer only with momentum != 0 */
+		if (hp->momentum != 0) {
+			o->nstates = 1;
+			o->state_names[0] = "momentum_buffer";
+		}
+	} else {
+		o->nstates = 2;
+		o->state_names[0] = "exp_avg";
+		o->state_names[1] = "exp_avg_sq";
+	}
+	for (int i = 0; i < o->nstates; i++) {
+		o->states[i] = ds_alloc((n ? n : 1) * sizeof(float));
+		if (!o->states[i]) {
+			ds_optim_destroy(o);
+			return ds_err_set(err, DS_ENOMEM, "optimizer: out of memory for %s (%zu floats)",
+					  o->state_names[i], n);
+		}
+	}
+	*out = o;
+	return 0;
+}
+
+void ds_optim_destroy(struct ds_optim *o)
+{
+	if (!o)
+		return;
+	for (int i = 0; i < o->nstates; i++)
+		ds_free(o->states[i]);
+	ds_free(o);
+}
+
+float *ds_optim_state(struct ds_optim *o, const char *name)
+{
+	for (int i = 0; i < o->nstates; i++)
+		if (!strcmp(o->state_names[i], name))
+			return o->states[i];
+	return NULL;
+}
+
+/* torch.optim.SGD for step t over [0, n). */
+static void sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf,
+		       float grad_mul, size_t n)
+{
+	const float lr = (float)hp->lr, wd = (float)hp->weight_decay, mom = (float)hp->momentum;
+	const float damp = (float)(1.0 - hp->dampening);
+	const int first = t == 1, nest = hp->nesterov;
+#pragma omp parallel for simd schedule(static) if (n >= 16384)
+	for (size_t i = 0; i < n; i++) {
+		float d = g[i] * grad_mul;
+		if (wd != 0.0f)
+			d = d + wd * p[i];
+		if (buf) {
+			float b = first ? d : mom * buf[i] + damp * d;
+			buf[i] = b;
+			d = nest ? d + mom * b : b;
+		}
+		p[i] = p[i] - lr * d;
+	}
+}
+
+int ds_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul, const struct ds_range *ranges,
+		  int nranges, struct ds_err *err)
+{
+	DS_TRY(ds_optim_params_check(&o->hp, err));
+	int64_t t = o->step + 1;
+	switch (o->hp.type) {
+	case DS_OPTIM_ADAM:
+	case DS_OPTIM_ADAMW: {
+		struct ds_adam_coef c;
+		ds_adam_coef_init(&c, &o->hp, t, grad_mul);
+		ds_adam_update(&c, p, g, o->states[0], o->states[1], o->n, DS_SIMD_AUTO);
+		break;
+	}
+	case DS_OPTIM_SGD:
+		sgd_update(&o->hp, t, p, g, o->nstates ? o->states[0] : NULL, grad_mul, o->n);
+		break;
+	case DS_OPTIM_LAMB: {
+		double sbuf[64];
+		double *sums = nranges <= 32 ? sbuf : ds_alloc((size_t)nranges * 2 * sizeof(double));
+		if (!sums)
+			return ds_err_set(err, DS_ENOMEM, "lamb: out of memory");
+		int rc = ds_lamb_partial_norms(o, p, g, grad_mul, ranges, nranges, sums, err);
+		if (!rc)
+			rc = ds_lamb_apply(o, p, ranges, nranges, sums, err);
+		if (sums != sbuf)
+			ds_free(sums);
+		return rc;
+	}
+	}
+	o->step = t;
+	return 0;
+}

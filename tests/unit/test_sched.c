@@ -1,0 +1,215 @@
+/* test_sched.c - lib/optim LR schedules against every hand-computed value
+ * of spec/deepspeed-training.md §4 and cases 18-19 (construction values),
+ * OneCycle momentum cycling and decay, the W = max(2, warmup_num_steps)
+ * rule, names, set-by-name and the checks.
+ */
+#include "unit.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "optim/sched.h"
+
+/* the spec prints 5 significant digits: compare to that */
+#define near5(a, b) assert_float_equal((a), (b), fabs(b) * 5e-5 + 1e-15)
+
+static struct ds_sched_params mk(enum ds_sched_type t)
+{
+	struct ds_sched_params p;
+	ds_sched_params_init(&p, t);
+	return p;
+}
+
+static void test_warmup_log(void **state)
+{
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_LR);   /* defaults: 0, 1e-3, 1000, log */
+	assert_float_equal(ds_sched_lr(&p, 0.5, -1), 0.0, 0);  /* case 19: min_lr */
+	assert_float_equal(ds_sched_lr(&p, 0.5, 0), 0.0, 0);
+	near5(ds_sched_lr(&p, 0.5, 9), 3.3333e-4);
+	near5(ds_sched_lr(&p, 0.5, 99), 6.6667e-4);
+	near5(ds_sched_lr(&p, 0.5, 999), 1e-3);
+	assert_float_equal(ds_sched_lr(&p, 0.5, 5000), 1e-3, 1e-18);
+	/* case 19 with a non-zero minimum */
+	p.warmup_min_lr = 1e-5;
+	assert_float_equal(ds_sched_lr(&p, 0.5, -1), 1e-5, 0);
+}
+
+static void test_warmup_linear(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_LR);
+	assert_int_equal(ds_sched_param_set(&p, "warmup_max_lr", 0.1, &err), 0);
+	assert_int_equal(ds_sched_param_set(&p, "warmup_num_steps", 10, &err), 0);
+	assert_int_equal(ds_sched_param_set_str(&p, "warmup_type", "linear", &err), 0);
+	assert_float_equal(ds_sched_lr(&p, 0, 5), 0.05, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 9), 0.09, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 10), 0.1, 1e-15);
+	/* W = max(2, warmup_num_steps): 1 step of warmup behaves as 2 */
+	p.warmup_num_steps = 1;
+	assert_float_equal(ds_sched_lr(&p, 0, 1), 0.05, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 2), 0.1, 1e-15);
+}
+
+static void test_warmup_decay(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_DECAY_LR);
+	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);   /* total_num_steps required */
+	assert_non_null(strstr(err.msg, "total_num_steps"));
+	p.warmup_max_lr = 0.1;
+	p.warmup_num_steps = 10;
+	p.warmup_type = DS_WARMUP_LINEAR;
+	p.total_num_steps = 100;
+	assert_int_equal(ds_sched_params_check(&p, &err), 0);
+	assert_float_equal(ds_sched_lr(&p, 0, -1), 0.0, 0);
+	assert_float_equal(ds_sched_lr(&p, 0, 5), 0.05, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 10), 0.1, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 55), 0.05, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 0, 100), 0.0, 0);
+	assert_float_equal(ds_sched_lr(&p, 0, 150), 0.0, 0);
+}
+
+static void test_warmup_cosine(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_COSINE_LR);
+	assert_float_equal(p.cos_min_ratio, 1e-4, 0);
+	p.warmup_num_steps = 10;
+	p.total_num_steps = 110;
+	p.warmup_type = DS_WARMUP_LINEAR;
+	assert_int_equal(ds_sched_params_check(&p, &err), 0);
+	const double org = 0.1;
+	assert_float_equal(ds_sched_lr(&p, org, -1), 0.0, 0);   /* case 19 */
+	assert_float_equal(ds_sched_lr(&p, org, 5), 0.05, 1e-15);
+	near5(ds_sched_lr(&p, org, 10), 0.0999753);
+	near5(ds_sched_lr(&p, org, 59), 0.050005);
+	near5(ds_sched_lr(&p, org, 109), 1e-5);
+	/* the lr scales with the optimizer's lr */
+	near5(ds_sched_lr(&p, 2 * org, 59), 0.10001);
+	/* warmup_min_ratio lifts the start of the warmup */
+	p.warmup_min_ratio = 0.5;
+	assert_float_equal(ds_sched_lr(&p, org, 0), 0.05, 1e-15);
+	p.total_num_steps = 10;
+	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);
+}
+
+static void test_one_cycle(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_sched_params p = mk(DS_SCHED_ONE_CYCLE);
+	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);   /* min/max lr required */
+	assert_int_equal(ds_sched_param_set(&p, "cycle_min_lr", 0.01, &err), 0);
+	assert_int_equal(ds_sched_param_set(&p, "cycle_max_lr", 0.1, &err), 0);
+	assert_int_equal(ds_sched_param_set(&p, "cycle_first_step_size", 10, &err), 0);
+	assert_int_equal(ds_sched_params_check(&p, &err), 0);
+	struct ds_sched_value v;
+	/* construction: lr = min, betas = (cycle_min_mom, 0.99) */
+	ds_sched_value(&p, 1.0, -1, &v);
+	assert_float_equal(v.lr, 0.01, 0);
+	assert_true(v.has_betas);
+	assert_float_equal(v.beta1, 0.8, 0);
+	assert_float_equal(v.beta2, 0.99, 0);
+	ds_sched_value(&p, 1.0, 0, &v);
+	assert_float_equal(v.lr, 0.019, 1e-12);
+	assert_float_equal(v.beta1, 0.89, 1e-12);
+	assert_float_equal(v.beta2, 0.99, 0);
+	ds_sched_value(&p, 1.0, 9, &v);
+	assert_float_equal(v.lr, 0.1, 1e-12);
+	assert_float_equal(v.beta1, 0.8, 1e-12);
+	assert_float_equal(ds_sched_lr(&p, 1.0, 14), 0.055, 1e-12);
+	assert_float_equal(ds_sched_lr(&p, 1.0, 18), 0.019, 1e-12);
+	ds_sched_value(&p, 1.0, 19, &v);
+	assert_float_equal(v.lr, 0.01, 1e-12);
+	assert_float_equal(v.beta1, 0.9, 1e-12);
+	/* no decay configured: stays at min lr and max momentum */
+	ds_sched_value(&p, 1.0, 25, &v);
+	assert_float_equal(v.lr, 0.01, 0);
+	assert_float_equal(v.beta1, 0.9, 0);
+	p.decay_lr_rate = 0.5;
+	p.decay_step_size = 10;
+	near5(ds_sched_lr(&p, 1.0, 20), 0.0095238);
+	near5(ds_sched_lr(&p, 1.0, 29), 0.0066667);
+	/* momentum decay multiplies: d=10 -> 0.9 * (1 + 0.1*1) = 0.99 */
+	p.decay_mom_rate = 0.1;
+	ds_sched_value(&p, 1.0, 29, &v);
+	assert_float_equal(v.beta1, 0.99, 1e-12);
+	/* stair counts are accepted and change nothing */
+	assert_int_equal(ds_sched_param_set(&p, "cycle_first_stair_count", 3, &err), 0);
+	assert_float_equal(ds_sched_lr(&p, 1.0, 14), 0.055, 1e-12);
+	/* an asymmetric cycle: first 10 up, second 30 down; k=24: b=25, x=0.625,
+	 * scale = (0.625-1)/(0.25-1) = 0.5 */
+	p.cycle_second_step_size = 30;
+	assert_float_equal(ds_sched_lr(&p, 1.0, 24), 0.055, 1e-12);
+	/* momentum cycling off */
+	p.cycle_momentum = 0;
+	ds_sched_value(&p, 1.0, 0, &v);
+	assert_false(v.has_betas);
+}
+
+static void test_lr_range_test(void **state)
+{
+	struct ds_sched_params p = mk(DS_SCHED_LR_RANGE_TEST);
+	p.lr_range_test_step_size = 10;
+	assert_float_equal(ds_sched_lr(&p, 1, -1), 1e-3, 0);
+	assert_float_equal(ds_sched_lr(&p, 1, 0), 1.1e-3, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 1, 9), 2e-3, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 1, 19), 3e-3, 1e-15);
+	p.lr_range_test_staircase = 1;
+	for (int k = 0; k <= 8; k++)
+		assert_float_equal(ds_sched_lr(&p, 1, k), 1e-3, 1e-15);
+	for (int k = 9; k <= 18; k++)
+		assert_float_equal(ds_sched_lr(&p, 1, k), 2e-3, 1e-15);
+	assert_float_equal(ds_sched_lr(&p, 1, 19), 3e-3, 1e-15);
+}
+
+static void test_none(void **state)
+{
+	struct ds_sched_params p = mk(DS_SCHED_NONE);
+	assert_float_equal(ds_sched_lr(&p, 3e-4, -1), 3e-4, 0);
+	assert_float_equal(ds_sched_lr(&p, 3e-4, 12345), 3e-4, 0);
+}
+
+static void test_names_and_set(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	enum ds_sched_type t;
+	assert_int_equal(ds_sched_type_from_name("WarmupCosineLR", &t, &err), 0);
+	assert_int_equal(t, DS_SCHED_WARMUP_COSINE_LR);
+	assert_int_equal(ds_sched_type_from_name("onecycle", &t, &err), 0);
+	assert_int_equal(t, DS_SCHED_ONE_CYCLE);
+	assert_int_equal(ds_sched_type_from_name("CosineAnnealing", &t, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "CosineAnnealing"));
+	assert_string_equal(ds_sched_type_name(DS_SCHED_LR_RANGE_TEST), "LRRangeTest");
+
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_LR);
+	assert_int_equal(ds_sched_param_set(&p, "total_num_steps", 10, &err), DS_EINVAL);  /* not WarmupLR's */
+	assert_non_null(strstr(err.msg, "total_num_steps"));
+	assert_int_equal(ds_sched_param_set(&p, "warmup_steps", 10, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "unknown parameter"));
+	assert_int_equal(ds_sched_param_set(&p, "warmup_num_steps", 10.5, &err), DS_EINVAL);
+	assert_int_equal(ds_sched_param_set(&p, "warmup_type", 1, &err), DS_EINVAL);
+	assert_int_equal(ds_sched_param_set_str(&p, "warmup_type", "cosine", &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "cosine"));
+	assert_int_equal(ds_sched_param_set_str(&p, "warmup_max_lr", "0.1", &err), DS_EINVAL);
+	p = mk(DS_SCHED_LR_RANGE_TEST);
+	assert_int_equal(ds_sched_param_set(&p, "lr_range_test_staircase", 1, &err), 0);
+	assert_int_equal(p.lr_range_test_staircase, 1);
+	assert_int_equal(ds_sched_param_set(&p, "lr_range_test_staircase", 2, &err), DS_EINVAL);
+	p.lr_range_test_step_size = 0;
+	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_warmup_log),
+		cmocka_unit_test(test_warmup_linear),
+		cmocka_unit_test(test_warmup_decay),
+		cmocka_unit_test(test_warmup_cosine),
+		cmocka_unit_test(test_one_cycle),
+		cmocka_unit_test(test_lr_range_test),
+		cmocka_unit_test(test_none),
+		cmocka_unit_test(test_names_and_set),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
