@@ -269,59 +269,124 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 	}
 }
 
+/* The hot element-wise loops are compiled for AVX-512, AVX2 and baseline
+ * x86-64, picked at load time (GCC function multi-versioning): the build
+ * itself targets baseline x86-64.  -std=c11 keeps FMA contraction off, so
+ * every version rounds the same way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DS_CLONES
+#endif
+
+/* causal attention of head h of one sample: base = qkv of the sample */
+DS_CLONES
+static void attn_fwd_bh(float *outb, float *atth, const float *base, float *keep,
+			const struct ds_rng *g, int h, int T, int C, int hs, float scale, float p)
+{
+	const int64_t C3 = 3 * (int64_t)C;
+	for (int t = 0; t < T; t++) {
+		const float *q = base + t * C3 + h * hs;
+		float *a = atth + (int64_t)t * T;
+		float mx = -INFINITY;
+		for (int t2 = 0; t2 <= t; t2++) {
+			const float *k = base + t2 * C3 + C + h * hs;
+			float s = 0;
+#pragma omp simd reduction(+:s)
+			for (int i = 0; i < hs; i++)
+				s += q[i] * k[i];
+			s *= scale;
+			a[t2] = s;
+			mx = s > mx ? s : mx;
+		}
+		float sum = 0;
+#pragma omp simd reduction(+:sum)
+		for (int t2 = 0; t2 <= t; t2++) {
+			a[t2] = ds_expf(a[t2] - mx);
+			sum += a[t2];
+		}
+		float is = 1.0f / sum;
+		for (int t2 = 0; t2 <= t; t2++)
+			a[t2] *= is;
+		for (int t2 = t + 1; t2 < T; t2++)
+			a[t2] = 0;
+		if (keep)
+			drop_row(keep, g, h, t, T, p);
+		float *o = outb + (int64_t)t * C + h * hs;
+		for (int i = 0; i < hs; i++)
+			o[i] = 0;
+		for (int t2 = 0; t2 <= t; t2++) {
+			const float *v = base + t2 * C3 + 2 * C + h * hs;
+			float w = keep ? a[t2] * keep[t2] : a[t2];
+#pragma omp simd
+			for (int i = 0; i < hs; i++)
+				o[i] += w * v[i];
+		}
+	}
+}
+
 void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
 				 int NH, float p, const struct ds_rng *gs)
 {
 	const int hs = C / NH;
 	const float scale = 1.0f / sqrtf((float)hs);
-	const int64_t C3 = 3 * (int64_t)C;
 #pragma omp parallel
 	{
 		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
 #pragma omp for schedule(static) collapse(2)
 		for (int b = 0; b < B; b++)
-			for (int h = 0; h < NH; h++) {
-				const float *base = qkv + (int64_t)b * T * C3;
-				for (int t = 0; t < T; t++) {
-					const float *q = base + t * C3 + h * hs;
-					float *a = att + (((int64_t)b * NH + h) * T + t) * T;
-					float mx = -INFINITY;
-					for (int t2 = 0; t2 <= t; t2++) {
-						const float *k = base + t2 * C3 + C + h * hs;
-						float s = 0;
-#pragma omp simd reduction(+:s)
-						for (int i = 0; i < hs; i++)
-							s += q[i] * k[i];
-						s *= scale;
-						a[t2] = s;
-						if (s > mx)
-							mx = s;
-					}
-					float sum = 0;
-					for (int t2 = 0; t2 <= t; t2++) {
-						a[t2] = expf(a[t2] - mx);
-						sum += a[t2];
-					}
-					float is = 1.0f / sum;
-					for (int t2 = 0; t2 <= t; t2++)
-						a[t2] *= is;
-					for (int t2 = t + 1; t2 < T; t2++)
-						a[t2] = 0;
-					if (keep)
-						drop_row(keep, &gs[b], h, t, T, p);
-					float *o = out + ((int64_t)b * T + t) * C + h * hs;
-					for (int i = 0; i < hs; i++)
-						o[i] = 0;
-					for (int t2 = 0; t2 <= t; t2++) {
-						const float *v = base + t2 * C3 + 2 * C + h * hs;
-						float w = keep ? a[t2] * keep[t2] : a[t2];
-#pragma omp simd
-						for (int i = 0; i < hs; i++)
-							o[i] += w * v[i];
-					}
-				}
-			}
+			for (int h = 0; h < NH; h++)
+				attn_fwd_bh(out + (int64_t)b * T * C, att + ((int64_t)b * NH + h) * T * T,
+					    qkv + (int64_t)b * T * 3 * C, keep, keep ? &gs[b] : NULL, h, T, C,
+					    hs, scale, p);
 		free(keep);
+	}
+}
+
+DS_CLONES
+static void attn_bwd_bh(float *dbase, const float *doutb, const float *base, const float *atth,
+			float *keep, float *dp, const struct ds_rng *g, int h, int T, int C, int hs,
+			float scale, float p)
+{
+	const int64_t C3 = 3 * (int64_t)C;
+	for (int t = 0; t < T; t++)
+		for (int part = 0; part < 3; part++)
+			memset(dbase + t * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
+	for (int t = 0; t < T; t++) {
+		const float *a = atth + (int64_t)t * T;
+		const float *go = doutb + (int64_t)t * C + h * hs;
+		if (keep)
+			drop_row(keep, g, h, t, T, p);
+		/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep */
+		for (int t2 = 0; t2 <= t; t2++) {
+			const float *v = base + t2 * C3 + 2 * C + h * hs;
+			float *dv = dbase + t2 * C3 + 2 * C + h * hs;
+			float s = 0;
+#pragma omp simd reduction(+:s)
+			for (int i = 0; i < hs; i++)
+				s += go[i] * v[i];
+			float w = keep ? a[t2] * keep[t2] : a[t2];
+#pragma omp simd
+			for (int i = 0; i < hs; i++)
+				dv[i] += w * go[i];
+			dp[t2] = keep ? s * keep[t2] : s;
+		}
+		/* softmax backward: dpre = a * (dp - sum(a dp)) */
+		float sad = 0;
+		for (int t2 = 0; t2 <= t; t2++)
+			sad += a[t2] * dp[t2];
+		const float *q = base + t * C3 + h * hs;
+		float *dq = dbase + t * C3 + h * hs;
+		for (int t2 = 0; t2 <= t; t2++) {
+			float d = a[t2] * (dp[t2] - sad) * scale;
+			const float *k = base + t2 * C3 + C + h * hs;
+			float *dk = dbase + t2 * C3 + C + h * hs;
+#pragma omp simd
+			for (int i = 0; i < hs; i++) {
+				dq[i] += d * k[i];
+				dk[i] += d * q[i];
+			}
+		}
 	}
 }
 
@@ -331,78 +396,72 @@ void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *q
 {
 	const int hs = C / NH;
 	const float scale = 1.0f / sqrtf((float)hs);
-	const int64_t C3 = 3 * (int64_t)C;
 #pragma omp parallel
 	{
 		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
 		float *dp = malloc((size_t)T * sizeof(float));
 #pragma omp for schedule(static) collapse(2)
 		for (int b = 0; b < B; b++)
-			for (int h = 0; h < NH; h++) {
-				const float *base = qkv + (int64_t)b * T * C3;
-				float *dbase = dqkv + (int64_t)b * T * C3;
-				for (int t = 0; t < T; t++)
-					for (int part = 0; part < 3; part++)
-						memset(dbase + t * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
-				for (int t = 0; t < T; t++) {
-					const float *a = att + (((int64_t)b * NH + h) * T + t) * T;
-					const float *go = dout + ((int64_t)b * T + t) * C + h * hs;
-					if (keep)
-						drop_row(keep, &gs[b], h, t, T, p);
-					/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep */
-					for (int t2 = 0; t2 <= t; t2++) {
-						const float *v = base + t2 * C3 + 2 * C + h * hs;
-						float *dv = dbase + t2 * C3 + 2 * C + h * hs;
-						float s = 0;
-#pragma omp simd reduction(+:s)
-						for (int i = 0; i < hs; i++)
-							s += go[i] * v[i];
-						float w = keep ? a[t2] * keep[t2] : a[t2];
-#pragma omp simd
-						for (int i = 0; i < hs; i++)
-							dv[i] += w * go[i];
-						dp[t2] = keep ? s * keep[t2] : s;
-					}
-					/* softmax backward: dpre = a * (dp - sum(a dp)) */
-					float sad = 0;
-					for (int t2 = 0; t2 <= t; t2++)
-						sad += a[t2] * dp[t2];
-					const float *q = base + t * C3 + h * hs;
-					float *dq = dbase + t * C3 + h * hs;
-					for (int t2 = 0; t2 <= t; t2++) {
-						float d = a[t2] * (dp[t2] - sad) * scale;
-						const float *k = base + t2 * C3 + C + h * hs;
-						float *dk = dbase + t2 * C3 + C + h * hs;
-#pragma omp simd
-						for (int i = 0; i < hs; i++) {
-							dq[i] += d * k[i];
-							dk[i] += d * q[i];
-						}
-					}
-				}
-			}
+			for (int h = 0; h < NH; h++)
+				attn_bwd_bh(dqkv + (int64_t)b * T * 3 * C, dout + (int64_t)b * T * C,
+					    qkv + (int64_t)b * T * 3 * C, att + ((int64_t)b * NH + h) * T * T,
+					    keep, dp, keep ? &gs[b] : NULL, h, T, C, hs, scale, p);
 		free(dp);
 		free(keep);
 	}
 }
 
+DS_CLONES
+static void act_fwd_row(float *o, const float *x, int F, int act)
+{
+	if (act == 0) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			o[i] = ds_gelu(x[i]);
+		return;
+	}
+	const float *a = x, *b = x + F;
+	if (act == 1) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			o[i] = ds_gelu(a[i]) * b[i];
+	} else {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			o[i] = ds_silu(a[i]) * b[i];
+	}
+}
+
 void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act)
 {
+	const int w = act == 0 ? F : 2 * F;
 #pragma omp parallel for schedule(static)
-	for (int64_t n = 0; n < N; n++) {
-		float *o = out + n * F;
-		if (act == 0) {
-			const float *x = inp + n * F;
-			for (int i = 0; i < F; i++)
-				o[i] = ds_gelu(x[i]);
-		} else {
-			const float *a = inp + n * 2 * F, *b = a + F;
-			if (act == 1)
-				for (int i = 0; i < F; i++)
-					o[i] = ds_gelu(a[i]) * b[i];
-			else
-				for (int i = 0; i < F; i++)
-					o[i] = ds_silu(a[i]) * b[i];
+	for (int64_t n = 0; n < N; n++)
+		act_fwd_row(out + n * F, inp + n * w, F, act);
+}
+
+DS_CLONES
+static void act_bwd_row(float *d, const float *g, const float *x, int F, int act)
+{
+	if (act == 0) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			d[i] = ds_gelu_grad(x[i]) * g[i];
+		return;
+	}
+	const float *a = x, *b = x + F;
+	float *da = d, *db = d + F;
+	if (act == 1) {
+#pragma omp simd
+		for (int i = 0; i < F; i++) {
+			da[i] = ds_gelu_grad(a[i]) * b[i] * g[i];
+			db[i] = ds_gelu(a[i]) * g[i];
+		}
+	} else {
+#pragma omp simd
+		for (int i = 0; i < F; i++) {
+			da[i] = ds_silu_grad(a[i]) * b[i] * g[i];
+			db[i] = ds_silu(a[i]) * g[i];
 		}
 	}
 }
@@ -410,51 +469,45 @@ void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int a
 void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
 			    int act)
 {
+	const int w = act == 0 ? F : 2 * F;
 #pragma omp parallel for schedule(static)
-	for (int64_t n = 0; n < N; n++) {
-		const float *g = dout + n * F;
-		if (act == 0) {
-			const float *x = inp + n * F;
-			float *d = dinp + n * F;
-			for (int i = 0; i < F; i++)
-				d[i] = ds_gelu_grad(x[i]) * g[i];
-		} else {
-			const float *a = inp + n * 2 * F, *b = a + F;
-			float *da = dinp + n * 2 * F, *db = da + F;
-			if (act == 1)
-				for (int i = 0; i < F; i++) {
-					da[i] = ds_gelu_grad(a[i]) * b[i] * g[i];
-					db[i] = ds_gelu(a[i]) * g[i];
-				}
-			else
-				for (int i = 0; i < F; i++) {
-					da[i] = ds_silu_grad(a[i]) * b[i] * g[i];
-					db[i] = ds_silu(a[i]) * g[i];
-				}
-		}
-	}
+	for (int64_t n = 0; n < N; n++)
+		act_bwd_row(dinp + n * w, dout + n * F, inp + n * w, F, act);
+}
+
+DS_CLONES
+static float xent_row_lse(const float *l, int V)
+{
+	float mx = -INFINITY;
+#pragma omp simd reduction(max:mx)
+	for (int i = 0; i < V; i++)
+		mx = l[i] > mx ? l[i] : mx;
+	float s = 0;
+#pragma omp simd reduction(+:s)
+	for (int i = 0; i < V; i++)
+		s += ds_expf(l[i] - mx);
+	return (float)(mx + log((double)s));
 }
 
 double ds_kernel_xent_forward(float *lse, const float *logits, const int32_t *targets, int64_t N,
 			      int V, int Vp)
 {
 #pragma omp parallel for schedule(static)
-	for (int64_t n = 0; n < N; n++) {
-		const float *l = logits + n * Vp;
-		float mx = -INFINITY;
-		for (int i = 0; i < V; i++)
-			if (l[i] > mx)
-				mx = l[i];
-		double s = 0;
-		for (int i = 0; i < V; i++)
-			s += exp((double)(l[i] - mx));
-		lse[n] = (float)(mx + log(s));
-	}
+	for (int64_t n = 0; n < N; n++)
+		lse[n] = xent_row_lse(logits + n * Vp, V);
 	/* serial sum: the same bits whatever the thread count */
 	double total = 0;
 	for (int64_t n = 0; n < N; n++)
 		total += (double)lse[n] - (double)logits[n * Vp + targets[n]];
 	return total;
+}
+
+DS_CLONES
+static void xent_row_grad(float *l, float z, int V, float dscale)
+{
+#pragma omp simd
+	for (int i = 0; i < V; i++)
+		l[i] = dscale * ds_expf(l[i] - z);
 }
 
 void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N,
@@ -463,9 +516,7 @@ void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *tar
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
 		float *l = logits + n * Vp;
-		const float z = lse[n];
-		for (int i = 0; i < V; i++)
-			l[i] = dscale * expf(l[i] - z);
+		xent_row_grad(l, lse[n], V, dscale);
 		l[targets[n]] -= dscale;
 		for (int i = V; i < Vp; i++)
 			l[i] = 0;

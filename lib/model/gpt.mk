@@ -13,3 +13,9 @@ tests_unit_test_model_SOURCES = tests/unit/test_model.c tests/unit/unit.h
 tests_unit_test_model_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_model_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+## bench/gpt-step: forward+backward ms/step and the sgemm ceiling (built by
+## `make check`, never run by it; DESIGN.md "Benchmarks").
+check_PROGRAMS += bench/gpt-step
+bench_gpt_step_SOURCES = bench/gpt-step.c
+bench_gpt_step_LDADD = $(DS_LDADD)

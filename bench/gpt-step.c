@@ -1,0 +1,100 @@
+/* gpt-step.c - benchmark of one GPT forward+backward step on CPU next to the
+ * sgemm ceiling measured in the same run (DESIGN.md "Benchmarks").
+ *
+ * Usage: bench/gpt-step [gpt2|tiny|L C NH V B T] [steps] [ckpt]
+ *   gpt2: 12 layers, 768, 12 heads, vocab 50304, B=4, T=64 (default)
+ *   tiny: 6 layers, 384, 6 heads, vocab 256, B=8, T=128
+ * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
+ * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
+ * ceiling.  Not a test: it asserts nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+#include "engine/ceiling.h"
+#include "model/count.h"
+#include "model/gpt.h"
+#include "util/mem.h"
+#include "util/timer.h"
+
+int main(int argc, char **argv)
+{
+	int L = 12, C = 768, NH = 12, V = 50304, B = 4, T = 64, steps = 5, ckpt = 0, a = 1;
+	if (argc > 1 && !strcmp(argv[1], "tiny")) {
+		L = 6; C = 384; NH = 6; V = 256; B = 8; T = 128; a = 2;
+	} else if (argc > 1 && !strcmp(argv[1], "gpt2")) {
+		a = 2;
+	} else if (argc > 6) {
+		L = atoi(argv[1]); C = atoi(argv[2]); NH = atoi(argv[3]); V = atoi(argv[4]);
+		B = atoi(argv[5]); T = atoi(argv[6]); a = 7;
+	}
+	if (argc > a)
+		steps = atoi(argv[a]);
+	if (argc > a + 1)
+		ckpt = atoi(argv[a + 1]);
+
+	struct ds_model_config c;
+	memset(&c, 0, sizeof(c));
+	c.num_layers = L; c.hidden_size = C; c.num_attention_heads = NH;
+	c.seq_length = T; c.max_position_embeddings = T > 1024 ? T : 1024;
+	c.vocab_size = V; c.make_vocab_size_divisible_by = 128;
+	c.layernorm_epsilon = 1e-5; c.init_method_std = 0.02; c.rotary_pct = 1; c.rotary_emb_base = 10000;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_gpt *m;
+	struct ds_gpt_ws *ws;
+	if (ds_gpt_create(&m, &c, &err)) {
+		fprintf(stderr, "gpt-step: %s\n", err.msg);
+		return 2;
+	}
+	struct ds_gpt_ws_opts o = { B, T, ckpt, 1 };
+	if (ds_gpt_ws_create(&ws, m, &o, &err)) {
+		fprintf(stderr, "gpt-step: %s\n", err.msg);
+		return 1;
+	}
+	int64_t n = ds_gpt_num_params(m);
+	float *p = ds_alloc((size_t)n * 4), *g = ds_alloc((size_t)n * 4);
+	int32_t *tok = malloc((size_t)B * T * 4), *tgt = malloc((size_t)B * T * 4);
+	for (int i = 0; i < B * T; i++) {
+		tok[i] = (i * 7919) % V;
+		tgt[i] = (i * 104729 + 1) % V;
+	}
+	ds_gpt_init(m, 1, p, 0, n);
+	struct ds_count_totals tot;
+	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);
+
+	double ceil_gf = ds_ceiling_sgemm_gflops(0, 1.0);
+	double tf = 0, tb = 0, best = 1e30;
+	float loss = 0;
+	for (int s = -1; s < steps; s++) {   /* step -1 warms up */
+		memset(g, 0, (size_t)n * 4);
+		double t0 = ds_now();
+		ds_gpt_forward(m, ws, p, tok, tgt, B, T, s, 0, 1, &loss, &err);
+		double t1 = ds_now();
+		ds_gpt_backward(m, ws, p, g, 1.0f, &err);
+		double t2 = ds_now();
+		if (s < 0)
+			continue;
+		tf += t1 - t0;
+		tb += t2 - t1;
+		if (t2 - t0 < best)
+			best = t2 - t0;
+	}
+	double step = (tf + tb) / steps;
+	double gf = tot.train_flops_step / step / 1e9;
+	printf("# gpt-step: L=%d C=%d NH=%d V=%d B=%d T=%d ckpt=%d params=%lld threads=%d\n", L, C, NH, V, B,
+	       T, ckpt, (long long)n, omp_get_max_threads());
+	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
+	printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * tf / steps,
+	       1e3 * tb / steps, 1e3 * step, 1e3 * best);
+	printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
+	printf("activation_bytes %zu\nloss %.6f\n", ds_gpt_ws_bytes(ws), loss);
+	ds_gpt_ws_destroy(ws);
+	ds_gpt_destroy(m);
+	ds_free(p);
+	ds_free(g);
+	free(tok);
+	free(tgt);
+	return 0;
+}
