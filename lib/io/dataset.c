@@ -1,0 +1,474 @@
+/* dataset.c - the dataset interface: format detection, checked reads, the
+ * window sampler with its per-epoch permutation, and Megatron's split.
+ * The readers live in dataset_text.c, dataset_megatron.c, dataset_llmc.c.
+ */
+#include "io/dataset.h"
+#include "io/dataset_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/rng.h"
+
+const struct ds_dataset_ops *const ds_dataset_all[] = {
+	&ds_dataset_text_ops, &ds_dataset_megatron_ops, &ds_dataset_llmc_ops, NULL
+};
+
+/* ---- file maps and token types --------------------------------------- */
+
+int ds_dataset_map_open(struct ds_dataset_map *m, const char *file, struct ds_err *err)
+{
+	struct stat st;
+	int fd;
+	memset(m, 0, sizeof *m);
+	fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return ds_err_set(err, DS_EINVAL, "%s: no such file", file);
+		return ds_err_set(err, DS_EINVAL, "%s: cannot open: %s", file, strerror(errno));
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return ds_err_set(err, DS_EINVAL, "%s: not a regular file", file);
+	}
+	m->size = (size_t)st.st_size;
+	if (m->size > 0) {
+		void *p = mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			int e = errno;
+			close(fd);
+			return ds_err_set(err, DS_EIO, "%s: mmap of %zu bytes failed: %s", file, m->size, strerror(e));
+		}
+		m->p = p;
+	}
+	close(fd);
+	m->file = strdup(file);
+	if (!m->file) {
+		ds_dataset_map_close(m);
+		return ds_err_set(err, DS_ENOMEM, "%s: out of memory", file);
+	}
+	return 0;
+}
+
+void ds_dataset_map_close(struct ds_dataset_map *m)
+{
+	if (m->p)
+		munmap((void *)m->p, m->size);
+	free(m->file);
+	memset(m, 0, sizeof *m);
+}
+
+size_t ds_dataset_tok_size(int type)
+{
+	switch (type) {
+	case DS_TOK_U8: case DS_TOK_I8: return 1;
+	case DS_TOK_I16: case DS_TOK_U16: return 2;
+	case DS_TOK_I32: case DS_TOK_U32: return 4;
+	case DS_TOK_I64: return 8;
+	default: return 0;
+	}
+}
+
+void ds_dataset_tok_convert(int type, const uint8_t *src, size_t n, uint32_t *out)
+{
+	size_t i;
+	/* The host is little-endian (x86-64, aarch64), as the files are. */
+	switch (type) {
+	case DS_TOK_U8:
+		for (i = 0; i < n; i++) out[i] = src[i];
+		break;
+	case DS_TOK_I8:
+		for (i = 0; i < n; i++) { int8_t v = (int8_t)src[i]; out[i] = v < 0 ? UINT32_MAX : (uint32_t)v; }
+		break;
+	case DS_TOK_U16:
+		for (i = 0; i < n; i++) { uint16_t v; memcpy(&v, src + 2 * i, 2); out[i] = v; }
+		break;
+	case DS_TOK_I16:
+		for (i = 0; i < n; i++) { int16_t v; memcpy(&v, src + 2 * i, 2); out[i] = v < 0 ? UINT32_MAX : (uint32_t)v; }
+		break;
+	case DS_TOK_U32:
+		memcpy(out, src, 4 * n);
+		break;
+	case DS_TOK_I32:
+		for (i = 0; i < n; i++) { int32_t v; memcpy(&v, src + 4 * i, 4); out[i] = v < 0 ? UINT32_MAX : (uint32_t)v; }
+		break;
+	case DS_TOK_I64:
+		for (i = 0; i < n; i++) {
+			int64_t v; memcpy(&v, src + 8 * i, 8);
+			out[i] = (v < 0 || v > (int64_t)UINT32_MAX) ? UINT32_MAX : (uint32_t)v;
+		}
+		break;
+	}
+}
+
+/* ---- open: detection --------------------------------------------------- */
+
+static int file_exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static int detect(const char *path)
+{
+	char buf[4096];
+	if (strpbrk(path, ",*?["))
+		return DS_DATA_LLMC;
+	if (ends_with(path, ".idx"))
+		return DS_DATA_MEGATRON;
+	if (strlen(path) + 5 < sizeof buf) {
+		snprintf(buf, sizeof buf, "%s.idx", path);
+		if (file_exists(buf))
+			return DS_DATA_MEGATRON;
+		if (ends_with(path, ".bin")) {
+			snprintf(buf, sizeof buf, "%.*s.idx", (int)(strlen(path) - 4), path);
+			if (file_exists(buf))
+				return DS_DATA_MEGATRON;
+		}
+	}
+	if (file_exists(path)) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		int32_t magic = 0;
+		if (fd >= 0) {
+			if (read(fd, &magic, 4) != 4)
+				magic = 0;
+			close(fd);
+		}
+		if (magic == 20240520 || magic == 20240801)
+			return DS_DATA_LLMC;
+		return DS_DATA_TEXT;
+	}
+	return -1;
+}
+
+int ds_dataset_open(struct ds_dataset **out, const char *path, int format, struct ds_err *err)
+{
+	struct ds_dataset *d;
+	int rc;
+	*out = NULL;
+	if (!path || !*path)
+		return ds_err_set(err, DS_EINVAL, "no dataset given: pass --data PATH");
+	if (format == DS_DATA_AUTO) {
+		format = detect(path);
+		if (format < 0)
+			return ds_err_set(err, DS_EINVAL, "%s: no such file (nor a Megatron prefix %s.bin/.idx); "
+					  "give a text file, a Megatron prefix or llm.c shards", path, path);
+	}
+	d = calloc(1, sizeof *d);
+	if (!d || !(d->path = strdup(path))) {
+		free(d);
+		return ds_err_set(err, DS_ENOMEM, "%s: out of memory", path);
+	}
+	switch (format) {
+	case DS_DATA_TEXT: d->ops = &ds_dataset_text_ops; break;
+	case DS_DATA_MEGATRON: d->ops = &ds_dataset_megatron_ops; break;
+	case DS_DATA_LLMC: d->ops = &ds_dataset_llmc_ops; break;
+	default:
+		free(d->path);
+		free(d);
+		return ds_err_set(err, DS_EINVAL, "%s: unknown dataset format %d", path, format);
+	}
+	rc = d->ops->open(d, path, err);
+	if (rc < 0) {
+		free(d->path);
+		free(d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+void ds_dataset_destroy(struct ds_dataset *d)
+{
+	if (!d)
+		return;
+	d->ops->close(d);
+	free(d->path);
+	free(d);
+}
+
+uint64_t ds_dataset_num_tokens(const struct ds_dataset *d) { return d->ops->num_tokens(d); }
+const char *ds_dataset_format_name(const struct ds_dataset *d) { return d->ops->name; }
+const char *ds_dataset_path(const struct ds_dataset *d) { return d->path; }
+void ds_dataset_set_vocab(struct ds_dataset *d, uint64_t vocab_size) { d->vocab_size = vocab_size; }
+
+/* ---- checked reads ---------------------------------------------------- */
+
+static int bad_token(const struct ds_dataset *d, uint64_t off, uint32_t v, struct ds_err *err)
+{
+	const char *file;
+	uint64_t boff;
+	d->ops->where(d, off, &file, &boff);
+	if (v == UINT32_MAX)
+		return ds_err_set(err, DS_EINVAL, "%s: byte offset %llu (token %llu of the stream): negative or "
+				  "out-of-range token id, vocab_size is %llu", file, (unsigned long long)boff,
+				  (unsigned long long)off, (unsigned long long)d->vocab_size);
+	return ds_err_set(err, DS_EINVAL, "%s: byte offset %llu (token %llu of the stream): token id %u >= "
+			  "vocab_size %llu; use a model with a larger vocab_size or the matching tokenizer",
+			  file, (unsigned long long)boff, (unsigned long long)off, v,
+			  (unsigned long long)d->vocab_size);
+}
+
+int ds_dataset_read(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t *out, struct ds_err *err)
+{
+	uint64_t nt = d->ops->num_tokens(d);
+	if (off > nt || n > nt - off)
+		return ds_err_set(err, DS_EINVAL, "%s: tokens [%llu, %llu) past the end (%llu tokens)", d->path,
+				  (unsigned long long)off, (unsigned long long)(off + n), (unsigned long long)nt);
+	if (n == 0)
+		return 0;
+	d->ops->read(d, off, n, out);
+	if (d->vocab_size) {
+		for (size_t i = 0; i < n; i++)
+			if (out[i] >= d->vocab_size)
+				return bad_token(d, off + i, out[i], err);
+	}
+	return 0;
+}
+
+int ds_dataset_read_i32(const struct ds_dataset *d, uint64_t off, size_t n, int32_t *out, struct ds_err *err)
+{
+	int rc = ds_dataset_read(d, off, n, (uint32_t *)out, err);
+	if (rc < 0)
+		return rc;
+	if (!d->vocab_size || d->vocab_size > (uint64_t)INT32_MAX + 1) {
+		for (size_t i = 0; i < n; i++)
+			if ((uint32_t)out[i] > (uint32_t)INT32_MAX)
+				return bad_token(d, off + i, UINT32_MAX, err);
+	}
+	return 0;
+}
+
+int ds_dataset_scan(const struct ds_dataset *d, struct ds_err *err)
+{
+	enum { BLK = 1 << 16 };
+	uint32_t *buf;
+	uint64_t nt = d->ops->num_tokens(d), off;
+	int rc = 0;
+	if (!d->vocab_size)
+		return 0;
+	buf = malloc(BLK * sizeof *buf);
+	if (!buf)
+		return ds_err_set(err, DS_ENOMEM, "%s: out of memory", d->path);
+	for (off = 0; off < nt && rc == 0; off += BLK) {
+		size_t n = nt - off < BLK ? (size_t)(nt - off) : BLK;
+		rc = ds_dataset_read(d, off, n, buf, err);
+	}
+	free(buf);
+	return rc;
+}
+
+/* ---- the permutation ---------------------------------------------------
+ * A balanced Feistel network on 2k bits (2^2k >= n, so at most 4n) with
+ * Philox as the round function is a pseudo-random permutation of [0, 2^2k);
+ * cycle-walking (apply again while the value is >= n) restricts it to a
+ * permutation of [0, n).  Expected walks < 4; O(1) memory.
+ */
+enum { FEISTEL_ROUNDS = 6 };
+
+uint64_t ds_data_permute(uint64_t i, uint64_t n, uint64_t seed, uint32_t stream, uint64_t epoch)
+{
+	struct ds_rng r[FEISTEL_ROUNDS];
+	unsigned bits = 2, half;
+	uint64_t mask, x = i;
+	if (n <= 1 || i >= n)
+		return i;
+	while (bits < 64 && (n - 1) >> bits)
+		bits++;
+	bits += bits & 1;
+	half = bits / 2;
+	mask = half >= 64 ? UINT64_MAX : (1ull << half) - 1;
+	for (int k = 0; k < FEISTEL_ROUNDS; k++)
+		ds_rng_init(&r[k], seed, epoch, ((uint64_t)stream << 8) | (uint64_t)k);
+	do {
+		uint64_t L = x >> half, R = x & mask;
+		for (int k = 0; k < FEISTEL_ROUNDS; k++) {
+			uint32_t o[4];
+			ds_rng_block(&r[k], R, o);
+			uint64_t f = (((uint64_t)o[1] << 32) | o[0]) & mask;
+			uint64_t t = L ^ f;
+			L = R;
+			R = t;
+		}
+		x = (L << half) | R;
+	} while (x >= n);
+	return x;
+}
+
+/* ---- windows, split, sampler --------------------------------------------- */
+
+int ds_dataset_num_windows(const struct ds_dataset *d, uint64_t T, uint64_t *out, struct ds_err *err)
+{
+	uint64_t nt = ds_dataset_num_tokens(d);
+	*out = 0;
+	if (T == 0)
+		return ds_err_set(err, DS_EINVAL, "seq_length must be > 0");
+	if (nt < T + 1)
+		return ds_err_set(err, DS_EINVAL, "%s: the %s dataset has %llu tokens, but one sample of seq_length %llu "
+				  "needs %llu; use more data or a smaller seq_length", d->path, d->ops->name,
+				  (unsigned long long)nt, (unsigned long long)T, (unsigned long long)(T + 1));
+	*out = (nt - 1) / T;
+	return 0;
+}
+
+int ds_data_split_parse(const char *split, uint64_t n, uint64_t begin[3], uint64_t end[3], struct ds_err *err)
+{
+	double w[3] = { 0, 0, 0 }, sum = 0;
+	int64_t idx[4];
+	const char *p = split;
+	int k = 0;
+	if (!split || !*split)
+		return ds_err_set(err, DS_EINVAL, "split: empty; give weights like \"949,50,1\"");
+	while (*p) {
+		char *e;
+		double v;
+		if (k == 3)
+			return ds_err_set(err, DS_EINVAL, "split \"%s\": more than three weights (train,valid,test)", split);
+		errno = 0;
+		v = strtod(p, &e);
+		if (e == p || errno || !isfinite(v) || v < 0)
+			return ds_err_set(err, DS_EINVAL, "split \"%s\": bad weight at offset %d; give non-negative numbers "
+					  "like \"949,50,1\"", split, (int)(p - split));
+		w[k++] = v;
+		sum += v;
+		while (*e == ' ')
+			e++;
+		if (*e == ',' || *e == '/')
+			e++;
+		else if (*e)
+			return ds_err_set(err, DS_EINVAL, "split \"%s\": unexpected '%c' at offset %d", split, *e,
+					  (int)(e - split));
+		while (*e == ' ')
+			e++;
+		p = e;
+	}
+	if (!(sum > 0))
+		return ds_err_set(err, DS_EINVAL, "split \"%s\": weights sum to 0", split);
+	/* Megatron: cumulative int(round(frac * size)), then every boundary
+	 * shifted by the rounding excess so the last one is exactly size.
+	 * Python's round() is half-to-even, as nearbyint in the default mode. */
+	idx[0] = 0;
+	for (k = 0; k < 3; k++)
+		idx[k + 1] = idx[k] + (int64_t)nearbyint(w[k] / sum * (double)n);
+	int64_t diff = idx[3] - (int64_t)n;
+	for (k = 1; k < 4; k++)
+		idx[k] -= diff;
+	for (k = 0; k < 3; k++) {
+		int64_t b = idx[k] < 0 ? 0 : idx[k], e = idx[k + 1] < b ? b : idx[k + 1];
+		begin[k] = (uint64_t)b;
+		end[k] = (uint64_t)e > n ? n : (uint64_t)e;
+	}
+	return 0;
+}
+
+int ds_sampler_init(struct ds_sampler *s, const struct ds_dataset *d, uint64_t T, uint64_t first,
+		    uint64_t count, uint64_t seed, uint32_t stream, struct ds_err *err)
+{
+	uint64_t nw;
+	memset(s, 0, sizeof *s);
+	DS_TRY(ds_dataset_num_windows(d, T, &nw, err));
+	if (first > nw || count > nw - first)
+		return ds_err_set(err, DS_EINVAL, "%s: windows [%llu, %llu) past the %llu windows of the dataset",
+				  d->path, (unsigned long long)first, (unsigned long long)(first + count),
+				  (unsigned long long)nw);
+	s->ds = d;
+	s->seq_length = T;
+	s->first = first;
+	s->count = count;
+	s->seed = seed;
+	s->stream = stream;
+	s->shuffle = 1;
+	return 0;
+}
+
+void ds_sampler_locate(const struct ds_sampler *s, uint64_t g, uint64_t *epoch, uint64_t *window)
+{
+	uint64_t e = s->count ? g / s->count : 0, i = s->count ? g % s->count : 0;
+	if (s->shuffle)
+		i = ds_data_permute(i, s->count, s->seed, s->stream, e);
+	*epoch = e;
+	*window = s->first + i;
+}
+
+int ds_sampler_get(const struct ds_sampler *s, uint64_t g, int32_t *out, struct ds_err *err)
+{
+	uint64_t e, w;
+	if (!s->ds || s->count == 0)
+		return ds_err_set(err, DS_EINVAL, "%s: this split has no samples", s->ds ? s->ds->path : "dataset");
+	ds_sampler_locate(s, g, &e, &w);
+	return ds_dataset_read_i32(s->ds, w * s->seq_length, (size_t)s->seq_length + 1, out, err);
+}
+
+/* ---- train / valid / test -------------------------------------------- */
+
+static int open_checked(struct ds_dataset **d, const char *path, const struct ds_data_opts *o, struct ds_err *err)
+{
+	uint64_t limit = o->scan_limit ? o->scan_limit : (1ull << 28);
+	DS_TRY(ds_dataset_open(d, path, o->format, err));
+	ds_dataset_set_vocab(*d, o->vocab_size);
+	if (o->vocab_size && ds_dataset_num_tokens(*d) < limit)
+		DS_TRY(ds_dataset_scan(*d, err));
+	return 0;
+}
+
+int ds_data_open(struct ds_data *dd, const struct ds_data_opts *o, struct ds_err *err)
+{
+	uint64_t nw, b[3], e[3];
+	const char *split = o->split ? o->split : "969,30,1";
+	int rc;
+	memset(dd, 0, sizeof *dd);
+	rc = open_checked(&dd->train_ds, o->path, o, err);
+	if (rc < 0)
+		goto out;
+	rc = ds_dataset_num_windows(dd->train_ds, o->seq_length, &nw, err);
+	if (rc < 0)
+		goto out;
+	if (o->valid_path) {
+		uint64_t nv;
+		rc = open_checked(&dd->valid_ds, o->valid_path, o, err);
+		if (rc == 0)
+			rc = ds_dataset_num_windows(dd->valid_ds, o->seq_length, &nv, err);
+		if (rc == 0)
+			rc = ds_sampler_init(&dd->train, dd->train_ds, o->seq_length, 0, nw, o->seed, DS_SPLIT_TRAIN, err);
+		if (rc == 0)
+			rc = ds_sampler_init(&dd->valid, dd->valid_ds, o->seq_length, 0, nv, o->seed, DS_SPLIT_VALID, err);
+		goto out;
+	}
+	rc = ds_data_split_parse(split, nw, b, e, err);
+	if (rc < 0)
+		goto out;
+	if (e[0] == b[0]) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: split \"%s\" leaves none of its %llu windows (seq_length %llu) for "
+				"training; give more data or a larger train weight", o->path, split,
+				(unsigned long long)nw, (unsigned long long)o->seq_length);
+		goto out;
+	}
+	for (int k = 0; k < 3 && rc == 0; k++) {
+		struct ds_sampler *s = k == 0 ? &dd->train : k == 1 ? &dd->valid : &dd->test;
+		rc = ds_sampler_init(s, dd->train_ds, o->seq_length, b[k], e[k] - b[k], o->seed, (uint32_t)k, err);
+	}
+out:
+	if (rc < 0)
+		ds_data_release(dd);
+	return rc;
+}
+
+void ds_data_release(struct ds_data *dd)
+{
+	ds_dataset_destroy(dd->train_ds);
+	ds_dataset_destroy(dd->valid_ds);
+	memset(dd, 0, sizeof *dd);
+}

@@ -1,0 +1,562 @@
+/* test_data.c - the dataset readers, the sampler and the split.
+ *
+ * Fixtures are written byte by byte from spec/formats.md into a temporary
+ * directory (Megatron .idx/.bin, llm.c shards), with token values chosen by
+ * hand, so the tests need no Python and no committed binaries.
+ */
+#include "unit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/dataset.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name)
+{
+	static char buf[8][512];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+	return buf[k];
+}
+
+static void put(const char *name, const void *p, size_t n)
+{
+	FILE *f = fopen(tpath(name), "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+/* little-endian byte writers */
+static size_t w8(uint8_t *b, size_t o, uint8_t v) { b[o] = v; return o + 1; }
+static size_t w16(uint8_t *b, size_t o, uint16_t v) { b[o] = v & 0xff; b[o + 1] = v >> 8; return o + 2; }
+static size_t w32(uint8_t *b, size_t o, uint32_t v) { for (int i = 0; i < 4; i++) b[o + i] = (v >> (8 * i)) & 0xff; return o + 4; }
+static size_t w64(uint8_t *b, size_t o, uint64_t v) { for (int i = 0; i < 8; i++) b[o + i] = (v >> (8 * i)) & 0xff; return o + 8; }
+
+/* Megatron fixture: 3 documents of one sequence each, sizes 3, 2, 4:
+ * {10,11,12} {20,21} {30,31,32,33}, dtype code `code` (8 u16 or 4 i32).
+ * .idx = 34 + 3*4 + 3*8 + 4*8 = 102 bytes. */
+static size_t make_idx(uint8_t *b, int code, size_t item)
+{
+	static const int32_t sizes[3] = { 3, 2, 4 };
+	size_t o = 0;
+	memcpy(b, "MMIDIDX\0\0", 9);
+	o = 9;
+	o = w64(b, o, 1);          /* version @9 */
+	o = w8(b, o, (uint8_t)code); /* dtype @17 */
+	o = w64(b, o, 3);          /* S @18 */
+	o = w64(b, o, 4);          /* D @26 */
+	assert_int_equal(o, 34);
+	for (int i = 0; i < 3; i++)
+		o = w32(b, o, (uint32_t)sizes[i]);
+	o = w64(b, o, 0);
+	o = w64(b, o, 3 * item);
+	o = w64(b, o, 5 * item);
+	for (int i = 0; i < 4; i++)
+		o = w64(b, o, (uint64_t)i);
+	return o;
+}
+
+static const uint32_t mega_tok[9] = { 10, 11, 12, 20, 21, 30, 31, 32, 33 };
+
+static void make_megatron(const char *prefix, int code)
+{
+	uint8_t idx[256], bin[64];
+	size_t item = code == 8 ? 2 : 4, n = make_idx(idx, code, item), o = 0;
+	char name[128];
+	assert_int_equal(n, 102);
+	for (int i = 0; i < 9; i++)
+		o = item == 2 ? w16(bin, o, (uint16_t)mega_tok[i]) : w32(bin, o, mega_tok[i]);
+	snprintf(name, sizeof name, "%s.idx", prefix);
+	put(name, idx, n);
+	snprintf(name, sizeof name, "%s.bin", prefix);
+	put(name, bin, o);
+}
+
+/* llm.c shard: header [0]=20240520 [1]=1 [2]=n, then uint16 tokens. */
+static void make_shard(const char *name, const uint16_t *tok, uint32_t n, uint32_t magic, uint32_t claimed)
+{
+	uint8_t *b = calloc(1, 1024 + 2 * n);
+	size_t o;
+	assert_non_null(b);
+	w32(b, 0, magic);
+	w32(b, 4, 1);
+	w32(b, 8, claimed);
+	o = 1024;
+	for (uint32_t i = 0; i < n; i++)
+		o = w16(b, o, tok[i]);
+	put(name, b, o);
+	free(b);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/ds-test-data-XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[512];
+	(void)state;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void expect_err(int rc, int code, const struct ds_err *e, const char *s1, const char *s2)
+{
+	if (rc != code || !strstr(e->msg, s1) || (s2 && !strstr(e->msg, s2)))
+		print_error("rc %d (want %d), message: %s\n", rc, code, e->msg);
+	assert_int_equal(rc, code);
+	assert_non_null(strstr(e->msg, s1));
+	if (s2)
+		assert_non_null(strstr(e->msg, s2));
+	assert_null(strchr(e->msg, '\n'));
+}
+
+/* ---- readers ---------------------------------------------------------- */
+
+static void test_text(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	uint32_t t[5];
+	(void)state;
+	put("a.txt", "Hello, world\n", 13);
+	assert_int_equal(ds_dataset_open(&d, tpath("a.txt"), DS_DATA_AUTO, &e), 0);
+	assert_string_equal(ds_dataset_format_name(d), "text");
+	assert_int_equal(ds_dataset_num_tokens(d), 13);
+	assert_int_equal(ds_dataset_read(d, 7, 5, t, &e), 0);
+	assert_int_equal(t[0], 'w');
+	assert_int_equal(t[4], 'd');
+	/* past the end */
+	assert_int_equal(ds_dataset_read(d, 10, 4, t, &e), DS_EINVAL);
+	ds_dataset_destroy(d);
+}
+
+static void test_megatron(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	uint32_t t[9];
+	int32_t ti[4];
+	static const int codes[2] = { 8, 4 };
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		char pre[64];
+		snprintf(pre, sizeof pre, "mega%d", codes[k]);
+		make_megatron(pre, codes[k]);
+		/* by prefix, and by the .bin name */
+		assert_int_equal(ds_dataset_open(&d, tpath(pre), DS_DATA_AUTO, &e), 0);
+		assert_string_equal(ds_dataset_format_name(d), "megatron");
+		assert_int_equal(ds_dataset_num_tokens(d), 9);
+		assert_int_equal(ds_dataset_read(d, 0, 9, t, &e), 0);
+		for (int i = 0; i < 9; i++)
+			assert_int_equal(t[i], mega_tok[i]);
+		/* a read across the document boundary 2|3 */
+		assert_int_equal(ds_dataset_read_i32(d, 2, 4, ti, &e), 0);
+		assert_int_equal(ti[0], 12);
+		assert_int_equal(ti[1], 20);
+		assert_int_equal(ti[2], 21);
+		assert_int_equal(ti[3], 30);
+		ds_dataset_destroy(d);
+		char bin[80];
+		snprintf(bin, sizeof bin, "%s.bin", pre);
+		assert_int_equal(ds_dataset_open(&d, tpath(bin), DS_DATA_AUTO, &e), 0);
+		assert_int_equal(ds_dataset_num_tokens(d), 9);
+		ds_dataset_destroy(d);
+	}
+}
+
+static void test_llmc(void **state)
+{
+	static const uint16_t a[5] = { 1, 2, 3, 50000, 5 }, b[3] = { 7, 8, 9 };
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	uint32_t t[8];
+	char list[600];
+	(void)state;
+	make_shard("tok_000.bin", a, 5, 20240520, 5);
+	make_shard("tok_001.bin", b, 3, 20240520, 3);
+	/* glob, sorted */
+	char pat[400];
+	snprintf(pat, sizeof pat, "%s/tok_*.bin", tmpdir);
+	assert_int_equal(ds_dataset_open(&d, pat, DS_DATA_AUTO, &e), 0);
+	assert_string_equal(ds_dataset_format_name(d), "llmc");
+	assert_int_equal(ds_dataset_num_tokens(d), 8);
+	assert_int_equal(ds_dataset_read(d, 2, 5, t, &e), 0);
+	assert_int_equal(t[0], 3);
+	assert_int_equal(t[1], 50000);
+	assert_int_equal(t[2], 5);
+	assert_int_equal(t[3], 7);
+	assert_int_equal(t[4], 8);
+	ds_dataset_destroy(d);
+	/* explicit list in reverse order */
+	snprintf(list, sizeof list, "%s,%s", tpath("tok_001.bin"), tpath("tok_000.bin"));
+	assert_int_equal(ds_dataset_open(&d, list, DS_DATA_AUTO, &e), 0);
+	assert_int_equal(ds_dataset_read(d, 0, 4, t, &e), 0);
+	assert_int_equal(t[0], 7);
+	assert_int_equal(t[3], 1);
+	ds_dataset_destroy(d);
+	/* one shard, detected by its magic */
+	assert_int_equal(ds_dataset_open(&d, tpath("tok_001.bin"), DS_DATA_AUTO, &e), 0);
+	assert_string_equal(ds_dataset_format_name(d), "llmc");
+	assert_int_equal(ds_dataset_num_tokens(d), 3);
+	ds_dataset_destroy(d);
+}
+
+/* ---- bad data --------------------------------------------------------- */
+
+static void test_missing(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	char pat[400];
+	(void)state;
+	expect_err(ds_dataset_open(&d, tpath("nope.txt"), DS_DATA_AUTO, &e), DS_EINVAL, &e, "nope.txt", "no such file");
+	assert_null(d);
+	snprintf(pat, sizeof pat, "%s/none_*.bin", tmpdir);
+	expect_err(ds_dataset_open(&d, pat, DS_DATA_AUTO, &e), DS_EINVAL, &e, "none_*.bin", "no llm.c shard");
+	/* Megatron .idx without its .bin */
+	make_megatron("orphan", 8);
+	unlink(tpath("orphan.bin"));
+	expect_err(ds_dataset_open(&d, tpath("orphan"), DS_DATA_AUTO, &e), DS_EINVAL, &e, "orphan.bin", "no such file");
+}
+
+static void test_bad_idx(void **state)
+{
+	uint8_t idx[256], bin[64] = { 0 };
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	size_t n;
+	(void)state;
+	put("bad.bin", bin, 18);
+	/* bad magic */
+	n = make_idx(idx, 8, 2);
+	idx[0] = 'X';
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "byte offset 0");
+	/* truncated: header fine, arrays cut */
+	n = make_idx(idx, 8, 2);
+	put("bad.idx", idx, 60);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "truncated");
+	/* shorter than the header */
+	put("bad.idx", idx, 20);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "34-byte MMIDIDX header");
+	/* S so large that the arrays are beyond the file */
+	w64(idx, 18, 1000000);
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "1000000 sequences");
+	/* wrong version */
+	n = make_idx(idx, 8, 2);
+	w64(idx, 9, 2);
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "byte offset 9");
+	/* a float dtype code */
+	n = make_idx(idx, 6, 4);
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "byte offset 17");
+	/* pointers[1] wrong: @34+12+8 = 54 */
+	n = make_idx(idx, 8, 2);
+	w64(idx, 54, 4);
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "byte offset 54");
+	/* doc_idx not ending at S: doc_idx[3] @ 34+36+24 = 94 */
+	n = make_idx(idx, 8, 2);
+	w64(idx, 94, 2);
+	put("bad.idx", idx, n);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.idx", "byte offset 94");
+	/* .bin shorter than the index says (9 tokens x 2 = 18 bytes) */
+	n = make_idx(idx, 8, 2);
+	put("bad.idx", idx, n);
+	put("bad.bin", bin, 17);
+	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.bin", "truncated");
+	/* and the untouched fixture opens */
+	put("bad.bin", bin, 18);
+	assert_int_equal(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), 0);
+	ds_dataset_destroy(d);
+}
+
+static void test_bad_llmc(void **state)
+{
+	static const uint16_t a[4] = { 1, 2, 3, 4 };
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	(void)state;
+	make_shard("m.bin", a, 4, 20240521, 4);
+	expect_err(ds_dataset_open(&d, tpath("m.bin"), DS_DATA_LLMC, &e), DS_ECORRUPT, &e, "m.bin", "bad magic 20240521");
+	/* header claims 5 tokens, file holds 4 */
+	make_shard("m.bin", a, 4, 20240520, 5);
+	expect_err(ds_dataset_open(&d, tpath("m.bin"), DS_DATA_LLMC, &e), DS_ECORRUPT, &e, "m.bin", "says 5 tokens");
+	/* shorter than the header */
+	put("m.bin", a, 8);
+	expect_err(ds_dataset_open(&d, tpath("m.bin"), DS_DATA_LLMC, &e), DS_ECORRUPT, &e, "m.bin", "1024-byte");
+}
+
+static void test_vocab(void **state)
+{
+	static const uint16_t a[3] = { 1, 2, 3 }, b[4] = { 7, 8, 300, 9 };
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	uint32_t t[8];
+	char list[600];
+	(void)state;
+	/* text: byte 0xC8 = 200 at offset 6, vocab 128 */
+	put("v.txt", "abcdef\xc8ghijk", 12);
+	assert_int_equal(ds_dataset_open(&d, tpath("v.txt"), DS_DATA_TEXT, &e), 0);
+	ds_dataset_set_vocab(d, 128);
+	assert_int_equal(ds_dataset_read(d, 0, 6, t, &e), 0);
+	expect_err(ds_dataset_read(d, 4, 4, t, &e), DS_EINVAL, &e, "v.txt: byte offset 6", "token id 200 >= vocab_size 128");
+	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "v.txt: byte offset 6", "token id 200");
+	ds_dataset_set_vocab(d, 256);
+	assert_int_equal(ds_dataset_scan(d, &e), 0);
+	ds_dataset_destroy(d);
+	/* llm.c: token 300 is stream token 5, in the second shard at byte 1024 + 2*2 */
+	make_shard("v0.bin", a, 3, 20240520, 3);
+	make_shard("v1.bin", b, 4, 20240520, 4);
+	snprintf(list, sizeof list, "%s,%s", tpath("v0.bin"), tpath("v1.bin"));
+	assert_int_equal(ds_dataset_open(&d, list, DS_DATA_AUTO, &e), 0);
+	ds_dataset_set_vocab(d, 256);
+	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "v1.bin: byte offset 1028", "token 5 of the stream");
+	ds_dataset_destroy(d);
+	/* Megatron i32 with a negative id in the .bin: token 4 at byte 16 */
+	make_megatron("neg", 4);
+	{
+		uint8_t bin[36];
+		size_t o = 0;
+		for (int i = 0; i < 9; i++)
+			o = w32(bin, o, i == 4 ? 0xffffffffu : mega_tok[i]);
+		put("neg.bin", bin, o);
+	}
+	assert_int_equal(ds_dataset_open(&d, tpath("neg"), DS_DATA_AUTO, &e), 0);
+	ds_dataset_set_vocab(d, 50304);
+	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "neg.bin: byte offset 16", "negative");
+	ds_dataset_destroy(d);
+}
+
+static void test_too_short(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_sampler s;
+	uint64_t nw;
+	(void)state;
+	put("short.txt", "abcdefgh", 8);
+	assert_int_equal(ds_dataset_open(&d, tpath("short.txt"), DS_DATA_AUTO, &e), 0);
+	expect_err(ds_dataset_num_windows(d, 8, &nw, &e), DS_EINVAL, &e, "short.txt", "has 8 tokens");
+	assert_non_null(strstr(e.msg, "needs 9"));
+	expect_err(ds_sampler_init(&s, d, 8, 0, 1, 1, 0, &e), DS_EINVAL, &e, "short.txt", "needs 9");
+	/* 9 tokens is exactly one window */
+	assert_int_equal(ds_dataset_num_windows(d, 7, &nw, &e), 0);
+	assert_int_equal(nw, 1);
+	ds_dataset_destroy(d);
+	put("empty.txt", "", 0);
+	assert_int_equal(ds_dataset_open(&d, tpath("empty.txt"), DS_DATA_AUTO, &e), 0);
+	expect_err(ds_dataset_num_windows(d, 4, &nw, &e), DS_EINVAL, &e, "empty.txt", "has 0 tokens");
+	ds_dataset_destroy(d);
+}
+
+/* ---- permutation and sampler ------------------------------------------ */
+
+static void test_permute(void **state)
+{
+	static const uint64_t ns[] = { 1, 2, 3, 5, 7, 16, 17, 255, 1000, 4097 };
+	(void)state;
+	for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+		uint64_t n = ns[k], fixed = 0;
+		uint8_t *seen = calloc(n, 1);
+		assert_non_null(seen);
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t p = ds_data_permute(i, n, 1234, 0, 3);
+			assert_true(p < n);
+			assert_int_equal(seen[p], 0);
+			seen[p] = 1;
+			fixed += p == i;
+			/* deterministic */
+			assert_int_equal(p, ds_data_permute(i, n, 1234, 0, 3));
+		}
+		if (n >= 255)
+			assert_true(fixed < n / 20);  /* expected about 1 fixed point */
+		free(seen);
+	}
+	/* epochs, seeds and streams give different orders */
+	int de = 0, ds = 0, dst = 0;
+	for (uint64_t i = 0; i < 1000; i++) {
+		uint64_t p = ds_data_permute(i, 1000, 42, 0, 0);
+		de += p != ds_data_permute(i, 1000, 42, 0, 1);
+		ds += p != ds_data_permute(i, 1000, 43, 0, 0);
+		dst += p != ds_data_permute(i, 1000, 42, 1, 0);
+	}
+	assert_true(de > 900 && ds > 900 && dst > 900);
+	/* roughly uniform: where element 0 lands, over 4000 epochs, n = 8:
+	 * 500 expected per slot; chi-square with 7 dof < 30 (p ~ 1e-4) */
+	uint64_t cnt[8] = { 0 };
+	for (uint64_t ep = 0; ep < 4000; ep++)
+		cnt[ds_data_permute(0, 8, 7, 0, ep)]++;
+	double chi = 0;
+	for (int j = 0; j < 8; j++)
+		chi += ((double)cnt[j] - 500.0) * ((double)cnt[j] - 500.0) / 500.0;
+	assert_true(chi < 30.0);
+}
+
+static void test_sampler(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_sampler s, s2;
+	char text[101];
+	int32_t tok[9];
+	uint64_t nw, ep, w;
+	(void)state;
+	for (int i = 0; i < 100; i++)
+		text[i] = (char)(' ' + i % 90);
+	put("s.txt", text, 100);
+	assert_int_equal(ds_dataset_open(&d, tpath("s.txt"), DS_DATA_AUTO, &e), 0);
+	/* floor((100 - 1) / 8) = 12 windows */
+	assert_int_equal(ds_dataset_num_windows(d, 8, &nw, &e), 0);
+	assert_int_equal(nw, 12);
+	assert_int_equal(ds_sampler_init(&s, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e), 0);
+	assert_int_equal(ds_sampler_init(&s2, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e), 0);
+	for (uint64_t epoch = 0; epoch < 3; epoch++) {
+		int seen[12] = { 0 };
+		for (uint64_t i = 0; i < nw; i++) {
+			uint64_t g = epoch * nw + i, w2, e2;
+			ds_sampler_locate(&s, g, &ep, &w);
+			ds_sampler_locate(&s2, g, &e2, &w2);
+			assert_int_equal(ep, epoch);
+			assert_int_equal(w, w2);
+			assert_true(w < 12);
+			seen[w]++;
+			/* the tokens are window w: bytes [8w, 8w + 9) */
+			assert_int_equal(ds_sampler_get(&s, g, tok, &e), 0);
+			for (int j = 0; j < 9; j++)
+				assert_int_equal(tok[j], (unsigned char)text[8 * w + j]);
+		}
+		for (int j = 0; j < 12; j++)
+			assert_int_equal(seen[j], 1);
+	}
+	/* no shuffle: identity order */
+	s.shuffle = 0;
+	ds_sampler_locate(&s, 13, &ep, &w);
+	assert_int_equal(ep, 1);
+	assert_int_equal(w, 1);
+	ds_dataset_destroy(d);
+}
+
+static void test_split(void **state)
+{
+	uint64_t b[3], e[3];
+	struct ds_err err = DS_ERR_INIT;
+	(void)state;
+	assert_int_equal(ds_data_split_parse("949,50,1", 1000, b, e, &err), 0);
+	assert_int_equal(b[0], 0); assert_int_equal(e[0], 949);
+	assert_int_equal(b[1], 949); assert_int_equal(e[1], 999);
+	assert_int_equal(b[2], 999); assert_int_equal(e[2], 1000);
+	/* "969, 30, 1" of 100: 96.9 -> 97, 3, 0.1 -> 0 */
+	assert_int_equal(ds_data_split_parse("969, 30, 1", 100, b, e, &err), 0);
+	assert_int_equal(e[0], 97); assert_int_equal(e[1], 100); assert_int_equal(e[2], 100);
+	/* thirds of 10: [0,3,6,9], excess -1 moves every boundary up: [0,4,7,10] */
+	assert_int_equal(ds_data_split_parse("1/1/1", 10, b, e, &err), 0);
+	assert_int_equal(e[0], 4); assert_int_equal(b[1], 4); assert_int_equal(e[1], 7);
+	assert_int_equal(b[2], 7); assert_int_equal(e[2], 10);
+	/* halves of 5: round(2.5) = 2 (half to even), [0,2,4,4] -> [0,3,5,5] */
+	assert_int_equal(ds_data_split_parse("1,1", 5, b, e, &err), 0);
+	assert_int_equal(e[0], 3); assert_int_equal(e[1], 5); assert_int_equal(e[2], 5);
+	expect_err(ds_data_split_parse("a,b", 5, b, e, &err), DS_EINVAL, &err, "split \"a,b\"", "offset 0");
+	expect_err(ds_data_split_parse("0,0,0", 5, b, e, &err), DS_EINVAL, &err, "0,0,0", "sum to 0");
+	expect_err(ds_data_split_parse("1,2,3,4", 5, b, e, &err), DS_EINVAL, &err, "1,2,3,4", "more than three");
+}
+
+static void test_data_open(void **state)
+{
+	struct ds_data dd;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_data_opts o = { 0 };
+	char text[1001];
+	int32_t tok[11];
+	(void)state;
+	for (int i = 0; i < 1000; i++)
+		text[i] = (char)('a' + i % 26);
+	put("big.txt", text, 1000);
+	put("val.txt", text, 200);
+	o.path = tpath("big.txt");
+	o.seq_length = 10;
+	o.vocab_size = 256;
+	o.seed = 5;
+	o.split = "90,10,0";
+	/* 99 windows: 89 train, 10 valid, 0 test */
+	assert_int_equal(ds_data_open(&dd, &o, &e), 0);
+	assert_int_equal(dd.train.count, 89);
+	assert_int_equal(dd.valid.first, 89);
+	assert_int_equal(dd.valid.count, 10);
+	assert_int_equal(dd.test.count, 0);
+	for (uint64_t g = 0; g < 30; g++) {
+		uint64_t ep, w;
+		ds_sampler_locate(&dd.valid, g, &ep, &w);
+		assert_true(w >= 89 && w < 99);
+		ds_sampler_locate(&dd.train, g, &ep, &w);
+		assert_true(w < 89);
+	}
+	expect_err(ds_sampler_get(&dd.test, 0, tok, &e), DS_EINVAL, &e, "big.txt", "no samples");
+	ds_data_release(&dd);
+	/* a separate validation set */
+	o.valid_path = tpath("val.txt");
+	assert_int_equal(ds_data_open(&dd, &o, &e), 0);
+	assert_int_equal(dd.train.count, 99);
+	assert_int_equal(dd.valid.count, 19);
+	assert_int_equal(ds_sampler_get(&dd.valid, 0, tok, &e), 0);
+	ds_data_release(&dd);
+	/* bad token found by the up-front scan */
+	text[500] = (char)0xff;
+	put("big.txt", text, 1000);
+	o.valid_path = NULL;
+	o.vocab_size = 128;
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "big.txt: byte offset 500", "token id 255");
+	/* no train windows left */
+	o.vocab_size = 256;
+	o.split = "0,1,0";
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "big.txt", "for training");
+}
+
+static void test_bundled(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	uint32_t t[16];
+	(void)state;
+	assert_int_equal(ds_dataset_open(&d, DS_TEST_SRC("share/data/devils-dictionary.txt"), DS_DATA_AUTO, &e), 0);
+	assert_string_equal(ds_dataset_format_name(d), "text");
+	assert_true(ds_dataset_num_tokens(d) > 300000);
+	ds_dataset_set_vocab(d, 128);  /* plain ASCII */
+	assert_int_equal(ds_dataset_scan(d, &e), 0);
+	assert_int_equal(ds_dataset_read(d, 0, 12, t, &e), 0);
+	assert_int_equal(t[0], ' ');
+	ds_dataset_destroy(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_text),
+		cmocka_unit_test(test_megatron),
+		cmocka_unit_test(test_llmc),
+		cmocka_unit_test(test_missing),
+		cmocka_unit_test(test_bad_idx),
+		cmocka_unit_test(test_bad_llmc),
+		cmocka_unit_test(test_vocab),
+		cmocka_unit_test(test_too_short),
+		cmocka_unit_test(test_permute),
+		cmocka_unit_test(test_sampler),
+		cmocka_unit_test(test_split),
+		cmocka_unit_test(test_data_open),
+		cmocka_unit_test(test_bundled),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
