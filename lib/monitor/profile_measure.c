@@ -1,6 +1,7 @@
-/* profile_measure.c - ds-profile --measure: time the GPT's forward and
- * backward (and per-layer forward through the segment hooks) on this
- * machine, and the sgemm ceiling in the same run for MFU.
+/* profile_measure.c - ds-profile --measure: time the GPT's forward,
+ * backward (per-layer forward through the segment hooks) and an Adam step
+ * (DeepSpeed's defaults) on this machine, and the sgemm ceiling in the same
+ * run for MFU.
  *
  * Warm-up iterations first, then the mean over timed iterations.  The
  * parameters are initialised as ds-train would (seed 1234); tokens are a
@@ -13,6 +14,7 @@
 #include "model/gpt.h"
 #include "monitor/profile.h"
 #include "monitor/profile_run.h"
+#include "optim/optim.h"
 #include "util/mem.h"
 #include "util/rng.h"
 #include "util/timer.h"
@@ -44,6 +46,7 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 {
 	struct ds_gpt *m = NULL;
 	struct ds_gpt_ws *ws = NULL;
+	struct ds_optim *opt = NULL;
 	float *params = NULL, *grads = NULL;
 	int32_t *tok = NULL;
 	struct seg_clock k = { 0 };
@@ -68,6 +71,10 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 				(long long)n, B, T);
 		goto out;
 	}
+	struct ds_optim_params hp;
+	ds_optim_params_init(&hp, DS_OPTIM_ADAM);
+	if ((rc = ds_optim_create(&opt, &hp, (size_t)n, err)) < 0)
+		goto out;
 	ds_gpt_init(m, 1234, params, 0, n);
 	struct ds_rng r;
 	ds_rng_init(&r, 1234, 0x70726f66, 0);
@@ -76,7 +83,7 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 	struct ds_gpt_hooks h = { &k, pre_hook, post_hook };
 	ds_gpt_ws_set_hooks(ws, &h);
 
-	double fwd = 0, bwd = 0;
+	double fwd = 0, bwd = 0, step = 0;
 	int iters = o->iters > 0 ? o->iters : 3;
 	for (int it = 0; it < o->warmup + iters; it++) {
 		float loss;
@@ -90,13 +97,18 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 		if ((rc = ds_gpt_backward(m, ws, params, grads, 1.0f, err)) < 0)
 			goto out;
 		double t2 = ds_now();
+		if ((rc = ds_optim_step(opt, params, grads, 1.0f, NULL, 0, err)) < 0)
+			goto out;
+		double t3 = ds_now();
 		if (timed) {
 			fwd += t1 - t0;
 			bwd += t2 - t1;
+			step += t3 - t2;
 		}
 	}
 	e->fwd_s = fwd / iters;
 	e->bwd_s = bwd / iters;
+	e->step_s = step / iters;
 	e->breakdown = 1;
 	e->recompute_fwd_factor = o->checkpointing ? 1.0 : 0.0;
 	/* the tree: root = whole forward, block i = segment 1+i */
@@ -119,6 +131,7 @@ out:
 	ds_free(tok);
 	ds_free(params);
 	ds_free(grads);
+	ds_optim_destroy(opt);
 	ds_gpt_ws_destroy(ws);
 	ds_gpt_destroy(m);
 	return rc;

@@ -40,8 +40,8 @@ int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile
 		   struct ds_err *err);
 
 /* Measure the GPT of cfg at c's batch x seq on this machine: o->warmup
- * untimed then o->iters timed forward+backward iterations (fp32, CPU).
- * Fills e->fwd_s, e->bwd_s, e->breakdown, e->recompute_fwd_factor,
+ * untimed then o->iters timed forward + backward + Adam step iterations
+ * (fp32, CPU).  Fills e->fwd_s, e->bwd_s, e->step_s, e->breakdown, e->recompute_fwd_factor,
  * e->peak_flops (sgemm ceiling, same run) and the latency of c's root and of each layer (segment hooks).
  * Returns 0, DS_EINVAL (bert, bad shape) or DS_ENOMEM. */
 struct ds_profile_measure_opts {

@@ -106,6 +106,8 @@ tiny_model() {
 	run -0 ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --warmup 1 --iters 2 --detailed
 	assert_line --regexp '^fwd latency: +[0-9.]+ [mu]?s *$'
 	assert_line --regexp '^bwd FLOPS per GPU = 2 \* fwd flops per GPU / bwd latency: +[0-9.]+ [KMGT]?FLOPS$'
+	assert_line --regexp '^step latency: +[0-9.]+ [mu]?s *$'
+	assert_line --regexp '^iter latency: +[0-9.]+ [mu]?s *$'
 	assert_line --regexp '^MFU = FLOPS per GPU / sgemm ceiling: +0\.[0-9]+ *$'
 	assert_line --regexp "^    fwd latency - \{'GPTLMHeadModel': '[0-9.]+ [mu]?s'\}$"
 	# each layer was timed through the segment hooks: no collapse, a latency each
