@@ -22,3 +22,9 @@ tests_unit_test_scaler_SOURCES = tests/unit/test_scaler.c tests/unit/unit.h
 tests_unit_test_scaler_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_scaler_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+## Benchmark (not a test): built by `make check` or `make bench/adamw`,
+## never run by it.
+check_PROGRAMS += bench/adamw
+bench_adamw_SOURCES = bench/adamw.c
+bench_adamw_LDADD = $(DS_LDADD)
