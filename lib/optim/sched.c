@@ -138,6 +138,12 @@ int ds_sched_param_set(struct ds_sched_params *p, const char *name, double val, 
 		if (val != floor(val) || fabs(val) > 9e15)
 			return ds_err_set(err, DS_EINVAL, "scheduler.params.%s: expected an integer (got %g)", name,
 					  val);
+		/* DeepSpeed (spec §4) stores the stair counts and never uses
+		 * them: a count that would silently do nothing is rejected */
+		if (strstr(name, "_stair_count") && val != 0)
+			return ds_err_set(err, DS_EINVAL,
+					  "scheduler.params.%s: stair counts have no effect in DeepSpeed's OneCycle "
+					  "(stored but unused); remove the key or set it to 0", name);
 		*(int64_t *)(base + k->off) = (int64_t)val;
 		break;
 	case F_BOOL:
@@ -253,8 +259,13 @@ void ds_sched_value(const struct ds_sched_params *p, double org_lr, int64_t k, s
 			ratio = warmup_gamma(p->warmup_type, w, k);
 			ratio = p->warmup_min_ratio + ratio * (1.0 - p->warmup_min_ratio);
 		} else {
+			/* progress clamped to 1, as DeepSpeed does since it fixed the
+			 * schedule climbing back up after total_num_steps */
 			double s = (double)(k - w + 1), d = (double)(p->total_num_steps - w);
-			ratio = (1.0 + cos(M_PI * s / d)) / 2.0;
+			double prog = s / (d > 1.0 ? d : 1.0);
+			if (prog > 1.0)
+				prog = 1.0;
+			ratio = (1.0 + cos(M_PI * prog)) / 2.0;
 			ratio = p->cos_min_ratio + (1.0 - p->cos_min_ratio) * ratio;
 			if (ratio < 0.0)
 				ratio = 0.0;

@@ -5,7 +5,10 @@
  * an optimizer step that did not overflow, so the first optimizer step uses
  * the construction value (k = -1) and, in general, the i-th non-skipped
  * optimizer step (i = 1, 2, ...) uses k = i - 2.
- * Semantics: spec/deepspeed-training.md §4.
+ * Semantics: spec/deepspeed-training.md §4, with two choices of dstk:
+ * WarmupCosineLR holds the floor after total_num_steps (the progress is
+ * clamped at 1, as later DeepSpeed does, instead of climbing back up), and
+ * non-zero OneCycle stair counts, which DeepSpeed ignores, are rejected.
  */
 #ifndef DS_OPTIM_SCHED_H
 #define DS_OPTIM_SCHED_H
@@ -41,8 +44,8 @@ struct ds_sched_params {
 	double decay_lr_rate;              /* 0 */
 	int64_t cycle_first_step_size;     /* 2000 */
 	int64_t cycle_second_step_size;    /* -1: same as the first */
-	int64_t cycle_first_stair_count;   /* 0 (stored, unused as in DeepSpeed) */
-	int64_t cycle_second_stair_count;  /* -1 */
+	int64_t cycle_first_stair_count;   /* 0; only 0 accepted (no effect in DeepSpeed) */
+	int64_t cycle_second_stair_count;  /* -1 (None); only 0 accepted */
 	int64_t decay_step_size;           /* 0 */
 	int cycle_momentum;                /* 1 */
 	double cycle_min_mom;              /* 0.8 */

@@ -84,6 +84,10 @@ static void test_warmup_cosine(void **state)
 	near5(ds_sched_lr(&p, org, 10), 0.0999753);
 	near5(ds_sched_lr(&p, org, 59), 0.050005);
 	near5(ds_sched_lr(&p, org, 109), 1e-5);
+	/* past total_num_steps it stays at the floor (unclamped, k=160 would
+	 * give cos(1.5 pi) -> 0.050005 again) */
+	near5(ds_sched_lr(&p, org, 160), 1e-5);
+	near5(ds_sched_lr(&p, org, 5000), 1e-5);
 	/* the lr scales with the optimizer's lr */
 	near5(ds_sched_lr(&p, 2 * org, 59), 0.10001);
 	/* warmup_min_ratio lifts the start of the warmup */
@@ -133,9 +137,10 @@ static void test_one_cycle(void **state)
 	p.decay_mom_rate = 0.1;
 	ds_sched_value(&p, 1.0, 29, &v);
 	assert_float_equal(v.beta1, 0.99, 1e-12);
-	/* stair counts are accepted and change nothing */
-	assert_int_equal(ds_sched_param_set(&p, "cycle_first_stair_count", 3, &err), 0);
-	assert_float_equal(ds_sched_lr(&p, 1.0, 14), 0.055, 1e-12);
+	/* stair counts do nothing in DeepSpeed: 0 is accepted, others rejected */
+	assert_int_equal(ds_sched_param_set(&p, "cycle_first_stair_count", 0, &err), 0);
+	assert_int_equal(ds_sched_param_set(&p, "cycle_second_stair_count", 3, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "cycle_second_stair_count"));
 	/* an asymmetric cycle: first 10 up, second 30 down; k=24: b=25, x=0.625,
 	 * scale = (0.625-1)/(0.25-1) = 0.5 */
 	p.cycle_second_step_size = 30;
