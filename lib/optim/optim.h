@@ -71,7 +71,9 @@ int ds_optim_decoupled(const struct ds_optim_params *p);
 
 #define DS_OPTIM_MAX_STATES 2
 
-/* An optimizer over one shard of n elements. */
+/* An optimizer over one shard of n elements.  A checkpoint keeps step and
+ * every state by name; both must be restored together (SGD's first step
+ * copies the gradient into momentum_buffer, Adam's bias correction uses t). */
 struct ds_optim {
 	struct ds_optim_params hp;  /* may be changed between steps */
 	size_t n;                   /* shard length */
@@ -145,7 +147,9 @@ const char *ds_simd_name(enum ds_simd isa);
  *   if AdamW: p = p*wd_mul + p    (wd_mul = -lr*wd)
  *   p = u*step_size + p          (step_size = -lr/bc1)
  * where every "a*b + c" is one fused multiply-add (fmaf) in all kernels,
- * so the scalar reference and the vector kernels agree bit for bit. */
+ * so the scalar reference and the vector kernels agree bit for bit.  The
+ * bias corrections 1-b^t are computed in double and rounded once to float
+ * (CPUAdam keeps b^t as a float running product: last-bit differences). */
 struct ds_adam_coef {
 	float beta1, beta2, one_minus_beta1, one_minus_beta2;
 	float eps, bc2_rsqrt, step_size;
