@@ -6,18 +6,49 @@
  *   tiny: 6 layers, 384, 6 heads, vocab 256, B=8, T=128
  * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
  * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
- * ceiling.  Not a test: it asserts nothing.
+ * ceiling, and the time of the step's matrix products alone with the same
+ * shapes (the bound the step can reach with this BLAS; skip it with
+ * GPT_STEP_NO_MATMUL_ONLY=1).  Best-of figures matter on a shared machine.
+ * Not a test: it asserts nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include <cblas.h>
 
 #include "engine/ceiling.h"
 #include "model/count.h"
 #include "model/gpt.h"
 #include "util/mem.h"
 #include "util/timer.h"
+
+/* The matrix products of one training step, alone, with the model's shapes:
+ * the best a step can do with this BLAS (attention matmuls not included). */
+static double sgemm_only_step(int L, int C, int F, int V, int N)
+{
+	int64_t big = (int64_t)N * V > (int64_t)V * C ? (int64_t)N * V : (int64_t)V * C;
+	if ((int64_t)4 * C * F > big)
+		big = (int64_t)4 * C * F;
+	float *a = ds_alloc((size_t)big * 4), *b = ds_alloc((size_t)big * 4), *c = ds_alloc((size_t)big * 4);
+	const int shp[4][2] = { { C, 3 * C }, { C, C }, { C, F }, { F, C } };   /* in, out */
+	double t0 = ds_now();
+	for (int l = 0; l < L; l++)
+		for (int k = 0; k < 4; k++) {
+			int in = shp[k][0], out = shp[k][1];
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1, a, in, b, in, 1, c, out);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1, a, out, b, in, 0, c, in);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1, a, out, b, in, 1, c, in);
+		}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1, a, C, b, C, 0, c, V);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1, a, V, b, C, 0, c, C);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1, a, V, b, C, 1, c, C);
+	double t = ds_now() - t0;
+	ds_free(a);
+	ds_free(b);
+	ds_free(c);
+	return t;
+}
 
 int main(int argc, char **argv)
 {
@@ -65,7 +96,7 @@ int main(int argc, char **argv)
 	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);
 
 	double ceil_gf = ds_ceiling_sgemm_gflops(0, 1.0);
-	double tf = 0, tb = 0, best = 1e30;
+	double tf = 0, tb = 0, best = 1e30, mm = 1e30;
 	float loss = 0;
 	for (int s = -1; s < steps; s++) {   /* step -1 warms up */
 		memset(g, 0, (size_t)n * 4);
@@ -74,6 +105,10 @@ int main(int argc, char **argv)
 		double t1 = ds_now();
 		ds_gpt_backward(m, ws, p, g, 1.0f, &err);
 		double t2 = ds_now();
+		double tm = getenv("GPT_STEP_NO_MATMUL_ONLY") ? 1e30
+			: sgemm_only_step(L, C, 4 * C, ds_gpt_config(m)->padded_vocab_size, B * T);
+		if (tm < mm)
+			mm = tm;
 		if (s < 0)
 			continue;
 		tf += t1 - t0;
@@ -81,14 +116,21 @@ int main(int argc, char **argv)
 		if (t2 - t0 < best)
 			best = t2 - t0;
 	}
+	double c2 = ds_ceiling_sgemm_gflops(0, 1.0);   /* again: the machine may be shared */
+	if (c2 > ceil_gf)
+		ceil_gf = c2;
 	double step = (tf + tb) / steps;
 	double gf = tot.train_flops_step / step / 1e9;
+	double gfb = tot.train_flops_step / best / 1e9;
 	printf("# gpt-step: L=%d C=%d NH=%d V=%d B=%d T=%d ckpt=%d params=%lld threads=%d\n", L, C, NH, V, B,
 	       T, ckpt, (long long)n, omp_get_max_threads());
 	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
 	printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * tf / steps,
 	       1e3 * tb / steps, 1e3 * step, 1e3 * best);
 	printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
+	printf("best_model_gflops %.1f\nbest_fraction_of_sgemm %.3f\n", gfb, gfb / ceil_gf);
+	if (mm < 1e30)
+		printf("matmul_only_step_ms %.2f\nbest_step_over_matmul_only %.3f\n", 1e3 * mm, mm / best);
 	printf("activation_bytes %zu\nloss %.6f\n", ds_gpt_ws_bytes(ws), loss);
 	ds_gpt_ws_destroy(ws);
 	ds_gpt_destroy(m);

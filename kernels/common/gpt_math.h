@@ -20,15 +20,16 @@
 
 /* exp(x) in float, within 2 ulp of expf on [-87, 88] (Cephes' expf: x = n ln2
  * + r, degree-6 polynomial for e^r, 2^n through the exponent bits).  Written
- * without library calls or branches so `omp simd` loops vectorise it; inputs
+ * without library calls or branches so `omp simd` loops vectorise it (the
+ * clamps need -fno-trapping-math to if-convert on SSE2); inputs
  * below -87.3 give a tiny positive number (~1e-38) instead of 0. */
 static inline DS_HD float ds_expf(float x)
 {
 	x = x < -87.3f ? -87.3f : x;
 	x = x > 88.7f ? 88.7f : x;
 	float t = x * 1.44269504088896341f;
-	int n = (int)(t + (t >= 0 ? 0.5f : -0.5f));   /* round to nearest */
-	float fn = (float)n;
+	float fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest: 1.5 * 2^23 */
+	int n = (int)fn;
 	float r = x - fn * 0.693359375f;
 	r = r - fn * -2.12194440e-4f;
 	float p = 1.9875691500e-4f;

@@ -23,6 +23,26 @@ static void test_gelu_values(void **state)
 	assert_true(fabsf(ds_silu(1.0f) - 0.7310586f) < 1e-6f);
 }
 
+/* ds_expf within 2 ulp-ish of libm's exp over the range the kernels use */
+static void test_expf_accuracy(void **state)
+{
+	(void)state;
+	double worst = 0;
+	for (double x = -87.0; x <= 88.0; x += 0.0137) {
+		double want = exp((double)(float)x), got = ds_expf((float)x);
+		double rel = fabs(got - want) / want;
+		if (rel > worst)
+			worst = rel;
+	}
+	assert_true(worst < 3e-7);
+	assert_true(ds_expf(0.0f) == 1.0f);
+	assert_true(ds_expf(-200.0f) < 1e-37f && ds_expf(-200.0f) >= 0.0f);
+	/* tanh through it: odd, saturating, accurate to 1e-6 absolute */
+	for (float x = -9.0f; x <= 9.0f; x += 0.011f)
+		assert_true(fabsf(ds_tanhf(x) - tanhf(x)) < 1e-6f);
+	assert_true(ds_tanhf(50.0f) == 1.0f && ds_tanhf(-50.0f) == -1.0f);
+}
+
 /* derivatives against central differences in double-sized steps */
 static void test_act_grads(void **state)
 {
@@ -122,6 +142,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gelu_values),
+		cmocka_unit_test(test_expf_accuracy),
 		cmocka_unit_test(test_act_grads),
 		cmocka_unit_test(test_rotary_inverse),
 		cmocka_unit_test(test_layernorm_row),
