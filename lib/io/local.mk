@@ -2,3 +2,4 @@
 include $(srcdir)/lib/io/aio.mk
 include $(srcdir)/lib/io/data.mk
 include $(srcdir)/lib/io/ckpt.mk
+include $(srcdir)/lib/io/convert.mk

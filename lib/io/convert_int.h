@@ -1,0 +1,79 @@
+/* convert_int.h - the pieces of ds_convert_run: a tensor source that hands
+ * out dstk-named fp32 tensors one at a time, whatever the input format, and
+ * one writer per output format.  Private to lib/io/convert*.c.
+ */
+#ifndef DS_IO_CONVERT_INT_H
+#define DS_IO_CONVERT_INT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/model.h"
+#include "io/convert.h"
+#include "model/gpt.h"
+#include "util/err.h"
+
+struct ds_csrc {
+	const char *kind;              /* "checkpoint", "safetensors", "llm.c" */
+	char path[4096];               /* the file actually read */
+	struct ds_model_config cfg;    /* effective (derived fields set) */
+	struct ds_gpt *model;          /* registry of cfg */
+	int64_t step;                  /* checkpoint step, else 0 */
+	char *model_json;              /* model JSON text (malloc'd) */
+	void *ctx;
+	/* Fill dst (t->numel floats, dstk [out, in] layout, padded rows too). */
+	int (*read)(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct ds_err *err);
+	void (*close)(void *ctx);
+};
+
+/* Finish a source once cfg is set: build the model (registry) and model JSON. */
+int ds_csrc_setup(struct ds_csrc *s, struct ds_err *err);
+/* Close and free everything; accepts a zeroed struct. */
+void ds_csrc_release(struct ds_csrc *s);
+/* fp32 bytes of the largest tensor of s. */
+uint64_t ds_csrc_largest(const struct ds_csrc *s);
+
+/* Sources (convert.c, convert_ckpt.c). */
+int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err);
+int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err);
+int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err);
+
+/* Writers: return 0 and add the tensor bytes written to *bytes. */
+int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t *bytes, struct ds_err *err);
+int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint64_t *bytes,
+			  struct ds_err *err);
+/* Weights-only HDF5 with dtype fmt (DS_FMT_FP32/FP16/BF16). */
+int ds_convert_write_weights(struct ds_csrc *s, const char *path, int fmt, uint64_t *bytes,
+			     struct ds_err *err);
+/* A fresh checkpoint (step 0 unless the source has one) under SAVE dir. */
+int ds_convert_write_ckpt(struct ds_csrc *s, const char *savedir, uint64_t *bytes, struct ds_err *err);
+
+/* What inspect reports, whatever the format. */
+struct ds_cinfo_tensor {
+	char name[128];
+	int ndim;
+	int64_t shape[4];
+	const char *dtype;             /* "float32", "float16", "bfloat16" */
+	const char *status;            /* checksum: "ok", "BAD", "unchecked", "none" */
+};
+struct ds_cinfo {
+	const char *format;            /* "checkpoint", "weights", "safetensors", "llm.c" */
+	char path[4096];
+	char tag[128];                 /* checkpoint tag or "" */
+	int64_t step, consumed;        /* -1 when unknown */
+	int world_size, zero_stage;    /* -1 when unknown */
+	char dtype[32];
+	char *config_json, *model_json;  /* malloc'd or NULL */
+	struct ds_cinfo_tensor *t;     /* malloc'd */
+	int nt, nbad;
+};
+/* Render info as text or JSON to out. */
+void ds_cinfo_print(const struct ds_cinfo *ci, int json, FILE *out);
+void ds_cinfo_release(struct ds_cinfo *ci);
+
+/* inspect / verify of a dstk checkpoint or weights file: fill *ci; with
+ * verify every checksum is recomputed (status "ok"/"BAD", ci->nbad).
+ * DS_EINVAL/DS_ECORRUPT when path is not a readable checkpoint. */
+int ds_convert_info_ckpt(const char *path, int verify, struct ds_cinfo *ci, struct ds_err *err);
+
+#endif
