@@ -518,7 +518,7 @@ int ds_aio_probe_direct(const char *dir, struct ds_err *err)
 		return ds_err_set(err, DS_EINVAL, "%s: path too long", dir);
 	/* can the directory be written at all? */
 	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
-		return ds_err_set(err, DS_EINVAL, "%s: cannot create a file there (%s); give a writable directory",
+		return ds_err_set(err, DS_EINVAL, "%s: not writable (cannot create a file there: %s); give a writable directory",
 				  dir, strerror(errno));
 	close(fd);
 	if (fault_no_odirect()) {

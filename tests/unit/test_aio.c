@@ -328,7 +328,7 @@ static void test_no_odirect_injection(void **state)
 
 	path_of(path, sizeof(path), "nodirect");
 	assert_int_equal(ds_aio_probe_direct(dir, &err), 1);
-	ASSERT_ERR(ds_aio_probe_direct("no/such/dir", &err), DS_EINVAL, "no/such/dir: cannot create a file there");
+	ASSERT_ERR(ds_aio_probe_direct("no/such/dir", &err), DS_EINVAL, "no/such/dir: not writable (cannot create a file there: No such file or directory)");
 	setenv("DS_TEST_FAULT_NO_ODIRECT", "1", 1);
 	assert_int_equal(ds_aio_probe_direct(dir, &err), 0);
 	o.engine = "posix";
