@@ -110,6 +110,9 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* Expect success; on failure show the message. */
+#define OK(x) do { int rc_ = (x); if (rc_ != 0) fail_msg("%s: rc %d: %s", #x, rc_, e.msg); } while (0)
+
 static void expect_err(int rc, int code, const struct ds_err *e, const char *s1, const char *s2)
 {
 	if (rc != code || !strstr(e->msg, s1) || (s2 && !strstr(e->msg, s2)))
@@ -130,10 +133,10 @@ static void test_text(void **state)
 	uint32_t t[5];
 	(void)state;
 	put("a.txt", "Hello, world\n", 13);
-	assert_int_equal(ds_dataset_open(&d, tpath("a.txt"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("a.txt"), DS_DATA_AUTO, &e));
 	assert_string_equal(ds_dataset_format_name(d), "text");
 	assert_int_equal(ds_dataset_num_tokens(d), 13);
-	assert_int_equal(ds_dataset_read(d, 7, 5, t, &e), 0);
+	OK(ds_dataset_read(d, 7, 5, t, &e));
 	assert_int_equal(t[0], 'w');
 	assert_int_equal(t[4], 'd');
 	/* past the end */
@@ -154,14 +157,14 @@ static void test_megatron(void **state)
 		snprintf(pre, sizeof pre, "mega%d", codes[k]);
 		make_megatron(pre, codes[k]);
 		/* by prefix, and by the .bin name */
-		assert_int_equal(ds_dataset_open(&d, tpath(pre), DS_DATA_AUTO, &e), 0);
+		OK(ds_dataset_open(&d, tpath(pre), DS_DATA_AUTO, &e));
 		assert_string_equal(ds_dataset_format_name(d), "megatron");
 		assert_int_equal(ds_dataset_num_tokens(d), 9);
-		assert_int_equal(ds_dataset_read(d, 0, 9, t, &e), 0);
+		OK(ds_dataset_read(d, 0, 9, t, &e));
 		for (int i = 0; i < 9; i++)
 			assert_int_equal(t[i], mega_tok[i]);
 		/* a read across the document boundary 2|3 */
-		assert_int_equal(ds_dataset_read_i32(d, 2, 4, ti, &e), 0);
+		OK(ds_dataset_read_i32(d, 2, 4, ti, &e));
 		assert_int_equal(ti[0], 12);
 		assert_int_equal(ti[1], 20);
 		assert_int_equal(ti[2], 21);
@@ -169,7 +172,7 @@ static void test_megatron(void **state)
 		ds_dataset_destroy(d);
 		char bin[80];
 		snprintf(bin, sizeof bin, "%s.bin", pre);
-		assert_int_equal(ds_dataset_open(&d, tpath(bin), DS_DATA_AUTO, &e), 0);
+		OK(ds_dataset_open(&d, tpath(bin), DS_DATA_AUTO, &e));
 		assert_int_equal(ds_dataset_num_tokens(d), 9);
 		ds_dataset_destroy(d);
 	}
@@ -188,10 +191,10 @@ static void test_llmc(void **state)
 	/* glob, sorted */
 	char pat[400];
 	snprintf(pat, sizeof pat, "%s/tok_*.bin", tmpdir);
-	assert_int_equal(ds_dataset_open(&d, pat, DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, pat, DS_DATA_AUTO, &e));
 	assert_string_equal(ds_dataset_format_name(d), "llmc");
 	assert_int_equal(ds_dataset_num_tokens(d), 8);
-	assert_int_equal(ds_dataset_read(d, 2, 5, t, &e), 0);
+	OK(ds_dataset_read(d, 2, 5, t, &e));
 	assert_int_equal(t[0], 3);
 	assert_int_equal(t[1], 50000);
 	assert_int_equal(t[2], 5);
@@ -200,13 +203,13 @@ static void test_llmc(void **state)
 	ds_dataset_destroy(d);
 	/* explicit list in reverse order */
 	snprintf(list, sizeof list, "%s,%s", tpath("tok_001.bin"), tpath("tok_000.bin"));
-	assert_int_equal(ds_dataset_open(&d, list, DS_DATA_AUTO, &e), 0);
-	assert_int_equal(ds_dataset_read(d, 0, 4, t, &e), 0);
+	OK(ds_dataset_open(&d, list, DS_DATA_AUTO, &e));
+	OK(ds_dataset_read(d, 0, 4, t, &e));
 	assert_int_equal(t[0], 7);
 	assert_int_equal(t[3], 1);
 	ds_dataset_destroy(d);
 	/* one shard, detected by its magic */
-	assert_int_equal(ds_dataset_open(&d, tpath("tok_001.bin"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("tok_001.bin"), DS_DATA_AUTO, &e));
 	assert_string_equal(ds_dataset_format_name(d), "llmc");
 	assert_int_equal(ds_dataset_num_tokens(d), 3);
 	ds_dataset_destroy(d);
@@ -280,7 +283,7 @@ static void test_bad_idx(void **state)
 	expect_err(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), DS_ECORRUPT, &e, "bad.bin", "truncated");
 	/* and the untouched fixture opens */
 	put("bad.bin", bin, 18);
-	assert_int_equal(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e), 0);
+	OK(ds_dataset_open(&d, tpath("bad"), DS_DATA_MEGATRON, &e));
 	ds_dataset_destroy(d);
 }
 
@@ -310,19 +313,19 @@ static void test_vocab(void **state)
 	(void)state;
 	/* text: byte 0xC8 = 200 at offset 6, vocab 128 */
 	put("v.txt", "abcdef\xc8ghijk", 12);
-	assert_int_equal(ds_dataset_open(&d, tpath("v.txt"), DS_DATA_TEXT, &e), 0);
+	OK(ds_dataset_open(&d, tpath("v.txt"), DS_DATA_TEXT, &e));
 	ds_dataset_set_vocab(d, 128);
-	assert_int_equal(ds_dataset_read(d, 0, 6, t, &e), 0);
+	OK(ds_dataset_read(d, 0, 6, t, &e));
 	expect_err(ds_dataset_read(d, 4, 4, t, &e), DS_EINVAL, &e, "v.txt: byte offset 6", "token id 200 >= vocab_size 128");
 	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "v.txt: byte offset 6", "token id 200");
 	ds_dataset_set_vocab(d, 256);
-	assert_int_equal(ds_dataset_scan(d, &e), 0);
+	OK(ds_dataset_scan(d, &e));
 	ds_dataset_destroy(d);
 	/* llm.c: token 300 is stream token 5, in the second shard at byte 1024 + 2*2 */
 	make_shard("v0.bin", a, 3, 20240520, 3);
 	make_shard("v1.bin", b, 4, 20240520, 4);
 	snprintf(list, sizeof list, "%s,%s", tpath("v0.bin"), tpath("v1.bin"));
-	assert_int_equal(ds_dataset_open(&d, list, DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, list, DS_DATA_AUTO, &e));
 	ds_dataset_set_vocab(d, 256);
 	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "v1.bin: byte offset 1028", "token 5 of the stream");
 	ds_dataset_destroy(d);
@@ -335,7 +338,7 @@ static void test_vocab(void **state)
 			o = w32(bin, o, i == 4 ? 0xffffffffu : mega_tok[i]);
 		put("neg.bin", bin, o);
 	}
-	assert_int_equal(ds_dataset_open(&d, tpath("neg"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("neg"), DS_DATA_AUTO, &e));
 	ds_dataset_set_vocab(d, 50304);
 	expect_err(ds_dataset_scan(d, &e), DS_EINVAL, &e, "neg.bin: byte offset 16", "negative");
 	ds_dataset_destroy(d);
@@ -349,16 +352,16 @@ static void test_too_short(void **state)
 	uint64_t nw;
 	(void)state;
 	put("short.txt", "abcdefgh", 8);
-	assert_int_equal(ds_dataset_open(&d, tpath("short.txt"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("short.txt"), DS_DATA_AUTO, &e));
 	expect_err(ds_dataset_num_windows(d, 8, &nw, &e), DS_EINVAL, &e, "short.txt", "has 8 tokens");
 	assert_non_null(strstr(e.msg, "needs 9"));
 	expect_err(ds_sampler_init(&s, d, 8, 0, 1, 1, 0, &e), DS_EINVAL, &e, "short.txt", "needs 9");
 	/* 9 tokens is exactly one window */
-	assert_int_equal(ds_dataset_num_windows(d, 7, &nw, &e), 0);
+	OK(ds_dataset_num_windows(d, 7, &nw, &e));
 	assert_int_equal(nw, 1);
 	ds_dataset_destroy(d);
 	put("empty.txt", "", 0);
-	assert_int_equal(ds_dataset_open(&d, tpath("empty.txt"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("empty.txt"), DS_DATA_AUTO, &e));
 	expect_err(ds_dataset_num_windows(d, 4, &nw, &e), DS_EINVAL, &e, "empty.txt", "has 0 tokens");
 	ds_dataset_destroy(d);
 }
@@ -418,12 +421,12 @@ static void test_sampler(void **state)
 	for (int i = 0; i < 100; i++)
 		text[i] = (char)(' ' + i % 90);
 	put("s.txt", text, 100);
-	assert_int_equal(ds_dataset_open(&d, tpath("s.txt"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, tpath("s.txt"), DS_DATA_AUTO, &e));
 	/* floor((100 - 1) / 8) = 12 windows */
-	assert_int_equal(ds_dataset_num_windows(d, 8, &nw, &e), 0);
+	OK(ds_dataset_num_windows(d, 8, &nw, &e));
 	assert_int_equal(nw, 12);
-	assert_int_equal(ds_sampler_init(&s, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e), 0);
-	assert_int_equal(ds_sampler_init(&s2, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e), 0);
+	OK(ds_sampler_init(&s, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e));
+	OK(ds_sampler_init(&s2, d, 8, 0, nw, 99, DS_SPLIT_TRAIN, &e));
 	for (uint64_t epoch = 0; epoch < 3; epoch++) {
 		int seen[12] = { 0 };
 		for (uint64_t i = 0; i < nw; i++) {
@@ -435,7 +438,7 @@ static void test_sampler(void **state)
 			assert_true(w < 12);
 			seen[w]++;
 			/* the tokens are window w: bytes [8w, 8w + 9) */
-			assert_int_equal(ds_sampler_get(&s, g, tok, &e), 0);
+			OK(ds_sampler_get(&s, g, tok, &e));
 			for (int j = 0; j < 9; j++)
 				assert_int_equal(tok[j], (unsigned char)text[8 * w + j]);
 		}
@@ -492,7 +495,7 @@ static void test_data_open(void **state)
 	o.seed = 5;
 	o.split = "90,10,0";
 	/* 99 windows: 89 train, 10 valid, 0 test */
-	assert_int_equal(ds_data_open(&dd, &o, &e), 0);
+	OK(ds_data_open(&dd, &o, &e));
 	assert_int_equal(dd.train.count, 89);
 	assert_int_equal(dd.valid.first, 89);
 	assert_int_equal(dd.valid.count, 10);
@@ -508,10 +511,10 @@ static void test_data_open(void **state)
 	ds_data_release(&dd);
 	/* a separate validation set */
 	o.valid_path = tpath("val.txt");
-	assert_int_equal(ds_data_open(&dd, &o, &e), 0);
+	OK(ds_data_open(&dd, &o, &e));
 	assert_int_equal(dd.train.count, 99);
 	assert_int_equal(dd.valid.count, 19);
-	assert_int_equal(ds_sampler_get(&dd.valid, 0, tok, &e), 0);
+	OK(ds_sampler_get(&dd.valid, 0, tok, &e));
 	ds_data_release(&dd);
 	/* bad token found by the up-front scan */
 	text[500] = (char)0xff;
@@ -531,12 +534,12 @@ static void test_bundled(void **state)
 	struct ds_err e = DS_ERR_INIT;
 	uint32_t t[16];
 	(void)state;
-	assert_int_equal(ds_dataset_open(&d, DS_TEST_SRC("share/data/devils-dictionary.txt"), DS_DATA_AUTO, &e), 0);
+	OK(ds_dataset_open(&d, DS_TEST_SRC("share/data/devils-dictionary.txt"), DS_DATA_AUTO, &e));
 	assert_string_equal(ds_dataset_format_name(d), "text");
 	assert_true(ds_dataset_num_tokens(d) > 300000);
 	ds_dataset_set_vocab(d, 128);  /* plain ASCII */
-	assert_int_equal(ds_dataset_scan(d, &e), 0);
-	assert_int_equal(ds_dataset_read(d, 0, 12, t, &e), 0);
+	OK(ds_dataset_scan(d, &e));
+	OK(ds_dataset_read(d, 0, 12, t, &e));
 	assert_int_equal(t[0], ' ');
 	ds_dataset_destroy(d);
 }

@@ -1,0 +1,542 @@
+/* test_ckpt.c - HDF5 checkpoints: bitwise round trip, slices, attributes,
+ * CRC corruption detection, `latest`/`auto` and failed saves.
+ *
+ * Independent checks go through the HDF5 C API directly (shapes, the stored
+ * crc32c array against ds_crc32c of the raw bytes, the data offset used to
+ * flip a byte on disk), not through the reader under test.
+ */
+#include "unit.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/ckpt.h"
+#include "util/crc32c.h"
+#include "util/log.h"
+
+static char tmpdir[256];
+
+static const char *tp(const char *rel)
+{
+	static char buf[64][600];  /* a ring: callers keep pointers for a whole test */
+	static int k;
+	k = (k + 1) % 64;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, rel);
+	return buf[k];
+}
+
+static int exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+/* Expect success; on failure show the message. */
+#define OK(x) do { int rc_ = (x); if (rc_ != 0) fail_msg("%s: rc %d: %s", #x, rc_, e.msg); } while (0)
+
+static void expect_err(int rc, int code, const struct ds_err *e, const char *s1, const char *s2)
+{
+	if (rc != code || !strstr(e->msg, s1) || (s2 && !strstr(e->msg, s2)))
+		print_error("rc %d (want %d), message: %s\n", rc, code, e->msg);
+	assert_int_equal(rc, code);
+	assert_non_null(strstr(e->msg, s1));
+	if (s2)
+		assert_non_null(strstr(e->msg, s2));
+	assert_null(strchr(e->msg, '\n'));
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/ds-test-ckpt-XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	ds_log_init(0, DS_LOG_ERROR, 0);  /* the auto fallback warns; keep the TAP output clean */
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[512];
+	(void)state;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *slurp(const char *p)
+{
+	FILE *f = fopen(p, "rb");
+	char *b = calloc(1, 4096);
+	if (f) {
+		size_t n = fread(b, 1, 4095, f);
+		b[n] = '\0';
+		fclose(f);
+	}
+	return b;
+}
+
+/* Deterministic test data: float i -> i * 0.37 - 5 with a non-trivial bit
+ * pattern in every byte. */
+static void fill_f32(float *v, size_t n, float salt)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)i * 0.37f - 5.0f + salt;
+}
+
+/* A small checkpoint of step `step` in dir, tensor model/w of 100 f32 with
+ * salt, and model/b of 10 f32; crc chunk 64 bytes. */
+static void save_small(const char *dir, int64_t step, float salt)
+{
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = step, .consumed_samples = step * 8, .world_size = 1 };
+	float w[100], b[10];
+	uint64_t sw[1] = { 100 }, sb[1] = { 10 };
+	fill_f32(w, 100, salt);
+	fill_f32(b, 10, -salt);
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	OK(ds_ckpt_set_chunk_bytes(c, 64, &e));
+	OK(ds_ckpt_tensor_put(c, "model/w", DS_CKPT_F32, 1, sw, w, &e));
+	OK(ds_ckpt_tensor_put(c, "model/b", DS_CKPT_F32, 1, sb, b, &e));
+	if (ds_ckpt_commit(c, &e) != 0)
+		fail_msg("%s", e.msg);
+	ds_ckpt_close(c);
+}
+
+/* File offset of dataset name's contiguous data, through HDF5 directly. */
+static long long data_offset(const char *file, const char *name)
+{
+	hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, name, H5P_DEFAULT);
+	haddr_t a = H5Dget_offset(d);
+	H5Dclose(d);
+	H5Fclose(f);
+	assert_true(a != HADDR_UNDEF);
+	return (long long)a;
+}
+
+static void flip_byte(const char *file, long long off)
+{
+	FILE *f = fopen(file, "r+b");
+	int ch;
+	assert_non_null(f);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	ch = fgetc(f);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	fputc(ch ^ 0x40, f);
+	fclose(f);
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_crc_combine(void **state)
+{
+	uint8_t buf[1777];
+	(void)state;
+	for (size_t i = 0; i < sizeof buf; i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	static const size_t cuts[] = { 0, 1, 8, 1000, 1776, 1777 };
+	uint32_t whole = ds_crc32c(0, buf, sizeof buf);
+	for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+		size_t a = cuts[k];
+		uint32_t ca = ds_crc32c(0, buf, a), cb = ds_crc32c(0, buf + a, sizeof buf - a);
+		assert_int_equal(ds_ckpt_crc_combine(ca, cb, sizeof buf - a), whole);
+	}
+	/* the published check value through a 4 + 5 split */
+	assert_int_equal(ds_ckpt_crc_combine(ds_crc32c(0, "1234", 4), ds_crc32c(0, "56789", 5), 5), 0xE3069283u);
+}
+
+struct vstat { int ok, bad; char last_bad[DS_CKPT_NAME_MAX]; };
+
+static void vcb(void *ud, const struct ds_ckpt_tensor_info *t, int status, const char *msg)
+{
+	struct vstat *v = ud;
+	(void)msg;
+	if (status == 0) {
+		v->ok++;
+	} else {
+		v->bad++;
+		snprintf(v->last_bad, sizeof v->last_bad, "%s", t->name);
+	}
+}
+
+static void test_roundtrip(void **state)
+{
+	const char *dir = tp("rt");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = 100, .consumed_samples = 3200, .world_size = 4, .zero_stage = 2,
+				  .dtype = "bf16", .config_json = "{\"train_batch_size\": 32}",
+				  .model_json = "{\"num_layers\": 2}" };
+	static const char *wname = "model/transformer.wte.weight";
+	uint64_t s2[2] = { 37, 11 }, s1[1] = { 11 }, s3[3] = { 3, 4, 5 }, sbf[2] = { 5, 3 }, si[1] = { 4 };
+	float wte[37 * 11], bias[11], avg[37 * 11], rd[37 * 11];
+	uint8_t cube[60], rcube[60];
+	uint16_t bf[15], rbf[15];
+	int64_t iv[4] = { -1, 0, 1LL << 40, 7 }, riv[4];
+	(void)state;
+	fill_f32(wte, 37 * 11, 0.5f);
+	fill_f32(bias, 11, 2.0f);
+	fill_f32(avg, 37 * 11, -1.0f);
+	for (int i = 0; i < 60; i++)
+		cube[i] = (uint8_t)(i * 7);
+	for (int i = 0; i < 15; i++)
+		bf[i] = (uint16_t)(0x3f80 + i);
+
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	assert_true(exists(tp("rt/global_step100.tmp/state.h5")));
+	OK(ds_ckpt_set_chunk_bytes(c, 64, &e));
+	/* wte in three slices out of order, boundaries off the 16-element chunks,
+	 * as three ranks would write them */
+	OK(ds_ckpt_tensor_create(c, wname, DS_CKPT_F32, 2, s2, &e));
+	OK(ds_ckpt_tensor_write(c, wname, 200, 407, wte + 200, &e));
+	OK(ds_ckpt_tensor_write(c, wname, 0, 57, wte, &e));
+	OK(ds_ckpt_tensor_write(c, wname, 57, 200, wte + 57, &e));
+	OK(ds_ckpt_tensor_put(c, "model/transformer.h.0.ln_1.bias", DS_CKPT_F32, 1, s1, bias, &e));
+	OK(ds_ckpt_tensor_put(c, "optimizer/exp_avg/transformer.wte.weight", DS_CKPT_F32, 2, s2, avg, &e));
+	OK(ds_ckpt_tensor_put(c, "model/cube", DS_CKPT_U8, 3, s3, cube, &e));
+	OK(ds_ckpt_tensor_put(c, "model/half", DS_CKPT_BF16, 2, sbf, bf, &e));
+	OK(ds_ckpt_tensor_put(c, "rng/counters", DS_CKPT_I64, 1, si, iv, &e));
+	expect_err(ds_ckpt_tensor_create(c, wname, DS_CKPT_F32, 2, s2, &e), DS_EINVAL, &e, wname, "twice");
+	OK(ds_ckpt_attr_set_i64(c, "scheduler", "last_step", 100, &e));
+	OK(ds_ckpt_attr_set_f64(c, "scheduler", "lr", 3.0e-4, &e));
+	OK(ds_ckpt_attr_set_f64(c, "loss_scaler", "scale", 65536.0, &e));
+	OK(ds_ckpt_attr_set_str(c, "optimizer", "type", "AdamW", &e));
+	OK(ds_ckpt_attr_set_i64(c, "data", "consumed_samples", 3200, &e));
+	OK(ds_ckpt_attr_set_i64(c, "rng", "seed", 1234, &e));
+	OK(ds_ckpt_attr_set_f64(c, "optimizer", "beta1", 0.9, &e));
+	assert_int_equal(ds_ckpt_attr_set_f64(c, "optimizer", "beta1", 0.95, &e), 0);  /* overwrite */
+	OK(ds_ckpt_commit(c, &e));
+	ds_ckpt_close(c);
+
+	/* the layout on disk */
+	assert_false(exists(tp("rt/global_step100.tmp")));
+	assert_true(exists(tp("rt/global_step100/state.h5")));
+	assert_false(exists(tp("rt/latest.tmp")));
+	char *l = slurp(tp("rt/latest"));
+	assert_string_equal(l, "global_step100\n");
+	free(l);
+
+	/* independent look through HDF5: full logical shape, and the stored
+	 * crc32c of chunk k is the CRC of bytes [64k, 64k+64) of the tensor */
+	{
+		hid_t f = H5Fopen(tp("rt/global_step100/state.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
+		hid_t d = H5Dopen2(f, "/model/transformer.wte.weight", H5P_DEFAULT), s = H5Dget_space(d);
+		hsize_t dims[2];
+		uint32_t crc[26];
+		assert_int_equal(H5Sget_simple_extent_ndims(s), 2);
+		H5Sget_simple_extent_dims(s, dims, NULL);
+		assert_int_equal(dims[0], 37);
+		assert_int_equal(dims[1], 11);
+		hid_t a = H5Aopen(d, "crc32c", H5P_DEFAULT), as = H5Aget_space(a);
+		assert_int_equal(H5Sget_simple_extent_npoints(as), 26);  /* ceil(1628 / 64) */
+		assert_true(H5Aread(a, H5T_NATIVE_UINT32, crc) >= 0);
+		for (int k = 0; k < 26; k++) {
+			size_t n = k == 25 ? 1628 - 64 * 25 : 64;
+			assert_int_equal(crc[k], ds_crc32c(0, (const uint8_t *)wte + 64 * k, n));
+		}
+		H5Sclose(as);
+		H5Aclose(a);
+		H5Sclose(s);
+		H5Dclose(d);
+		H5Fclose(f);
+	}
+
+	/* read back through `latest` */
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step100");
+	struct ds_ckpt_meta r;
+	OK(ds_ckpt_meta_get(c, &r, &e));
+	assert_int_equal(r.format_version, DS_CKPT_FORMAT_VERSION);
+	assert_int_equal(r.step, 100);
+	assert_int_equal(r.consumed_samples, 3200);
+	assert_int_equal(r.world_size, 4);
+	assert_int_equal(r.zero_stage, 2);
+	assert_string_equal(r.dtype, "bf16");
+	assert_string_equal(r.config_json, m.config_json);
+	assert_string_equal(r.model_json, m.model_json);
+
+	struct ds_ckpt_tensor_info *v;
+	size_t n;
+	OK(ds_ckpt_list(c, &v, &n, &e));
+	assert_int_equal(n, 6);
+	/* groups in creation order (model, optimizer, ..., rng), tensors too */
+	assert_string_equal(v[0].name, wname);
+	assert_int_equal(v[0].ndim, 2);
+	assert_int_equal(v[0].numel, 407);
+	assert_string_equal(v[1].name, "model/transformer.h.0.ln_1.bias");
+	assert_string_equal(v[2].name, "model/cube");
+	assert_int_equal(v[2].dtype, DS_CKPT_U8);
+	assert_string_equal(v[3].name, "model/half");
+	assert_int_equal(v[3].dtype, DS_CKPT_BF16);
+	assert_string_equal(v[4].name, "optimizer/exp_avg/transformer.wte.weight");
+	assert_string_equal(v[5].name, "rng/counters");
+	free(v);
+
+	/* whole tensors, bitwise */
+	OK(ds_ckpt_tensor_read(c, wname, 0, 407, rd, &e));
+	assert_memory_equal(rd, wte, sizeof wte);
+	OK(ds_ckpt_tensor_read(c, "/optimizer/exp_avg/transformer.wte.weight", 0, 407, rd, &e));
+	assert_memory_equal(rd, avg, sizeof avg);
+	OK(ds_ckpt_tensor_read(c, "model/cube", 0, 60, rcube, &e));
+	assert_memory_equal(rcube, cube, 60);
+	OK(ds_ckpt_tensor_read(c, "model/half", 0, 15, rbf, &e));
+	assert_memory_equal(rbf, bf, sizeof bf);
+	OK(ds_ckpt_tensor_read(c, "rng/counters", 0, 4, riv, &e));
+	assert_memory_equal(riv, iv, sizeof iv);
+	/* slices: inside a chunk, across chunks and rows, single elements, the tail */
+	static const uint64_t sl[][2] = { { 0, 1 }, { 3, 9 }, { 10, 40 }, { 15, 17 }, { 16, 32 }, { 100, 407 },
+					  { 406, 407 }, { 11, 22 }, { 5, 300 }, { 200, 200 } };
+	for (size_t k = 0; k < sizeof sl / sizeof sl[0]; k++) {
+		memset(rd, 0, sizeof rd);
+		OK(ds_ckpt_tensor_read(c, wname, sl[k][0], sl[k][1], rd, &e));
+		assert_memory_equal(rd, wte + sl[k][0], (sl[k][1] - sl[k][0]) * sizeof(float));
+	}
+	for (uint64_t b = 0; b < 60; b += 7)
+		for (uint64_t en = b + 1; en <= 60; en += 5) {
+			memset(rcube, 0, sizeof rcube);
+			OK(ds_ckpt_tensor_read(c, "model/cube", b, en, rcube, &e));
+			assert_memory_equal(rcube, cube + b, en - b);
+		}
+	expect_err(ds_ckpt_tensor_read(c, wname, 400, 408, rd, &e), DS_EINVAL, &e, wname, "outside");
+	expect_err(ds_ckpt_tensor_read(c, "model/nope", 0, 1, rd, &e), DS_EINVAL, &e, "model/nope", "no tensor");
+
+	/* attributes */
+	int64_t i64;
+	double f64;
+	char *s;
+	OK(ds_ckpt_attr_get_i64(c, "scheduler", "last_step", &i64, &e));
+	assert_int_equal(i64, 100);
+	OK(ds_ckpt_attr_get_f64(c, "scheduler", "lr", &f64, &e));
+	assert_true(f64 == 3.0e-4);
+	OK(ds_ckpt_attr_get_f64(c, "optimizer", "beta1", &f64, &e));
+	assert_true(f64 == 0.95);
+	OK(ds_ckpt_attr_get_str_dup(c, "optimizer", "type", &s, &e));
+	assert_string_equal(s, "AdamW");
+	free(s);
+	OK(ds_ckpt_attr_get_i64(c, "/", "step", &i64, &e));
+	assert_int_equal(i64, 100);
+	OK(ds_ckpt_attr_get_str_dup(c, "", "dstk_version", &s, &e));
+	assert_true(strlen(s) > 0);
+	free(s);
+	assert_true(ds_ckpt_attr_has(c, "loss_scaler", "scale"));
+	assert_false(ds_ckpt_attr_has(c, "loss_scaler", "growth"));
+	expect_err(ds_ckpt_attr_get_i64(c, "data", "epoch", &i64, &e), DS_EINVAL, &e, "/data", "epoch");
+	expect_err(ds_ckpt_attr_get_i64(c, "nogroup", "x", &i64, &e), DS_EINVAL, &e, "nogroup", NULL);
+	expect_err(ds_ckpt_attr_get_i64(c, "optimizer", "type", &i64, &e), DS_ECORRUPT, &e, "type", "number");
+	/* a reader cannot write */
+	expect_err(ds_ckpt_attr_set_i64(c, "data", "x", 1, &e), DS_EINVAL, &e, "state.h5", NULL);
+
+	struct vstat vs = { 0 };
+	OK(ds_ckpt_verify(c, vcb, &vs, &e));
+	assert_int_equal(vs.ok, 6);
+	assert_int_equal(vs.bad, 0);
+	ds_ckpt_close(c);
+}
+
+static void test_corrupt(void **state)
+{
+	const char *dir = tp("cor");
+	const char *file = tp("cor/global_step7/state.h5");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	float w[100], rd[100];
+	(void)state;
+	save_small(dir, 7, 0.0f);
+	fill_f32(w, 100, 0.0f);
+	/* byte 200 of /model/w lies in chunk 3 (bytes 192..256 = elements 48..63) */
+	flip_byte(file, data_offset(file, "/model/w") + 200);
+	OK(ds_ckpt_open(&c, dir, "global_step7", &e));
+	/* slices that do not touch chunk 3 still load */
+	OK(ds_ckpt_tensor_read(c, "model/w", 0, 48, rd, &e));
+	assert_memory_equal(rd, w, 48 * sizeof(float));
+	OK(ds_ckpt_tensor_read(c, "model/w", 64, 100, rd, &e));
+	assert_memory_equal(rd, w + 64, 36 * sizeof(float));
+	/* one that does is refused, naming dataset and chunk */
+	expect_err(ds_ckpt_tensor_read(c, "model/w", 60, 61, rd, &e), DS_ECORRUPT, &e, "/model/w", "chunk 3");
+	expect_err(ds_ckpt_tensor_read(c, "model/w", 0, 100, rd, &e), DS_ECORRUPT, &e, "/model/w", "chunk 3");
+	assert_non_null(strstr(e.msg, "global_step7/state.h5"));
+	/* verify visits every tensor and names the bad one */
+	struct vstat vs = { 0 };
+	expect_err(ds_ckpt_verify(c, vcb, &vs, &e), DS_ECORRUPT, &e, "/model/w", "CRC-32C");
+	assert_int_equal(vs.ok, 1);
+	assert_int_equal(vs.bad, 1);
+	assert_string_equal(vs.last_bad, "model/w");
+	ds_ckpt_close(c);
+}
+
+static void test_latest_auto(void **state)
+{
+	const char *dir = tp("auto");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	float rd[100], w[100];
+	(void)state;
+	save_small(dir, 10, 1.0f);
+	save_small(dir, 20, 2.0f);
+	char *l = slurp(tp("auto/latest"));
+	assert_string_equal(l, "global_step20\n");
+	free(l);
+	/* a crashed save of step 30: a .tmp directory with a half file */
+	mkdir(tp("auto/global_step30.tmp"), 0777);
+	FILE *f = fopen(tp("auto/global_step30.tmp/state.h5"), "wb");
+	fputs("\x89HDF\r\n\x1a\n half", f);
+	fclose(f);
+	/* and a step 40 whose state.h5 is not HDF5 at all */
+	mkdir(tp("auto/global_step40"), 0777);
+	f = fopen(tp("auto/global_step40/state.h5"), "wb");
+	fputs("garbage", f);
+	fclose(f);
+	OK(ds_ckpt_open(&c, dir, "latest", &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step20");
+	ds_ckpt_close(c);
+	/* auto skips the .tmp and the broken 40, takes 20 */
+	OK(ds_ckpt_open(&c, dir, "auto", &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step20");
+	fill_f32(w, 100, 2.0f);
+	OK(ds_ckpt_tensor_read(c, "model/w", 0, 100, rd, &e));
+	assert_memory_equal(rd, w, sizeof w);
+	ds_ckpt_close(c);
+	/* corrupt the newest valid one: auto falls back to 10 */
+	const char *f20 = tp("auto/global_step20/state.h5");
+	flip_byte(f20, data_offset(f20, "/model/b") + 5);
+	OK(ds_ckpt_open(&c, dir, "auto", &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	struct ds_ckpt_meta m;
+	OK(ds_ckpt_meta_get(c, &m, &e));
+	assert_int_equal(m.step, 10);
+	assert_int_equal(m.consumed_samples, 80);
+	ds_ckpt_close(c);
+	/* nothing valid left: one error naming the directory */
+	const char *f10 = tp("auto/global_step10/state.h5");
+	flip_byte(f10, data_offset(f10, "/model/w") + 1);
+	expect_err(ds_ckpt_open(&c, dir, "auto", &e), DS_ECORRUPT, &e, dir, "none of the 3");
+	assert_null(c);
+}
+
+static void test_failed_save(void **state)
+{
+	const char *dir = tp("fail");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = 20 };
+	float w[100], rd[100];
+	uint64_t s[1] = { 100 };
+	(void)state;
+	save_small(dir, 10, 1.0f);
+	fill_f32(w, 100, 9.0f);
+	/* elements never written: commit refuses, nothing changes on disk */
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	OK(ds_ckpt_tensor_create(c, "model/w", DS_CKPT_F32, 1, s, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 0, 40, w, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 50, 100, w + 50, &e));
+	expect_err(ds_ckpt_commit(c, &e), DS_EINVAL, &e, "/model/w", "from 40 on were never written");
+	ds_ckpt_close(c);
+	assert_false(exists(tp("fail/global_step20.tmp")));
+	assert_false(exists(tp("fail/global_step20")));
+	char *l = slurp(tp("fail/latest"));
+	assert_string_equal(l, "global_step10\n");
+	free(l);
+	/* overlapping slices */
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	OK(ds_ckpt_tensor_create(c, "model/w", DS_CKPT_F32, 1, s, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 0, 60, w, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 50, 100, w + 50, &e));
+	expect_err(ds_ckpt_commit(c, &e), DS_EINVAL, &e, "/model/w", "written twice");
+	expect_err(ds_ckpt_tensor_write(c, "model/x", 0, 1, w, &e), DS_EINVAL, &e, "model/x", "not created");
+	expect_err(ds_ckpt_tensor_write(c, "model/w", 90, 101, w, &e), DS_EINVAL, &e, "model/w", "outside");
+	/* abandoned (the process gives up): the .tmp goes away */
+	ds_ckpt_close(c);
+	assert_false(exists(tp("fail/global_step20.tmp")));
+	/* a stale .tmp from a crash is replaced by the next save of that step */
+	mkdir(tp("fail/global_step20.tmp"), 0777);
+	FILE *f = fopen(tp("fail/global_step20.tmp/junk"), "w");
+	fclose(f);
+	/* re-saving step 10 replaces it; latest still names 10 */
+	save_small(dir, 10, 5.0f);
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	fill_f32(w, 100, 5.0f);
+	OK(ds_ckpt_tensor_read(c, "model/w", 0, 100, rd, &e));
+	assert_memory_equal(rd, w, sizeof w);
+	ds_ckpt_close(c);
+	assert_false(exists(tp("fail/.replaced")));
+	save_small(dir, 20, 6.0f);
+	assert_false(exists(tp("fail/global_step20.tmp")));
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step20");
+	ds_ckpt_close(c);
+	/* a tag directory may be given directly */
+	OK(ds_ckpt_open(&c, tp("fail/global_step10"), NULL, &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	ds_ckpt_close(c);
+}
+
+static void test_bad_files(void **state)
+{
+	const char *dir = tp("bad");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	(void)state;
+	mkdir(dir, 0777);
+	expect_err(ds_ckpt_open(&c, dir, NULL, &e), DS_EINVAL, &e, "bad/latest", "no such file");
+	expect_err(ds_ckpt_open(&c, dir, "auto", &e), DS_EINVAL, &e, dir, "no global_stepN");
+	expect_err(ds_ckpt_open(&c, tp("nodir"), "auto", &e), DS_EINVAL, &e, "nodir", NULL);
+	/* latest names a tag that is gone */
+	FILE *f = fopen(tp("bad/latest"), "w");
+	fputs("global_step5\n", f);
+	fclose(f);
+	expect_err(ds_ckpt_open(&c, dir, NULL, &e), DS_EINVAL, &e, "global_step5/state.h5", "no such file");
+	/* not HDF5 */
+	mkdir(tp("bad/global_step5"), 0777);
+	f = fopen(tp("bad/global_step5/state.h5"), "w");
+	fputs("{\"not\": \"hdf5\"}\n", f);
+	fclose(f);
+	expect_err(ds_ckpt_open(&c, dir, NULL, &e), DS_ECORRUPT, &e, "global_step5/state.h5", "not an HDF5 file");
+	/* HDF5, but not ours */
+	hid_t h = H5Fcreate(tp("bad/global_step5/state.h5"), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+	H5Fclose(h);
+	expect_err(ds_ckpt_open(&c, dir, NULL, &e), DS_ECORRUPT, &e, "global_step5/state.h5", "not a dstk checkpoint");
+	/* truncated: a real checkpoint cut in half */
+	save_small(tp("bad2"), 5, 0.0f);
+	const char *f5 = tp("bad2/global_step5/state.h5");
+	struct stat st;
+	assert_int_equal(stat(f5, &st), 0);
+	assert_int_equal(truncate(f5, st.st_size / 2), 0);
+	expect_err(ds_ckpt_open(&c, tp("bad2"), NULL, &e), DS_ECORRUPT, &e, "global_step5/state.h5", "truncated");
+	/* a newer format version */
+	save_small(tp("bad3"), 5, 0.0f);
+	h = H5Fopen(tp("bad3/global_step5/state.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+	hid_t a = H5Aopen(h, "format_version", H5P_DEFAULT);
+	int64_t v = DS_CKPT_FORMAT_VERSION + 1;
+	H5Awrite(a, H5T_NATIVE_INT64, &v);
+	H5Aclose(a);
+	H5Fclose(h);
+	expect_err(ds_ckpt_open(&c, tp("bad3"), NULL, &e), DS_EINVAL, &e, "state.h5", "format version 2");
+	/* bad arguments */
+	struct ds_ckpt_meta m = { .step = -1 };
+	expect_err(ds_ckpt_create(&c, tp("bad4"), &m, &e), DS_EINVAL, &e, "bad4", "negative");
+	m.step = 1;
+	OK(ds_ckpt_create(&c, tp("bad4"), &m, &e));
+	expect_err(ds_ckpt_set_chunk_bytes(c, 12, &e), DS_EINVAL, &e, "12", "multiple of 8");
+	uint64_t z[2] = { 3, 0 };
+	expect_err(ds_ckpt_tensor_create(c, "model/z", DS_CKPT_F32, 2, z, &e), DS_EINVAL, &e, "model/z", "no elements");
+	ds_ckpt_close(c);
+	assert_false(exists(tp("bad4/global_step1.tmp")));
+	assert_false(exists(tp("bad4/latest")));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc_combine),
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_corrupt),
+		cmocka_unit_test(test_latest_auto),
+		cmocka_unit_test(test_failed_save),
+		cmocka_unit_test(test_bad_files),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
