@@ -14,6 +14,7 @@ void ds_sched_params_init(struct ds_sched_params *p, enum ds_sched_type type)
 {
 	memset(p, 0, sizeof(*p));
 	p->type = type;
+	p->last_batch_iteration = -1;
 	p->warmup_min_lr = 0.0;
 	p->warmup_max_lr = 0.001;
 	p->warmup_num_steps = 1000;
@@ -74,6 +75,7 @@ static const struct skey {
 	unsigned types;
 	size_t off;
 } skeys[] = {
+	{ "last_batch_iteration", F_INT, W_ | WD_ | WC_ | OC_ | RT_, OFF(last_batch_iteration) },
 	{ "warmup_min_lr", F_DBL, W_ | WD_, OFF(warmup_min_lr) },
 	{ "warmup_max_lr", F_DBL, W_ | WD_, OFF(warmup_max_lr) },
 	{ "warmup_num_steps", F_INT, W_ | WD_ | WC_, OFF(warmup_num_steps) },
@@ -175,6 +177,9 @@ int ds_sched_param_set_str(struct ds_sched_params *p, const char *name, const ch
 int ds_sched_params_check(const struct ds_sched_params *p, struct ds_err *err)
 {
 	const char *tn = ds_sched_type_name(p->type);
+	if (p->last_batch_iteration < -1)
+		return ds_err_set(err, DS_EINVAL, "scheduler.params.last_batch_iteration: must be >= -1 (got %lld)",
+				  (long long)p->last_batch_iteration);
 	switch (p->type) {
 	case DS_SCHED_NONE:
 		return 0;
@@ -321,4 +326,14 @@ double ds_sched_lr(const struct ds_sched_params *p, double org_lr, int64_t k)
 	struct ds_sched_value v;
 	ds_sched_value(p, org_lr, k, &v);
 	return v.lr;
+}
+
+void ds_sched_step_value(const struct ds_sched_params *p, double org_lr, int64_t i, struct ds_sched_value *out)
+{
+	if (i <= 1 && p->last_batch_iteration != -1 && p->type != DS_SCHED_NONE) {
+		memset(out, 0, sizeof(*out));
+		out->lr = org_lr;
+		return;
+	}
+	ds_sched_value(p, org_lr, p->last_batch_iteration + (i < 1 ? 1 : i) - 1, out);
 }

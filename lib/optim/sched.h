@@ -31,6 +31,7 @@ enum ds_warmup_type { DS_WARMUP_LOG = 0, DS_WARMUP_LINEAR };
 /* Scheduler params; ds_sched_params_init fills DeepSpeed's defaults. */
 struct ds_sched_params {
 	enum ds_sched_type type;
+	int64_t last_batch_iteration;      /* -1: start from the beginning (all types) */
 	/* WarmupLR, WarmupDecayLR, WarmupCosineLR */
 	double warmup_min_lr;              /* 0 */
 	double warmup_max_lr;              /* 0.001 */
@@ -95,5 +96,11 @@ void ds_sched_value(const struct ds_sched_params *p, double org_lr, int64_t k, s
 
 /* Shorthand for ds_sched_value(...).lr. */
 double ds_sched_lr(const struct ds_sched_params *p, double org_lr, int64_t k);
+
+/* What the i-th non-skipped optimizer step (i >= 1) uses, with DeepSpeed's
+ * timing: k = last_batch_iteration + i - 1.  With last_batch_iteration
+ * != -1 DeepSpeed's constructors leave the optimizer alone, so step 1 then
+ * runs with org_lr and the optimizer's own betas (has_betas 0). */
+void ds_sched_step_value(const struct ds_sched_params *p, double org_lr, int64_t i, struct ds_sched_value *out);
 
 #endif

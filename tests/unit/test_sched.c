@@ -174,6 +174,44 @@ static void test_none(void **state)
 	assert_float_equal(ds_sched_lr(&p, 3e-4, 12345), 3e-4, 0);
 }
 
+/* The lr of the i-th non-skipped optimizer step: construction value first,
+ * then k = i - 2; with last_batch_iteration L, org_lr first, then L + i - 1. */
+static void test_step_timing(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_sched_params p = mk(DS_SCHED_WARMUP_LR);
+	p.warmup_max_lr = 0.1;
+	p.warmup_num_steps = 10;
+	p.warmup_type = DS_WARMUP_LINEAR;
+	struct ds_sched_value v;
+	ds_sched_step_value(&p, 0.5, 1, &v);
+	assert_float_equal(v.lr, 0.0, 0);      /* construction: min lr */
+	ds_sched_step_value(&p, 0.5, 2, &v);
+	assert_float_equal(v.lr, 0.0, 0);      /* k = 0 */
+	ds_sched_step_value(&p, 0.5, 7, &v);
+	assert_float_equal(v.lr, 0.05, 1e-15); /* k = 5 */
+	assert_int_equal(ds_sched_param_set(&p, "last_batch_iteration", 9, &err), 0);
+	ds_sched_step_value(&p, 0.5, 1, &v);
+	assert_float_equal(v.lr, 0.5, 0);      /* DeepSpeed leaves the optimizer's lr */
+	ds_sched_step_value(&p, 0.5, 2, &v);
+	assert_float_equal(v.lr, 0.1, 1e-15);  /* k = 10 */
+	p.last_batch_iteration = -2;
+	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);
+
+	struct ds_sched_params oc = mk(DS_SCHED_ONE_CYCLE);
+	oc.cycle_min_lr = 0.01;
+	oc.cycle_max_lr = 0.1;
+	oc.cycle_first_step_size = 10;
+	ds_sched_step_value(&oc, 1.0, 1, &v);
+	assert_true(v.has_betas);
+	assert_float_equal(v.beta1, 0.8, 0);
+	oc.last_batch_iteration = 4;
+	ds_sched_step_value(&oc, 1.0, 1, &v);
+	assert_false(v.has_betas);             /* betas untouched */
+	ds_sched_step_value(&oc, 1.0, 11, &v);
+	assert_float_equal(v.lr, 0.055, 1e-12); /* k = 4 + 11 - 1 = 14 */
+}
+
 static void test_names_and_set(void **state)
 {
 	struct ds_err err = DS_ERR_INIT;
@@ -214,6 +252,7 @@ int main(void)
 		cmocka_unit_test(test_one_cycle),
 		cmocka_unit_test(test_lr_range_test),
 		cmocka_unit_test(test_none),
+		cmocka_unit_test(test_step_timing),
 		cmocka_unit_test(test_names_and_set),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
