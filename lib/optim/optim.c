@@ -84,6 +84,8 @@ static const struct key keys[] = {
 	{ "adam_w_mode", K_BOOL, ADAMS, OFF(adam_w_mode) },
 	{ "torch_adam", K_BOOL, ADAMS, 0 },   /* same update either way */
 	{ "amsgrad", K_BOOL, ADAMS | LAMB, 0 }, /* false only */
+	{ "set_grad_none", K_BOOL, ADAMS, 0 },  /* dstk zeroes its flat grads anyway */
+	{ "fp32_optimizer_states", K_BOOL, ADAMS, 0 }, /* true only */
 	{ "eps_inside_sqrt", K_BOOL, LAMB, OFF(eps_inside_sqrt) },
 	{ "max_coeff", K_NUM, LAMB, OFF(max_coeff) },
 	{ "min_coeff", K_NUM, LAMB, OFF(min_coeff) },
@@ -140,7 +142,12 @@ int ds_optim_param_set(struct ds_optim_params *p, const char *name, const double
 						  "FusedAdam); set it to false or remove it");
 			return 0;
 		}
-		if (!strcmp(name, "torch_adam"))
+		if (!strcmp(name, "fp32_optimizer_states") && !b)
+			return ds_err_set(err, DS_EINVAL,
+					  "optimizer.params.fp32_optimizer_states: dstk keeps optimizer states in fp32; "
+					  "set it to true or remove it");
+		if (!strcmp(name, "torch_adam") || !strcmp(name, "set_grad_none") ||
+		    !strcmp(name, "fp32_optimizer_states"))
 			return 0;
 		if (!strcmp(name, "adam_w_mode") && !b && p->type == DS_OPTIM_ADAMW)
 			return ds_err_set(err, DS_EINVAL,

@@ -90,6 +90,9 @@ static void test_case15_adam_mode(void **state)
 	assert_non_null(strstr(err.msg, "gradient_clipping"));
 	assert_int_equal(ds_optim_param_set(&hp, "amsgrad", &one, 1, &err), DS_EINVAL);
 	assert_int_equal(ds_optim_param_set(&hp, "amsgrad", &f, 1, &err), 0);
+	assert_int_equal(ds_optim_param_set(&hp, "fp32_optimizer_states", &f, 1, &err), DS_EINVAL);
+	assert_int_equal(ds_optim_param_set(&hp, "fp32_optimizer_states", &one, 1, &err), 0);
+	assert_int_equal(ds_optim_param_set(&hp, "set_grad_none", &f, 1, &err), 0);
 	/* adamw ignores adam_w_mode=false in DeepSpeed: dstk says so */
 	ds_optim_params_init(&hp, DS_OPTIM_ADAMW);
 	assert_int_equal(ds_optim_param_set(&hp, "adam_w_mode", &f, 1, &err), DS_EINVAL);
