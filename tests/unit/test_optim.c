@@ -7,6 +7,7 @@
 #include "unit.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -511,6 +512,51 @@ static void test_nonfinite_sumsq(void **state)
 	ds_free(x);
 }
 
+/* Results do not depend on the thread count (exact resume and the 1-rank
+ * oracle need that): Lamb's chunked partial norms, the sum of squares and
+ * Adam, with 1, 2 and 3 threads, bit for bit. */
+static void test_thread_count_independent(void **state)
+{
+	struct ds_err err = DS_ERR_INIT;
+	enum { N = 200003 };
+	float *g = ds_alloc(N * sizeof(float)), *p0 = ds_alloc(N * sizeof(float));
+	float *p[3], *pa[3];
+	double ss[3];
+	for (int i = 0; i < N; i++) {
+		p0[i] = frand(-1, 1);
+		g[i] = frand(-1, 1);
+	}
+	struct ds_range r[3] = { { 0, 70000 }, { 70000, 3 }, { 70003, N - 70003 } };
+	for (int t = 0; t < 3; t++) {
+		omp_set_num_threads(t + 1);
+		p[t] = ds_alloc(N * sizeof(float));
+		pa[t] = ds_alloc(N * sizeof(float));
+		memcpy(p[t], p0, N * sizeof(float));
+		memcpy(pa[t], p0, N * sizeof(float));
+		struct ds_optim *o = make(DS_OPTIM_LAMB, N, lamb_wd), *a = make(DS_OPTIM_ADAMW, N, set_two_step);
+		for (int s = 0; s < 2; s++) {
+			assert_int_equal(ds_optim_step(o, p[t], g, 0.5f, r, 3, &err), 0);
+			assert_int_equal(ds_optim_step(a, pa[t], g, 0.5f, NULL, 0, &err), 0);
+		}
+		ss[t] = ds_clip_sumsq(p[t], N);
+		ds_optim_destroy(o);
+		ds_optim_destroy(a);
+	}
+	omp_set_num_threads(2);
+	for (int t = 1; t < 3; t++) {
+		assert_memory_equal(p[t], p[0], N * sizeof(float));
+		assert_memory_equal(pa[t], pa[0], N * sizeof(float));
+		assert_memory_equal(&ss[t], &ss[0], sizeof(double));
+	}
+	assert_true(memcmp(p[0], p0, N * sizeof(float)) != 0);
+	for (int t = 0; t < 3; t++) {
+		ds_free(p[t]);
+		ds_free(pa[t]);
+	}
+	ds_free(g);
+	ds_free(p0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -527,6 +573,7 @@ int main(void)
 		cmocka_unit_test(test_names_and_params),
 		cmocka_unit_test(test_case25_clip),
 		cmocka_unit_test(test_nonfinite_sumsq),
+		cmocka_unit_test(test_thread_count_independent),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
