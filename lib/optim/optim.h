@@ -57,7 +57,8 @@ const char *ds_optim_type_name(enum ds_optim_type type);
  * "set_grad_none", "fp32_optimizer_states", "momentum", "nesterov",
  * "dampening", "max_coeff", "min_coeff", "eps_inside_sqrt") for p->type.
  * torch_adam and set_grad_none change nothing (same update, grads always
- * zeroed); amsgrad must be false and fp32_optimizer_states true.  Booleans are 0 or 1.  Returns 0, or DS_EINVAL with a message
+ * zeroed); amsgrad must be false and fp32_optimizer_states true.
+ * Booleans are 0 or 1.  Returns 0, or DS_EINVAL with a message
  * for an unknown name, a name the type does not take, a wrong count, or a
  * value DeepSpeed rejects (max_grad_norm: use gradient_clipping; amsgrad
  * true: not supported). */
