@@ -643,9 +643,9 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 				int first = 0;
 				while (first < ci.nt && strcmp(ci.t[first].status, "BAD"))
 					first++;
-				rc = ds_err_set(err, DS_ECHECK, "%s: %d dataset%s failed the checksum, first /model/%s",
+				rc = ds_err_set(err, DS_ECHECK, "%s: %d dataset%s failed verification, first /%s (%s)",
 						ci.path, ci.nbad, ci.nbad > 1 ? "s" : "",
-						first < ci.nt ? ci.t[first].name : "?");
+						first < ci.nt ? ci.t[first].name : "?", ci.bad_msg);
 			}
 		}
 		goto out;

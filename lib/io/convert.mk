@@ -24,3 +24,9 @@ tests_unit_test_convert_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_convert_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
+
+## tests/data/ckpt-small/ckpt-small: makes the committed checkpoints and
+## computes dstk's logits for the export checks (see its README).
+check_PROGRAMS += tests/data/ckpt-small/ckpt-small
+tests_data_ckpt_small_ckpt_small_SOURCES = tests/data/ckpt-small/ckpt-small.c
+tests_data_ckpt_small_ckpt_small_LDADD = $(DS_LDADD)

@@ -1,30 +1,279 @@
-/* convert_ckpt.c - the HDF5 side of ds-ckpt-convert: reading dstk
- * checkpoints as a tensor source, inspect/verify, weights-only files and
- * fresh checkpoints.  Waits for lib/io/ckpt.h (the checkpoint module);
- * until it lands every entry point says so.
+/* convert_ckpt.c - the HDF5 side of ds-ckpt-convert, on lib/io/ckpt:
+ * a dstk checkpoint (or weights-only checkpoint) as a tensor source,
+ * inspect/verify, weights-only output in fp32/fp16/bf16 and a fresh
+ * checkpoint from any source.  One tensor in memory at a time.
  */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/ckpt.h"
+#include "io/convert_hf.h"
 #include "io/convert_int.h"
+#include "util/half.h"
+#include "util/mem.h"
+
+struct ck_src {
+	struct ds_ckpt *c;
+	int *dtype;          /* per registry tensor: enum ds_ckpt_dtype */
+	const struct ds_gpt *model;
+};
+
+static int ck_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct ds_err *err)
+{
+	struct ck_src *x = ctx;
+	char name[DS_CKPT_NAME_MAX];
+	int i = ds_gpt_find(x->model, t->name), dt = x->dtype[i];
+	snprintf(name, sizeof(name), "model/%s", t->name);
+	if (dt == DS_CKPT_F32)
+		return ds_ckpt_tensor_read(x->c, name, 0, (uint64_t)t->numel, dst, err);
+	/* 16-bit: read the bits into the back half of dst, widen from the front
+	 * (element k's source lies at byte 2 numel + 2 k >= 4 k: never overwritten first) */
+	{
+		uint16_t *h = (uint16_t *)(dst + t->numel / 2 + (t->numel & 1));
+		DS_TRY(ds_ckpt_tensor_read(x->c, name, 0, (uint64_t)t->numel, h, err));
+		for (int64_t k = 0; k < t->numel; k++)
+			dst[k] = dt == DS_CKPT_F16 ? ds_fp16_to_fp32(h[k]) : ds_bf16_to_fp32(h[k]);
+	}
+	return 0;
+}
+
+static void ck_close(void *ctx)
+{
+	struct ck_src *x = ctx;
+	ds_ckpt_close(x->c);
+	free(x->dtype);
+	free(x);
+}
+
+/* ds_ckpt_open wants a directory: a state.h5 path means its tag directory. */
+static int open_any(const char *path, struct ds_ckpt **c, struct ds_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+		char dir[4096];
+		const char *sl = strrchr(path, '/');
+		snprintf(dir, sizeof(dir), "%.*s", sl ? (int)(sl - path) : 1, sl ? path : ".");
+		if (!sl || strcmp(sl + 1, "state.h5"))
+			return ds_err_set(err, DS_EINVAL, "%s: a checkpoint file must be named state.h5 (or give its "
+					  "save or tag directory)", path);
+		return ds_ckpt_open(c, dir, NULL, err);
+	}
+	return ds_ckpt_open(c, path, NULL, err);
+}
 
 int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err)
 {
-	(void)s;
-	return ds_err_set(err, DS_ENOTSUP, "%s: HDF5 checkpoints need lib/io/ckpt (not built yet)", path);
+	struct ck_src *x = calloc(1, sizeof(*x));
+	struct ds_ckpt_meta meta;
+	struct ds_ckpt_tensor_info *list = NULL;
+	size_t nl = 0;
+	int rc, n;
+	memset(s, 0, sizeof(*s));
+	s->kind = "hdf5";
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	if (!x)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	s->ctx = x;
+	s->read = ck_read;
+	s->close = ck_close;
+	if ((rc = open_any(path, &x->c, err)) < 0)
+		return rc;
+	snprintf(s->path, sizeof(s->path), "%s", ds_ckpt_file(x->c));
+	if ((rc = ds_ckpt_meta_get(x->c, &meta, err)) < 0)
+		return rc;
+	if (!meta.model_json || !*meta.model_json)
+		return ds_err_set(err, DS_ECORRUPT, "%s: root attribute model_json is empty: not a model checkpoint",
+				  s->path);
+	if ((rc = ds_convert_model_parse(meta.model_json, s->path, &s->cfg, err)) < 0)
+		return rc;
+	s->step = meta.step;
+	if (!(s->model_json = strdup(meta.model_json)))
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	if ((rc = ds_csrc_setup(s, err)) < 0)
+		return rc;
+	x->model = s->model;
+	n = ds_gpt_num_tensors(s->model);
+	if (!(x->dtype = calloc((size_t)n, sizeof(int))))
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
+		struct ds_ckpt_tensor_info ti;
+		char name[DS_CKPT_NAME_MAX];
+		snprintf(name, sizeof(name), "model/%s", t->name);
+		if (ds_ckpt_tensor_info(x->c, name, &ti, err) < 0)
+			return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s is missing (the model JSON needs it)",
+					  s->path, name);
+		if ((int64_t)ti.numel != t->numel || ti.ndim != t->ndim || (int64_t)ti.shape[0] != t->shape[0])
+			return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s has %llu elements in %d dims; the model "
+					  "JSON says [%lld%s%lld]", s->path, name, (unsigned long long)ti.numel, ti.ndim,
+					  (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+					  t->ndim > 1 ? (long long)t->shape[1] : 0LL);
+		if (ti.dtype != DS_CKPT_F32 && ti.dtype != DS_CKPT_F16 && ti.dtype != DS_CKPT_BF16)
+			return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s has dtype %s; expected f32, f16 or bf16",
+					  s->path, name, ds_ckpt_dtype_name(ti.dtype));
+		x->dtype[i] = ti.dtype;
+	}
+	/* nothing under /model that the model JSON does not describe */
+	if ((rc = ds_ckpt_list(x->c, &list, &nl, err)) < 0)
+		return rc;
+	for (size_t k = 0; k < nl; k++)
+		if (!strncmp(list[k].name, "model/", 6) && ds_gpt_find(s->model, list[k].name + 6) < 0) {
+			rc = ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s is not a tensor of the model JSON", s->path,
+					list[k].name);
+			break;
+		}
+	free(list);
+	return rc;
+}
+
+/* One dstk checkpoint from source s: weights only, in dtype dt. */
+static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dtname, int weights_only,
+		      uint64_t *bytes, struct ds_err *err)
+{
+	struct ds_ckpt *c = NULL;
+	struct ds_ckpt_meta meta = { 0 };
+	float *a = ds_alloc(ds_csrc_largest(s) + 64);
+	uint16_t *h = ds_alloc(ds_csrc_largest(s) / 2 + 64);
+	int rc;
+	meta.step = s->step;
+	meta.consumed_samples = 0;
+	meta.world_size = 1;
+	meta.zero_stage = 0;
+	meta.dtype = dtname;
+	meta.config_json = "{}";
+	meta.model_json = s->model_json;
+	if (!a || !h) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = ds_ckpt_create(&c, dir, &meta, err)) < 0)
+		goto out;
+	if ((rc = ds_ckpt_attr_set_i64(c, "/", "weights_only", weights_only, err)) < 0 ||
+	    (rc = ds_ckpt_attr_set_str(c, "/", "converted_from", s->path, err)) < 0)
+		goto out;
+	for (int i = 0; i < ds_gpt_num_tensors(s->model); i++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
+		char name[DS_CKPT_NAME_MAX];
+		uint64_t shape[2] = { (uint64_t)t->shape[0], (uint64_t)t->shape[1] };
+		const void *data = a;
+		snprintf(name, sizeof(name), "model/%s", t->name);
+		if ((rc = s->read(s->ctx, t, a, err)) < 0)
+			goto out;
+		if (dt == DS_CKPT_F16)
+			ds_fp32_to_fp16_n(h, a, (size_t)t->numel);
+		else if (dt == DS_CKPT_BF16)
+			ds_fp32_to_bf16_n(h, a, (size_t)t->numel);
+		if (dt != DS_CKPT_F32)
+			data = h;
+		if ((rc = ds_ckpt_tensor_put(c, name, dt, t->ndim, shape, data, err)) < 0)
+			goto out;
+		*bytes += (uint64_t)t->numel * ds_ckpt_dtype_size(dt);
+	}
+	rc = ds_ckpt_commit(c, err);
+out:
+	ds_ckpt_close(c);
+	ds_free(a);
+	ds_free(h);
+	return rc;
 }
 
 int ds_convert_write_weights(struct ds_csrc *s, const char *path, int fmt, uint64_t *bytes, struct ds_err *err)
 {
-	(void)s; (void)fmt; (void)bytes;
-	return ds_err_set(err, DS_ENOTSUP, "%s: HDF5 output needs lib/io/ckpt (not built yet)", path);
+	int dt = fmt == DS_FMT_FP16 ? DS_CKPT_F16 : fmt == DS_FMT_BF16 ? DS_CKPT_BF16 : DS_CKPT_F32;
+	const char *nm = fmt == DS_FMT_FP16 ? "fp16" : fmt == DS_FMT_BF16 ? "bf16" : "fp32";
+	return write_ckpt(s, path, dt, nm, 1, bytes, err);
 }
 
 int ds_convert_write_ckpt(struct ds_csrc *s, const char *savedir, uint64_t *bytes, struct ds_err *err)
 {
-	(void)s; (void)bytes;
-	return ds_err_set(err, DS_ENOTSUP, "%s: HDF5 output needs lib/io/ckpt (not built yet)", savedir);
+	return write_ckpt(s, savedir, DS_CKPT_F32, "fp32", 1, bytes, err);
+}
+
+/* ---- inspect / verify ---------------------------------------------------- */
+
+struct vctx {
+	struct ds_cinfo *ci;
+};
+
+static void on_verify(void *ud, const struct ds_ckpt_tensor_info *t, int status, const char *msg)
+{
+	struct ds_cinfo *ci = ((struct vctx *)ud)->ci;
+	if (status != 0 && !ci->bad_msg[0])
+		snprintf(ci->bad_msg, sizeof(ci->bad_msg), "%s", msg && *msg ? msg : t->name);
+	for (int i = 0; i < ci->nt; i++)
+		if (!strcmp(ci->t[i].name, t->name)) {
+			ci->t[i].status = status == 0 ? "ok" : "BAD";
+			ci->nbad += status != 0;
+		}
+}
+
+static const char *dtype_word(int dt)
+{
+	switch (dt) {
+	case DS_CKPT_F32: return "float32";
+	case DS_CKPT_F64: return "float64";
+	case DS_CKPT_F16: return "float16";
+	case DS_CKPT_BF16: return "bfloat16";
+	case DS_CKPT_I32: return "int32";
+	case DS_CKPT_I64: return "int64";
+	default: return "uint8";
+	}
 }
 
 int ds_convert_info_ckpt(const char *path, int verify, struct ds_cinfo *ci, struct ds_err *err)
 {
-	(void)verify; (void)ci;
-	return ds_err_set(err, DS_ENOTSUP, "%s: HDF5 checkpoints need lib/io/ckpt (not built yet)", path);
+	struct ds_ckpt *c = NULL;
+	struct ds_ckpt_meta meta;
+	struct ds_ckpt_tensor_info *list = NULL;
+	size_t n = 0;
+	int64_t wo = 0;
+	int rc;
+	memset(ci, 0, sizeof(*ci));
+	if ((rc = open_any(path, &c, err)) < 0)
+		return rc;
+	if ((rc = ds_ckpt_meta_get(c, &meta, err)) < 0 || (rc = ds_ckpt_list(c, &list, &n, err)) < 0)
+		goto out;
+	if (ds_ckpt_attr_has(c, "/", "weights_only"))
+		ds_ckpt_attr_get_i64(c, "/", "weights_only", &wo, NULL);
+	ci->format = wo ? "weights" : "checkpoint";
+	snprintf(ci->path, sizeof(ci->path), "%s", ds_ckpt_file(c));
+	snprintf(ci->tag, sizeof(ci->tag), "%.127s", ds_ckpt_tag(c));
+	ci->step = meta.step;
+	ci->consumed = meta.consumed_samples;
+	ci->world_size = (int)meta.world_size;
+	ci->zero_stage = (int)meta.zero_stage;
+	snprintf(ci->dtype, sizeof(ci->dtype), "%s", meta.dtype ? meta.dtype : "");
+	ci->config_json = meta.config_json && *meta.config_json ? strdup(meta.config_json) : NULL;
+	ci->model_json = meta.model_json && *meta.model_json ? strdup(meta.model_json) : NULL;
+	ci->t = calloc(n + 1, sizeof(*ci->t));
+	if (!ci->t) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct ds_cinfo_tensor *t = &ci->t[i];
+		snprintf(t->name, sizeof(t->name), "%s", list[i].name);
+		t->ndim = list[i].ndim < 4 ? list[i].ndim : 4;
+		for (int d = 0; d < t->ndim; d++)
+			t->shape[d] = (int64_t)list[i].shape[d];
+		t->dtype = dtype_word(list[i].dtype);
+		t->status = ds_ckpt_attr_has(c, list[i].name, "crc32c") ? "unchecked" : "none";
+	}
+	ci->nt = (int)n;
+	if (verify) {
+		struct vctx v = { ci };
+		struct ds_err e = DS_ERR_INIT;
+		/* a bad checksum is the report, not a failure to produce it */
+		ds_ckpt_verify(c, on_verify, &v, &e);
+		for (int i = 0; i < ci->nt; i++)
+			if (!strcmp(ci->t[i].status, "unchecked") || !strcmp(ci->t[i].status, "none")) {
+				ci->t[i].status = "BAD";
+				ci->nbad++;
+			}
+	}
+out:
+	free(list);
+	ds_ckpt_close(c);
+	return rc;
 }

@@ -50,7 +50,7 @@ int ds_convert_write_ckpt(struct ds_csrc *s, const char *savedir, uint64_t *byte
 
 /* What inspect reports, whatever the format. */
 struct ds_cinfo_tensor {
-	char name[128];
+	char name[512];
 	int ndim;
 	int64_t shape[4];
 	const char *dtype;             /* "float32", "float16", "bfloat16" */
@@ -66,6 +66,7 @@ struct ds_cinfo {
 	char *config_json, *model_json;  /* malloc'd or NULL */
 	struct ds_cinfo_tensor *t;     /* malloc'd */
 	int nt, nbad;
+	char bad_msg[DS_ERR_MSG_MAX];  /* verify: the first failure as the reader said it */
 };
 /* Render info as text or JSON to out. */
 void ds_cinfo_print(const struct ds_cinfo *ci, int json, FILE *out);
