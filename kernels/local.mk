@@ -14,3 +14,16 @@ tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c tests/unit/unit.h
 tests_unit_test_kernels_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_kernels_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+## CUDA versions of the element-wise kernels (same math, kernels/common),
+## compiled by nvcc into the same library when configure found CUDA.
+EXTRA_DIST += kernels/cuda/gpt_cuda.cu kernels/cuda/gpt_cuda.h
+if HAVE_CUDA
+kernels_libds_kernels_a_LIBADD = kernels/cuda/gpt_cuda.$(OBJEXT)
+CLEANFILES += kernels/cuda/gpt_cuda.$(OBJEXT)
+kernels/cuda/gpt_cuda.$(OBJEXT): $(srcdir)/kernels/cuda/gpt_cuda.cu $(srcdir)/kernels/cuda/gpt_cuda.h \
+		$(srcdir)/kernels/common/gpt_math.h
+	@$(MKDIR_P) kernels/cuda
+	$(NVCC) -O2 -std=c++14 -Xcompiler -fPIC -I$(top_srcdir)/lib -I$(top_srcdir)/kernels \
+		-c $(srcdir)/kernels/cuda/gpt_cuda.cu -o $@
+endif
