@@ -640,23 +640,31 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 	if (xfer(w->dset, mem_type(w->dtype), w->ndim, w->shape, begin, end, (void *)data, 1) < 0)
 		return ds_err_set(err, DS_EIO, "%s: /%s: write of [%llu, %llu) failed: %s", c->file, name,
 				  (unsigned long long)begin, (unsigned long long)end, h5msg(msg));
-	/* one piece per chunk the slice touches */
+	/* one piece per chunk the slice touches; chunk CRCs are independent,
+	 * so the threads share them */
 	const uint8_t *p = data;
 	uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
-	while (bb < be) {
-		uint64_t ch = bb / cb, ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
-		if (w->np == w->cap) {
-			size_t cap = w->cap ? 2 * w->cap : 16;
-			struct piece *np = realloc(w->p, cap * sizeof *np);
-			if (!np)
-				return ds_err_set(err, DS_ENOMEM, "out of memory");
-			w->p = np;
-			w->cap = cap;
-		}
-		w->p[w->np++] = (struct piece){ ch, bb - ch * cb, ce - bb, ds_crc32c(0, p, (size_t)(ce - bb)) };
-		p += ce - bb;
-		bb = ce;
+	size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
+	if (w->np + nnew > w->cap) {
+		size_t cap = w->cap ? w->cap : 16;
+		while (cap < w->np + nnew)
+			cap *= 2;
+		struct piece *np = realloc(w->p, cap * sizeof *np);
+		if (!np)
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		w->p = np;
+		w->cap = cap;
 	}
+	for (size_t k = 0; k < nnew; k++) {
+		uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb, ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
+		w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs, 0 };
+	}
+	#pragma omp parallel for schedule(dynamic, 4) if (nnew > 8)
+	for (size_t k = 0; k < nnew; k++) {
+		struct piece *q = &w->p[k0 + k];
+		q->crc = ds_crc32c(0, p + (q->chunk * cb + q->off - bb), (size_t)q->len);
+	}
+	w->np += nnew;
 	return 0;
 }
 
@@ -1147,11 +1155,17 @@ static int rt_read(struct ds_ckpt *c, struct rtensor *t, uint64_t b, uint64_t e,
 				return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s: read of bytes %llu..%llu failed (%s)",
 						  c->file, t->info.name, (unsigned long long)cs, (unsigned long long)re,
 						  h5msg(msg));
+			/* the first bad chunk of the run, if any (threads share the CRCs) */
+			uint64_t bad = run;
+			#pragma omp parallel for schedule(dynamic, 4) reduction(min : bad) if (run - ch > 8)
 			for (uint64_t k = ch; k < run; k++) {
 				uint64_t ks = k * cb, ke = ks + cb < total ? ks + cb : total;
-				uint32_t v = ds_crc32c(0, out + (ks - bb), (size_t)(ke - ks));
-				if (v != t->crc[k])
-					return crc_fail(c, t, k, v, err);
+				if (ds_crc32c(0, out + (ks - bb), (size_t)(ke - ks)) != t->crc[k] && k < bad)
+					bad = k;
+			}
+			if (bad < run) {
+				uint64_t ks = bad * cb, ke = ks + cb < total ? ks + cb : total;
+				return crc_fail(c, t, bad, ds_crc32c(0, out + (ks - bb), (size_t)(ke - ks)), err);
 			}
 			ch = run;
 			continue;
