@@ -293,10 +293,13 @@ static void cleanup(struct run *R)
 	free(R->buf);
 }
 
-/* Write the read files with plain buffered writes, then drop them from the cache. */
-static int make_read_file(struct run *R, int i, struct ds_err *err)
+/* Lay out a scratch file with plain buffered writes, then drop it from the
+ * cache.  The write file too: a trial then overwrites allocated blocks, as
+ * swapping does, rather than timing the file system's block allocation
+ * (an extending O_DIRECT write on ext4 is synchronous, which would also
+ * serialise the queue). */
+static int make_file(struct run *R, const char *p, int i, struct ds_err *err)
 {
-	const char *p = R->rpath[i];
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	uint64_t done = 0;
 
@@ -518,7 +521,9 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 		else
 			fill_random(R.buf[i], o->io_size, (uint64_t)i + 1);
 		if (rc == 0 && res->do_read && !R.nofile)
-			rc = make_read_file(&R, i, err);
+			rc = make_file(&R, R.rpath[i], i, err);
+		if (rc == 0 && res->do_write && !R.nofile)
+			rc = make_file(&R, R.wpath[i], i, err);
 	}
 	if (rc == 0) {
 		for (int d = 0; d < R.space.ndims; d++)
