@@ -138,6 +138,18 @@ int ds_monitor_comms_line(char *buf, size_t n, const char *record_name, double m
 			record_name, ms, ds_monitor_comms_size(bytes, sz, sizeof sz), algbw, busbw);
 }
 
+int ds_monitor_comms_wants(const struct ds_monitor_comms_opts *o, const char *log_name, int prof)
+{
+	if (!o->enabled)
+		return 0;
+	if (prof || o->prof_all)
+		return 1;
+	for (const char *const *p = o->prof_ops; p && *p; p++)
+		if (!strcmp(*p, log_name))
+			return 1;
+	return 0;
+}
+
 int ds_monitor_comms_create(struct ds_monitor_comms **out, int world, struct ds_err *err)
 {
 	*out = calloc(1, sizeof **out);

@@ -37,6 +37,19 @@ double ds_monitor_trim_mean(double *v, size_t n, double frac);
 int ds_monitor_comms_line(char *buf, size_t n, const char *record_name, double ms, uint64_t bytes, double algbw,
 			  double busbw);
 
+/* The comms_logger section (defaults: enabled 0, verbose 0, prof_all 1,
+ * debug 0, prof_ops none).  prof_ops is a NULL-terminated list or NULL. */
+struct ds_monitor_comms_opts {
+	int enabled, verbose, prof_all, debug;
+	const char *const *prof_ops;
+};
+
+/* DeepSpeed's timed_op test: 1 when a call with this log_name (the op name
+ * unless the caller named it) is recorded - enabled and (prof, the call's
+ * own flag, or prof_all, or log_name in prof_ops).  With debug, DeepSpeed
+ * records it as "<log_name> | [Caller Func: <function>]". */
+int ds_monitor_comms_wants(const struct ds_monitor_comms_opts *o, const char *log_name, int prof);
+
 struct ds_monitor_comms;
 
 /* An empty record table for a world of `world` ranks.  Returns 0 or

@@ -29,6 +29,8 @@ int ds_monitor_create(struct ds_monitor **out, const struct ds_monitor_opts *o, 
 		char *dir = ds_monitor_logdir_dup(o->tensorboard.output_path, job(&o->tensorboard));
 		rc = dir ? ds_monitor_tb_open(&m->tb, dir, -1, err) : ds_err_set(err, DS_ENOMEM, "out of memory");
 		free(dir);
+		if (!rc && o->resume)
+			rc = ds_monitor_tb_purge(m->tb, o->resume_samples, -1, err);
 		if (rc)
 			ds_err_prefix(err, "tensorboard: ");
 	}
@@ -52,6 +54,20 @@ int ds_monitor_write(struct ds_monitor *m, const char *tag, double value, long l
 	if (m->tb)
 		DS_TRY(ds_monitor_tb_scalar(m->tb, tag, value, x, -1, err));
 	return 0;
+}
+
+int ds_monitor_log_step(struct ds_monitor *m, const struct ds_monitor_step_events *e, struct ds_err *err)
+{
+	long long before = e->steps_done * e->train_batch_size;
+	long long after = (e->steps_done + 1) * e->train_batch_size;
+	DS_TRY(ds_monitor_write(m, DS_MONITOR_TRAIN_LOSS, e->loss, before, err));
+	DS_TRY(ds_monitor_write(m, DS_MONITOR_LR, e->lr, after, err));
+	if (e->fp16)
+		DS_TRY(ds_monitor_write(m, DS_MONITOR_LOSS_SCALE, e->loss_scale, after, err));
+	for (int t = 0; e->wallclock && t < DS_WC_N; t++)
+		DS_TRY(ds_monitor_write(m, ds_monitor_wallclock_tag(t), ds_monitor_wallclock_ms(e->wallclock, t), after,
+					err));
+	return ds_monitor_flush(m, err);
 }
 
 int ds_monitor_flush(struct ds_monitor *m, struct ds_err *err)

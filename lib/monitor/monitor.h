@@ -2,17 +2,20 @@
  * the enabled sinks (csv_monitor, tensorboard).
  *
  * The config module fills the option structs from the DeepSpeed config; the
- * trainer creates the monitor on rank 0 only and writes DeepSpeed's events
- * at accumulation boundaries (spec/deepspeed-tools.md §5), x = global
- * samples:
- *   DS_MONITOR_TRAIN_LOSS at steps_done * train_batch_size (before the step
- *     counter moves), DS_MONITOR_LR and DS_MONITOR_LOSS_SCALE (fp16) at
- *     (steps_done + 1) * train_batch_size, and with wall_clock_breakdown the
- *     ds_monitor_wallclock_tag() timers; then ds_monitor_flush once per step.
+ * trainer creates the monitor on rank 0 only and, after each optimizer
+ * step, calls ds_monitor_log_step, which writes DeepSpeed's events with
+ * DeepSpeed's x-axis, global samples (spec/deepspeed-tools.md §5):
+ *   DS_MONITOR_TRAIN_LOSS at steps_done * train_batch_size (DeepSpeed logs
+ *     it in backward, before the step counter moves),
+ *   DS_MONITOR_LR, DS_MONITOR_LOSS_SCALE (fp16 only) and, with
+ *     wall_clock_breakdown, the five ds_monitor_wallclock_tag() timers at
+ *     (steps_done + 1) * train_batch_size,
+ * then flushes every sink.  ds_monitor_write is there for other tags.
  */
 #ifndef DS_MONITOR_MONITOR_H
 #define DS_MONITOR_MONITOR_H
 
+#include "monitor/log.h"
 #include "util/err.h"
 
 #define DS_MONITOR_TRAIN_LOSS "Train/Samples/train_loss"
@@ -33,7 +36,24 @@ struct ds_monitor_sink_opts {
 struct ds_monitor_opts {
 	struct ds_monitor_sink_opts csv;         /* "csv_monitor" */
 	struct ds_monitor_sink_opts tensorboard; /* "tensorboard" */
-	int resume;  /* resumed from a checkpoint: CSV drops the rows it rewrites (csvmon.h) */
+	/* Resumed from a checkpoint taken after resume_samples global samples:
+	 * the CSV files drop the rows the run writes again (csvmon.h) and the
+	 * new TensorBoard file starts with a purge at resume_samples
+	 * (tb.h: events of the old files at x >= resume_samples are hidden;
+	 * this also hides the lr point logged at exactly the checkpoint). */
+	int resume;
+	long long resume_samples;
+};
+
+/* One optimizer step's events (ds_monitor_log_step). */
+struct ds_monitor_step_events {
+	long long steps_done;        /* optimizer steps completed before this one */
+	long long train_batch_size;  /* global samples per optimizer step */
+	double loss;                 /* mean over the accumulated micro-batches */
+	double lr;                   /* the lr after this step (DeepSpeed's get_lr()) */
+	int fp16;                    /* write loss_scale */
+	double loss_scale;
+	const struct ds_monitor_wallclock *wallclock; /* NULL: no elapsed_time_ms tags */
 };
 
 struct ds_monitor;
@@ -50,6 +70,10 @@ int ds_monitor_enabled(const struct ds_monitor *m);
  * now, and stores the value as float32, as add_scalar does).  Returns 0 or
  * the first sink's error (DS_EINVAL for a CSV file that is not ours). */
 int ds_monitor_write(struct ds_monitor *m, const char *tag, double value, long long x, struct ds_err *err);
+
+/* Write DeepSpeed's events of one optimizer step (see the top of this file)
+ * and flush.  Returns 0 or the first sink's error. */
+int ds_monitor_log_step(struct ds_monitor *m, const struct ds_monitor_step_events *e, struct ds_err *err);
 
 /* Flush every sink (DeepSpeed flushes after each batch of events). */
 int ds_monitor_flush(struct ds_monitor *m, struct ds_err *err);

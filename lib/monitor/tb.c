@@ -71,17 +71,34 @@ static size_t varint_len(uint64_t v)
 	return k;
 }
 
+/* Event fields 1 and 2, common to every event. */
+static void pb_head(struct pb *p, double wall_time, long long step)
+{
+	uint64_t wt;
+	memcpy(&wt, &wall_time, 8);
+	pb_byte(p, 0x09); /* 1: wall_time, fixed64 */
+	pb_fixed(p, wt, 8);
+	if (step != 0) {
+		pb_byte(p, 0x10); /* 2: step, varint (negative: 10 bytes) */
+		pb_varint(p, (uint64_t)step);
+	}
+}
+
+size_t ds_monitor_tb_event_start(uint8_t *buf, size_t cap, double wall_time, long long step)
+{
+	struct pb p = { buf, cap, 0 };
+	pb_head(&p, wall_time, step);
+	pb_byte(&p, 0x3a); /* 7: session_log */
+	pb_byte(&p, 2);
+	pb_byte(&p, 0x08); /* SessionLog 1: status = START (1) */
+	pb_byte(&p, 1);
+	return p.len;
+}
+
 size_t ds_monitor_tb_event(uint8_t *buf, size_t cap, double wall_time, long long step, const char *tag, float value)
 {
 	struct pb p = { buf, cap, 0 };
-	uint64_t wt;
-	memcpy(&wt, &wall_time, 8);
-	pb_byte(&p, 0x09); /* 1: wall_time, fixed64 */
-	pb_fixed(&p, wt, 8);
-	if (step != 0) {
-		pb_byte(&p, 0x10); /* 2: step, varint (negative: 10 bytes) */
-		pb_varint(&p, (uint64_t)step);
-	}
+	pb_head(&p, wall_time, step);
 	if (!tag) {
 		static const char ver[] = "brain.Event:2";
 		pb_byte(&p, 0x1a); /* 3: file_version */
@@ -120,11 +137,14 @@ void ds_monitor_tb_frame(uint8_t *out, const uint8_t *data, size_t n)
 	put_le(out + 12 + n, ds_crc32c_mask(ds_crc32c(0, data, n)), 4);
 }
 
+/* Frame and append one event: a scalar (tag), the file_version event (no
+ * tag), or with start set the SessionLog START event. */
 static int write_event(struct ds_monitor_tb *tb, double wall_time, long long step, const char *tag, float value,
-		       struct ds_err *err)
+		       int start, struct ds_err *err)
 {
 	uint8_t small[512];
-	size_t n = ds_monitor_tb_event(NULL, 0, wall_time, step, tag, value);
+	size_t n = start ? ds_monitor_tb_event_start(NULL, 0, wall_time, step)
+			 : ds_monitor_tb_event(NULL, 0, wall_time, step, tag, value);
 	uint8_t *rec = n + 16 <= sizeof small ? small : malloc(n + 16);
 	uint8_t *data = rec ? malloc(n) : NULL;
 	int rc = 0;
@@ -132,7 +152,10 @@ static int write_event(struct ds_monitor_tb *tb, double wall_time, long long ste
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
-	ds_monitor_tb_event(data, n, wall_time, step, tag, value);
+	if (start)
+		ds_monitor_tb_event_start(data, n, wall_time, step);
+	else
+		ds_monitor_tb_event(data, n, wall_time, step, tag, value);
 	ds_monitor_tb_frame(rec, data, n);
 	if (fwrite(rec, 1, n + 16, tb->f) != n + 16)
 		rc = ds_err_set(err, DS_EIO, "%s: write error: %s", tb->path, strerror(errno));
@@ -166,7 +189,7 @@ int ds_monitor_tb_open(struct ds_monitor_tb **out, const char *dir, double wall_
 		ds_monitor_tb_close(tb);
 		return rc;
 	}
-	int rc = write_event(tb, wall_time, 0, NULL, 0, err);
+	int rc = write_event(tb, wall_time, 0, NULL, 0, 0, err);
 	if (!rc)
 		rc = ds_monitor_tb_flush(tb, err);
 	if (rc) {
@@ -180,7 +203,16 @@ int ds_monitor_tb_open(struct ds_monitor_tb **out, const char *dir, double wall_
 int ds_monitor_tb_scalar(struct ds_monitor_tb *tb, const char *tag, double value, long long step,
 			 double wall_time, struct ds_err *err)
 {
-	return write_event(tb, wall_time < 0 ? now_unix() : wall_time, step, tag, (float)value, err);
+	return write_event(tb, wall_time < 0 ? now_unix() : wall_time, step, tag, (float)value, 0, err);
+}
+
+int ds_monitor_tb_purge(struct ds_monitor_tb *tb, long long step, double wall_time, struct ds_err *err)
+{
+	if (wall_time < 0)
+		wall_time = now_unix();
+	DS_TRY(write_event(tb, wall_time, step, NULL, 0, 0, err));
+	DS_TRY(write_event(tb, wall_time, step, NULL, 0, 1, err));
+	return ds_monitor_tb_flush(tb, err);
 }
 
 int ds_monitor_tb_flush(struct ds_monitor_tb *tb, struct ds_err *err)

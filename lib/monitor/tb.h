@@ -31,6 +31,13 @@ int ds_monitor_tb_open(struct ds_monitor_tb **out, const char *dir, double wall_
 int ds_monitor_tb_scalar(struct ds_monitor_tb *tb, const char *tag, double value, long long step,
 			 double wall_time, struct ds_err *err);
 
+/* Mark a restart as torch's SummaryWriter(purge_step=step) does: a
+ * file_version event and a SessionLog START event (field 7, status 1), both
+ * at step, after which TensorBoard hides the events of earlier files with
+ * step >= step (those of the run that is being resumed past).  Returns 0 or
+ * DS_EIO. */
+int ds_monitor_tb_purge(struct ds_monitor_tb *tb, long long step, double wall_time, struct ds_err *err);
+
 /* Push buffered records to the file.  Returns 0 or DS_EIO. */
 int ds_monitor_tb_flush(struct ds_monitor_tb *tb, struct ds_err *err);
 
@@ -45,6 +52,9 @@ void ds_monitor_tb_close(struct ds_monitor_tb *tb);
  * leaves out defaults.  Returns the encoded length (which may exceed cap:
  * then nothing useful was written). */
 size_t ds_monitor_tb_event(uint8_t *buf, size_t cap, double wall_time, long long step, const char *tag, float value);
+
+/* The same for the SessionLog START event of ds_monitor_tb_purge. */
+size_t ds_monitor_tb_event_start(uint8_t *buf, size_t cap, double wall_time, long long step);
 
 /* Frame n data bytes as one TFRecord into out (n + 16 bytes). */
 void ds_monitor_tb_frame(uint8_t *out, const uint8_t *data, size_t n);

@@ -127,6 +127,52 @@ OUT
 	printf 'step,train_loss\r\n0,2.345678\r\n' | cmp - "$BATS_TEST_TMPDIR/out/J/Train_Samples_train_loss.csv"
 }
 
+@test "resumed run: the event file purges the abandoned steps, then DeepSpeed's x-axis" {
+	run "$EVENTS" resume "$BATS_TEST_TMPDIR/out"
+	assert_success
+	run records "$output"
+	assert_success
+	# torch's SummaryWriter(purge_step=128): file_version and SessionLog START
+	# at step 128; then train_loss at 2*64, lr and loss_scale at 3*64
+	run grep -v wall_time <<<"$output"
+	assert_output - <<'OUT'
+== record 0
+file_version: "brain.Event:2"
+== record 1
+step: 128
+file_version: "brain.Event:2"
+== record 2
+step: 128
+session_log {
+  status: START
+}
+== record 3
+step: 128
+summary {
+  value {
+    tag: "Train/Samples/train_loss"
+    simple_value: 3.5
+  }
+}
+== record 4
+step: 192
+summary {
+  value {
+    tag: "Train/Samples/lr"
+    simple_value: 0.001
+  }
+}
+== record 5
+step: 192
+summary {
+  value {
+    tag: "Train/Samples/loss_scale"
+    simple_value: 32768
+  }
+}
+OUT
+}
+
 @test "monitor: an output_path that cannot be a directory is one clear error" {
 	touch "$BATS_TEST_TMPDIR/file"
 	run -1 "$EVENTS" both "$BATS_TEST_TMPDIR/file"

@@ -394,6 +394,10 @@ static void test_tb_encoding(void **state)
 				      0x0a, 0x08, 0x0a, 0x01, 't', 0x15, 0x00, 0x00, 0x80, 0x3e };
 	assert_int_equal(ds_monitor_tb_event(b, sizeof b, 1.5, 300, "t", 0.25f), sizeof sc);
 	assert_memory_equal(b, sc, sizeof sc);
+	/* SessionLog START at step 300: field 7 = { 1: 1 } */
+	static const uint8_t st[] = { 0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f, 0x10, 0xac, 0x02, 0x3a, 0x02, 0x08, 0x01 };
+	assert_int_equal(ds_monitor_tb_event_start(b, sizeof b, 1.5, 300), sizeof st);
+	assert_memory_equal(b, st, sizeof st);
 	/* too small a buffer: the length is still reported */
 	assert_int_equal(ds_monitor_tb_event(b, 4, 1.5, 300, "t", 0.25f), sizeof sc);
 	/* a negative step is ten varint bytes */
@@ -481,7 +485,7 @@ static void test_monitor_fanout(void **state)
 	struct ds_monitor *m;
 
 	/* nothing enabled: a monitor that writes nothing */
-	struct ds_monitor_opts none = { { 0, base, "off" }, { 0, base, "off" }, 0 };
+	struct ds_monitor_opts none = { { 0, base, "off" }, { 0, base, "off" }, 0, 0 };
 	assert_int_equal(ds_monitor_create(&m, &none, &err), 0);
 	assert_false(ds_monitor_enabled(m));
 	assert_int_equal(ds_monitor_write(m, DS_MONITOR_LR, 1, 1, &err), 0);
@@ -492,7 +496,7 @@ static void test_monitor_fanout(void **state)
 	assert_int_equal(access(p, F_OK), -1);
 
 	/* csv only, default job name */
-	struct ds_monitor_opts csv = { { 1, base, NULL }, { 0, NULL, NULL }, 0 };
+	struct ds_monitor_opts csv = { { 1, base, NULL }, { 0, NULL, NULL }, 0, 0 };
 	assert_int_equal(ds_monitor_create(&m, &csv, &err), 0);
 	assert_true(ds_monitor_enabled(m));
 	assert_int_equal(ds_monitor_write(m, DS_MONITOR_TRAIN_LOSS, 2.25, 0, &err), 0);
@@ -502,7 +506,7 @@ static void test_monitor_fanout(void **state)
 	ds_monitor_destroy(m);
 
 	/* both, into the same job directory: one event file next to the CSVs */
-	struct ds_monitor_opts both = { { 1, base, "J" }, { 1, base, "J" }, 0 };
+	struct ds_monitor_opts both = { { 1, base, "J" }, { 1, base, "J" }, 0, 0 };
 	assert_int_equal(ds_monitor_create(&m, &both, &err), 0);
 	assert_int_equal(ds_monitor_write(m, DS_MONITOR_LOSS_SCALE, 65536, 64, &err), 0);
 	assert_int_equal(ds_monitor_flush(m, &err), 0);
@@ -513,6 +517,36 @@ static void test_monitor_fanout(void **state)
 	assert_file(p, "step,loss_scale\r\n64,65536.0\r\n");
 	ds_monitor_destroy(m);
 	ds_monitor_destroy(NULL);
+}
+
+static void test_monitor_log_step(void **state)
+{
+	const char *d = subdir("logstep");
+	char p[700];
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_monitor *m;
+	struct ds_monitor_opts o = { { 1, d, "J" }, { 0, NULL, NULL }, 0, 0 };
+	assert_int_equal(ds_monitor_create(&m, &o, &err), 0);
+	struct ds_monitor_wallclock w = DS_MONITOR_WALLCLOCK_INIT;
+	ds_monitor_wallclock_add(&w, DS_WC_FWD, 0.012);
+	/* third step (2 done) of 64 samples: loss at 128, the rest at 192 */
+	struct ds_monitor_step_events e = { 2, 64, 3.5, 0.001, 1, 32768, &w };
+	assert_int_equal(ds_monitor_log_step(m, &e, &err), 0);
+	e = (struct ds_monitor_step_events){ 3, 64, 3.25, 0.002, 0, 0, NULL };
+	assert_int_equal(ds_monitor_log_step(m, &e, &err), 0);
+	static const struct { const char *file, *text; } want[] = {
+		{ "Train_Samples_train_loss", "step,train_loss\r\n128,3.5\r\n192,3.25\r\n" },
+		{ "Train_Samples_lr", "step,lr\r\n192,0.001\r\n256,0.002\r\n" },
+		{ "Train_Samples_loss_scale", "step,loss_scale\r\n192,32768.0\r\n" },
+		{ "Train_Samples_elapsed_time_ms_forward", "step,elapsed_time_ms_forward\r\n192,12.0\r\n" },
+		{ "Train_Samples_elapsed_time_ms_backward_allreduce",
+		  "step,elapsed_time_ms_backward_allreduce\r\n192,0.0\r\n" },
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		snprintf(p, sizeof p, "%s/J/%s.csv", d, want[i].file);
+		assert_file(p, want[i].text);
+	}
+	ds_monitor_destroy(m);
 }
 
 /* ---- comms logger ---- */
@@ -537,6 +571,18 @@ static void test_comms_bw(void **state)
 	assert_int_equal(ds_monitor_comms_bw("broadcast", 1e6, 2, 16, &a, &b), 0);
 	assert_true(fabs(a - 4) < 1e-12 && fabs(b - 4) < 1e-12);
 	assert_int_equal(ds_monitor_comms_bw("allreduce", 1, 1, 2, &a, &b), DS_EINVAL);
+
+	/* which calls are recorded */
+	const char *ops[] = { "all_gather", NULL };
+	struct ds_monitor_comms_opts co = { 1, 0, 1, 0, NULL };
+	assert_true(ds_monitor_comms_wants(&co, "all_reduce", 0));
+	co.prof_all = 0;
+	assert_false(ds_monitor_comms_wants(&co, "all_reduce", 0));
+	assert_true(ds_monitor_comms_wants(&co, "all_reduce", 1));
+	co.prof_ops = ops;
+	assert_true(ds_monitor_comms_wants(&co, "all_gather", 0));
+	co.enabled = 0;
+	assert_false(ds_monitor_comms_wants(&co, "all_gather", 1));
 
 	/* spec case 15 and a few more of convert_size */
 	char s[48];
@@ -711,6 +757,7 @@ int main(void)
 		cmocka_unit_test(test_tb_encoding),
 		cmocka_unit_test(test_tb_file),
 		cmocka_unit_test(test_monitor_fanout),
+		cmocka_unit_test(test_monitor_log_step),
 		cmocka_unit_test(test_comms_bw),
 		cmocka_unit_test(test_trim_mean),
 		cmocka_unit_test(test_comms_summary),
