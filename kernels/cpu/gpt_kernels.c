@@ -281,23 +281,32 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 
 /* causal attention of head h of one sample: base = qkv of the sample */
 DS_CLONES
-static void attn_fwd_bh(float *outb, float *atth, const float *base, float *keep,
+static void attn_fwd_bh(float *outb, float *atth, const float *base, float *keep, float *kt,
 			const struct ds_rng *g, int h, int T, int C, int hs, float scale, float p)
 {
 	const int64_t C3 = 3 * (int64_t)C;
+	/* kt (hs, T) = K^T of this head, so scores vectorise over t2 */
+	for (int t2 = 0; t2 < T; t2++) {
+		const float *k = base + t2 * C3 + C + h * hs;
+		for (int i = 0; i < hs; i++)
+			kt[(int64_t)i * T + t2] = k[i];
+	}
 	for (int t = 0; t < T; t++) {
 		const float *q = base + t * C3 + h * hs;
 		float *a = atth + (int64_t)t * T;
+		for (int t2 = 0; t2 <= t; t2++)
+			a[t2] = 0;
+		for (int i = 0; i < hs; i++) {
+			const float qi = q[i], *kr = kt + (int64_t)i * T;
+#pragma omp simd
+			for (int t2 = 0; t2 <= t; t2++)
+				a[t2] += qi * kr[t2];
+		}
 		float mx = -INFINITY;
+#pragma omp simd reduction(max:mx)
 		for (int t2 = 0; t2 <= t; t2++) {
-			const float *k = base + t2 * C3 + C + h * hs;
-			float s = 0;
-#pragma omp simd reduction(+:s)
-			for (int i = 0; i < hs; i++)
-				s += q[i] * k[i];
-			s *= scale;
-			a[t2] = s;
-			mx = s > mx ? s : mx;
+			a[t2] *= scale;
+			mx = a[t2] > mx ? a[t2] : mx;
 		}
 		float sum = 0;
 #pragma omp simd reduction(+:sum)
@@ -333,22 +342,30 @@ void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B
 #pragma omp parallel
 	{
 		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
+		float *kt = malloc((size_t)hs * T * sizeof(float));
 #pragma omp for schedule(static) collapse(2)
 		for (int b = 0; b < B; b++)
 			for (int h = 0; h < NH; h++)
 				attn_fwd_bh(out + (int64_t)b * T * C, att + ((int64_t)b * NH + h) * T * T,
-					    qkv + (int64_t)b * T * 3 * C, keep, keep ? &gs[b] : NULL, h, T, C,
-					    hs, scale, p);
+					    qkv + (int64_t)b * T * 3 * C, keep, kt, keep ? &gs[b] : NULL, h, T,
+					    C, hs, scale, p);
+		free(kt);
 		free(keep);
 	}
 }
 
 DS_CLONES
 static void attn_bwd_bh(float *dbase, const float *doutb, const float *base, const float *atth,
-			float *keep, float *dp, const struct ds_rng *g, int h, int T, int C, int hs,
-			float scale, float p)
+			float *keep, float *dp, float *vt, const struct ds_rng *g, int h, int T, int C,
+			int hs, float scale, float p)
 {
 	const int64_t C3 = 3 * (int64_t)C;
+	/* vt (hs, T) = V^T of this head, so dp vectorises over t2 */
+	for (int t2 = 0; t2 < T; t2++) {
+		const float *v = base + t2 * C3 + 2 * C + h * hs;
+		for (int i = 0; i < hs; i++)
+			vt[(int64_t)i * T + t2] = v[i];
+	}
 	for (int t = 0; t < T; t++)
 		for (int part = 0; part < 3; part++)
 			memset(dbase + t * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
@@ -357,19 +374,23 @@ static void attn_bwd_bh(float *dbase, const float *doutb, const float *base, con
 		const float *go = doutb + (int64_t)t * C + h * hs;
 		if (keep)
 			drop_row(keep, g, h, t, T, p);
-		/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep */
+		/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep: dp' = go . v_t2 */
+		for (int t2 = 0; t2 <= t; t2++)
+			dp[t2] = 0;
+		for (int i = 0; i < hs; i++) {
+			const float gi = go[i], *vr = vt + (int64_t)i * T;
+#pragma omp simd
+			for (int t2 = 0; t2 <= t; t2++)
+				dp[t2] += gi * vr[t2];
+		}
 		for (int t2 = 0; t2 <= t; t2++) {
-			const float *v = base + t2 * C3 + 2 * C + h * hs;
 			float *dv = dbase + t2 * C3 + 2 * C + h * hs;
-			float s = 0;
-#pragma omp simd reduction(+:s)
-			for (int i = 0; i < hs; i++)
-				s += go[i] * v[i];
 			float w = keep ? a[t2] * keep[t2] : a[t2];
 #pragma omp simd
 			for (int i = 0; i < hs; i++)
 				dv[i] += w * go[i];
-			dp[t2] = keep ? s * keep[t2] : s;
+			if (keep)
+				dp[t2] *= keep[t2];
 		}
 		/* softmax backward: dpre = a * (dp - sum(a dp)) */
 		float sad = 0;
@@ -400,12 +421,14 @@ void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *q
 	{
 		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
 		float *dp = malloc((size_t)T * sizeof(float));
+		float *vt = malloc((size_t)hs * T * sizeof(float));
 #pragma omp for schedule(static) collapse(2)
 		for (int b = 0; b < B; b++)
 			for (int h = 0; h < NH; h++)
 				attn_bwd_bh(dqkv + (int64_t)b * T * 3 * C, dout + (int64_t)b * T * C,
 					    qkv + (int64_t)b * T * 3 * C, att + ((int64_t)b * NH + h) * T * T,
-					    keep, dp, keep ? &gs[b] : NULL, h, T, C, hs, scale, p);
+					    keep, dp, vt, keep ? &gs[b] : NULL, h, T, C, hs, scale, p);
+		free(vt);
 		free(dp);
 		free(keep);
 	}
