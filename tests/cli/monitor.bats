@@ -32,6 +32,7 @@ raw() {
 	local f=$1 want=$2 off=0 n=0 len
 	while :; do
 		len=$(od -An -tu8 -j "$off" -N8 --endian=little "$f" | tr -d ' ')
+		[ -n "$len" ] || { echo "no record $want"; return 1; }
 		if [ "$n" -eq "$want" ]; then
 			tail -c +$((off + 13)) "$f" | head -c "$len" | protoc --decode_raw
 			return
@@ -45,7 +46,7 @@ raw() {
 	run "$EVENTS" tb "$BATS_TEST_TMPDIR/tb"
 	assert_success
 	f=$output
-	[[ "$(basename "$f")" =~ ^events\.out\.tfevents\.1700000000\.$(hostname)\.[0-9]+\.[0-9]+$ ]]
+	[[ "$(basename "$f")" =~ ^events\.out\.tfevents\.1700000000\.$(uname -n)\.[0-9]+\.[0-9]+$ ]]
 	run records "$f"
 	assert_success
 	assert_output - <<'OUT'
