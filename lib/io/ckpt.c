@@ -860,7 +860,12 @@ static int open_tag(struct ds_ckpt **out, const char *dir, const char *tag, stru
 	c->f = -1;
 	c->save_dir = strdup(dir);
 	c->tag = strdup(tag);
-	c->dir = *tag ? join(dir, tag) : strdup(dir);
+	if (c->save_dir) {  /* "ckpt/" and "ckpt" name the same directory */
+		size_t n = strlen(c->save_dir);
+		while (n > 1 && c->save_dir[n - 1] == '/')
+			c->save_dir[--n] = '\0';
+	}
+	c->dir = !c->save_dir ? NULL : *tag ? join(c->save_dir, tag) : strdup(c->save_dir);
 	c->file = c->dir ? join(c->dir, "state.h5") : NULL;
 	if (!c->save_dir || !c->tag || !c->file) {
 		ds_ckpt_close(c);

@@ -232,9 +232,14 @@ int ds_dataset_read(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t
 		return 0;
 	d->ops->read(d, off, n, out);
 	if (d->vocab_size) {
+		/* a max first (vectorises), the position only when it fails */
+		uint32_t mx = 0;
 		for (size_t i = 0; i < n; i++)
-			if (out[i] >= d->vocab_size)
-				return bad_token(d, off + i, out[i], err);
+			mx = out[i] > mx ? out[i] : mx;
+		if (mx >= d->vocab_size)
+			for (size_t i = 0; i < n; i++)
+				if (out[i] >= d->vocab_size)
+					return bad_token(d, off + i, out[i], err);
 	}
 	return 0;
 }

@@ -64,8 +64,8 @@ int ds_dataset_read(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t
 /* The same into int32 (token ids are < 2^31 once checked against the vocab). */
 int ds_dataset_read_i32(const struct ds_dataset *d, uint64_t off, size_t n, int32_t *out, struct ds_err *err);
 
-/* Scan the whole stream against the vocab set above (up-front validation;
- * about 1 GB/s).  Returns 0 or the error of ds_dataset_read. */
+/* Scan the whole stream against the vocab set above (up-front validation,
+ * a few hundred million tokens a second).  Returns 0 or the error of ds_dataset_read. */
 int ds_dataset_scan(const struct ds_dataset *d, struct ds_err *err);
 
 /* ---- samples ----------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -402,8 +403,25 @@ static void test_latest_auto(void **state)
 	/* corrupt the newest valid one: auto falls back to 10 */
 	const char *f20 = tp("auto/global_step20/state.h5");
 	flip_byte(f20, data_offset(f20, "/model/b") + 5);
-	OK(ds_ckpt_open(&c, dir, "auto", &e));
+	/* ... saying so on stderr, naming the tag and the dataset */
+	fflush(stderr);
+	int saved = dup(2), fd = open(tp("auto.log"), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+	dup2(fd, 2);
+	close(fd);
+	ds_log_init(0, DS_LOG_WARN, 0);
+	int rc = ds_ckpt_open(&c, dir, "auto", &e);
+	ds_log_init(0, DS_LOG_ERROR, 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	OK(rc);
 	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	char *log = slurp(tp("auto.log"));
+	assert_non_null(strstr(log, "warning: checkpoint"));
+	assert_non_null(strstr(log, "global_step20 skipped"));
+	assert_non_null(strstr(log, "/model/b"));
+	assert_non_null(strstr(log, "global_step40 skipped"));
+	free(log);
 	struct ds_ckpt_meta m;
 	OK(ds_ckpt_meta_get(c, &m, &e));
 	assert_int_equal(m.step, 10);
@@ -469,7 +487,7 @@ static void test_failed_save(void **state)
 	assert_string_equal(ds_ckpt_tag(c), "global_step20");
 	ds_ckpt_close(c);
 	/* a tag directory may be given directly */
-	OK(ds_ckpt_open(&c, tp("fail/global_step10"), NULL, &e));
+	OK(ds_ckpt_open(&c, tp("fail/global_step10/"), NULL, &e));
 	assert_string_equal(ds_ckpt_tag(c), "global_step10");
 	ds_ckpt_close(c);
 }
