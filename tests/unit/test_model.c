@@ -474,6 +474,16 @@ static void test_checkpointing_bitwise(void **state)
 	assert_true(ds_gpt_ws_bytes(b) < ds_gpt_ws_bytes(a));
 	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0));
 	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1));
+	/* checkpointing keeps one layer's activations instead of L: by hand,
+	 * each buffer rounded to 64 bytes, N = 24, C = 16, F = 64, F' = 128:
+	 * ln1, atty, res2, ln2 (N,C); 4 row stats (N); qkv (N,3C); att (B,NH,T,T);
+	 * c_fc out (N,F'); activation out (N,F) */
+#define R64(nf) ((((size_t)(nf) * 4) + 63) / 64 * 64)
+	const size_t N = (size_t)B * T, C = 16, F = 64;
+	size_t layer = 4 * R64(N * C) + 4 * R64(N) + R64(3 * N * C) + R64((size_t)B * 2 * T * T) +
+		       R64(N * 2 * F) + R64(N * F);
+#undef R64
+	assert_int_equal(ds_gpt_ws_bytes(a) - ds_gpt_ws_bytes(b), (2 - 1) * layer);
 	for (int step = 0; step < 2; step++) {
 		float la = run_fwd(m, a, p, tok, tgt, B, T, step, 10, 1);
 		float lb = run_fwd(m, b, p, tok, tgt, B, T, step, 10, 1);
