@@ -533,6 +533,7 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 		so.threshold = o->threshold;
 		so.max_seconds = o->exhaustive ? 0 : o->max_seconds;
 		so.start = start;
+		so.confirm = o->confirm;
 		rc = ds_tune_search(&R.space, &so, trial, &R, &sr, err);
 	}
 	cleanup(&R);
@@ -540,12 +541,22 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 	if (rc < 0)
 		return rc;
 	res->capped = sr.capped;
-	res->best = 0;
-	for (int i = 1; i < res->ntrials; i++)
-		if (res->trials[i].score > res->trials[res->best].score)
-			res->best = i;
 	if (res->ntrials == 0)
 		return ds_err_set(err, DS_EINTERNAL, "no trial ran");
+	/* the search's best point; its latest row is the confirming measurement */
+	struct ds_aio_opts bo = R.base;
+	for (int d = 0; d < R.space.ndims; d++)
+		ds_aio_opt_set(&bo, ds_aio_optdef_find(R.space.d[d].name), R.space.d[d].v[sr.best[d]], NULL);
+	res->best = 0;
+	for (int i = res->ntrials - 1; i >= 0; i--) {
+		const struct ds_aio_opts *a = &res->trials[i].aio;
+		if (a->block_size == bo.block_size && a->queue_depth == bo.queue_depth &&
+		    a->intra_op_parallelism == bo.intra_op_parallelism && a->single_submit == bo.single_submit &&
+		    a->overlap_events == bo.overlap_events) {
+			res->best = i;
+			break;
+		}
+	}
 	return 0;
 }
 
@@ -739,6 +750,7 @@ int ds_nvme_tune_config_merge(const char *in, const char *out, const struct ds_n
 	json_t *root, *aio, *best, *v;
 	const char *k;
 	char tmp[4096];
+	FILE *f;
 	int rc = 0;
 
 	DS_TRY(config_load(in, &root, err));
@@ -755,8 +767,10 @@ int ds_nvme_tune_config_merge(const char *in, const char *out, const struct ds_n
 	json_decref(best);
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", out, (long)getpid()) >= sizeof(tmp))
 		rc = ds_err_set(err, DS_EINVAL, "%s: path too long", out);
-	else if (json_dump_file(root, tmp, JSON_INDENT(2)) < 0)
+	else if ((f = fopen(tmp, "w")) == NULL)
 		rc = ds_err_set(err, DS_EIO, "%s: cannot write (%s)", tmp, strerror(errno));
+	else if ((json_dumpf(root, f, JSON_INDENT(2)) < 0 || fputc('\n', f) == EOF) | (fclose(f) != 0))
+		rc = ds_err_set(err, DS_EIO, "%s: write failed", tmp);
 	else if (rename(tmp, out) < 0)
 		rc = ds_err_set(err, DS_EIO, "%s: cannot replace (%s)", out, strerror(errno));
 	if (rc < 0)

@@ -21,7 +21,7 @@
 
 struct ds_nvme_trial {
 	int index;               /* 1-based, in the order run */
-	const char *phase;       /* "start", "coarse", "refine", "grid" (static) */
+	const char *phase;       /* "start", "coarse", "refine", "grid", "confirm" (static) */
 	struct ds_aio_opts aio;  /* settings of this trial */
 	double read_gbps, write_gbps;        /* GiB/s over all directories; -1: not measured */
 	double read_p50_us, read_p99_us;     /* per-request latency; 0: not measured */
@@ -44,12 +44,13 @@ struct ds_nvme_tune_opts {
 	const char *engine;      /* aio, posix, null; NULL: the default engine */
 	double threshold;        /* refine while a round gains more than this (0.02) */
 	double max_seconds;      /* default search: no new trial after this long (50) */
+	int confirm;             /* measure the top N again, best mean wins (3); reported: the re-measurement */
 	volatile sig_atomic_t *stop; /* set by a signal handler: stop between I/Os, clean up */
 	/* called after each trial (progress, --verbose); may be NULL */
 	void (*on_trial)(void *arg, const struct ds_nvme_trial *t);
 	void *arg;
 };
-#define DS_NVME_TUNE_OPTS_INIT { NULL, 0, NULL, 0, 0, 400ull << 20, 1, NULL, 0, 0, 0, NULL, 0.02, 50, NULL, NULL, NULL }
+#define DS_NVME_TUNE_OPTS_INIT { NULL, 0, NULL, 0, 0, 400ull << 20, 1, NULL, 0, 0, 0, NULL, 0.02, 50, 3, NULL, NULL, NULL }
 
 struct ds_nvme_tune_res {
 	struct ds_nvme_trial *trials; /* owned; release with ds_nvme_tune_res_release */

@@ -6,6 +6,7 @@
  * along each dimension (step starts at a quarter of the longest dimension);
  * move when a neighbour beats the best by more than the threshold, else
  * halve the step; stop when step 1 brings no such gain.
+ * Confirm: measure the top `confirm` points again; the best mean wins.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,41 @@ static int pattern(struct ctx *c, struct ds_err *err)
 	}
 }
 
+/* Second measurement of the top-k points; the best mean becomes r->best. */
+static int confirm(struct ctx *c, int k, struct ds_err *err)
+{
+	int nd = c->m.nd, *done = calloc((size_t)c->m.n, sizeof(int));
+	double best = 0;
+	int have = 0;
+
+	if (!done)
+		return ds_err_set(err, DS_ENOMEM, "tune: out of memory");
+	for (int round = 0; round < k && round < c->m.n; round++) {
+		int top = -1;
+		double again;
+		for (int i = 0; i < c->m.n; i++)
+			if (!done[i] && (top < 0 || c->m.score[i] > c->m.score[top]))
+				top = i;
+		done[top] = 1;
+		int rc = c->f(c->arg, c->m.idx + (size_t)top * nd, "confirm", &again, err);
+		if (rc < 0) {
+			free(done);
+			return rc;
+		}
+		c->r->trials++;
+		double mean = 0.5 * (c->m.score[top] + again);
+		if (!have || mean > best) {
+			best = mean;
+			have = 1;
+			memcpy(c->r->best, c->m.idx + (size_t)top * nd, sizeof(int) * (size_t)nd);
+		}
+	}
+	free(done);
+	if (have)
+		c->r->best_score = best;
+	return 0;
+}
+
 int ds_tune_search(const struct ds_tune_space *s, const struct ds_tune_search_opts *o, ds_tune_eval_fn f,
 		   void *arg, struct ds_tune_search_res *r, struct ds_err *err)
 {
@@ -221,6 +257,8 @@ int ds_tune_search(const struct ds_tune_space *s, const struct ds_tune_search_op
 	if (s->ndims < 1)
 		return ds_err_set(err, DS_EINVAL, "tune: nothing to search (no dimensions)");
 	rc = o->exhaustive ? grid(&c, err) : pattern(&c, err);
+	if (rc >= 0 && o->confirm > 0 && c.m.n > 1)
+		rc = confirm(&c, o->confirm, err);
 	free(c.m.idx);
 	free(c.m.score);
 	return rc < 0 ? rc : 0;

@@ -6,7 +6,9 @@
  * The caller scores a point (higher is better); the search never evaluates
  * a point twice.  Strategies: the full product (grid) and a coarse sweep
  * refined around the best (pattern search), which stops when a round of
- * refinement gains less than a threshold.
+ * refinement gains less than a threshold.  Optionally the top few points
+ * are measured once more and the best mean wins, so one lucky draw of a
+ * noisy measurement does not decide.
  */
 #ifndef DS_TUNE_SEARCH_H
 #define DS_TUNE_SEARCH_H
@@ -40,7 +42,7 @@ uint64_t ds_tune_space_size(const struct ds_tune_space *s);
 int ds_tune_dim_nearest(const struct ds_tune_dim *d, int64_t v);
 
 /* Score the point idx[ndims] into *score.  phase is "grid", "start",
- * "coarse" or "refine".  A negative return stops the search with that code. */
+ * "coarse", "refine" or "confirm" (a second measurement of a point).  A negative return stops the search with that code. */
 typedef int (*ds_tune_eval_fn)(void *ctx, const int *idx, const char *phase, double *score, struct ds_err *err);
 
 struct ds_tune_search_opts {
@@ -49,12 +51,13 @@ struct ds_tune_search_opts {
 	int max_trials;      /* stop after this many evaluations; 0: no cap */
 	double max_seconds;  /* stop starting new rounds after this long; 0: no cap */
 	const int *start;    /* starting point, or NULL: the middle of each dimension */
+	int confirm;         /* re-measure the best this many points ("confirm"); 0: none */
 };
-#define DS_TUNE_SEARCH_OPTS_INIT { 0, 0.02, 0, 0, NULL }
+#define DS_TUNE_SEARCH_OPTS_INIT { 0, 0.02, 0, 0, NULL, 0 }
 
 struct ds_tune_search_res {
 	int best[DS_TUNE_MAX_DIMS]; /* the best point */
-	double best_score;
+	double best_score;          /* its score (with confirm: the mean of its two) */
 	int trials;                 /* evaluations made */
 	int capped;                 /* 1: stopped by max_trials or max_seconds */
 };

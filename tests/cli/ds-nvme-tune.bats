@@ -80,8 +80,8 @@ setup() {
 	printf '{"block_size": ["64K", "128K"], "io_parallel": [1, 2]}' >"$D/sweep.json"
 	run -0 --separate-stderr ds-nvme-tune --nvme_dir "$D" --engine posix --io_size 256K \
 		--sweep_config "$D/sweep.json" --exhaustive --csv "$D/t.csv" --log_dir "$D/logs"
-	assert_line --index 0 --regexp 'engine posix, O_DIRECT, io_size 256\.0 KiB x 1 loop, 4 trials of 4,'
-	[ "$(wc -l <"$D/t.csv")" -eq 5 ]
+	assert_line --index 0 --regexp 'engine posix, O_DIRECT, io_size 256\.0 KiB x 1 loop, 7 trials of 4,'
+	[ "$(wc -l <"$D/t.csv")" -eq 8 ] # 4 + 3 confirming
 	# DeepSpeed's log layout
 	run -0 grep -h '^E2E Read Speed = .* GB/sec$' "$D/logs/_aio_bench_read_logs/read_block_overlap_ftd1_d32_bs64K_p2.txt"
 	[ -z "$(scratch "$D")" ]
