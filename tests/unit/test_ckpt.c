@@ -546,6 +546,40 @@ static void test_bad_files(void **state)
 	assert_false(exists(tp("bad4/latest")));
 }
 
+/* More than 16384 chunks: the crc32c attribute outgrows the 64 KiB of
+ * compact attribute storage and must still round-trip. */
+static void test_many_chunks(void **state)
+{
+	const char *dir = tp("many");
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = 1 };
+	enum { N = 40000 };  /* 160000 bytes / 8 = 20000 chunks */
+	uint64_t s[1] = { N };
+	float *w = malloc(N * sizeof *w), *rd = malloc(N * sizeof *rd);
+	(void)state;
+	fill_f32(w, N, 3.0f);
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	OK(ds_ckpt_set_chunk_bytes(c, 8, &e));
+	OK(ds_ckpt_tensor_put(c, "model/long", DS_CKPT_F32, 1, s, w, &e));
+	OK(ds_ckpt_commit(c, &e));
+	ds_ckpt_close(c);
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	OK(ds_ckpt_tensor_read(c, "model/long", 0, N, rd, &e));
+	assert_memory_equal(rd, w, N * sizeof *w);
+	OK(ds_ckpt_tensor_read(c, "model/long", 12345, 12347, rd, &e));
+	assert_memory_equal(rd, w + 12345, 2 * sizeof *w);
+	OK(ds_ckpt_verify(c, NULL, NULL, &e));
+	ds_ckpt_close(c);
+	const char *f = tp("many/global_step1/state.h5");
+	flip_byte(f, data_offset(f, "/model/long") + 8 * 19999 + 3);
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	expect_err(ds_ckpt_verify(c, NULL, NULL, &e), DS_ECORRUPT, &e, "/model/long", "chunk 19999");
+	ds_ckpt_close(c);
+	free(w);
+	free(rd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -555,6 +589,7 @@ int main(void)
 		cmocka_unit_test(test_latest_auto),
 		cmocka_unit_test(test_failed_save),
 		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_many_chunks),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
