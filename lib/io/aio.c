@@ -96,11 +96,13 @@ static const struct ds_io_ops *const ds_io_all[] = {
 
 const char *ds_aio_engines(void)
 {
-#ifdef HAVE_LIBAIO
-	return "aio posix null";
-#else
-	return "posix null";
-#endif
+	static char names[64];
+
+	if (!names[0])
+		for (int i = 0; ds_io_all[i]; i++)
+			snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? " " : "",
+				 ds_io_all[i]->name);
+	return names;
 }
 
 const char *ds_aio_default_engine(void)

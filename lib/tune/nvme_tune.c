@@ -341,7 +341,8 @@ static int measure(struct run *R, struct ds_aio **h, int write, double *gbps, do
 		int queued = 0;
 		if ((rc = stopped(R, err)) < 0)
 			break;
-		if (o->flush_page_cache && !R->nofile)
+		/* O_DIRECT bypasses the cache; buffered reads would hit it */
+		if ((o->flush_page_cache || o->buffered) && !R->nofile)
 			for (int d = 0; d < o->ndirs; d++)
 				drop_cache(write ? R->wpath[d] : R->rpath[d]);
 		double t0 = ds_now();
@@ -477,6 +478,9 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 	res->do_read = !o->no_read;
 	res->do_write = !o->no_write;
 	res->direct = !o->buffered;
+	res->dirs = o->dirs;
+	res->sweep_config = o->sweep_config;
+	res->exhaustive = o->exhaustive;
 	DS_TRY(ds_aio_engine_check(engine, err));
 	res->engine = o->engine ? o->engine : ds_aio_default_engine();
 	R.nofile = ds_aio_engine_nofile(engine);
@@ -640,6 +644,12 @@ int ds_nvme_tune_write_json(FILE *f, const struct ds_nvme_tune_res *res, struct 
 	json_object_set_new(j, "tool", json_string("ds-nvme-tune"));
 	json_object_set_new(j, "version", json_string(PACKAGE_VERSION));
 	json_object_set_new(j, "features", json_string(DS_FEATURES));
+	json_t *dirs = json_array();
+	for (int i = 0; i < res->ndirs; i++)
+		json_array_append_new(dirs, json_string(res->dirs[i]));
+	json_object_set_new(j, "nvme_dir", dirs);
+	json_object_set_new(j, "sweep_config", res->sweep_config ? json_string(res->sweep_config) : json_null());
+	json_object_set_new(j, "search", json_string(res->exhaustive ? "exhaustive" : "coarse+refine"));
 	json_object_set_new(j, "engine", json_string(res->engine));
 	json_object_set_new(j, "io_mode", json_string(res->direct ? "direct" : "buffered"));
 	json_object_set_new(j, "directories", json_integer(res->ndirs));

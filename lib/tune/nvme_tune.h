@@ -58,6 +58,9 @@ struct ds_nvme_tune_res {
 	int best;                /* index into trials */
 	int direct;              /* 1: O_DIRECT, 0: buffered (page cache) */
 	const char *engine;      /* static */
+	const char *const *dirs; /* borrowed from the opts */
+	const char *sweep_config; /* borrowed, or NULL */
+	int exhaustive;
 	uint64_t io_size;
 	int ndirs, loops, do_read, do_write, capped;
 	uint64_t space_size;     /* points in the full product */
