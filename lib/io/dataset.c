@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/crc32c.h"
 #include "util/rng.h"
 
 const struct ds_dataset_ops *const ds_dataset_all[] = {
@@ -274,6 +275,27 @@ int ds_dataset_scan(const struct ds_dataset *d, struct ds_err *err)
 	}
 	free(buf);
 	return rc;
+}
+
+int ds_dataset_fingerprint(const struct ds_dataset *d, uint32_t *out, struct ds_err *err)
+{
+	enum { EDGE = 4096 };
+	uint32_t *buf = malloc(EDGE * sizeof *buf), crc;
+	uint64_t nt = d->ops->num_tokens(d), le = nt;
+	size_t n = nt < EDGE ? (size_t)nt : EDGE;
+	if (!buf)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	crc = ds_crc32c(0, &le, sizeof le);
+	/* raw tokens: the fingerprint must not depend on the vocab check */
+	if (n) {
+		d->ops->read(d, 0, n, buf);
+		crc = ds_crc32c(crc, buf, n * sizeof *buf);
+		d->ops->read(d, nt - n, n, buf);
+		crc = ds_crc32c(crc, buf, n * sizeof *buf);
+	}
+	free(buf);
+	*out = crc;
+	return 0;
 }
 
 /* ---- the permutation ---------------------------------------------------

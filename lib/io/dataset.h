@@ -68,6 +68,11 @@ int ds_dataset_read_i32(const struct ds_dataset *d, uint64_t off, size_t n, int3
  * a few hundred million tokens a second).  Returns 0 or the error of ds_dataset_read. */
 int ds_dataset_scan(const struct ds_dataset *d, struct ds_err *err);
 
+/* A fingerprint of the stream for checkpoints: CRC-32C over the token
+ * count and the first and last 4096 tokens (as uint32), so a resume can
+ * notice that --data changed.  Returns 0 or the read error. */
+int ds_dataset_fingerprint(const struct ds_dataset *d, uint32_t *out, struct ds_err *err);
+
 /* ---- samples ----------------------------------------------------------
  * Window w of a dataset is tokens [w*T, w*T + T + 1): input = first T,
  * target = the same shifted by one.  Windows do not overlap except for that

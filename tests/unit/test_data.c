@@ -566,9 +566,48 @@ static void test_python_fixtures(void **state)
 	memset(b, 0, sizeof b);
 	OK(ds_dataset_read(lc, 0, 5000, b, &e));  /* across the 3000-token shard boundary */
 	assert_memory_equal(a, b, sizeof a);
+	/* the same stream in three formats has one fingerprint */
+	uint32_t f1, f2, f3;
+	OK(ds_dataset_fingerprint(mg, &f1, &e));
+	OK(ds_dataset_fingerprint(lc, &f2, &e));
+	assert_int_equal(f1, f2);
+	OK(ds_dataset_fingerprint(txt, &f3, &e));
+	assert_int_not_equal(f1, f3);  /* the whole corpus is longer */
 	ds_dataset_destroy(txt);
 	ds_dataset_destroy(mg);
 	ds_dataset_destroy(lc);
+}
+
+static void test_fingerprint(void **state)
+{
+	struct ds_dataset *d;
+	struct ds_err e = DS_ERR_INIT;
+	static char text[20000];
+	uint32_t f0, f1;
+	(void)state;
+	for (size_t i = 0; i < sizeof text; i++)
+		text[i] = (char)('A' + i % 23);
+	put("fp.txt", text, sizeof text);
+	OK(ds_dataset_open(&d, tpath("fp.txt"), DS_DATA_AUTO, &e));
+	OK(ds_dataset_fingerprint(d, &f0, &e));
+	ds_dataset_destroy(d);
+	text[100] = 'z';  /* inside the first 4096 tokens */
+	put("fp.txt", text, sizeof text);
+	OK(ds_dataset_open(&d, tpath("fp.txt"), DS_DATA_AUTO, &e));
+	OK(ds_dataset_fingerprint(d, &f1, &e));
+	assert_int_not_equal(f0, f1);
+	ds_dataset_destroy(d);
+	text[100] = 'A' + 100 % 23;
+	put("fp.txt", text, sizeof text - 1);  /* one token shorter */
+	OK(ds_dataset_open(&d, tpath("fp.txt"), DS_DATA_AUTO, &e));
+	OK(ds_dataset_fingerprint(d, &f1, &e));
+	assert_int_not_equal(f0, f1);
+	ds_dataset_destroy(d);
+	put("fp.txt", text, sizeof text);  /* back to the original */
+	OK(ds_dataset_open(&d, tpath("fp.txt"), DS_DATA_AUTO, &e));
+	OK(ds_dataset_fingerprint(d, &f1, &e));
+	assert_int_equal(f0, f1);
+	ds_dataset_destroy(d);
 }
 
 int main(void)
@@ -588,6 +627,7 @@ int main(void)
 		cmocka_unit_test(test_data_open),
 		cmocka_unit_test(test_bundled),
 		cmocka_unit_test(test_python_fixtures),
+		cmocka_unit_test(test_fingerprint),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
