@@ -94,6 +94,12 @@ static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct 
 	float *tmp;
 	if (ds_hf_map(x->arch, x->cfg, t, hf, sizeof(hf), shape, &xf) < 0 || (i = st_find(x, hf)) < 0)
 		return ds_err_set(err, DS_EINTERNAL, "%s: tensor for '%s' vanished", x->f->path, t->name);
+	if (xf == DS_HF_COPY || xf == DS_HF_UNPAD) {
+		/* HF's rows are a prefix of dstk's: read in place, zero the padding */
+		int64_t n = shape[0] * (shape[1] ? shape[1] : 1);
+		memset(dst + n, 0, (size_t)(t->numel - n) * sizeof(float));
+		return ds_st_read_f32(x->f, i, dst, err);
+	}
 	tmp = ds_alloc((size_t)(shape[0] * (shape[1] ? shape[1] : 1)) * sizeof(float) + 64);
 	if (!tmp)
 		return ds_err_set(err, DS_ENOMEM, "%s: out of memory for '%s'", x->f->path, hf);
@@ -336,8 +342,19 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t
 	if ((rc = make_dir(outdir, err)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
-	a = ds_alloc(ds_csrc_largest(s) + 64);
-	b = ds_alloc(ds_csrc_largest(s) + 64);
+	/* peak memory: the largest tensor, plus the largest one that must be
+	 * permuted (COPY and UNPAD are written straight from the read buffer) */
+	{
+		uint64_t moved = 0;
+		for (int i = 0; i < n; i++) {
+			const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
+			if (ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf) == 0 && xf != DS_HF_COPY &&
+			    xf != DS_HF_UNPAD && (uint64_t)t->numel * 4 > moved)
+				moved = (uint64_t)t->numel * 4;
+		}
+		a = ds_alloc(ds_csrc_largest(s) + 64);
+		b = ds_alloc(moved + 64);
+	}
 	cfgtxt = ds_hf_config_json(arch, &s->cfg);
 	if (!a || !b || !cfgtxt) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
@@ -362,8 +379,9 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t
 		ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf);
 		if ((rc = s->read(s->ctx, t, a, err)) < 0)
 			goto out;
-		ds_hf_apply(xf, &s->cfg, t, a, b);
-		if ((rc = ds_st_writer_write(w, b, (size_t)(shape[0] * (shape[1] ? shape[1] : 1)) * 4, err)) < 0)
+		if (xf != DS_HF_COPY && xf != DS_HF_UNPAD)
+			ds_hf_apply(xf, &s->cfg, t, a, b);
+		if ((rc = ds_st_writer_write(w, xf != DS_HF_COPY && xf != DS_HF_UNPAD ? b : a, (size_t)(shape[0] * (shape[1] ? shape[1] : 1)) * 4, err)) < 0)
 			goto out;
 		*bytes += (uint64_t)(shape[0] * (shape[1] ? shape[1] : 1)) * 4;
 	}
@@ -396,8 +414,8 @@ int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint
 	if ((rc = ds_llmc_header_for(&s->cfg, version, &h, err)) < 0)
 		return ds_err_prefix(err, "%s: ", s->path);
 	a = ds_alloc(ds_csrc_largest(s) + (uint64_t)h.Vp * h.C * 4 + 64);
-	b = ds_alloc(ds_csrc_largest(s) / 2 + (uint64_t)h.Vp * h.C * 2 + 64);
-	if (!a || !b) {
+	b = bf ? ds_alloc(ds_csrc_largest(s) / 2 + (uint64_t)h.Vp * h.C * 2 + 64) : NULL;
+	if (!a || (bf && !b)) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -594,6 +612,21 @@ static int open_source(int fmt, const struct ds_convert_opts *o, struct ds_csrc 
 	}
 }
 
+/* Peak RSS of this process image: VmHWM, since getrusage's ru_maxrss
+ * carries the pre-exec peak of a fat parent (a Python driver, say). */
+static uint64_t peak_rss(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb ? kb * 1024 : ds_mem_peak_rss();
+}
+
 static void summary(const struct ds_convert_opts *o, const struct ds_csrc *s, const struct ds_convert_result *r,
 		    FILE *out)
 {
@@ -660,6 +693,18 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 	}
 	if ((rc = open_source(fmt, o, &s, err)) < 0)
 		goto out;
+	/* refuse an architecture the target cannot hold before any work */
+	if (o->to == DS_FMT_SAFETENSORS && (rc = ds_hf_arch_for(&s.cfg, err)) < 0) {
+		ds_err_prefix(err, "%s: ", s.path);
+		goto out;
+	}
+	if (o->to == DS_FMT_LLMC) {
+		struct ds_llmc_header h;
+		if ((rc = ds_llmc_header_for(&s.cfg, o->llmc_version, &h, err)) < 0) {
+			ds_err_prefix(err, "%s: ", s.path);
+			goto out;
+		}
+	}
 	res->ntensors = ds_gpt_num_tensors(s.model);
 	res->largest_bytes = ds_csrc_largest(&s);
 	ds_log_info("%s (%s): %d tensors, %lld parameters -> %s %s", s.path, s.kind, res->ntensors,
@@ -670,7 +715,7 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 	case DS_FMT_CKPT: rc = ds_convert_write_ckpt(&s, o->output, &res->bytes_out, err); break;
 	default: rc = ds_convert_write_weights(&s, o->output, o->to, &res->bytes_out, err); break;
 	}
-	res->peak_rss = ds_mem_peak_rss();
+	res->peak_rss = peak_rss();
 	if (rc == 0)
 		summary(o, &s, res, out);
 out:

@@ -144,6 +144,8 @@ int ds_llmc_header_for(const struct ds_model_config *m, int version, struct ds_l
 		why = "gpt_j_residual is set (llm.c's residual is sequential)";
 	else if (F != 4 * m->hidden_size)
 		why = "intermediate_size is not 4 * hidden_size";
+	else if (m->vocab_size > 65536)
+		why = "vocab_size is over 65536 (llm.c's token files hold uint16 ids)";
 	else if (m->layernorm_epsilon != 1e-5)
 		why = "layernorm_epsilon is not 1e-5 (llm.c's constant)";
 	if (why)

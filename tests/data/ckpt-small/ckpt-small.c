@@ -7,9 +7,10 @@
  *   ckpt-small compare A B RTOL         max|a-b| <= RTOL * max|b| over two fp32
  *                                       files: exit 0, else 1 (prints both)
  *   ckpt-small corrupt STATE_H5 DSET    flip one byte of dataset DSET's data
- *   ckpt-small same A B                 every /model tensor of checkpoint B is
- *                                       bitwise A's, except wte/lm_head rows >=
- *                                       vocab_size (padding), which B holds as 0
+ *   ckpt-small same A B [tensors]       the same model JSON (unless "tensors") and every /model tensor of checkpoint B is
+ *                                       bitwise A's; wte/lm_head rows >= vocab_size
+ *                                       (padding) may also be all 0 in B
+ *   ckpt-small make-model DIR MODEL.json a weights-only checkpoint of any model
  * A test helper, not an installed tool.
  */
 #include <hdf5.h>
@@ -75,7 +76,7 @@ static void fill(const struct ds_gpt_tensor *t, uint64_t seed, float *dst)
 	}
 }
 
-static int make_one(const char *dir, int neox, struct ds_err *err)
+static int make_one(const char *dir, int neox, const struct ds_model_config *given, struct ds_err *err)
 {
 	struct ds_model_config c;
 	struct ds_gpt *m = NULL;
@@ -85,6 +86,8 @@ static int make_one(const char *dir, int neox, struct ds_err *err)
 	float *buf = NULL;
 	int rc;
 	cfg_of(&c, neox);
+	if (given)
+		c = *given;
 	if ((rc = ds_gpt_create(&m, &c, err)) < 0)
 		return rc;
 	mj = ds_convert_model_json(ds_gpt_config(m));
@@ -111,7 +114,7 @@ static int make_one(const char *dir, int neox, struct ds_err *err)
 		snprintf(name, sizeof(name), "model/%s", t->name);
 		if ((rc = ds_ckpt_tensor_put(ck, name, DS_CKPT_F32, t->ndim, shape, buf, err)) < 0)
 			goto out;
-		if (neox)
+		if (neox || given)
 			continue;
 		/* the trained checkpoint also carries Adam moments: exports drop them */
 		for (int64_t k = 0; k < t->numel; k++)
@@ -125,7 +128,7 @@ static int make_one(const char *dir, int neox, struct ds_err *err)
 		if ((rc = ds_ckpt_tensor_put(ck, name, DS_CKPT_F32, t->ndim, shape, buf, err)) < 0)
 			goto out;
 	}
-	if (!neox && ((rc = ds_ckpt_attr_set_i64(ck, "optimizer", "step", 100, err)) < 0 ||
+	if (!neox && !given && ((rc = ds_ckpt_attr_set_i64(ck, "optimizer", "step", 100, err)) < 0 ||
 		      (rc = ds_ckpt_attr_set_f64(ck, "scheduler", "lr", 1e-3, err)) < 0))
 		goto out;
 	rc = ds_ckpt_commit(ck, err);
@@ -229,7 +232,7 @@ static int compare(const char *a, const char *b, double rtol)
 	return md <= rtol * mb ? 0 : 1;
 }
 
-static int same(const char *a, const char *b, struct ds_err *err)
+static int same(const char *a, const char *b, int weights_only, struct ds_err *err)
 {
 	struct ds_ckpt *ca = NULL, *cb = NULL;
 	struct ds_ckpt_meta ma, mb;
@@ -241,7 +244,7 @@ static int same(const char *a, const char *b, struct ds_err *err)
 	    (rc = ds_ckpt_meta_get(ca, &ma, err)) < 0 || (rc = ds_ckpt_meta_get(cb, &mb, err)) < 0 ||
 	    (rc = ds_convert_model_parse(ma.model_json, a, &c, err)) < 0 || (rc = ds_gpt_create(&m, &c, err)) < 0)
 		goto out;
-	if (strcmp(ma.model_json, mb.model_json)) {
+	if (!weights_only && strcmp(ma.model_json, mb.model_json)) {
 		printf("model JSON differs:\n%s\n%s\n", ma.model_json, mb.model_json);
 		diff++;
 	}
@@ -262,12 +265,14 @@ static int same(const char *a, const char *b, struct ds_err *err)
 			printf("%s differs\n", name);
 			diff++;
 		}
-		for (int64_t k = keep; k < t->numel; k++)
-			if (y[k] != 0.0f) {
-				printf("%s: padding element %lld is not 0\n", name, (long long)k);
-				diff++;
-				break;
-			}
+		/* padding rows: kept as they were (weights files) or zero (imports) */
+		if (keep < t->numel && memcmp(x + keep, y + keep, (size_t)(t->numel - keep) * 4))
+			for (int64_t k = keep; k < t->numel; k++)
+				if (y[k] != 0.0f) {
+					printf("%s: padding element %lld is neither A's nor 0\n", name, (long long)k);
+					diff++;
+					break;
+				}
 	}
 	printf("%d tensors compared, %d differ\n", ds_gpt_num_tensors(m), diff);
 	rc = diff ? 1 : 0;
@@ -306,21 +311,33 @@ int main(int argc, char **argv)
 	char p[4096];
 	if (argc == 3 && !strcmp(argv[1], "make")) {
 		snprintf(p, sizeof(p), "%s/gpt2", argv[2]);
-		if (make_one(p, 0, &err) < 0)
+		if (make_one(p, 0, NULL, &err) < 0)
 			return fail(&err);
 		snprintf(p, sizeof(p), "%s/neox", argv[2]);
-		return make_one(p, 1, &err) < 0 ? fail(&err) : 0;
+		return make_one(p, 1, NULL, &err) < 0 ? fail(&err) : 0;
+	}
+	if (argc == 4 && !strcmp(argv[1], "make-model")) {
+		struct ds_model_config c;
+		size_t n;
+		char *text = slurp(argv[3], &n);
+		if (!text)
+			return 1;
+		text[n] = 0;
+		if (ds_convert_model_parse(text, argv[3], &c, &err) < 0 || make_one(argv[2], 1, &c, &err) < 0)
+			return fail(&err);
+		free(text);
+		return 0;
 	}
 	if (argc == 5 && !strcmp(argv[1], "logits"))
 		return logits(argv[2], argv[3], argv[4], &err) < 0 ? fail(&err) : 0;
 	if (argc == 5 && !strcmp(argv[1], "compare"))
 		return compare(argv[2], argv[3], atof(argv[4]));
-	if (argc == 4 && !strcmp(argv[1], "same")) {
-		int rc = same(argv[2], argv[3], &err);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "same")) {
+		int rc = same(argv[2], argv[3], argc == 5 && !strcmp(argv[4], "tensors"), &err);
 		return rc < 0 ? fail(&err) : rc;
 	}
 	if (argc == 4 && !strcmp(argv[1], "corrupt"))
 		return corrupt(argv[2], argv[3]);
-	fprintf(stderr, "usage: ckpt-small make DIR | logits CKPT TOK OUT | compare A B RTOL | same A B | corrupt H5 DSET\n");
+	fprintf(stderr, "usage: ckpt-small make DIR | logits CKPT TOK OUT | compare A B RTOL | same A B | make-model DIR JSON | corrupt H5 DSET\n");
 	return 2;
 }
