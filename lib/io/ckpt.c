@@ -706,11 +706,13 @@ static int finish_tensor(struct ds_ckpt *c, struct wtensor *w, struct ds_err *er
 			v = ds_ckpt_crc_combine(v, w->p[k].crc, w->p[k].len);
 			pos += w->p[k].len;
 		}
-		if (pos != len) {
+		/* a piece of this chunk left over (it did not start where the last
+		 * one ended), or bytes missing at the end */
+		if (pos != len || (k < w->np && w->p[k].chunk == ch)) {
 			uint64_t at = (ch * cb + pos) / w->es;
 			if (k < w->np && w->p[k].chunk == ch && w->p[k].off < pos)
 				rc = ds_err_set(err, DS_EINVAL, "%s: /%s: element %llu written twice", c->file, w->name,
-						(unsigned long long)at);
+						(unsigned long long)((ch * cb + w->p[k].off) / w->es));
 			else
 				rc = ds_err_set(err, DS_EINVAL, "%s: /%s: elements from %llu on were never written; "
 						"every element of a tensor must be written before commit", c->file,

@@ -462,9 +462,16 @@ static void test_failed_save(void **state)
 	OK(ds_ckpt_tensor_create(c, "model/w", DS_CKPT_F32, 1, s, &e));
 	OK(ds_ckpt_tensor_write(c, "model/w", 0, 60, w, &e));
 	OK(ds_ckpt_tensor_write(c, "model/w", 50, 100, w + 50, &e));
-	expect_err(ds_ckpt_commit(c, &e), DS_EINVAL, &e, "/model/w", "written twice");
+	expect_err(ds_ckpt_commit(c, &e), DS_EINVAL, &e, "/model/w", "element 50 written twice");
 	expect_err(ds_ckpt_tensor_write(c, "model/x", 0, 1, w, &e), DS_EINVAL, &e, "model/x", "not created");
 	expect_err(ds_ckpt_tensor_write(c, "model/w", 90, 101, w, &e), DS_EINVAL, &e, "model/w", "outside");
+	ds_ckpt_close(c);
+	/* an overlap that ends exactly at the end of the tensor */
+	OK(ds_ckpt_create(&c, dir, &m, &e));
+	OK(ds_ckpt_tensor_create(c, "model/w", DS_CKPT_F32, 1, s, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 0, 100, w, &e));
+	OK(ds_ckpt_tensor_write(c, "model/w", 98, 100, w + 98, &e));
+	expect_err(ds_ckpt_commit(c, &e), DS_EINVAL, &e, "/model/w", "element 98 written twice");
 	/* abandoned (the process gives up): the .tmp goes away */
 	ds_ckpt_close(c);
 	assert_false(exists(tp("fail/global_step20.tmp")));
