@@ -375,6 +375,23 @@ static void test_null_engine(void **state)
 	ds_free(buf);
 }
 
+/* Nearest-rank quantiles of 1..100 us, fed in shuffled order. */
+static void test_latency_quantiles(void **state)
+{
+	(void)state;
+	struct ds_aio_lat l = DS_AIO_LAT_INIT;
+	assert_true(ds_aio_lat_quantile(&l, 0.5) == 0);
+	for (int i = 0; i < 100; i++)
+		ds_aio_lat_add(&l, ((i * 37) % 100 + 1) * 1e-6);
+	assert_int_equal(l.n, 100);
+	assert_float_equal(ds_aio_lat_quantile(&l, 0.50), 50, 1e-3);
+	assert_float_equal(ds_aio_lat_quantile(&l, 0.99), 99, 1e-3);
+	assert_float_equal(ds_aio_lat_quantile(&l, 1.0), 100, 1e-3);
+	assert_float_equal(ds_aio_lat_quantile(&l, 0.0), 1, 1e-3);
+	ds_aio_lat_release(&l);
+	assert_int_equal(l.n, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -385,6 +402,7 @@ int main(void)
 		cmocka_unit_test(test_errors_with_numbers),
 		cmocka_unit_test(test_no_odirect_injection),
 		cmocka_unit_test(test_null_engine),
+		cmocka_unit_test(test_latency_quantiles),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
