@@ -1,1 +1,29 @@
-## lib/config: (no sources yet)
+## lib/config: the DeepSpeed config table and engine, the model config,
+## ds-train's options and its --check.
+noinst_LIBRARIES += lib/config/libds_config.a
+lib_config_libds_config_a_SOURCES = \
+	lib/config/config.c lib/config/config.h lib/config/config_int.h \
+	lib/config/rules.c lib/config/table.c lib/config/table.h \
+	lib/config/keys.h lib/config/keys_ds.c \
+	lib/config/model.c lib/config/model.h \
+	lib/config/train_opts.c lib/config/train_opts.h
+LIBDS += lib/config/libds_config.a
+EXTRA_DIST += contrib/config/gen_keys.py
+
+bin_PROGRAMS += tools/ds-train
+tools_ds_train_SOURCES = tools/ds-train.c
+tools_ds_train_LDADD = $(DS_LDADD)
+dist_man1_MANS += share/man/ds-train.1
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_config
+TESTS += tests/unit/test_config
+tests_unit_test_config_SOURCES = tests/unit/test_config.c tests/unit/unit.h
+tests_unit_test_config_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_config_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif
+
+if HAVE_BATS
+TESTS += tests/cli/ds-train-check.bats
+endif
+EXTRA_DIST += tests/cli/ds-train-check.bats

@@ -9,6 +9,9 @@
 #define DS_CONFIG_MODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include "util/err.h"
 
 enum ds_model_family { DS_FAMILY_GPT = 0, DS_FAMILY_BERT = 1 };
 enum ds_pos_emb { DS_POS_LEARNED = 0, DS_POS_ROTARY = 1, DS_POS_SINUSOIDAL = 2 };
@@ -39,13 +42,30 @@ struct ds_model_config {
 	double hidden_dropout;         /* default 0 */
 	double attention_dropout;      /* default 0 */
 	int type_vocab_size;           /* bert: token types (default 2) */
+	unsigned set_mask;             /* bit i: the model file gave key i (loader) */
 };
 
 /* Fill *m with the documented defaults (GPT-2 small shapes are NOT implied:
  * num_layers etc. are 0 and must be given). */
 void ds_model_config_defaults(struct ds_model_config *m);
 
-/* Derive padded_vocab_size and intermediate_size from the rest. */
+/* Derive padded_vocab_size, and intermediate_size (4*C) and
+ * max_position_embeddings (seq_length) when they are 0. */
 void ds_model_config_derive(struct ds_model_config *m);
+
+/* Load and validate a model JSON file (GPT-NeoX/Megatron names, '-' or '_';
+ * unknown keys are errors with a suggestion); fills *m with defaults, the
+ * file's values and the derived sizes.  0 or DS_EINVAL (err: "file: key
+ * 'x': ..."). */
+int ds_model_config_load(const char *path, struct ds_model_config *m, struct ds_err *err);
+/* The same from JSON text; `name` stands for the file in messages. */
+int ds_model_config_load_string(const char *json, const char *name, struct ds_model_config *m,
+				struct ds_err *err);
+/* The effective model config, one "key value (source)" line per key that
+ * applies to the model; 0 or DS_EIO. */
+int ds_model_config_print(const struct ds_model_config *m, FILE *f, struct ds_err *err);
+/* The same as JSON text (malloc'd; NULL on ENOMEM); with_sources as
+ * ds_config_to_json. */
+char *ds_model_config_to_json(const struct ds_model_config *m, int with_sources);
 
 #endif

@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""gen_keys.py - turn the DeepSpeed key list into dstk's config table.
+
+Reads spec/deepspeed-config-keys.json (403 keys: path, type, default,
+allowed, min, section, note) and writes lib/config/keys_ds.c: one
+struct ds_config_key per key, with dstk's own type, range, one-line help
+and status (implemented / inherent / unsupported), plus the keys dstk adds
+(SGD params, the `dstk` section).  The status rules below are the place to
+flip a key once the trainer implements it; re-run and commit the output:
+
+    python3 contrib/config/gen_keys.py /work/shared/spec/deepspeed-config-keys.json \
+        > lib/config/keys_ds.c
+"""
+import json
+import sys
+
+IMPL, INH, UNSUP = "DS_KEY_IMPLEMENTED", "DS_KEY_INHERENT", "DS_KEY_UNSUPPORTED"
+
+# Whole sections dstk does not implement, with the reason shown to the user.
+UNSUP_SECTION = {
+    "Sparse attention": "sparse attention kernels are not implemented in dstk",
+    "Data efficiency": "data efficiency (random-LTD, curriculum sampling) is not implemented in dstk",
+    "Curriculum learning (legacy)": "curriculum learning is not implemented in dstk",
+    "Elasticity": "elastic training is not implemented in dstk (fix the batch triad instead)",
+    "Compression": "compression training is not implemented in dstk",
+    "Eigenvalue": "eigenvalue computation is not implemented in dstk",
+    "Progressive layer drop": "progressive layer drop is not implemented in dstk",
+    "Pipeline": "pipeline parallelism is not implemented in dstk (data parallel + ZeRO only)",
+    "Hybrid engine": "the RLHF hybrid engine is not implemented in dstk",
+    "Nebula": "Nebula checkpointing is an Azure service; dstk writes HDF5 checkpoints",
+    "Tensor parallel": "tensor parallelism is not implemented in dstk (data parallel + ZeRO only)",
+    "Weight quantization (inference)": "inference weight quantization is not part of dstk's trainer",
+    "AMP": "apex AMP is a PyTorch library; use fp16 or bf16",
+}
+
+# Per-key status and help; (status, help).  Keys not listed get IMPLEMENTED
+# unless their section is in UNSUP_SECTION.
+KEY = {
+    "optimizer.legacy_fusion": (INH, "dstk has one optimizer kernel per type; there is no legacy fused path to choose"),
+    "optimizer.params.torch_adam": (INH, "dstk's Adam computes the same update as torch's; no other code is selected"),
+    "optimizer.params.set_grad_none": (INH, "dstk zeroes its flat gradient buffer after every step"),
+    "optimizer.params.fp32_optimizer_states": (INH, "optimizer states are always fp32 in dstk (only true is accepted)"),
+    "optimizer.params.max_grad_norm": (UNSUP, "use the top-level gradient_clipping (DeepSpeed raises ValueError too)"),
+    "optimizer.params.amsgrad": (IMPL, "must be false: DeepSpeed's fused and CPU Adam reject amsgrad"),
+    "optimizer.params.<name>": (UNSUP, "dstk's optimizers (Adam, AdamW, Lamb, SGD) take only their declared params"),
+    "scheduler.params.<name>": (UNSUP, "dstk's schedulers take only their declared params"),
+    "seq_parallel_comm_data_type": (UNSUP, "dstk has no sequence parallelism"),
+    "sparse_gradients": (UNSUP, "sparse embedding gradients are not implemented in dstk"),
+    "disable_allgather": (UNSUP, "DeepSpeed parses it but never uses it"),
+    "fp32_allreduce": (UNSUP, "DeepSpeed no longer reads it; use communication_data_type \"fp32\""),
+    "fp16.auto_cast": (UNSUP, "dstk casts inside its own kernels; there are no inputs to auto-cast"),
+    "fp16.fp16_master_weights_and_grads": (UNSUP, "dstk always keeps fp32 master weights (DeepSpeed also needs ZeRO stage 2 with CPU offload)"),
+    "bf16.immediate_grad_update": (UNSUP, "BF16_Optimizer's immediate gradient update is not implemented in dstk"),
+    "bfloat16.immediate_grad_update": (UNSUP, "BF16_Optimizer's immediate gradient update is not implemented in dstk"),
+    "zero_optimization.contiguous_gradients": (INH, "dstk's gradients always live in one contiguous flat buffer"),
+    "zero_optimization.use_multi_rank_bucket_allreduce": (INH, "dstk reduces each bucket with one collective over all ranks"),
+    "zero_optimization.elastic_checkpoint": (INH, "dstk checkpoints are world-size independent (full tensors by name)"),
+    "zero_optimization.load_from_fp32_weights": (INH, "dstk checkpoints always hold fp32 master weights, which are loaded"),
+    "zero_optimization.ignore_unused_parameters": (INH, "every parameter of dstk's models receives a gradient"),
+    "zero_optimization.legacy_stage1": (UNSUP, "the legacy stage-1 implementation was removed from DeepSpeed"),
+    "zero_optimization.stage3_module_granularity_threshold": (UNSUP, "module-granularity leaf fetching is not implemented in dstk"),
+    "zero_optimization.module_granularity_threshold": (UNSUP, "module-granularity leaf fetching is not implemented in dstk"),
+    "zero_optimization.stage3_use_all_reduce_for_fetch_params": (UNSUP, "dstk gathers stage-3 parameters with allgather"),
+    "zero_optimization.use_all_reduce_for_fetch_params": (UNSUP, "dstk gathers stage-3 parameters with allgather"),
+    "zero_optimization.zero_hpz_partition_size": (UNSUP, "ZeRO++ hierarchical partitioning is not implemented in dstk"),
+    "zero_optimization.zero_quantized_weights": (UNSUP, "ZeRO++ quantized weights are not implemented in dstk"),
+    "zero_optimization.zero_quantized_nontrainable_weights": (UNSUP, "ZeRO++ quantized weights are not implemented in dstk"),
+    "zero_optimization.zero_quantized_gradients": (UNSUP, "ZeRO++ quantized gradients are not implemented in dstk"),
+    "zero_optimization.zeropp_loco_param": (UNSUP, "ZeRO++ LoCo is not implemented in dstk"),
+    "zero_optimization.zeropp_loco_param.err_beta": (UNSUP, "ZeRO++ LoCo is not implemented in dstk"),
+    "zero_optimization.zeropp_loco_param.reset_T": (UNSUP, "ZeRO++ LoCo is not implemented in dstk"),
+    "zero_optimization.mics_shard_size": (UNSUP, "MiCS sharding is not implemented in dstk"),
+    "zero_optimization.mics_hierarchical_params_gather": (UNSUP, "MiCS sharding is not implemented in dstk"),
+    "zero_optimization.memory_efficient_linear": (INH, "dstk's linear layers never keep extra copies of their inputs"),
+    "zero_optimization.pipeline_loading_checkpoint": (UNSUP, "pipeline checkpoint loading is not implemented in dstk"),
+    "zero_optimization.override_module_apply": (INH, "dstk has no torch module.apply to override"),
+    "zero_optimization.log_trace_cache_warnings": (INH, "dstk has no trace cache; nothing to warn about"),
+    "zero_optimization.grad_hooks": (UNSUP, "documented, but not a field in DeepSpeed's code (which rejects it too)"),
+    "zero_optimization.offload_param.pin_memory": (INH, "host memory is the parameters' home on a CPU build; pinning has no effect"),
+    "zero_optimization.offload_optimizer.pin_memory": (INH, "host memory is the optimizer's home on a CPU build; pinning has no effect"),
+    "zero_optimization.offload_optimizer.fast_init": (INH, "dstk initialises offloaded states in place"),
+    "aio.thread_count": (UNSUP, "renamed: DeepSpeed reads aio.intra_op_parallelism and ignores thread_count"),
+    "aio.use_gds": (UNSUP, "GPUDirect Storage needs a CUDA build with cuFile"),
+    "memory_breakdown": (INH, "dstk's log line always shows memory use (mem field)"),
+    "dump_state": (IMPL, "print the effective configuration when training starts"),
+    "autotuning.mp_size": (UNSUP, "dstk has no model parallelism"),
+    "activation_checkpointing.partition_activations": (UNSUP, "activation partitioning needs model parallelism, which dstk does not have"),
+    "activation_checkpointing.cpu_checkpointing": (INH, "on a CPU build checkpointed activations are already in host memory"),
+    "activation_checkpointing.contiguous_memory_optimization": (UNSUP, "needs partition_activations, which dstk does not have"),
+    "activation_checkpointing.synchronize_checkpoint_boundary": (INH, "CPU compute is synchronous at every checkpoint boundary"),
+    "wandb.enabled": (UNSUP, "Weights & Biases needs a network service; use csv_monitor or tensorboard"),
+    "comet.enabled": (UNSUP, "Comet needs a network service; use csv_monitor or tensorboard"),
+    "checkpoint.load_universal": (INH, "every dstk checkpoint is universal: it loads at any world size and stage"),
+    "checkpoint.use_node_local_storage": (UNSUP, "dstk writes one shared checkpoint with parallel HDF5"),
+    "checkpoint.parallel_write.pipeline_stage": (UNSUP, "dstk has no pipeline stages"),
+    "zero_allow_untested_optimizer": (INH, "every dstk optimizer is tested with every ZeRO stage"),
+    "zero_force_ds_cpu_optimizer": (INH, "dstk always uses its own CPU optimizer kernels"),
+    "graph_harvesting": (UNSUP, "CUDA graph harvesting is not implemented in dstk"),
+    "vocabulary_size": (UNSUP, "the vocabulary comes from the model file (vocab_size)"),
+    "dataloader_drop_last": (INH, "dstk always draws whole global batches of fixed windows"),
+    "use_data_before_expert_parallelism": (UNSUP, "mixture of experts is not implemented in dstk"),
+    "timers.throughput.enabled": (INH, "dstk always measures throughput for its log line"),
+    "timers.throughput.synchronized": (INH, "CPU timings are always synchronous"),
+}
+for k in ("wandb.group", "wandb.team", "wandb.project"):
+    KEY[k] = (UNSUP, "Weights & Biases needs a network service; use csv_monitor or tensorboard")
+for k in ("comet.samples_log_interval", "comet.project", "comet.workspace", "comet.api_key",
+          "comet.experiment_name", "comet.experiment_key", "comet.online", "comet.mode"):
+    KEY[k] = (UNSUP, "Comet needs a network service; use csv_monitor or tensorboard")
+for k in ("freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "var_update_scaler",
+          "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max", "factor_min",
+          "factor_threshold"):
+    KEY["optimizer.params." + k] = (UNSUP, "1-bit and 0/1 optimizers are not implemented in dstk")
+
+# Ranges dstk enforces beyond the spec's min: path -> (min, max); None = open.
+RANGE = {
+    "optimizer.params.lr": (0, None), "optimizer.params.eps": (0, None),
+    "optimizer.params.weight_decay": (0, None), "optimizer.params.max_coeff": (0, None),
+    "optimizer.params.min_coeff": (0, None),
+    "scheduler.params.warmup_min_lr": (0, None), "scheduler.params.warmup_max_lr": (0, None),
+    "scheduler.params.warmup_num_steps": (0, None), "scheduler.params.total_num_steps": (1, None),
+    "scheduler.params.warmup_min_ratio": (0, 1), "scheduler.params.cos_min_ratio": (0, 1),
+    "scheduler.params.last_batch_iteration": (-1, None),
+    "scheduler.params.lr_range_test_min_lr": (0, None), "scheduler.params.lr_range_test_step_size": (1, None),
+    "scheduler.params.lr_range_test_step_rate": (0, None),
+    "scheduler.params.cycle_min_lr": (0, None), "scheduler.params.cycle_max_lr": (0, None),
+    "scheduler.params.decay_lr_rate": (0, None), "scheduler.params.cycle_first_step_size": (1, None),
+    "scheduler.params.cycle_second_step_size": (1, None), "scheduler.params.cycle_first_stair_count": (0, None),
+    "scheduler.params.cycle_second_stair_count": (0, None), "scheduler.params.decay_step_size": (0, None),
+    "scheduler.params.cycle_min_mom": (0, 1), "scheduler.params.cycle_max_mom": (0, 1),
+    "scheduler.params.decay_mom_rate": (0, None),
+    "gradient_predivide_factor": (1e-30, None),
+    "fp16.loss_scale": (0, None), "fp16.initial_scale_power": (0, 126), "fp16.loss_scale_window": (1, None),
+    "fp16.hysteresis": (1, None), "fp16.min_loss_scale": (0, None),
+    "gradient_clipping": (0, None), "allgather_size": (0, None),
+    "zero_optimization.offload_optimizer.ratio": (0, 1),
+    "aio.block_size": (1, None), "aio.queue_depth": (1, None), "aio.intra_op_parallelism": (1, None),
+    "steps_per_print": (1, None),
+    "autotuning.start_profile_step": (1, None), "autotuning.end_profile_step": (1, None),
+    "autotuning.max_train_batch_size": (1, None), "autotuning.min_train_batch_size": (1, None),
+    "autotuning.max_train_micro_batch_size_per_gpu": (1, None),
+    "autotuning.min_train_micro_batch_size_per_gpu": (1, None),
+    "autotuning.num_tuning_micro_batch_sizes": (1, None), "autotuning.tuner_early_stopping": (1, None),
+    "autotuning.tuner_num_trials": (1, None),
+    "flops_profiler.recompute_fwd_factor": (0, None), "flops_profiler.profile_step": (1, None),
+    "flops_profiler.module_depth": (-1, None), "flops_profiler.top_modules": (1, None),
+    "activation_checkpointing.number_checkpoints": (1, None),
+}
+
+# Defaults dstk uses instead of the spec's (DESIGN.md), or for keys the
+# spec leaves open.
+DEFAULT = {"steps_per_print": 10, "zero_optimization.grad_hooks": None}
+
+HELP = {
+    "train_batch_size": "samples per optimizer step over all ranks (= micro x accumulation x world size)",
+    "train_micro_batch_size_per_gpu": "samples per rank per forward/backward pass",
+    "gradient_accumulation_steps": "micro-batches accumulated before each optimizer step",
+    "optimizer.type": "Adam, AdamW, Lamb or SGD (any case); 1-bit optimizers are not implemented",
+    "optimizer.params.lr": "learning rate (the scheduler overrides it when one is configured)",
+    "optimizer.params.betas": "[beta1, beta2], each in [0, 1)",
+    "optimizer.params.eps": "term added to the denominator",
+    "optimizer.params.weight_decay": "weight decay (decoupled for AdamW and Lamb, L2 for Adam with adam_w_mode false and SGD)",
+    "optimizer.params.bias_correction": "Adam/Lamb bias correction",
+    "optimizer.params.adam_w_mode": "Adam: true gives the decoupled AdamW update, false L2 regularisation",
+    "optimizer.params.eps_inside_sqrt": "Lamb: add eps inside the square root",
+    "optimizer.params.max_coeff": "Lamb: upper clamp of the trust ratio",
+    "optimizer.params.min_coeff": "Lamb: lower clamp of the trust ratio",
+    "scheduler.type": "WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest",
+    "scheduler.params.total_num_steps": "WarmupDecayLR/WarmupCosineLR: total steps of the schedule (required)",
+    "communication_data_type": "dtype of gradient reductions (fp32, fp16, bf16; default: the model dtype)",
+    "prescale_gradients": "divide gradients by the world size before the reduction",
+    "gradient_predivide_factor": "divide gradients by this before the reduction and by world/factor after",
+    "fp16.enabled": "fp16 storage with fp32 master weights and loss scaling",
+    "fp16.loss_scale": "0: dynamic loss scaling; > 0: this static scale",
+    "fp16.initial_scale_power": "dynamic scaling starts at 2^this",
+    "fp16.loss_scale_window": "steps without overflow before the scale doubles",
+    "fp16.hysteresis": "overflows tolerated before the scale halves",
+    "fp16.consecutive_hysteresis": "refill the hysteresis on every step without overflow",
+    "fp16.min_loss_scale": "the dynamic scale never goes below this",
+    "bf16.enabled": "bf16 storage with fp32 master weights, no loss scaling",
+    "bfloat16.enabled": "old spelling of bf16.enabled",
+    "gradient_clipping": "clip the global gradient norm to this (0: off)",
+    "zero_optimization": "ZeRO settings (a bare true/false is the legacy form: stage 1/0)",
+    "allgather_size": "legacy boolean zero_optimization form only: its allgather bucket",
+    "zero_optimization.stage": "0 off, 1 optimizer states, 2 + gradients, 3 + parameters sharded",
+    "zero_optimization.reduce_scatter": "stage 2: reduce-scatter gradients instead of allreduce",
+    "zero_optimization.reduce_bucket_size": "elements per gradient reduction bucket",
+    "zero_optimization.allgather_partitions": "stages 1-2: allgather updated parameters (else broadcast)",
+    "zero_optimization.allgather_bucket_size": "elements per parameter allgather chunk (even)",
+    "zero_optimization.overlap_comm": "overlap reductions with backward (default: true at stage 3 only)",
+    "zero_optimization.sub_group_size": "stage 3: elements per optimizer sub-group",
+    "zero_optimization.cpu_offload": "deprecated: offload_optimizer.device \"cpu\"",
+    "zero_optimization.cpu_offload_param": "deprecated: offload_param.device \"cpu\"",
+    "zero_optimization.cpu_offload_use_pin_memory": "deprecated: offload_param/offload_optimizer pin_memory",
+    "zero_optimization.stage3_prefetch_bucket_size": "stage 3: elements gathered ahead of use",
+    "zero_optimization.stage3_param_persistence_threshold": "stage 3: tensors smaller than this stay whole on every rank",
+    "zero_optimization.stage3_model_persistence_threshold": "stage 3: cap on the elements kept whole",
+    "zero_optimization.stage3_max_live_parameters": "stage 3: most gathered elements at once",
+    "zero_optimization.stage3_max_reuse_distance": "stage 3: keep a gathered tensor if reused within this many elements",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": "stage 3: gather full 16-bit weights when saving",
+    "zero_optimization.stage3_gather_fp16_weights_on_model_save": "deprecated: stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.round_robin_gradients": "stages 1-2: assign gradients to ranks round-robin",
+    "zero_optimization.offload_param.device": "stage 3: keep parameters in none, cpu or nvme",
+    "zero_optimization.offload_optimizer.device": "keep optimizer states in none, cpu or nvme",
+    "zero_optimization.offload_optimizer.ratio": "fraction of optimizer states offloaded (< 1 only at stage 3)",
+    "steps_per_print": "print the log line every this many steps (dstk default 10, DeepSpeed's documented default)",
+    "wall_clock_breakdown": "print forward/backward/step times",
+    "checkpoint.tag_validation": "Warn, Ignore or Fail when ranks disagree on the checkpoint tag (any case)",
+    "data_types.grad_accum_dtype": "dtype gradients accumulate in (default: fp32 for bf16 without ZeRO, else the model dtype)",
+    "tensorboard.enabled": "write TensorBoard event files",
+    "csv_monitor.enabled": "write CSV monitor files",
+    "comms_logger.enabled": "log every collective with size, latency and bandwidth",
+    "flops_profiler.enabled": "print the flops profile at profile_step",
+    "autotuning.enabled": "read by ds-autotune",
+}
+
+# Keys dstk adds: (path, type, default, allowed, min, max, status, help).
+EXTRA = [
+    ("optimizer.params.momentum", "float", 0.0, None, 0, None, IMPL, "SGD: momentum factor (torch.optim.SGD's name)"),
+    ("optimizer.params.dampening", "float", 0.0, None, 0, 1, IMPL, "SGD: dampening of the momentum (torch.optim.SGD's name)"),
+    ("optimizer.params.nesterov", "bool", False, None, None, None, IMPL, "SGD: Nesterov momentum (needs momentum > 0, dampening 0)"),
+    ("dstk", "object", None, None, None, None, IMPL, "dstk's own settings, which DeepSpeed has no key for"),
+    ("dstk.nonfinite_policy", "enum", "skip", ["skip", "abort"], None, None, IMPL,
+     "on a non-finite gradient (bf16/fp32): skip the step and log it, or abort"),
+    ("dstk.nonfinite_max_consecutive", "int", 10, None, 1, None, IMPL,
+     "skip policy: abort after this many consecutive non-finite steps"),
+    ("dstk.watchdog_timeout_s", "float", 0.0, None, 0, None, IMPL,
+     "exit with status 5 when a step or collective stalls this long (0: off)"),
+]
+
+TYPE = {"integer": "int", "boolean": "bool", "string": "string", "number": "float",
+        "array": "list", "object": "object", "null": "any"}
+
+
+def cstr(s):
+    if s is None:
+        return "NULL"
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cnum(x):
+    if x is None:
+        return "NAN"
+    return repr(float(x))
+
+
+def first_clause(note):
+    if not note:
+        return ""
+    s = note.split(";")[0].strip()
+    return s[:110]
+
+
+# Deprecated or alternative spellings: accepted, moved to their replacement
+# by lib/config before anything reads them; no default of their own.
+ALIAS = {"bfloat16.enabled", "bfloat16.immediate_grad_update", "allgather_size",
+         "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_param",
+         "zero_optimization.cpu_offload_use_pin_memory",
+         "zero_optimization.stage3_gather_fp16_weights_on_model_save"} | {
+    "zero_optimization." + k for k in (
+        "prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+        "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+        "module_granularity_threshold", "use_all_reduce_for_fetch_params")}
+
+
+def emit(path, typ, default, allowed, lo, hi, status, hlp):
+    flags = []
+    if path in ALIAS:
+        flags.append("DS_KEY_ALIAS")
+    if lo is not None:
+        flags.append("DS_KEY_MIN")
+    if hi is not None:
+        flags.append("DS_KEY_MAX")
+    if path in ("optimizer.type", "checkpoint.tag_validation", "communication_data_type"):
+        flags.append("DS_KEY_NOCASE")
+    dflt = "NULL" if default is None else cstr(json.dumps(default))
+    alw = "NULL" if not allowed else cstr("|".join(str(a) for a in allowed))
+    print("\t{ %s, DS_KT_%s, %s, %s, %s, %s, %s, %s, %s }," % (
+        cstr(path), typ.upper(), dflt, alw, cnum(lo), cnum(hi), status,
+        " | ".join(flags) or "0", cstr(hlp)))
+
+
+def main():
+    keys = json.load(open(sys.argv[1]))
+    print("/* keys_ds.c - the DeepSpeed key table (GENERATED by contrib/config/gen_keys.py")
+    print(" * from spec/deepspeed-config-keys.json: edit the script, not this file).")
+    print(" * One entry per key of DeepSpeed's configuration plus dstk's own; see keys.h.")
+    print(" */")
+    print("#include <math.h>\n#include <stddef.h>\n\n#include \"config/keys.h\"\n")
+    print("const struct ds_config_key ds_config_keys[] = {")
+    seen = set()
+    for e in keys:
+        p = e["path"]
+        seen.add(p)
+        typ = TYPE[e["type"]]
+        allowed = e["allowed"]
+        if typ == "string" and allowed:
+            typ = "enum"
+        if p == "optimizer.type":
+            allowed = allowed + ["SGD"]
+        if p == "zero_optimization.stage" or p == "elasticity.version":
+            allowed = None  # ranges / numbers, checked as such
+        default = DEFAULT.get(p, e["default"])
+        if p == "zero_optimization.stage":
+            lo, hi = 0, 3
+        else:
+            lo, hi = RANGE.get(p, (e["min"], None))
+        status, hlp = KEY.get(p, (None, None))
+        if status is None:
+            sec = e["section"]
+            if sec in UNSUP_SECTION:
+                status, hlp = UNSUP, UNSUP_SECTION[sec]
+            else:
+                status = IMPL
+        if hlp is None or status == IMPL:
+            hlp = HELP.get(p) or hlp or first_clause(e["note"]) or p
+        emit(p, typ, default, allowed, lo, hi, status, hlp)
+    assert not (ALIAS - seen), ALIAS - seen
+    for (p, typ, default, allowed, lo, hi, status, hlp) in EXTRA:
+        assert p not in seen
+        emit(p, typ, default, allowed, lo, hi, status, hlp)
+    print("};\n")
+    print("const int ds_config_nkeys = (int)(sizeof(ds_config_keys) / sizeof(ds_config_keys[0]));")
+
+
+main()

@@ -1,0 +1,487 @@
+/* config.c - load, validate and resolve a DeepSpeed config (config.h).
+ *
+ * Order: parse (jansson, duplicates rejected) -> walk every key against the
+ * table (types, ranges, enums, unknown keys, "auto") -> DeepSpeed's aliases
+ * -> the flat list of values (file + defaults) -> constraints of spec §2 ->
+ * unsupported features -> batch triad and other inferred values.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/config.h"
+#include "config/keys.h"
+#include "config/config_int.h"
+#include "config/table.h"
+#include "util/log.h"
+
+#define T ds_config_keys
+#define NT ds_config_nkeys
+
+struct walk {
+	struct ds_config *c;
+	struct ds_err *err;
+};
+
+int ds_config_add_ent(struct ds_config *c, const char *path, int key, json_t *val, int src)
+{
+	if (c->nents == c->cap) {
+		int cap = c->cap ? 2 * c->cap : 128;
+		struct ds_config_ent *e = realloc(c->ents, (size_t)cap * sizeof(*e));
+		if (!e)
+			return DS_ENOMEM;
+		c->ents = e;
+		c->cap = cap;
+	}
+	struct ds_config_ent *e = &c->ents[c->nents];
+	if (!(e->path = strdup(path)))
+		return DS_ENOMEM;
+	e->key = key;
+	e->val = json_incref(val);
+	e->src = src;
+	e->seq = c->nents++;
+	return 0;
+}
+
+struct ds_config_ent *ds_config_find_ent(const struct ds_config *c, const char *path)
+{
+	for (int i = 0; i < c->nents; i++)
+		if (!strcmp(c->ents[i].path, path))
+			return &c->ents[i];
+	return NULL;
+}
+
+static void join(char *buf, size_t n, const char *prefix, const char *name)
+{
+	if (prefix && *prefix)
+		snprintf(buf, n, "%s.%s", prefix, name);
+	else
+		snprintf(buf, n, "%s", name);
+}
+
+static int is_auto(json_t *v)
+{
+	return json_is_string(v) && !strcmp(json_string_value(v), "auto");
+}
+
+static int auto_error(struct walk *w, const char *path, const char *what)
+{
+	return ds_err_set(w->err, DS_EINVAL,
+			  "%s: key '%s': %s is resolved by ds-autotune: give a value, or run ds-autotune on this config",
+			  w->c->name, path, what);
+}
+
+static int unknown(struct walk *w, json_t *obj, const char *name, const char *path)
+{
+	char sug[256];
+	ds_config_table_suggest(T, NT, path, sug, sizeof(sug));
+	if (w->c->o.lenient) {
+		if (sug[0])
+			ds_log_warn("%s: ignoring unknown key '%s' (did you mean '%s'?)", w->c->name, path, sug);
+		else
+			ds_log_warn("%s: ignoring unknown key '%s'", w->c->name, path);
+		json_object_del(obj, name);
+		return 0;
+	}
+	if (sug[0])
+		return ds_err_set(w->err, DS_EINVAL, "%s: unknown key '%s' (did you mean '%s'?)", w->c->name, path,
+				  sug);
+	return ds_err_set(w->err, DS_EINVAL, "%s: unknown key '%s'", w->c->name, path);
+}
+
+/* Validate (and normalise in place) every key of obj, whose path is prefix. */
+static int walk(struct walk *w, json_t *obj, const char *prefix)
+{
+	const char *name;
+	json_t *v;
+	void *tmp;
+	json_object_foreach_safe(obj, tmp, name, v) {
+		char path[512];
+		join(path, sizeof(path), prefix, name);
+		int k = ds_config_table_find(T, NT, path);
+		int node = ds_config_table_is_node(T, NT, path);
+		if (k >= 0 && T[k].type == DS_KT_ANY && ds_config_table_is_wild(T[k].path)) {
+			/* a user-chosen name under a pass-through map: catch typos first */
+			char sug[256];
+			ds_config_table_suggest(T, NT, path, sug, sizeof(sug));
+			if (sug[0] && strcmp(sug, path))
+				DS_TRY(unknown(w, obj, name, path));
+			continue;
+		}
+		if (k < 0 && !node) {
+			DS_TRY(unknown(w, obj, name, path));
+			continue;
+		}
+		if (node) {
+			if (!strcmp(path, "zero_optimization") && json_is_boolean(v))
+				continue; /* the legacy form, mapped by aliases() */
+			if (is_auto(v))
+				return auto_error(w, path, "\"auto\"");
+			if (!json_is_object(v))
+				return ds_err_set(w->err, DS_EINVAL, "%s: key '%s': expected an object", w->c->name,
+						  path);
+			DS_TRY(walk(w, v, path));
+			continue;
+		}
+		if (!strcmp(path, "zero_optimization.stage") &&
+		    ((json_is_string(v) && !strcmp(json_string_value(v), "all")) || json_is_array(v))) {
+			if (!w->c->o.allow_auto)
+				return auto_error(w, path, "a stage given as \"all\" or a list");
+			continue;
+		}
+		if (is_auto(v) && T[k].type != DS_KT_STRING) {
+			if (!w->c->o.allow_auto)
+				return auto_error(w, path, "\"auto\"");
+			continue;
+		}
+		json_t *norm;
+		DS_TRY(ds_config_table_check(&T[k], w->c->name, path, v, &norm, w->err));
+		if (norm && json_object_set_new(obj, name, norm))
+			return ds_err_set(w->err, DS_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/* Move a deprecated key to its replacement; both given is an error. */
+static int rename_key(struct walk *w, json_t *obj, const char *prefix, const char *old, const char *new)
+{
+	json_t *v = json_object_get(obj, old);
+	if (!v)
+		return 0;
+	if (json_object_get(obj, new))
+		return ds_err_set(w->err, DS_EINVAL, "%s: key '%s%s%s': give either it or its replacement '%s%s%s', not both",
+				  w->c->name, prefix, *prefix ? "." : "", old, prefix, *prefix ? "." : "", new);
+	json_object_set(obj, new, v);
+	json_object_del(obj, old);
+	return 0;
+}
+
+/* cpu_offload: true -> {"offload_X": {"device": "cpu"}} */
+static int offload_alias(struct walk *w, json_t *z, const char *old, const char *new)
+{
+	json_t *v = json_object_get(z, old);
+	if (!v)
+		return 0;
+	if (json_object_get(z, new))
+		return ds_err_set(w->err, DS_EINVAL,
+				  "%s: key 'zero_optimization.%s': deprecated; give either it or 'zero_optimization.%s', not both",
+				  w->c->name, old, new);
+	if (json_is_true(v))
+		json_object_set_new(z, new, json_pack("{s:s}", "device", "cpu"));
+	json_object_del(z, old);
+	return 0;
+}
+
+static int aliases(struct walk *w)
+{
+	json_t *root = w->c->tree;
+	DS_TRY(rename_key(w, root, "", "bfloat16", "bf16"));
+	json_t *z = json_object_get(root, "zero_optimization");
+	json_t *ag = json_object_get(root, "allgather_size");
+	if (json_is_boolean(z)) {
+		json_t *nz = json_object();
+		json_object_set_new(nz, "stage", json_integer(json_is_true(z) ? 1 : 0));
+		if (ag)
+			json_object_set(nz, "allgather_bucket_size", ag);
+		json_object_set_new(root, "zero_optimization", nz);
+		json_object_del(root, "allgather_size");
+		ds_log_warn("%s: key 'zero_optimization': the boolean form is deprecated; use {\"stage\": N}",
+			    w->c->name);
+		return 0;
+	}
+	if (ag)
+		return ds_err_set(w->err, DS_EINVAL,
+				  "%s: key 'allgather_size': only read with the legacy boolean zero_optimization; use zero_optimization.allgather_bucket_size",
+				  w->c->name);
+	if (!z)
+		return 0;
+	DS_TRY(offload_alias(w, z, "cpu_offload", "offload_optimizer"));
+	DS_TRY(offload_alias(w, z, "cpu_offload_param", "offload_param"));
+	json_object_del(z, "cpu_offload_use_pin_memory"); /* pin_memory is inherent */
+	DS_TRY(rename_key(w, z, "zero_optimization", "stage3_gather_fp16_weights_on_model_save",
+			  "stage3_gather_16bit_weights_on_model_save"));
+	static const char *const bare[] = { "prefetch_bucket_size", "param_persistence_threshold",
+					    "model_persistence_threshold", "max_live_parameters",
+					    "max_reuse_distance", "gather_16bit_weights_on_model_save",
+					    "module_granularity_threshold", "use_all_reduce_for_fetch_params" };
+	for (size_t i = 0; i < sizeof(bare) / sizeof(bare[0]); i++) {
+		char s3[128];
+		snprintf(s3, sizeof(s3), "stage3_%s", bare[i]);
+		DS_TRY(rename_key(w, z, "zero_optimization", bare[i], s3));
+	}
+	return 0;
+}
+
+/* Record every leaf of the (normalised) tree as a file value. */
+static int collect(struct ds_config *c, json_t *obj, const char *prefix)
+{
+	const char *name;
+	json_t *v;
+	json_object_foreach(obj, name, v) {
+		char path[512];
+		join(path, sizeof(path), prefix, name);
+		int k = ds_config_table_find(T, NT, path);
+		if (ds_config_table_is_node(T, NT, path) && json_is_object(v)) {
+			DS_TRY(collect(c, v, path));
+			continue;
+		}
+		if (k < 0)
+			continue;
+		int src = (is_auto(v) && T[k].type != DS_KT_STRING && T[k].type != DS_KT_ANY) ||
+				  (!strcmp(path, "zero_optimization.stage") && !json_is_integer(v))
+			  ? DS_SRC_AUTO : DS_SRC_FILE;
+		DS_TRY(ds_config_add_ent(c, path, k, v, src));
+	}
+	return 0;
+}
+
+static int add_defaults(struct ds_config *c)
+{
+	for (int k = 0; k < NT; k++) {
+		if (!T[k].def || (T[k].flags & DS_KEY_ALIAS) || ds_config_table_is_wild(T[k].path) ||
+		    ds_config_find_ent(c, T[k].path))
+			continue;
+		json_t *v = json_loads(T[k].def, JSON_DECODE_ANY, NULL);
+		if (!v)
+			return DS_EINTERNAL;
+		int rc = ds_config_add_ent(c, T[k].path, k, v, DS_SRC_DEFAULT);
+		json_decref(v);
+		DS_TRY(rc);
+	}
+	return 0;
+}
+
+int ds_config_set_inferred(struct ds_config *c, const char *path, json_t *v)
+{
+	int k = ds_config_table_find(T, NT, path);
+	int rc = k < 0 ? DS_EINTERNAL : ds_config_add_ent(c, path, k, v, DS_SRC_INFERRED);
+	json_decref(v);
+	return rc;
+}
+
+/* ---- getters --------------------------------------------------------- */
+
+static json_t *value(const struct ds_config *c, const char *path)
+{
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e && e->src != DS_SRC_AUTO ? e->val : NULL;
+}
+
+int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out)
+{
+	json_t *v = value(c, path);
+	if (!json_is_integer(v))
+		return DS_EINVAL;
+	*out = json_integer_value(v);
+	return 0;
+}
+
+int ds_config_get_double(const struct ds_config *c, const char *path, double *out)
+{
+	json_t *v = value(c, path);
+	if (!json_is_number(v))
+		return DS_EINVAL;
+	*out = json_number_value(v);
+	return 0;
+}
+
+int ds_config_get_bool(const struct ds_config *c, const char *path, int *out)
+{
+	json_t *v = value(c, path);
+	if (!json_is_boolean(v))
+		return DS_EINVAL;
+	*out = json_is_true(v);
+	return 0;
+}
+
+int ds_config_get_str(const struct ds_config *c, const char *path, const char **out)
+{
+	json_t *v = value(c, path);
+	if (!json_is_string(v))
+		return DS_EINVAL;
+	*out = json_string_value(v);
+	return 0;
+}
+
+int ds_config_is_set(const struct ds_config *c, const char *path)
+{
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e && (e->src == DS_SRC_FILE || e->src == DS_SRC_AUTO);
+}
+
+int ds_config_source(const struct ds_config *c, const char *path)
+{
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e ? e->src : DS_SRC_UNSET;
+}
+
+const char *ds_config_source_name(int src)
+{
+	static const char *const n[] = { "unset", "file", "default", "inferred", "auto" };
+	return src >= 0 && src <= DS_SRC_AUTO ? n[src] : "?";
+}
+
+const char *ds_config_name(const struct ds_config *c)
+{
+	return c->name;
+}
+
+
+
+/* ---- load ------------------------------------------------------------ */
+
+static int cmp_ent(const void *a, const void *b)
+{
+	const struct ds_config_ent *x = a, *y = b;
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int load(struct ds_config **out, json_t *root, const char *name, const struct ds_config_opts *o,
+		struct ds_err *err)
+{
+	struct ds_config *c = calloc(1, sizeof(*c));
+	int rc;
+	*out = NULL;
+	if (!c || !(c->name = strdup(name))) {
+		free(c);
+		json_decref(root);
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
+	c->tree = root;
+	c->o = o ? *o : (struct ds_config_opts)DS_CONFIG_OPTS_INIT;
+	if (c->o.world_size < 1)
+		c->o.world_size = 1;
+	struct walk w = { c, err };
+	if (!json_is_object(root)) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: expected a JSON object of DeepSpeed keys", name);
+		goto fail;
+	}
+	if ((rc = walk(&w, root, "")) < 0 || (rc = aliases(&w)) < 0)
+		goto fail;
+	if ((rc = collect(c, root, "")) < 0 || (rc = add_defaults(c)) < 0)
+		goto mem;
+	if ((rc = ds_config_rules(c, err)) < 0 || (rc = ds_config_unsupported(c, err)) < 0 || (rc = ds_config_triad(c, err)) < 0)
+		goto fail;
+	if ((rc = ds_config_infer(c)) < 0)
+		goto mem;
+	qsort(c->ents, (size_t)c->nents, sizeof(*c->ents), cmp_ent);
+	*out = c;
+	return 0;
+mem:
+	rc = ds_err_set(err, rc == DS_EINTERNAL ? DS_EINTERNAL : DS_ENOMEM, "%s: %s", name,
+			rc == DS_EINTERNAL ? "internal error in the key table" : "out of memory");
+fail:
+	ds_config_destroy(c);
+	return rc;
+}
+
+int ds_config_load_file(struct ds_config **out, const char *path, const struct ds_config_opts *o,
+			struct ds_err *err)
+{
+	json_error_t je;
+	*out = NULL;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return ds_config_table_parse_error(path, &je, err);
+	return load(out, root, path, o, err);
+}
+
+int ds_config_load_string(struct ds_config **out, const char *json, const char *name,
+			  const struct ds_config_opts *o, struct ds_err *err)
+{
+	json_error_t je;
+	*out = NULL;
+	json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return ds_config_table_parse_error(name, &je, err);
+	return load(out, root, name, o, err);
+}
+
+void ds_config_destroy(struct ds_config *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nents; i++) {
+		free(c->ents[i].path);
+		json_decref(c->ents[i].val);
+	}
+	free(c->ents);
+	json_decref(c->tree);
+	free(c->name);
+	free(c);
+}
+
+/* ---- printing -------------------------------------------------------- */
+
+static const char *status_name(int s)
+{
+	return s == DS_KEY_IMPLEMENTED ? "implemented" : s == DS_KEY_INHERENT ? "inherent" : "unsupported";
+}
+
+int ds_config_describe(const char *path, const char **type, const char **status, const char **help)
+{
+	int k = ds_config_table_find(T, NT, path);
+	if (k < 0)
+		return DS_EINVAL;
+	if (type)
+		*type = ds_config_table_type_name(T[k].type);
+	if (status)
+		*status = status_name(T[k].status);
+	if (help)
+		*help = T[k].help;
+	return 0;
+}
+
+int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err)
+{
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		if (e->src != DS_SRC_FILE && !ds_config_applies(c, e->path))
+			continue;
+		char s[1024];
+		ds_config_table_fmt_value(e->val, s, sizeof(s));
+		const char *st = T[e->key].status == DS_KEY_IMPLEMENTED ? "" : T[e->key].status == DS_KEY_INHERENT
+				 ? ", inherent" : ", unsupported: off";
+		fprintf(f, "%-58s %s  (%s%s)\n", e->path, s, ds_config_source_name(e->src), st);
+	}
+	if (fflush(f) != 0 || ferror(f))
+		return ds_err_set(err, DS_EIO, "writing the effective configuration failed");
+	return 0;
+}
+
+char *ds_config_to_json(const struct ds_config *c, int with_sources)
+{
+	json_t *root = json_object();
+	for (int i = 0; root && i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		if (e->src != DS_SRC_FILE && !ds_config_applies(c, e->path))
+			continue;
+		if (with_sources) {
+			json_object_set_new(root, e->path,
+					    json_pack("{s:O,s:s}", "value", e->val, "source",
+						      ds_config_source_name(e->src)));
+			continue;
+		}
+		json_t *o = root;
+		char buf[512];
+		snprintf(buf, sizeof(buf), "%s", e->path);
+		char *p = buf, *dot;
+		while ((dot = strchr(p, '.'))) {
+			*dot = 0;
+			json_t *n = json_object_get(o, p);
+			if (!json_is_object(n)) {
+				n = json_object();
+				json_object_set_new(o, p, n);
+			}
+			o = n;
+			p = dot + 1;
+		}
+		json_object_set(o, p, e->val);
+	}
+	char *s = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+	json_decref(root);
+	return s;
+}

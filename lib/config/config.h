@@ -1,0 +1,125 @@
+/* config.h - the DeepSpeed configuration: load, validate, resolve, print.
+ *
+ * One table (keys.h) declares every DeepSpeed key and dstk's own `dstk`
+ * section.  ds_config_load_file/_string parse the JSON (duplicates
+ * rejected, syntax errors as file:line:column), check every key against the
+ * table (unknown key: error with a suggestion, or a warning when lenient),
+ * apply DeepSpeed's aliases, enforce the exclusions of spec §2, refuse
+ * unsupported features, resolve the batch triad for the world size and
+ * infer what DeepSpeed infers.  Every message is one line naming the file
+ * and the key.  Getters then return each key's resolved value by path.
+ */
+#ifndef DS_CONFIG_CONFIG_H
+#define DS_CONFIG_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/err.h"
+
+struct ds_config;
+
+struct ds_config_opts {
+	int world_size;  /* data-parallel ranks for the triad (0 means 1) */
+	int lenient;     /* unknown keys are warnings (ds_log_warn), not errors */
+	int allow_auto;  /* ds-autotune: accept "auto" and a ZeRO stage "all"/list */
+};
+#define DS_CONFIG_OPTS_INIT { 1, 0, 0 }
+
+/* Where a resolved value came from. */
+enum ds_config_source {
+	DS_SRC_UNSET = 0,  /* no value and no default */
+	DS_SRC_FILE,       /* given in the config */
+	DS_SRC_DEFAULT,    /* the table's default */
+	DS_SRC_INFERRED,   /* derived (batch triad, overlap_comm, dtypes, ...) */
+	DS_SRC_AUTO        /* "auto", left to ds-autotune (allow_auto only) */
+};
+
+/* Load and validate.  *out is a new config (free with ds_config_destroy) on
+ * success, NULL on error.  Returns 0, DS_EINVAL (bad config; err names the
+ * file and key), DS_EIO (cannot read) or DS_ENOMEM. */
+int ds_config_load_file(struct ds_config **out, const char *path, const struct ds_config_opts *o,
+			struct ds_err *err);
+/* The same from JSON text; `name` stands for the file in messages. */
+int ds_config_load_string(struct ds_config **out, const char *json, const char *name,
+			  const struct ds_config_opts *o, struct ds_err *err);
+void ds_config_destroy(struct ds_config *c);  /* accepts NULL */
+
+/* Typed getters by dotted path, default applied.  0 and *out set when the
+ * key has a value (file, default or inferred); DS_EINVAL when the path is
+ * not declared, has no value (unset without default, or "auto"), or is of
+ * another type (get_double also reads integers). */
+int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out);
+int ds_config_get_double(const struct ds_config *c, const char *path, double *out);
+int ds_config_get_bool(const struct ds_config *c, const char *path, int *out);
+/* *out points into c (valid until ds_config_destroy). */
+int ds_config_get_str(const struct ds_config *c, const char *path, const char **out);
+/* 1 when the key was given in the config (under any alias), else 0. */
+int ds_config_is_set(const struct ds_config *c, const char *path);
+/* Source of the resolved value (DS_SRC_UNSET for unknown paths). */
+int ds_config_source(const struct ds_config *c, const char *path);
+const char *ds_config_source_name(int src);  /* "file", "default", ... */
+/* The file name the config was loaded from ("<string>" name for strings). */
+const char *ds_config_name(const struct ds_config *c);
+
+/* The batch triad resolved as DeepSpeed does (spec §1). */
+struct ds_config_batch {
+	int64_t train_batch_size, micro_batch, grad_accum;
+	int world_size;
+	int resolved;  /* 0 only under allow_auto when a batch key is "auto" */
+};
+void ds_config_batch(const struct ds_config *c, struct ds_config_batch *b);
+
+enum ds_opt_type { DS_OPT_NONE = 0, DS_OPT_ADAM, DS_OPT_ADAMW, DS_OPT_LAMB, DS_OPT_SGD };
+struct ds_config_optimizer {
+	int type;               /* enum ds_opt_type; NONE when no optimizer section */
+	int adamw;              /* Adam family: 1 decoupled (AdamW), 0 L2 */
+	double lr, beta1, beta2, eps, weight_decay;
+	int bias_correction;
+	int eps_inside_sqrt;    /* Lamb */
+	double max_coeff, min_coeff;  /* Lamb trust-ratio clamp */
+	double momentum, dampening;   /* SGD */
+	int nesterov;           /* SGD */
+};
+void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *o);
+const char *ds_config_opt_name(int type);  /* "Adam", ... "none" */
+
+enum ds_sched_type { DS_SCHED_NONE = 0, DS_SCHED_WARMUP_LR, DS_SCHED_WARMUP_DECAY_LR,
+		     DS_SCHED_WARMUP_COSINE_LR, DS_SCHED_ONE_CYCLE, DS_SCHED_LR_RANGE_TEST };
+struct ds_config_scheduler {
+	int type;                          /* enum ds_sched_type */
+	int64_t last_batch_iteration;      /* -1 */
+	double warmup_min_lr, warmup_max_lr;
+	int64_t warmup_num_steps;
+	int warmup_linear;                 /* warmup_type "linear" (else "log") */
+	int64_t total_num_steps;           /* WarmupDecayLR / WarmupCosineLR */
+	double warmup_min_ratio, cos_min_ratio;
+	double lr_range_test_min_lr, lr_range_test_step_rate;
+	int64_t lr_range_test_step_size;
+	int lr_range_test_staircase;
+	double cycle_min_lr, cycle_max_lr, decay_lr_rate;
+	int64_t cycle_first_step_size, cycle_second_step_size;  /* second: = first when unset */
+	int64_t cycle_first_stair_count, cycle_second_stair_count, decay_step_size;
+	int cycle_momentum;
+	double cycle_min_mom, cycle_max_mom, decay_mom_rate;
+};
+void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *s);
+const char *ds_config_sched_name(int type);  /* "WarmupLR", ... "none" */
+
+/* The effective configuration, one line per key that is set, inferred or
+ * has a default ("path = value  (source)"), in table order.  Returns 0 or
+ * DS_EIO when writing fails. */
+int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err);
+/* The effective configuration as nested JSON text (malloc'd, caller frees;
+ * NULL on ENOMEM).  with_sources: {"path": {"value": v, "source": s}} flat
+ * instead of nested values. */
+char *ds_config_to_json(const struct ds_config *c, int with_sources);
+
+/* The table's declaration of a key: type name, status name ("implemented",
+ * "inherent", "unsupported") and help; 0, or DS_EINVAL for an unknown path. */
+int ds_config_describe(const char *path, const char **type, const char **status, const char **help);
+
+/* Edit distance (case-insensitive) between two strings, for suggestions. */
+int ds_config_edit_distance(const char *a, const char *b);
+
+#endif

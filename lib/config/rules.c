@@ -1,0 +1,528 @@
+/* rules.c - what the key table alone cannot say: the exclusions and
+ * constraints of spec §2 (rejecting settings DeepSpeed would silently
+ * ignore), unsupported features in use, the batch triad of spec §1, the
+ * values DeepSpeed infers, and the typed optimizer/scheduler views.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/config_int.h"
+#include "config/keys.h"
+#include "config/table.h"
+
+#define T ds_config_keys
+
+/* Shorthands: the resolved value (default applied) or a fallback. */
+static int64_t gi(const struct ds_config *c, const char *p, int64_t dflt)
+{
+	int64_t x;
+	return ds_config_get_int(c, p, &x) ? dflt : x;
+}
+
+static double gd(const struct ds_config *c, const char *p, double dflt)
+{
+	double x;
+	return ds_config_get_double(c, p, &x) ? dflt : x;
+}
+
+static int gb(const struct ds_config *c, const char *p)
+{
+	int x;
+	return ds_config_get_bool(c, p, &x) ? 0 : x;
+}
+
+static const char *gs(const struct ds_config *c, const char *p, const char *dflt)
+{
+	const char *s;
+	return ds_config_get_str(c, p, &s) ? dflt : s;
+}
+
+#define SET(p) ds_config_is_set(c, p)
+#define FAIL(...) return ds_err_set(err, DS_EINVAL, __VA_ARGS__)
+
+static const char *const adam_params[] = { "lr", "betas", "eps", "weight_decay", "bias_correction", "torch_adam",
+					   "adam_w_mode", "amsgrad", "set_grad_none", "fp32_optimizer_states",
+					   NULL };
+static const char *const lamb_params[] = { "lr", "betas", "eps", "weight_decay", "bias_correction",
+					   "eps_inside_sqrt", "max_coeff", "min_coeff", NULL };
+static const char *const sgd_params[] = { "lr", "momentum", "dampening", "nesterov", "weight_decay", NULL };
+
+static const char *const wlr_params[] = { "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+					  "last_batch_iteration", NULL };
+static const char *const wdlr_params[] = { "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+					   "total_num_steps", "last_batch_iteration", NULL };
+static const char *const wclr_params[] = { "total_num_steps", "warmup_min_ratio", "warmup_num_steps",
+					   "cos_min_ratio", "warmup_type", "last_batch_iteration", NULL };
+static const char *const oc_params[] = { "cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
+					 "cycle_second_step_size", "cycle_first_stair_count",
+					 "cycle_second_stair_count", "decay_step_size", "cycle_momentum", "cycle_min_mom",
+					 "cycle_max_mom", "decay_mom_rate", "last_batch_iteration", NULL };
+static const char *const lrrt_params[] = { "lr_range_test_min_lr", "lr_range_test_step_size",
+					   "lr_range_test_step_rate", "lr_range_test_staircase",
+					   "last_batch_iteration", NULL };
+
+static int in_list(const char *const *l, const char *s)
+{
+	for (; *l; l++)
+		if (!strcmp(*l, s))
+			return 1;
+	return 0;
+}
+
+static void join_list(const char *const *l, char *buf, size_t n)
+{
+	size_t o = 0;
+	buf[0] = 0;
+	for (; *l && o + 1 < n; l++)
+		o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? ", " : "", *l);
+}
+
+/* Every params.X given in the file must be one the type takes. */
+static int check_params(struct ds_config *c, const char *sect, const char *type, const char *const *ok,
+			struct ds_err *err)
+{
+	char pre[64], all[512];
+	int n = snprintf(pre, sizeof(pre), "%s.params.", sect);
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		if (e->src != DS_SRC_FILE || strncmp(e->path, pre, (size_t)n) || in_list(ok, e->path + n))
+			continue;
+		if (ds_config_table_is_wild(T[e->key].path))
+			continue; /* reported by ds_config_unsupported with its reason */
+		join_list(ok, all, sizeof(all));
+		FAIL("%s: key '%s': not a parameter of %s (it takes %s)", c->name, e->path, type, all);
+	}
+	return 0;
+}
+
+static int optimizer_rules(struct ds_config *c, struct ds_err *err)
+{
+	const char *type = gs(c, "optimizer.type", NULL);
+	if (SET("optimizer.params.max_grad_norm"))
+		FAIL("%s: key 'optimizer.params.max_grad_norm': use the top-level gradient_clipping instead (DeepSpeed raises ValueError too)",
+		     c->name);
+	if (!type) {
+		for (int i = 0; i < c->nents; i++)
+			if (c->ents[i].src == DS_SRC_FILE && !strncmp(c->ents[i].path, "optimizer.", 10))
+				FAIL("%s: key 'optimizer.type': required when the optimizer section is given", c->name);
+		return 0;
+	}
+	if (gb(c, "optimizer.params.amsgrad"))
+		FAIL("%s: key 'optimizer.params.amsgrad': must be false (DeepSpeed's Adam kernels reject amsgrad)",
+		     c->name);
+	if (!strcmp(type, "Adam") || !strcmp(type, "AdamW")) {
+		if (!strcmp(type, "AdamW") && SET("optimizer.params.adam_w_mode") && !gb(c, "optimizer.params.adam_w_mode"))
+			FAIL("%s: key 'optimizer.params.adam_w_mode': AdamW is always decoupled; use type \"Adam\" with adam_w_mode false for L2",
+			     c->name);
+		if (SET("optimizer.params.fp32_optimizer_states") && !gb(c, "optimizer.params.fp32_optimizer_states"))
+			FAIL("%s: key 'optimizer.params.fp32_optimizer_states': dstk keeps optimizer states in fp32; only true is accepted",
+			     c->name);
+		return check_params(c, "optimizer", type, adam_params, err);
+	}
+	if (!strcmp(type, "Lamb")) {
+		if (gb(c, "bf16.enabled") || (gb(c, "fp16.enabled") && gd(c, "fp16.loss_scale", 0) > 0))
+			FAIL("%s: key 'optimizer.type': Lamb needs dynamic loss scaling (fp16 with loss_scale 0, or fp32); %s",
+			     c->name, gb(c, "bf16.enabled") ? "bf16 has a fixed scale of 1" : "fp16.loss_scale is static");
+		if (gd(c, "optimizer.params.min_coeff", 0.01) > gd(c, "optimizer.params.max_coeff", 10))
+			FAIL("%s: key 'optimizer.params.min_coeff': must not exceed max_coeff", c->name);
+		return check_params(c, "optimizer", type, lamb_params, err);
+	}
+	if (!strcmp(type, "SGD")) {
+		if (gb(c, "optimizer.params.nesterov") &&
+		    (gd(c, "optimizer.params.momentum", 0) <= 0 || gd(c, "optimizer.params.dampening", 0) != 0))
+			FAIL("%s: key 'optimizer.params.nesterov': needs momentum > 0 and dampening 0", c->name);
+		return check_params(c, "optimizer", type, sgd_params, err);
+	}
+	FAIL("%s: key 'optimizer.type': \"%s\" is not supported by dstk (it implements Adam, AdamW, Lamb and SGD)",
+	     c->name, type);
+}
+
+static int scheduler_rules(struct ds_config *c, struct ds_err *err)
+{
+	const char *type = gs(c, "scheduler.type", NULL);
+	if (!type) {
+		for (int i = 0; i < c->nents; i++)
+			if (c->ents[i].src == DS_SRC_FILE && !strncmp(c->ents[i].path, "scheduler.", 10))
+				FAIL("%s: key 'scheduler.type': required when the scheduler section is given", c->name);
+		return 0;
+	}
+	if (!strcmp(type, "WarmupLR"))
+		return check_params(c, "scheduler", type, wlr_params, err);
+	if (!strcmp(type, "WarmupDecayLR") || !strcmp(type, "WarmupCosineLR")) {
+		if (!SET("scheduler.params.total_num_steps"))
+			FAIL("%s: key 'scheduler.params.total_num_steps': required by %s", c->name, type);
+		if (gi(c, "scheduler.params.total_num_steps", 0) < gi(c, "scheduler.params.warmup_num_steps", 1000))
+			FAIL("%s: key 'scheduler.params.total_num_steps': %lld is less than warmup_num_steps %lld",
+			     c->name, (long long)gi(c, "scheduler.params.total_num_steps", 0),
+			     (long long)gi(c, "scheduler.params.warmup_num_steps", 1000));
+		return check_params(c, "scheduler", type, type[6] == 'D' ? wdlr_params : wclr_params, err);
+	}
+	if (!strcmp(type, "OneCycle")) {
+		if (!SET("scheduler.params.cycle_min_lr") || !SET("scheduler.params.cycle_max_lr"))
+			FAIL("%s: key 'scheduler.params.%s': required by OneCycle", c->name,
+			     SET("scheduler.params.cycle_min_lr") ? "cycle_max_lr" : "cycle_min_lr");
+		if (SET("scheduler.params.decay_lr_rate") && gd(c, "scheduler.params.decay_lr_rate", 0) > 0 &&
+		    gi(c, "scheduler.params.decay_step_size", 0) == 0)
+			FAIL("%s: key 'scheduler.params.decay_lr_rate': has no effect with decay_step_size 0; set decay_step_size",
+			     c->name);
+		return check_params(c, "scheduler", type, oc_params, err);
+	}
+	return check_params(c, "scheduler", type, lrrt_params, err); /* LRRangeTest: the enum allows no other */
+}
+
+static int zero_rules(struct ds_config *c, struct ds_err *err)
+{
+	int64_t stage = gi(c, "zero_optimization.stage", -1);
+	if (stage < 0)
+		return 0; /* "all" or a list: ds-autotune decides */
+	const char *opd = gs(c, "zero_optimization.offload_param.device", "none");
+	const char *ood = gs(c, "zero_optimization.offload_optimizer.device", "none");
+	if (strcmp(opd, "none") && stage != 3)
+		FAIL("%s: key 'zero_optimization.offload_param': parameter offload needs ZeRO stage 3 (stage is %lld); DeepSpeed would ignore it",
+		     c->name, (long long)stage);
+	if (gd(c, "zero_optimization.offload_optimizer.ratio", 1) < 1 && stage != 3)
+		FAIL("%s: key 'zero_optimization.offload_optimizer.ratio': Partial offloading only supported for ZeRO Stage 3 (stage is %lld)",
+		     c->name, (long long)stage);
+	if (strcmp(ood, "none") && stage == 0)
+		FAIL("%s: key 'zero_optimization.offload_optimizer': optimizer offload needs ZeRO stage 1, 2 or 3",
+		     c->name);
+	if (!strcmp(opd, "nvme") && !SET("zero_optimization.offload_param.nvme_path"))
+		FAIL("%s: key 'zero_optimization.offload_param.nvme_path': required with device \"nvme\"", c->name);
+	if (!strcmp(ood, "nvme") && !SET("zero_optimization.offload_optimizer.nvme_path"))
+		FAIL("%s: key 'zero_optimization.offload_optimizer.nvme_path': required with device \"nvme\"", c->name);
+	if (gi(c, "zero_optimization.allgather_bucket_size", 0) % 2)
+		FAIL("%s: key 'zero_optimization.allgather_bucket_size': must be a multiple of 2", c->name);
+	if (stage != 3) {
+		static const char *const s3[] = { "sub_group_size", "stage3_prefetch_bucket_size",
+						  "stage3_param_persistence_threshold",
+						  "stage3_model_persistence_threshold", "stage3_max_live_parameters",
+						  "stage3_max_reuse_distance",
+						  "stage3_gather_16bit_weights_on_model_save" };
+		for (size_t i = 0; i < sizeof(s3) / sizeof(s3[0]); i++) {
+			char p[128];
+			snprintf(p, sizeof(p), "zero_optimization.%s", s3[i]);
+			if (SET(p))
+				FAIL("%s: key '%s': only used at ZeRO stage 3 (stage is %lld); remove it or set stage 3",
+				     c->name, p, (long long)stage);
+		}
+	}
+	if (stage == 2 && gb(c, "zero_optimization.reduce_scatter")) {
+		if (gb(c, "prescale_gradients"))
+			FAIL("%s: key 'prescale_gradients': ZeRO stage 2 with reduce_scatter does not prescale (DeepSpeed asserts); set reduce_scatter false",
+			     c->name);
+		if (gd(c, "gradient_predivide_factor", 1) != 1)
+			FAIL("%s: key 'gradient_predivide_factor': ZeRO stage 2 with reduce_scatter needs 1.0 (DeepSpeed asserts); set reduce_scatter false",
+			     c->name);
+	}
+	return 0;
+}
+
+int ds_config_rules(struct ds_config *c, struct ds_err *err)
+{
+	int fp16 = gb(c, "fp16.enabled"), bf16 = gb(c, "bf16.enabled"), amp = gb(c, "amp.enabled");
+	int64_t stage = gi(c, "zero_optimization.stage", 0);
+	if (fp16 && bf16)
+		FAIL("%s: key 'bf16.enabled': bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled is true)",
+		     c->name);
+	if (amp && stage > 0)
+		FAIL("%s: key 'amp.enabled': Amp and ZeRO are not currently compatible (zero_optimization.stage is %lld)",
+		     c->name, (long long)stage);
+	if (amp && (fp16 || bf16))
+		FAIL("%s: key 'amp.enabled': Cannot enable both amp with (legacy) fp16 or bfloat16 mode", c->name);
+	if (gb(c, "fp16.fp16_master_weights_and_grads") && stage != 2)
+		FAIL("%s: key 'fp16.fp16_master_weights_and_grads': only supported with ZeRO Stage 2 (stage is %lld)",
+		     c->name, (long long)stage);
+	if (fp16 && gd(c, "fp16.loss_scale", 0) > 0) {
+		static const char *const dyn[] = { "fp16.initial_scale_power", "fp16.loss_scale_window",
+						   "fp16.hysteresis", "fp16.consecutive_hysteresis",
+						   "fp16.min_loss_scale" };
+		for (size_t i = 0; i < sizeof(dyn) / sizeof(dyn[0]); i++)
+			if (SET(dyn[i]))
+				FAIL("%s: key '%s': has no effect with a static fp16.loss_scale; remove it or set loss_scale 0",
+				     c->name, dyn[i]);
+	}
+	if (gb(c, "activation_checkpointing.contiguous_memory_optimization")) {
+		if (!gb(c, "activation_checkpointing.partition_activations"))
+			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
+			     c->name);
+		if (!SET("activation_checkpointing.number_checkpoints"))
+			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': needs number_checkpoints",
+			     c->name);
+	}
+	if (gb(c, "prescale_gradients") && gd(c, "gradient_predivide_factor", 1) != 1)
+		FAIL("%s: key 'gradient_predivide_factor': has no effect with prescale_gradients (DeepSpeed ignores it); use one of the two",
+		     c->name);
+	const char *acc = gs(c, "data_types.grad_accum_dtype", NULL);
+	if (acc && stage == 0) {
+		const char *m = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
+		int ok = !strcmp(m, acc) ? strcmp(m, "bf16") != 0 : !strcmp(m, "bf16") && !strcmp(acc, "fp32");
+		if (!ok)
+			FAIL("%s: key 'data_types.grad_accum_dtype': %s accumulation with %s training is not implemented without ZeRO (DeepSpeed raises NotImplementedError too)",
+			     c->name, acc, m);
+	}
+	if (gi(c, "autotuning.start_profile_step", 3) > gi(c, "autotuning.end_profile_step", 5))
+		FAIL("%s: key 'autotuning.end_profile_step': must not be less than start_profile_step", c->name);
+	if (gd(c, "scheduler.params.cycle_min_mom", 0.8) > gd(c, "scheduler.params.cycle_max_mom", 0.9))
+		FAIL("%s: key 'scheduler.params.cycle_min_mom': must not exceed cycle_max_mom", c->name);
+	json_t *betas = ds_config_find_ent(c, "optimizer.params.betas") ? ds_config_find_ent(c, "optimizer.params.betas")->val
+								     : NULL;
+	if (betas) {
+		double b0 = json_number_value(json_array_get(betas, 0)), b1 = json_number_value(json_array_get(betas, 1));
+		if (json_array_size(betas) != 2 || !json_is_number(json_array_get(betas, 0)) ||
+		    !json_is_number(json_array_get(betas, 1)) || b0 < 0 || b0 >= 1 || b1 < 0 || b1 >= 1)
+			FAIL("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
+	}
+	DS_TRY(zero_rules(c, err));
+	DS_TRY(optimizer_rules(c, err));
+	return scheduler_rules(c, err);
+}
+
+int ds_config_applies(const struct ds_config *c, const char *path)
+{
+	static const struct { const char *name; const char *const *params; } tab[] = {
+		{ "Adam", adam_params }, { "AdamW", adam_params }, { "Lamb", lamb_params }, { "SGD", sgd_params },
+		{ "WarmupLR", wlr_params }, { "WarmupDecayLR", wdlr_params }, { "WarmupCosineLR", wclr_params },
+		{ "OneCycle", oc_params }, { "LRRangeTest", lrrt_params },
+	};
+	const char *sect = !strncmp(path, "optimizer.params.", 17) ? "optimizer.type"
+			   : !strncmp(path, "scheduler.params.", 17) ? "scheduler.type" : NULL;
+	if (!sect)
+		return 1;
+	const char *type = gs(c, sect, NULL);
+	for (size_t i = 0; type && i < sizeof(tab) / sizeof(tab[0]); i++)
+		if (!strcmp(type, tab[i].name))
+			return in_list(tab[i].params, path + 17);
+	return 0;
+}
+
+int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
+{
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		const struct ds_config_key *k = &T[e->key];
+		if (e->src != DS_SRC_FILE || k->status != DS_KEY_UNSUPPORTED)
+			continue;
+		const char *last = strrchr(e->path, '.');
+		last = last ? last + 1 : e->path;
+		int off;
+		if (!strcmp(last, "enabled")) {
+			off = json_is_false(e->val);
+		} else {
+			json_t *d = k->def ? json_loads(k->def, JSON_DECODE_ANY, NULL) : NULL;
+			off = d && json_equal(d, e->val);
+			json_decref(d);
+		}
+		if (!off)
+			FAIL("%s: key '%s': not supported by dstk: %s", c->name, e->path, k->help);
+	}
+	return 0;
+}
+
+/* ---- batch triad ----------------------------------------------------- */
+
+/* " (a, b, c)" list of the divisors of n, at most 8 of them. */
+static void divisors(int64_t n, char *buf, size_t len)
+{
+	size_t o = 0;
+	int cnt = 0;
+	buf[0] = 0;
+	for (int64_t d = 1; d <= n && cnt < 8; d++)
+		if (n % d == 0) {
+			o += (size_t)snprintf(buf + o, len - o, "%s%lld", cnt ? ", " : "", (long long)d);
+			cnt++;
+		}
+}
+
+/* "9 or 12": the multiples of m around x (the lower one only when > 0). */
+static void multiples(int64_t x, int64_t m, char *buf, size_t len)
+{
+	int64_t lo = x / m * m;
+	if (lo > 0 && lo != x)
+		snprintf(buf, len, "%lld or %lld", (long long)lo, (long long)(lo + m));
+	else
+		snprintf(buf, len, "%lld", (long long)(lo == x && lo > 0 ? lo : lo + m));
+}
+
+int ds_config_triad(struct ds_config *c, struct ds_err *err)
+{
+	const char *ktb = "train_batch_size", *kmb = "train_micro_batch_size_per_gpu",
+		   *kga = "gradient_accumulation_steps";
+	int64_t W = c->o.world_size, TB = 0, MB = 0, GA = 0;
+	int tb = ds_config_get_int(c, ktb, &TB) == 0, mb = ds_config_get_int(c, kmb, &MB) == 0,
+	    ga = ds_config_get_int(c, kga, &GA) == 0;
+	char a[160], b[160];
+	c->batch.world_size = (int)W;
+	if (ds_config_source(c, ktb) == DS_SRC_AUTO || ds_config_source(c, kmb) == DS_SRC_AUTO ||
+	    ds_config_source(c, kga) == DS_SRC_AUTO)
+		return 0; /* allow_auto: ds-autotune resolves the triad */
+	if (tb && mb && ga) {
+	} else if (tb && mb) {
+		GA = TB / MB / W;
+	} else if (tb && ga) {
+		MB = TB / W / GA;
+	} else if (mb && ga) {
+		TB = MB * GA * W;
+	} else if (tb) {
+		GA = 1;
+		MB = TB / W;
+	} else if (mb) {
+		GA = 1;
+		TB = MB * W;
+	} else {
+		FAIL("%s: key 'train_batch_size': Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided",
+		     c->name);
+	}
+	if (MB <= 0) {
+		multiples(TB, W * GA, a, sizeof(a));
+		FAIL("%s: key 'train_batch_size': Train micro batch size per GPU: %lld has to be greater than 0 (%lld samples over world size %lld x %lld accumulation steps); set train_batch_size to %s",
+		     c->name, (long long)MB, (long long)TB, (long long)W, (long long)GA, a);
+	}
+	if (GA <= 0) {
+		multiples(TB, MB * W, a, sizeof(a));
+		if (TB % W == 0)
+			divisors(TB / W, b, sizeof(b));
+		FAIL("%s: key 'train_batch_size': Gradient accumulation steps: %lld has to be greater than 0 (%lld < micro %lld x world size %lld); set train_batch_size to %s%s%s%s",
+		     c->name, (long long)GA, (long long)TB, (long long)MB, (long long)W, a,
+		     TB % W == 0 ? ", or train_micro_batch_size_per_gpu to one of " : "", TB % W == 0 ? b : "", "");
+	}
+	if (TB != MB * GA * W) {
+		char msg[256];
+		snprintf(msg, sizeof(msg),
+			 "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld * %lld",
+			 (long long)TB, (long long)MB, (long long)GA, (long long)W);
+		if (tb && mb && ga) {
+			int64_t q1 = MB * W, q2 = GA * W;
+			snprintf(a, sizeof(a), "%s%lld", "", (long long)(MB * GA * W));
+			b[0] = 0;
+			if (TB % q1 == 0)
+				snprintf(b + strlen(b), sizeof(b) - strlen(b), ", or gradient_accumulation_steps to %lld",
+					 (long long)(TB / q1));
+			if (TB % q2 == 0)
+				snprintf(b + strlen(b), sizeof(b) - strlen(b), ", or train_micro_batch_size_per_gpu to %lld",
+					 (long long)(TB / q2));
+			FAIL("%s: key 'train_batch_size': %s; set train_batch_size to %s%s", c->name, msg, a, b);
+		}
+		if (tb && ga) {
+			multiples(TB, GA * W, a, sizeof(a));
+			b[0] = 0;
+			if (TB % W == 0)
+				divisors(TB / W, b, sizeof(b));
+			FAIL("%s: key 'train_batch_size': %s; set train_batch_size to %s%s%s", c->name, msg, a,
+			     b[0] ? ", or gradient_accumulation_steps to one of " : "", b);
+		}
+		multiples(TB, mb ? MB * W : W, a, sizeof(a));
+		b[0] = 0;
+		if (mb && TB % W == 0)
+			divisors(TB / W, b, sizeof(b));
+		FAIL("%s: key 'train_batch_size': %s; set train_batch_size to %s%s%s", c->name, msg, a,
+		     b[0] ? ", or train_micro_batch_size_per_gpu to one of " : "", b);
+	}
+	c->batch.train_batch_size = TB;
+	c->batch.micro_batch = MB;
+	c->batch.grad_accum = GA;
+	c->batch.resolved = 1;
+	if (!tb)
+		DS_TRY(ds_config_set_inferred(c, ktb, json_integer(TB)));
+	if (!mb)
+		DS_TRY(ds_config_set_inferred(c, kmb, json_integer(MB)));
+	if (!ga)
+		DS_TRY(ds_config_set_inferred(c, kga, json_integer(GA)));
+	return 0;
+}
+
+int ds_config_infer(struct ds_config *c)
+{
+	int64_t stage = gi(c, "zero_optimization.stage", -1);
+	const char *m = gb(c, "fp16.enabled") ? "fp16" : gb(c, "bf16.enabled") ? "bf16" : "fp32";
+	if (!ds_config_find_ent(c, "zero_optimization.overlap_comm") && stage >= 0)
+		DS_TRY(ds_config_set_inferred(c, "zero_optimization.overlap_comm", json_boolean(stage == 3)));
+	if (!ds_config_find_ent(c, "communication_data_type"))
+		DS_TRY(ds_config_set_inferred(c, "communication_data_type", json_string(m)));
+	if (!ds_config_find_ent(c, "data_types.grad_accum_dtype") && stage >= 0)
+		DS_TRY(ds_config_set_inferred(c, "data_types.grad_accum_dtype",
+					   json_string(!strcmp(m, "bf16") && stage == 0 ? "fp32" : m)));
+	return 0;
+}
+
+void ds_config_batch(const struct ds_config *c, struct ds_config_batch *b)
+{
+	*b = c->batch;
+}
+
+/* ---- typed views ----------------------------------------------------- */
+
+const char *ds_config_opt_name(int type)
+{
+	static const char *const n[] = { "none", "Adam", "AdamW", "Lamb", "SGD" };
+	return type >= 0 && type <= DS_OPT_SGD ? n[type] : "?";
+}
+
+const char *ds_config_sched_name(int type)
+{
+	static const char *const n[] = { "none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+					 "LRRangeTest" };
+	return type >= 0 && type <= DS_SCHED_LR_RANGE_TEST ? n[type] : "?";
+}
+
+#define P(x) "optimizer.params." x
+void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *o)
+{
+	const char *t = gs(c, "optimizer.type", "none");
+	memset(o, 0, sizeof(*o));
+	for (int i = DS_OPT_ADAM; i <= DS_OPT_SGD; i++)
+		if (!strcmp(t, ds_config_opt_name(i)))
+			o->type = i;
+	o->adamw = o->type == DS_OPT_ADAMW || (o->type == DS_OPT_ADAM && gb(c, P("adam_w_mode"))) ||
+		   o->type == DS_OPT_LAMB;
+	o->lr = gd(c, P("lr"), 1e-3);
+	json_t *b = ds_config_find_ent(c, P("betas")) ? ds_config_find_ent(c, P("betas"))->val : NULL;
+	o->beta1 = b ? json_number_value(json_array_get(b, 0)) : 0.9;
+	o->beta2 = b ? json_number_value(json_array_get(b, 1)) : 0.999;
+	o->eps = gd(c, P("eps"), 1e-8);
+	o->weight_decay = gd(c, P("weight_decay"), 0);
+	o->bias_correction = gb(c, P("bias_correction"));
+	o->eps_inside_sqrt = gb(c, P("eps_inside_sqrt"));
+	o->max_coeff = gd(c, P("max_coeff"), 10);
+	o->min_coeff = gd(c, P("min_coeff"), 0.01);
+	o->momentum = gd(c, P("momentum"), 0);
+	o->dampening = gd(c, P("dampening"), 0);
+	o->nesterov = gb(c, P("nesterov"));
+}
+#undef P
+
+#define P(x) "scheduler.params." x
+void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *s)
+{
+	const char *t = gs(c, "scheduler.type", "none");
+	memset(s, 0, sizeof(*s));
+	for (int i = DS_SCHED_WARMUP_LR; i <= DS_SCHED_LR_RANGE_TEST; i++)
+		if (!strcmp(t, ds_config_sched_name(i)))
+			s->type = i;
+	s->last_batch_iteration = gi(c, P("last_batch_iteration"), -1);
+	s->warmup_min_lr = gd(c, P("warmup_min_lr"), 0);
+	s->warmup_max_lr = gd(c, P("warmup_max_lr"), 1e-3);
+	s->warmup_num_steps = gi(c, P("warmup_num_steps"), 1000);
+	s->warmup_linear = !strcmp(gs(c, P("warmup_type"), "log"), "linear");
+	s->total_num_steps = gi(c, P("total_num_steps"), 0);
+	s->warmup_min_ratio = gd(c, P("warmup_min_ratio"), 0);
+	s->cos_min_ratio = gd(c, P("cos_min_ratio"), 1e-4);
+	s->lr_range_test_min_lr = gd(c, P("lr_range_test_min_lr"), 1e-3);
+	s->lr_range_test_step_size = gi(c, P("lr_range_test_step_size"), 2000);
+	s->lr_range_test_step_rate = gd(c, P("lr_range_test_step_rate"), 1);
+	s->lr_range_test_staircase = gb(c, P("lr_range_test_staircase"));
+	s->cycle_min_lr = gd(c, P("cycle_min_lr"), 0);
+	s->cycle_max_lr = gd(c, P("cycle_max_lr"), 0);
+	s->decay_lr_rate = gd(c, P("decay_lr_rate"), 0);
+	s->cycle_first_step_size = gi(c, P("cycle_first_step_size"), 2000);
+	s->cycle_second_step_size = gi(c, P("cycle_second_step_size"), s->cycle_first_step_size);
+	s->cycle_first_stair_count = gi(c, P("cycle_first_stair_count"), 0);
+	s->cycle_second_stair_count = gi(c, P("cycle_second_stair_count"), s->cycle_first_stair_count);
+	s->decay_step_size = gi(c, P("decay_step_size"), 0);
+	s->cycle_momentum = gb(c, P("cycle_momentum"));
+	s->cycle_min_mom = gd(c, P("cycle_min_mom"), 0.8);
+	s->cycle_max_mom = gd(c, P("cycle_max_mom"), 0.9);
+	s->decay_mom_rate = gd(c, P("decay_mom_rate"), 0);
+}
+#undef P

@@ -1,0 +1,81 @@
+/* train_opts.c - ds-train's options: defaults and the --check run. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/model.h"
+#include "config/train_opts.h"
+
+void ds_train_opts_init(struct ds_train_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->seed = 1234;
+	o->eval_iters = 10;
+}
+
+static const char *share_file(const char *rel)
+{
+	static char buf[2][4096];
+	static int n;
+	char *b = buf[n++ & 1];
+	snprintf(b, sizeof(buf[0]), "%s/%s", DS_DATADIR, rel);
+	if (access(b, R_OK) == 0)
+		return b;
+	snprintf(b, sizeof(buf[0]), "%s/share/%s", DS_SRCDIR, rel);
+	return b;
+}
+
+const char *ds_train_default_config(void)
+{
+	return share_file("configs/default.json");
+}
+
+const char *ds_train_default_model(void)
+{
+	return share_file("models/gpt-tiny.json");
+}
+
+int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
+{
+	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
+	struct ds_config *c = NULL;
+	struct ds_model_config m;
+	struct ds_config_batch b;
+	const char *cfg = o->deepspeed_config ? o->deepspeed_config : ds_train_default_config();
+	const char *mod = o->model ? o->model : ds_train_default_model();
+	int rc;
+	co.world_size = o->world_size > 0 ? o->world_size : 1;
+	co.lenient = o->lenient;
+	DS_TRY(ds_config_load_file(&c, cfg, &co, err));
+	if ((rc = ds_model_config_load(mod, &m, err)) < 0)
+		goto out;
+	ds_config_batch(c, &b);
+	if (o->json) {
+		char *dj = ds_config_to_json(c, 1), *mj = ds_model_config_to_json(&m, 1);
+		if (dj && mj)
+			fprintf(out,
+				"{\n\"deepspeed_config\": {\"file\": \"%s\", \"keys\": %s},\n\"model\": {\"file\": \"%s\", \"keys\": %s},\n"
+				"\"batch\": {\"train_batch_size\": %lld, \"train_micro_batch_size_per_gpu\": %lld, "
+				"\"gradient_accumulation_steps\": %lld, \"world_size\": %d}\n}\n",
+				cfg, dj, mod, mj, (long long)b.train_batch_size, (long long)b.micro_batch,
+				(long long)b.grad_accum, b.world_size);
+		else
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		free(dj);
+		free(mj);
+		if (rc == 0 && (fflush(out) != 0 || ferror(out)))
+			rc = ds_err_set(err, DS_EIO, "writing the configuration failed");
+		goto out;
+	}
+	fprintf(out, "# DeepSpeed config %s (world size %d)\n", cfg, b.world_size);
+	if ((rc = ds_config_print(c, out, err)) < 0)
+		goto out;
+	fprintf(out, "# batch: train_batch_size %lld = micro %lld x accumulation %lld x world size %d\n",
+		(long long)b.train_batch_size, (long long)b.micro_batch, (long long)b.grad_accum, b.world_size);
+	fprintf(out, "# model config %s\n", mod);
+	rc = ds_model_config_print(&m, out, err);
+out:
+	ds_config_destroy(c);
+	return rc;
+}

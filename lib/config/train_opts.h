@@ -1,0 +1,52 @@
+/* train_opts.h - ds-train's command line as a struct, and its --check.
+ *
+ * tools/ds-train.c fills struct ds_train_opts with getopt_long; the
+ * trainer (a later layer) takes the same struct.  ds_train_check loads and
+ * validates both config files and prints the effective configuration.
+ */
+#ifndef DS_CONFIG_TRAIN_OPTS_H
+#define DS_CONFIG_TRAIN_OPTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/err.h"
+
+struct ds_train_opts {
+	const char *deepspeed_config;  /* --deepspeed_config FILE (NULL: share/configs/default.json) */
+	const char *model;             /* --model FILE (NULL: share/models/gpt-tiny.json) */
+	int world_size;                /* --world-size N for --check (0: the job's, 1 alone) */
+	int lenient;                   /* --lenient: unknown DeepSpeed keys are warnings */
+	int check;                     /* --check: validate and print, do not train */
+	int json;                      /* --json: --check prints JSON */
+	int64_t train_iters;           /* --train-iters (0: until the schedule's total or 1 epoch) */
+	const char *save;              /* --save DIR */
+	int64_t save_interval;         /* --save-interval (0: only at the end) */
+	const char *load;              /* --load DIR or "auto" (newest valid tag under --save) */
+	int no_load_optim;             /* --no-load-optim */
+	uint64_t seed;                 /* --seed (default 1234) */
+	const char *data;              /* --data PATH (NULL: the bundled corpus) */
+	const char *valid_data;        /* --valid-data PATH */
+	const char *split;             /* --split "969,30,1" style train/valid weights */
+	int64_t eval_interval;         /* --eval-interval (0: off) */
+	int64_t eval_iters;            /* --eval-iters (default 10) */
+	int64_t log_interval;          /* --log-interval (0: steps_per_print) */
+	int64_t exit_interval;         /* --exit-interval (0: off) */
+	double peak_gflops;            /* --peak-gflops (0: measure sgemm at start-up) */
+	const char *metrics_json;      /* --metrics-json FILE */
+};
+
+/* Fill o with the defaults above. */
+void ds_train_opts_init(struct ds_train_opts *o);
+
+/* Default config paths: installed share dir, or the source tree's when the
+ * installed one is absent (running from a build directory). */
+const char *ds_train_default_config(void);
+const char *ds_train_default_model(void);
+
+/* --check: load both files, print the effective DeepSpeed config, the batch
+ * triad and the model config to out (JSON when o->json).  0, DS_EINVAL
+ * (err names the file and key), DS_EIO or DS_ENOMEM. */
+int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err);
+
+#endif

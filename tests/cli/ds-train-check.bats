@@ -1,0 +1,147 @@
+#!/usr/bin/env bats
+# ds-train --check: every bundled example config validates and prints the
+# effective configuration; every bad-input class exits 2 with one line on
+# stderr naming the file and the key; the usual flag conventions.
+load helper
+
+MODEL_ARGS=()
+setup() { MODEL_ARGS=(--model "$SHARE/models/gpt-test.json"); }
+
+# check_bad FILE KEY [TEXT]: exit 2, exactly one stderr line naming FILE and KEY (and TEXT)
+check_bad() {
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/$1" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
+	[[ "$stderr" == *"$1"* ]] || fail "stderr does not name the file: $stderr"
+	[[ "$stderr" == *"$2"* ]] || fail "stderr does not name '$2': $stderr"
+	[[ -z "${3:-}" || "$stderr" == *"$3"* ]] || fail "stderr lacks '$3': $stderr"
+	[ -z "$output" ] || fail "stdout not empty on error"
+}
+
+@test "ds-train --help exits 0 and lists --check and the run flags" {
+	run -0 ds-train --help
+	assert_output --partial "Usage: ds-train"
+	for o in --check --deepspeed-config --model --world-size --lenient --train-iters --save --save-interval \
+		--load --no-load-optim --seed --data --valid-data --split --eval-interval --eval-iters \
+		--log-interval --exit-interval --peak-gflops --metrics-json; do
+		assert_output --partial -- "$o"
+	done
+}
+
+@test "ds-train --version names the features" {
+	run -0 ds-train --version
+	assert_line --index 0 --regexp '^ds-train \(dstk\) '
+	assert_line --partial "features: "
+}
+
+@test "a bad flag exits 2 with a hint" {
+	run -2 --separate-stderr ds-train --no-such-flag
+	[[ "$stderr" == *"Try 'ds-train --help'"* ]]
+	run -2 --separate-stderr ds-train --check --world-size 0
+	[[ "$stderr" == *"--world-size"* ]]
+	run -2 ds-train --check extra-argument
+}
+
+@test "without --check this build exits 2 and says so" {
+	run -2 --separate-stderr ds-train --deepspeed_config "$SHARE/configs/default.json"
+	[[ "$stderr" == *"training needs --check in this build"* ]]
+}
+
+@test "every share/configs example passes --check with gpt-test.json" {
+	n=0
+	for f in "$SHARE"/configs/*.json; do
+		run --separate-stderr ds-train --check --deepspeed_config "$f" "${MODEL_ARGS[@]}"
+		[ "$status" -eq 0 ] || fail "$f: exit $status: $stderr"
+		[[ "$output" == *"train_batch_size"* && "$output" == *"(file)"* ]] || fail "$f: no effective config"
+		[[ "$output" == *"num_layers"*"2  (file)"* ]] || fail "$f: no model config"
+		n=$((n + 1))
+	done
+	[ "$n" -ge 20 ]
+}
+
+@test "--check prints values with their sources; underscore and dash flags agree" {
+	run -0 ds-train --check --deepspeed_config "$SHARE/configs/basic-fp16-zero2.json" "${MODEL_ARGS[@]}" --world-size 1
+	assert_line --regexp '^train_batch_size +32  \(file\)$'
+	assert_line --regexp '^zero_optimization\.stage +2  \(file\)$'
+	assert_line --regexp '^zero_optimization\.overlap_comm +false  \(inferred\)$'
+	assert_line --regexp '^steps_per_print +10  \(default\)$'
+	assert_line --regexp '^padded_vocab_size +256  \(inferred\)$'
+	a=$output
+	run -0 ds-train --check --deepspeed-config "$SHARE/configs/basic-fp16-zero2.json" "${MODEL_ARGS[@]}" --world_size 1
+	[ "$output" = "$a" ]
+}
+
+@test "--world-size resolves the triad (spec case 1: 32/4 at 2 ranks -> GA 4)" {
+	printf '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}' > "$BATS_TEST_TMPDIR/t.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/t.json" "${MODEL_ARGS[@]}" --world-size 2
+	assert_line --regexp '^gradient_accumulation_steps +4  \(inferred\)$'
+	assert_line "# batch: train_batch_size 32 = micro 4 x accumulation 4 x world size 2"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/t.json" "${MODEL_ARGS[@]}" --world-size 3
+	[[ "$stderr" == *"key 'train_batch_size'"*"32 != 4 * 2 * 3"* ]]
+}
+
+@test "--check --json is JSON with values and sources" {
+	command -v python3 >/dev/null || skip "python3 not installed"
+	run -0 ds-train --check --json --deepspeed_config "$SHARE/configs/zero3-offload.json" "${MODEL_ARGS[@]}"
+	echo "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); k=d["deepspeed_config"]["keys"]; assert k["zero_optimization.stage"]=={"value":3,"source":"file"}, k["zero_optimization.stage"]; assert d["batch"]["train_batch_size"]==8; assert d["model"]["keys"]["hidden_size"]["value"]==64'
+}
+
+@test "bad input: syntax errors report file:line:column" {
+	check_bad seed-optimizer-truncated.json "seed-optimizer-truncated.json:7:"
+	check_bad seed-structure.json "seed-structure.json:5:"
+}
+
+@test "bad input: duplicate key" {
+	check_bad duplicate.json "train_batch_size" "duplicate"
+}
+
+@test "bad input: unknown key with a suggestion" {
+	check_bad unknown-key.json "zero_optimization.reduce_bucket_sise" "did you mean 'zero_optimization.reduce_bucket_size'"
+}
+
+@test "--lenient turns an unknown key into a warning" {
+	run -0 --separate-stderr ds-train --check --lenient --deepspeed_config "$TDATA/configs/unknown-key.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"reduce_bucket_sise"* ]]
+}
+
+@test "bad input: wrong type, 1.5 for an integer, out of range, bad enum" {
+	check_bad wrong-type.json "train_micro_batch_size_per_gpu" "expected an integer"
+	check_bad fractional-int.json "train_micro_batch_size_per_gpu" "1.5"
+	check_bad out-of-range.json "zero_optimization.stage" "out of range"
+	check_bad bad-enum.json "zero_optimization.offload_optimizer.device" '"gpu"'
+	check_bad tag-validation.json "checkpoint.tag_validation" '"strict"'
+}
+
+@test "bad input: \"auto\" and stage \"all\" are ds-autotune's" {
+	check_bad seed-hf-auto.json "key '" "ds-autotune"
+	check_bad stage-all.json "zero_optimization.stage" "ds-autotune"
+}
+
+@test "bad input: exclusions, constraints and unsupported features" {
+	check_bad fp16-bf16.json "bf16.enabled" "cannot be simultaneously enabled"
+	check_bad partial-offload.json "zero_optimization.offload_optimizer.ratio" "Stage 3"
+	check_bad max-grad-norm.json "optimizer.params.max_grad_norm" "gradient_clipping"
+	check_bad unsupported-wandb.json "wandb.enabled" "not supported by dstk"
+}
+
+@test "bad input: the seeds' incomplete snippets (no batch size) and an inconsistent triad" {
+	check_bad seed-optimizer-adam.json "train_batch_size" "needs to be provided"
+	check_bad seed-zero2-offload.json "train_batch_size" "needs to be provided"
+	check_bad seed-large-zero3.json "train_batch_size" "needs to be provided"
+	check_bad triad-mismatch.json "train_batch_size" "10 != 3 * 3 * 1"
+}
+
+@test "bad input: model files and missing files" {
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$SHARE/configs/default.json" --model "$TDATA/configs/model-unknown-key.json"
+	[[ "$stderr" == *"model-unknown-key.json: unknown key 'hiden_size' (did you mean 'hidden_size'?)"* ]]
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$SHARE/configs/default.json" --model "$TDATA/configs/model-heads.json"
+	[[ "$stderr" == *"model-heads.json: key 'hidden_size'"* ]]
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/none.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"none.json"* ]]
+}
+
+@test "--check with no files uses the bundled default config and gpt-tiny" {
+	run -0 ds-train --check
+	assert_output --partial "default.json"
+	assert_output --partial "gpt-tiny.json"
+	assert_line --regexp '^hidden_size +384  \(file\)$'
+}

@@ -1,0 +1,647 @@
+/* test_config.c - lib/config against spec deepspeed-training.md: the batch
+ * triad cases 1-9, exclusions and ZeRO/offload/aio/checkpoint cases 10-15,
+ * every bad-input class (message names the key), aliases, unsupported
+ * keys, getters, printing, and the model config.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unit.h"
+
+#include <jansson.h>
+
+#include "config/config.h"
+#include "config/model.h"
+#include "util/log.h"
+
+static struct ds_err err;
+
+/* Load json at world size W; returns the status, *c on success. */
+static int ld_opts(const char *json, int W, int lenient, int allow_auto, struct ds_config **c)
+{
+	struct ds_config_opts o = DS_CONFIG_OPTS_INIT;
+	o.world_size = W;
+	o.lenient = lenient;
+	o.allow_auto = allow_auto;
+	ds_err_clear(&err);
+	return ds_config_load_string(c, json, "t.json", &o, &err);
+}
+
+static int ld(const char *json, int W, struct ds_config **c)
+{
+	return ld_opts(json, W, 0, 0, c);
+}
+
+/* json must fail with DS_EINVAL and a message containing each of the
+ * NULL-terminated strings. */
+static void bad(const char *json, int W, ...)
+{
+	struct ds_config *c = (struct ds_config *)1;
+	int rc = ld(json, W, &c);
+	if (rc != DS_EINVAL)
+		fail_msg("expected DS_EINVAL for %s, got %d", json, rc);
+	assert_null(c);
+	va_list ap;
+	va_start(ap, W);
+	for (const char *s; (s = va_arg(ap, const char *));)
+		if (!strstr(err.msg, s))
+			fail_msg("message '%s' lacks '%s'", err.msg, s);
+	va_end(ap);
+	assert_non_null(strstr(err.msg, "t.json"));
+	assert_null(strchr(err.msg, '\n'));
+}
+
+static void triad(const char *json, int W, long tb, long mb, long ga)
+{
+	struct ds_config *c;
+	struct ds_config_batch b;
+	if (ld(json, W, &c) != 0)
+		fail_msg("%s: %s", json, err.msg);
+	ds_config_batch(c, &b);
+	assert_int_equal(b.resolved, 1);
+	assert_int_equal(b.train_batch_size, tb);
+	assert_int_equal(b.micro_batch, mb);
+	assert_int_equal(b.grad_accum, ga);
+	int64_t x;
+	assert_int_equal(ds_config_get_int(c, "train_batch_size", &x), 0);
+	assert_int_equal(x, tb);
+	assert_int_equal(ds_config_get_int(c, "train_micro_batch_size_per_gpu", &x), 0);
+	assert_int_equal(x, mb);
+	assert_int_equal(ds_config_get_int(c, "gradient_accumulation_steps", &x), 0);
+	assert_int_equal(x, ga);
+	ds_config_destroy(c);
+}
+
+static void test_triad_fill(void **state)
+{
+	(void)state;
+	/* cases 1-5 */
+	triad("{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4}", 2, 32, 4, 4);
+	triad("{\"train_batch_size\":32,\"gradient_accumulation_steps\":2}", 4, 32, 4, 2);
+	triad("{\"train_micro_batch_size_per_gpu\":3,\"gradient_accumulation_steps\":5}", 2, 30, 3, 5);
+	triad("{\"train_batch_size\":16}", 4, 16, 4, 1);
+	triad("{\"train_micro_batch_size_per_gpu\":8}", 3, 24, 8, 1);
+	/* case 9, consistent */
+	triad("{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4,\"gradient_accumulation_steps\":4}", 2,
+	      32, 4, 4);
+}
+
+static void test_triad_sources(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	assert_int_equal(ld("{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4}", 2, &c), 0);
+	assert_int_equal(ds_config_source(c, "train_batch_size"), DS_SRC_FILE);
+	assert_int_equal(ds_config_source(c, "gradient_accumulation_steps"), DS_SRC_INFERRED);
+	assert_int_equal(ds_config_is_set(c, "gradient_accumulation_steps"), 0);
+	assert_int_equal(ds_config_source(c, "steps_per_print"), DS_SRC_DEFAULT);
+	assert_string_equal(ds_config_source_name(DS_SRC_INFERRED), "inferred");
+	ds_config_destroy(c);
+}
+
+static void test_triad_errors(void **state)
+{
+	(void)state;
+	/* case 6 */
+	bad("{\"gradient_accumulation_steps\":4}", 1, "train_batch_size",
+	    "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided", NULL);
+	bad("{}", 1, "Either train_batch_size", NULL);
+	/* case 7: names the key, DeepSpeed's numbers, and consistent alternatives */
+	bad("{\"train_batch_size\":10,\"train_micro_batch_size_per_gpu\":3}", 1, "key 'train_batch_size'",
+	    "10 != 3 * 3 * 1", "9 or 12", "train_micro_batch_size_per_gpu to one of 1, 2, 5, 10", NULL);
+	/* case 8 */
+	bad("{\"train_batch_size\":4,\"train_micro_batch_size_per_gpu\":8}", 1,
+	    "Gradient accumulation steps: 0 has to be greater than 0", "train_batch_size to 8",
+	    "one of 1, 2, 4", NULL);
+	/* case 9, mismatch: all three alternatives */
+	bad("{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4,\"gradient_accumulation_steps\":2}", 2,
+	    "32 != 4 * 2 * 2", "train_batch_size to 16", "gradient_accumulation_steps to 4",
+	    "train_micro_batch_size_per_gpu to 8", NULL);
+	/* TB and GA with TB not a multiple of GA*W */
+	bad("{\"train_batch_size\":30,\"gradient_accumulation_steps\":4}", 2, "30 != 3 * 4 * 2", "24 or 32", NULL);
+	/* only TB, not a multiple of W */
+	bad("{\"train_batch_size\":10}", 4, "10 != 2 * 1 * 4", "8 or 12", NULL);
+	/* MB floors to 0 */
+	bad("{\"train_batch_size\":2,\"gradient_accumulation_steps\":1}", 4,
+	    "Train micro batch size per GPU: 0 has to be greater than 0", NULL);
+	/* a batch key below its minimum */
+	bad("{\"train_batch_size\":0}", 1, "key 'train_batch_size'", "out of range", NULL);
+}
+
+static void test_exclusions(void **state)
+{
+	(void)state;
+	const char *mb = "\"train_micro_batch_size_per_gpu\":8,";
+	char j[512];
+#define B(body, ...) (snprintf(j, sizeof(j), "{%s%s}", mb, body), bad(j, 1, __VA_ARGS__, NULL))
+	/* case 10 */
+	B("\"fp16\":{\"enabled\":true},\"bf16\":{\"enabled\":true}", "bf16.enabled",
+	  "bfloat16 and fp16 modes cannot be simultaneously enabled");
+	B("\"fp16\":{\"enabled\":true},\"bfloat16\":{\"enabled\":true}", "bf16.enabled", "simultaneously");
+	B("\"amp\":{\"enabled\":true},\"zero_optimization\":{\"stage\":1}", "amp.enabled",
+	  "Amp and ZeRO are not currently compatible");
+	B("\"amp\":{\"enabled\":true},\"fp16\":{\"enabled\":true}", "amp.enabled", "Cannot enable both amp");
+	B("\"amp\":{\"enabled\":true}", "amp.enabled", "not supported by dstk");
+	B("\"zero_optimization\":{\"stage\":2,\"offload_param\":{\"device\":\"cpu\"}}",
+	  "zero_optimization.offload_param", "stage 3");
+	B("\"zero_optimization\":{\"stage\":0,\"offload_optimizer\":{\"device\":\"cpu\"}}",
+	  "zero_optimization.offload_optimizer", "stage 1, 2 or 3");
+	B("\"zero_optimization\":{\"stage\":1,\"stage3_prefetch_bucket_size\":5e7}",
+	  "zero_optimization.stage3_prefetch_bucket_size", "only used at ZeRO stage 3");
+	B("\"fp16\":{\"enabled\":true,\"fp16_master_weights_and_grads\":true},\"zero_optimization\":{\"stage\":1}",
+	  "fp16.fp16_master_weights_and_grads", "ZeRO Stage 2");
+	B("\"fp16\":{\"enabled\":true,\"fp16_master_weights_and_grads\":true},\"zero_optimization\":{\"stage\":2}",
+	  "fp16.fp16_master_weights_and_grads", "not supported by dstk");
+	B("\"bf16\":{\"enabled\":true},\"optimizer\":{\"type\":\"Lamb\"}", "optimizer.type", "dynamic loss scaling");
+	B("\"fp16\":{\"enabled\":true,\"loss_scale\":128},\"optimizer\":{\"type\":\"lamb\"}", "optimizer.type",
+	  "dynamic loss scaling");
+	B("\"fp16\":{\"enabled\":true,\"loss_scale\":128,\"hysteresis\":2}", "fp16.hysteresis", "static");
+	B("\"activation_checkpointing\":{\"contiguous_memory_optimization\":true}",
+	  "activation_checkpointing.contiguous_memory_optimization", "partitioned activations");
+	B("\"communication_data_type\":\"fp8\"", "communication_data_type", "\"fp8\" is not one of");
+	B("\"prescale_gradients\":true,\"gradient_predivide_factor\":2", "gradient_predivide_factor");
+	B("\"zero_optimization\":{\"stage\":2},\"gradient_predivide_factor\":2", "gradient_predivide_factor",
+	  "reduce_scatter");
+	B("\"zero_optimization\":{\"stage\":1,\"allgather_bucket_size\":5}", "allgather_bucket_size",
+	  "multiple of 2");
+	B("\"bf16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"bf16\"}", "data_types.grad_accum_dtype",
+	  "NotImplementedError");
+	B("\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\"}}",
+	  "zero_optimization.offload_param.nvme_path", "required");
+#undef B
+}
+
+static void test_zero(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	int64_t x;
+	int b;
+	/* case 11 */
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":4}}", 1,
+	    "key 'zero_optimization.stage'", "4 is out of range [0, 3]", NULL);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"reduce_bucket_size\":5e8}}",
+			    1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.reduce_bucket_size", &x), 0);
+	assert_int_equal(x, 500000000);
+	assert_int_equal(ds_config_get_bool(c, "zero_optimization.overlap_comm", &b), 0);
+	assert_int_equal(b, 0);
+	assert_int_equal(ds_config_source(c, "zero_optimization.overlap_comm"), DS_SRC_INFERRED);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"foo\":1}}", 1,
+	    "unknown key 'zero_optimization.foo'", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"overlap_comm\":\"auto\"}}", 1,
+	    "zero_optimization.overlap_comm", "ds-autotune", NULL);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_bool(c, "zero_optimization.overlap_comm", &b), 0);
+	assert_int_equal(b, 1);
+	/* defaults from DeepSpeed's code, not its docs */
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage3_prefetch_bucket_size", &x), 0);
+	assert_int_equal(x, 50000000);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.sub_group_size", &x), 0);
+	assert_int_equal(x, 1000000000);
+	ds_config_destroy(c);
+	/* the bare names are aliases of the stage3_ ones; both given is an error */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"max_live_parameters\":7}}",
+			    1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage3_max_live_parameters", &x), 0);
+	assert_int_equal(x, 7);
+	assert_int_equal(ds_config_is_set(c, "zero_optimization.stage3_max_live_parameters"), 1);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"max_live_parameters\":7,\"stage3_max_live_parameters\":8}}",
+	    1, "max_live_parameters", "not both", NULL);
+	/* legacy boolean form: true -> stage 1 with allgather_size */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":true,\"allgather_size\":1000}", 1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage", &x), 0);
+	assert_int_equal(x, 1);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.allgather_bucket_size", &x), 0);
+	assert_int_equal(x, 1000);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":1},\"allgather_size\":1000}", 1,
+	    "allgather_size", "allgather_bucket_size", NULL);
+	/* negative sizes are out of range */
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"reduce_bucket_size\":-1}}", 1,
+	    "zero_optimization.reduce_bucket_size", ">= 0", NULL);
+}
+
+static void test_offload(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	const char *s;
+	/* case 12 */
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\",\"ratio\":0.5}}}",
+	    1, "zero_optimization.offload_optimizer.ratio", "Partial offloading only supported for ZeRO Stage 3", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"gpu\"}}}",
+	    1, "zero_optimization.offload_optimizer.device", "\"gpu\" is not one of \"none\", \"cpu\" or \"nvme\"",
+	    NULL);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"device\":\"cpu\",\"ratio\":0.5}}}",
+			    1, &c), 0);
+	ds_config_destroy(c);
+	/* deprecated cpu_offload maps to offload_optimizer.device cpu; both is an error */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_str(c, "zero_optimization.offload_optimizer.device", &s), 0);
+	assert_string_equal(s, "cpu");
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true,\"offload_optimizer\":{\"device\":\"cpu\"}}}",
+	    1, "zero_optimization.cpu_offload", "not both", NULL);
+	/* default device is "none" (code), not the docs' cpu */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1}", 1, &c), 0);
+	assert_int_equal(ds_config_get_str(c, "zero_optimization.offload_param.device", &s), 0);
+	assert_string_equal(s, "none");
+	ds_config_destroy(c);
+}
+
+static void test_aio_checkpoint(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	int64_t x;
+	int b;
+	const char *s;
+	/* case 13 */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"aio\":{}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "aio.block_size", &x), 0);
+	assert_int_equal(x, 1048576);
+	assert_int_equal(ds_config_get_int(c, "aio.queue_depth", &x), 0);
+	assert_int_equal(x, 8);
+	assert_int_equal(ds_config_get_int(c, "aio.intra_op_parallelism", &x), 0);
+	assert_int_equal(x, 1);
+	assert_int_equal(ds_config_get_bool(c, "aio.single_submit", &b), 0);
+	assert_int_equal(b, 0);
+	assert_int_equal(ds_config_get_bool(c, "aio.overlap_events", &b), 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(ds_config_get_bool(c, "aio.use_gds", &b), 0);
+	assert_int_equal(b, 0);
+	/* case 14 default */
+	assert_int_equal(ds_config_get_str(c, "checkpoint.tag_validation", &s), 0);
+	assert_string_equal(s, "WARN");
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"checkpoint\":{\"tag_validation\":\"fail\"}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_str(c, "checkpoint.tag_validation", &s), 0);
+	assert_string_equal(s, "FAIL");
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"checkpoint\":{\"tag_validation\":\"strict\"}}", 1,
+	    "checkpoint.tag_validation", "\"strict\"", NULL);
+	/* aio.thread_count: renamed in DeepSpeed, so an error unless at its default */
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"aio\":{\"thread_count\":4}}", 1, "aio.thread_count",
+	    "intra_op_parallelism", NULL);
+	/* communication_data_type any case, stored lower-case */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"communication_data_type\":\"BF16\"}", 1, &c), 0);
+	assert_int_equal(ds_config_get_str(c, "communication_data_type", &s), 0);
+	assert_string_equal(s, "bf16");
+	ds_config_destroy(c);
+}
+
+static void test_optimizer(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	struct ds_config_optimizer o;
+	/* case 15 */
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"max_grad_norm\":1}}}", 1,
+	    "optimizer.params.max_grad_norm", "gradient_clipping", NULL);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"lr\":0.1,\"betas\":[0.8,0.99]}}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_int_equal(o.type, DS_OPT_ADAM);
+	assert_int_equal(o.adamw, 1);
+	assert_true(o.lr == 0.1 && o.beta1 == 0.8 && o.beta2 == 0.99 && o.eps == 1e-8 && o.weight_decay == 0);
+	assert_int_equal(o.bias_correction, 1);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"adam\",\"params\":{\"adam_w_mode\":false}}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_int_equal(o.type, DS_OPT_ADAM);
+	assert_int_equal(o.adamw, 0);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"sgd\",\"params\":{\"lr\":0.01,\"momentum\":0.9,\"nesterov\":true}}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_int_equal(o.type, DS_OPT_SGD);
+	assert_true(o.momentum == 0.9 && o.nesterov == 1 && o.lr == 0.01);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"LAMB\",\"params\":{\"max_coeff\":0.3}}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_int_equal(o.type, DS_OPT_LAMB);
+	assert_true(o.max_coeff == 0.3 && o.min_coeff == 0.01);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"amsgrad\":true}}}", 1,
+	    "optimizer.params.amsgrad", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"momentum\":0.9}}}", 1,
+	    "optimizer.params.momentum", "not a parameter of Adam", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"OneBitAdam\"}}", 1, "optimizer.type",
+	    "OneBitAdam", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"RMSprop\"}}", 1, "optimizer.type",
+	    "RMSprop", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"weight_decy\":0.1}}}", 1,
+	    "optimizer.params.weight_decy", "did you mean 'optimizer.params.weight_decay'", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"foo_bar_baz\":1}}}", 1,
+	    "optimizer.params.foo_bar_baz", "not supported by dstk", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"betas\":[0.9]}}}", 1,
+	    "optimizer.params.betas", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"params\":{\"lr\":1}}}", 1, "optimizer.type",
+	    "required", NULL);
+}
+
+static void test_scheduler(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	struct ds_config_scheduler s;
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"OneCycle\",\"params\":{\"cycle_min_lr\":0.01,\"cycle_max_lr\":0.1,\"cycle_first_step_size\":10}}}", 1, &c), 0);
+	ds_config_scheduler(c, &s);
+	assert_int_equal(s.type, DS_SCHED_ONE_CYCLE);
+	assert_true(s.cycle_min_lr == 0.01 && s.cycle_max_lr == 0.1);
+	assert_int_equal(s.cycle_first_step_size, 10);
+	assert_int_equal(s.cycle_second_step_size, 10);
+	assert_true(s.cycle_min_mom == 0.8 && s.cycle_max_mom == 0.9 && s.cycle_momentum == 1);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupCosineLR\",\"params\":{\"total_num_steps\":110,\"warmup_num_steps\":10,\"warmup_type\":\"linear\"}}}", 1, &c), 0);
+	ds_config_scheduler(c, &s);
+	assert_int_equal(s.type, DS_SCHED_WARMUP_COSINE_LR);
+	assert_int_equal(s.total_num_steps, 110);
+	assert_int_equal(s.warmup_linear, 1);
+	assert_true(s.cos_min_ratio == 1e-4 && s.warmup_min_ratio == 0);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupDecayLR\",\"params\":{\"warmup_num_steps\":10}}}", 1,
+	    "scheduler.params.total_num_steps", "required", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"OneCycle\",\"params\":{\"cycle_max_lr\":0.1}}}", 1,
+	    "scheduler.params.cycle_min_lr", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupLR\",\"params\":{\"total_num_steps\":10}}}", 1,
+	    "scheduler.params.total_num_steps", "not a parameter of WarmupLR", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"1Cycle\"}}", 1, "scheduler.type", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupLR\",\"params\":{\"warmup_type\":\"cubic\"}}}", 1,
+	    "scheduler.params.warmup_type", NULL);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	int64_t x;
+	/* syntax error: file:line:column */
+	bad("{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": tru}\n}", 1, "t.json:3:", NULL);
+	/* duplicate key */
+	bad("{\"train_batch_size\": 8, \"train_batch_size\": 16}", 1, "duplicate", "train_batch_size", NULL);
+	/* unknown key with a suggestion, at the top and nested */
+	bad("{\"train_batch_sise\": 8}", 1, "unknown key 'train_batch_sise'", "did you mean 'train_batch_size'", NULL);
+	bad("{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}}", 1, "unknown key 'fp16.enabeld'",
+	    "did you mean 'fp16.enabled'", NULL);
+	/* the right name at the wrong level */
+	bad("{\"train_batch_size\": 8, \"stage\": 2}", 1, "unknown key 'stage'", "zero_optimization.stage", NULL);
+	/* wrong type */
+	bad("{\"train_batch_size\": \"8\"}", 1, "key 'train_batch_size'", "expected an integer, got a string", NULL);
+	bad("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": 1}}", 1, "key 'fp16.enabled'", "expected a boolean",
+	    NULL);
+	bad("{\"train_batch_size\": 8, \"fp16\": true}", 1, "key 'fp16'", "expected an object", NULL);
+	/* 1.5 for an integer is rejected, 5e8 accepted */
+	bad("{\"train_batch_size\": 1.5}", 1, "key 'train_batch_size'", "1.5", NULL);
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"zero_optimization\": {\"allgather_bucket_size\": 5e8}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "zero_optimization.allgather_bucket_size", &x), 0);
+	assert_int_equal(x, 500000000);
+	ds_config_destroy(c);
+	/* out of range, bad enum */
+	bad("{\"train_batch_size\": 8, \"gradient_clipping\": -1}", 1, "key 'gradient_clipping'", "out of range", NULL);
+	bad("{\"train_batch_size\": 8, \"dstk\": {\"nonfinite_policy\": \"ignore\"}}", 1, "dstk.nonfinite_policy",
+	    "\"skip\" or \"abort\"", NULL);
+	/* "auto" and stage "all" outside ds-autotune */
+	bad("{\"train_batch_size\": \"auto\"}", 1, "key 'train_batch_size'", "ds-autotune", NULL);
+	bad("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": [1, 2]}}", 1, "zero_optimization.stage",
+	    "ds-autotune", NULL);
+	/* not an object */
+	bad("[1, 2]", 1, "expected a JSON object", NULL);
+	/* unsupported in use vs switched off */
+	bad("{\"train_batch_size\": 8, \"wandb\": {\"enabled\": true}}", 1, "wandb.enabled", "network service", NULL);
+	bad("{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"fixed\", \"block\": 32}}", 1,
+	    "sparse_attention.block", "not supported", NULL);
+	bad("{\"train_batch_size\": 8, \"fp32_allreduce\": true}", 1, "fp32_allreduce", "communication_data_type",
+	    NULL);
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"wandb\": {\"enabled\": false}, \"comet\": {\"enabled\": false}, \"elasticity\": {\"enabled\": false}}", 1, &c), 0);
+	ds_config_destroy(c);
+}
+
+static void test_autotune_mode(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	struct ds_config_batch b;
+	int64_t x;
+	assert_int_equal(ld_opts("{\"train_batch_size\":\"auto\",\"train_micro_batch_size_per_gpu\":\"auto\",\"zero_optimization\":{\"stage\":\"all\"},\"gradient_clipping\":\"auto\"}",
+				 1, 0, 1, &c), 0);
+	ds_config_batch(c, &b);
+	assert_int_equal(b.resolved, 0);
+	assert_int_equal(ds_config_source(c, "train_batch_size"), DS_SRC_AUTO);
+	assert_int_equal(ds_config_source(c, "zero_optimization.stage"), DS_SRC_AUTO);
+	assert_int_equal(ds_config_get_int(c, "train_batch_size", &x), DS_EINVAL);
+	assert_int_equal(ds_config_is_set(c, "gradient_clipping"), 1);
+	ds_config_destroy(c);
+}
+
+static void test_lenient_and_aliases(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	int b;
+	int lvl = ds_log_level();
+	ds_log_init(0, -1, 0); /* quiet the warning */
+	assert_int_equal(ld_opts("{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}, \"foo\": 1}", 1, 1, 0, &c), 0);
+	assert_int_equal(ds_config_get_bool(c, "fp16.enabled", &b), 0);
+	assert_int_equal(b, 0);
+	ds_config_destroy(c);
+	ds_log_init(0, lvl, 0);
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_bool(c, "bf16.enabled", &b), 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(ds_config_is_set(c, "bf16.enabled"), 1);
+	ds_config_destroy(c);
+	bad("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1,
+	    "bfloat16", "not both", NULL);
+	/* a user-named map accepts any child name */
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"autotuning\": {\"arg_mappings\": {\"train_micro_batch_size_per_gpu\": \"--per_device_train_batch_size\"}}}", 1, &c), 0);
+	ds_config_destroy(c);
+}
+
+static void test_getters_and_print(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	int64_t x;
+	double d;
+	const char *s;
+	int b;
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"gradient_clipping\": 1, \"dstk\": {\"watchdog_timeout_s\": 60}}", 1, &c), 0);
+	assert_int_equal(ds_config_get_int(c, "steps_per_print", &x), 0);
+	assert_int_equal(x, 10); /* DESIGN.md, not DeepSpeed's code default */
+	assert_int_equal(ds_config_get_double(c, "gradient_clipping", &d), 0);
+	assert_true(d == 1.0);
+	assert_int_equal(ds_config_get_double(c, "dstk.watchdog_timeout_s", &d), 0);
+	assert_true(d == 60.0);
+	assert_int_equal(ds_config_get_str(c, "dstk.nonfinite_policy", &s), 0);
+	assert_string_equal(s, "skip");
+	assert_int_equal(ds_config_get_int(c, "no.such.key", &x), DS_EINVAL);
+	assert_int_equal(ds_config_get_bool(c, "steps_per_print", &b), DS_EINVAL);
+	assert_int_equal(ds_config_get_str(c, "optimizer.type", &s), DS_EINVAL); /* unset, no default */
+	assert_int_equal(ds_config_source(c, "optimizer.type"), DS_SRC_UNSET);
+	assert_int_equal(ds_config_describe("wandb.enabled", NULL, &s, NULL), 0);
+	assert_string_equal(s, "unsupported");
+	assert_int_equal(ds_config_describe("zero_optimization.contiguous_gradients", NULL, &s, NULL), 0);
+	assert_string_equal(s, "inherent");
+	assert_int_equal(ds_config_describe("zero_optimization.stage", NULL, &s, NULL), 0);
+	assert_string_equal(s, "implemented");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(ds_config_print(c, f, &err), 0);
+	fclose(f);
+	assert_non_null(strstr(buf, "gradient_clipping"));
+	assert_non_null(strstr(buf, "(file)"));
+	assert_non_null(strstr(buf, "steps_per_print"));
+	assert_non_null(strstr(buf, "gradient_accumulation_steps                                1  (inferred)"));
+	free(buf);
+	char *j = ds_config_to_json(c, 0);
+	json_t *root = json_loads(j, 0, NULL);
+	assert_non_null(root);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(root, "aio"), "queue_depth")), 8);
+	json_decref(root);
+	free(j);
+	j = ds_config_to_json(c, 1);
+	root = json_loads(j, 0, NULL);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(root, "train_batch_size"), "source")),
+			    "file");
+	json_decref(root);
+	free(j);
+	ds_config_destroy(c);
+}
+
+/* Every bundled example passes at world size 1 (and the seeds' ZeRO-3 one at 4). */
+static void test_share_configs(void **state)
+{
+	(void)state;
+	static const char *const files[] = {
+		"default", "basic-fp16-zero2", "structure", "batch", "adam", "adam-l2", "adamw", "sgd", "lamb",
+		"warmup-lr", "warmup-decay-lr", "warmup-cosine-lr", "one-cycle", "lr-range-test", "fp16", "bf16",
+		"zero1", "zero2", "zero2-offload", "zero3-offload", "hf-bf16-zero2-offload",
+		"large-bf16-zero3-offload"
+	};
+	struct ds_config_opts o = DS_CONFIG_OPTS_INIT;
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char p[1024];
+		struct ds_config *c;
+		snprintf(p, sizeof(p), DS_SRCDIR "/share/configs/%s.json", files[i]);
+		if (ds_config_load_file(&c, p, &o, &err) != 0)
+			fail_msg("%s", err.msg);
+		ds_config_destroy(c);
+	}
+	struct ds_config *c;
+	assert_int_equal(ds_config_load_file(&c, DS_SRCDIR "/tests/data/configs/seed-optimizer-adam.json", &o, &err),
+			 DS_EINVAL);
+	assert_non_null(strstr(err.msg, "train_batch_size"));
+	assert_int_equal(ds_config_load_file(&c, "/nonexistent/x.json", &o, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "/nonexistent/x.json"));
+}
+
+/* ---- model config ----------------------------------------------------- */
+
+static void mbad(const char *json, const char *want)
+{
+	struct ds_model_config m;
+	ds_err_clear(&err);
+	if (ds_model_config_load_string(json, "m.json", &m, &err) != DS_EINVAL)
+		fail_msg("expected DS_EINVAL for %s", json);
+	if (!strstr(err.msg, want) || !strstr(err.msg, "m.json"))
+		fail_msg("message '%s' lacks '%s'", err.msg, want);
+}
+
+#define MBASE "\"num_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"seq_length\":32,\"vocab_size\":256"
+
+static void test_model(void **state)
+{
+	(void)state;
+	struct ds_model_config m;
+	ds_model_config_defaults(&m);
+	assert_int_equal(m.num_layers, 0);
+	assert_int_equal(m.make_vocab_size_divisible_by, 128);
+	assert_true(m.layernorm_epsilon == 1e-5 && m.init_method_std == 0.02 && m.rotary_pct == 1.0);
+	assert_int_equal(ds_model_config_load(DS_SRCDIR "/share/models/gpt-test.json", &m, &err), 0);
+	assert_int_equal(m.num_layers, 2);
+	assert_int_equal(m.hidden_size, 64);
+	assert_int_equal(m.num_attention_heads, 4);
+	assert_int_equal(m.seq_length, 32);
+	assert_int_equal(m.max_position_embeddings, 32);
+	assert_int_equal(m.padded_vocab_size, 256);
+	assert_int_equal(m.intermediate_size, 256);
+	assert_int_equal(ds_model_config_load(DS_SRCDIR "/share/models/gpt-tiny.json", &m, &err), 0);
+	assert_int_equal(m.num_layers, 6);
+	assert_int_equal(m.hidden_size, 384);
+	assert_int_equal(m.seq_length, 128);
+	assert_int_equal(ds_model_config_load(DS_SRCDIR "/share/models/gpt2-124m.json", &m, &err), 0);
+	assert_int_equal(m.padded_vocab_size, 50304);
+	assert_int_equal(ds_model_config_load(DS_SRCDIR "/share/models/bert-large.json", &m, &err), 0);
+	assert_int_equal(m.family, DS_FAMILY_BERT);
+	assert_int_equal(m.padded_vocab_size, 30528);
+	assert_int_equal(m.type_vocab_size, 2);
+	/* NeoX dash spellings and the enums */
+	assert_int_equal(ds_model_config_load_string("{\"num-layers\":2,\"hidden-size\":64,\"num-attention-heads\":4,\"seq-length\":32,\"vocab-size\":50,"
+						     "\"pos-emb\":\"rotary\",\"rotary-pct\":0.25,\"norm\":\"rmsnorm\",\"activation\":\"swiglu\",\"no-weight-tying\":true,"
+						     "\"gpt-j-residual\":true,\"make_vocab_size_divisible_by\":64,\"intermediate_size\":100,\"hidden_dropout\":0.1}",
+						     "m.json", &m, &err), 0);
+	assert_int_equal(m.pos_emb, DS_POS_ROTARY);
+	assert_true(m.rotary_pct == 0.25 && m.hidden_dropout == 0.1);
+	assert_int_equal(m.norm, DS_NORM_RMSNORM);
+	assert_int_equal(m.activation, DS_ACT_SWIGLU);
+	assert_int_equal(m.no_weight_tying, 1);
+	assert_int_equal(m.gpt_j_residual, 1);
+	assert_int_equal(m.padded_vocab_size, 64);
+	assert_int_equal(m.intermediate_size, 100);
+	mbad("{" MBASE ",\"hiden_size\":64}", "unknown key 'hiden_size' (did you mean 'hidden_size'?)");
+	mbad("{\"num_layers\":2,\"hidden_size\":64,\"num_attention_heads\":5,\"seq_length\":32,\"vocab_size\":256}",
+	     "key 'hidden_size': 64 is not a multiple of num_attention_heads 5");
+	mbad("{\"num_layers\":2,\"hidden_size\":64,\"num_attention_heads\":4,\"vocab_size\":256}", "key 'seq_length' is required");
+	mbad("{" MBASE ",\"max_position_embeddings\":16}", "key 'max_position_embeddings'");
+	mbad("{" MBASE ",\"norm\":\"batchnorm\"}", "key 'norm'");
+	mbad("{\"num_layers\":2.5,\"hidden_size\":64,\"num_attention_heads\":4,\"seq_length\":32,\"vocab_size\":256}",
+	     "key 'num_layers': expected an integer, got 2.5");
+	mbad("{" MBASE ",\"rotary_pct\":0.5}", "key 'rotary_pct'");
+	mbad("{" MBASE ",\"type_vocab_size\":2}", "key 'type_vocab_size'");
+	mbad("{" MBASE ",\"hidden_dropout\":1.0}", "key 'hidden_dropout'");
+	mbad("{" MBASE ",\"num_layers\":2}", "duplicate");
+	mbad("{" MBASE ",\"num-layers\":2}", "num_layers");
+	mbad("{\n" MBASE ",\n}", "m.json:3:");
+	char *j = ds_model_config_to_json(&m, 1);
+	json_t *root = json_loads(j, 0, NULL);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(root, "pos_emb"), "value")), "rotary");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(root, "num_layers"), "source")), "file");
+	json_decref(root);
+	free(j);
+}
+
+static void test_edit_distance(void **state)
+{
+	(void)state;
+	assert_int_equal(ds_config_edit_distance("kitten", "sitting"), 3);
+	assert_int_equal(ds_config_edit_distance("Stage", "stage"), 0);
+	assert_int_equal(ds_config_edit_distance("", "abc"), 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_triad_fill),
+		cmocka_unit_test(test_triad_sources),
+		cmocka_unit_test(test_triad_errors),
+		cmocka_unit_test(test_exclusions),
+		cmocka_unit_test(test_zero),
+		cmocka_unit_test(test_offload),
+		cmocka_unit_test(test_aio_checkpoint),
+		cmocka_unit_test(test_optimizer),
+		cmocka_unit_test(test_scheduler),
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_autotune_mode),
+		cmocka_unit_test(test_lenient_and_aliases),
+		cmocka_unit_test(test_getters_and_print),
+		cmocka_unit_test(test_share_configs),
+		cmocka_unit_test(test_model),
+		cmocka_unit_test(test_edit_distance),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

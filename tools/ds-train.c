@@ -1,0 +1,149 @@
+/* ds-train - train a GPT-family model with DeepSpeed's configuration.
+ * This build has --check: validate the DeepSpeed and model configs and
+ * print the effective configuration.  The options live in struct
+ * ds_train_opts (lib/config/train_opts.h) for the trainer to take over.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/cli.h"
+#include "config/train_opts.h"
+#include "util/err.h"
+#include "util/mem.h"
+
+#define TOOL "ds-train"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: ds-train [--deepspeed_config FILE] [--model FILE] [OPTIONS]\n"
+		"       ds-train --check --deepspeed_config FILE --model FILE [--world-size N]\n"
+		"Train a GPT-family model with a DeepSpeed JSON config (defaults: the bundled\n"
+		"share/configs/default.json and share/models/gpt-tiny.json).\n"
+		"\n"
+		"  -c, --deepspeed-config=FILE  DeepSpeed JSON config (also --deepspeed_config)\n"
+		"  -m, --model=FILE          model JSON (GPT-NeoX/Megatron key names)\n"
+		"      --check               validate both files, print the effective\n"
+		"                            configuration and exit (0 valid, 2 invalid)\n"
+		"      --world-size=N        --check: data-parallel ranks for the batch triad (default 1)\n"
+		"      --lenient             unknown DeepSpeed keys are warnings, not errors\n"
+		"      --json                --check: print the configuration as JSON\n"
+		"      --train-iters=N       optimizer steps to run\n"
+		"      --save=DIR            checkpoint directory\n"
+		"      --save-interval=N     save every N steps\n"
+		"      --load=DIR|auto       resume from DIR's latest tag (auto: newest valid under --save)\n"
+		"      --no-load-optim       load weights only, not optimizer state\n"
+		"      --seed=N              seed of initialisation, dropout and data order (default 1234)\n"
+		"      --data=PATH           training data (raw text, Megatron .bin/.idx prefix, llm.c shards)\n"
+		"      --valid-data=PATH     validation data\n"
+		"      --split=A,B[,C]       train/validation weights when there is no --valid-data\n"
+		"      --eval-interval=N     evaluate every N steps\n"
+		"      --eval-iters=N        batches per evaluation (default 10)\n"
+		"      --log-interval=N      log line every N steps (default: steps_per_print)\n"
+		"      --exit-interval=N     stop after N steps of this run\n"
+		"      --peak-gflops=X       MFU reference instead of the measured sgemm ceiling\n"
+		"      --metrics-json=FILE   write measured step metrics as JSON\n"
+		"  -h, --help                this help\n"
+		"      --version             version and compiled features\n"
+		"\n"
+		"Examples:\n"
+		"  ds-train --check --deepspeed_config share/configs/zero2-fp16.json \\\n"
+		"           --model share/models/gpt-test.json --world-size 4\n");
+}
+
+enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
+       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION };
+
+static const struct option longopts[] = {
+	{ "deepspeed-config", required_argument, NULL, 'c' },
+	{ "model", required_argument, NULL, 'm' },
+	{ "check", no_argument, NULL, O_CHECK },
+	{ "world-size", required_argument, NULL, O_WS },
+	{ "lenient", no_argument, NULL, O_LENIENT },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "train-iters", required_argument, NULL, O_ITERS },
+	{ "save", required_argument, NULL, O_SAVE },
+	{ "save-interval", required_argument, NULL, O_SAVEINT },
+	{ "load", required_argument, NULL, O_LOAD },
+	{ "no-load-optim", no_argument, NULL, O_NOLOADOPT },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "data", required_argument, NULL, O_DATA },
+	{ "valid-data", required_argument, NULL, O_VALID },
+	{ "split", required_argument, NULL, O_SPLIT },
+	{ "eval-interval", required_argument, NULL, O_EVALINT },
+	{ "eval-iters", required_argument, NULL, O_EVALITERS },
+	{ "log-interval", required_argument, NULL, O_LOGINT },
+	{ "exit-interval", required_argument, NULL, O_EXITINT },
+	{ "peak-gflops", required_argument, NULL, O_PEAK },
+	{ "metrics-json", required_argument, NULL, O_METRICS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, O_VERSION },
+	{ NULL, 0, NULL, 0 }
+};
+
+/* An integer option in [lo, hi] into *out; nonzero (the usage status) if not. */
+static int num(const char *s, uint64_t lo, uint64_t hi, const char *what, int64_t *out)
+{
+	uint64_t u;
+	if (ds_parse_u64(s, lo, hi, &u) < 0)
+		return ds_cli_usage_error(TOOL, "%s '%s': expected an integer in [%llu, %llu]", what, s,
+					  (unsigned long long)lo, (unsigned long long)hi);
+	*out = (int64_t)u;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ds_train_opts o;
+	struct ds_err err = DS_ERR_INIT;
+	int64_t v;
+	int c;
+
+	ds_train_opts_init(&o);
+	ds_cli_normalize_args(argc, argv);
+	while ((c = getopt_long(argc, argv, "c:m:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c': o.deepspeed_config = optarg; break;
+		case 'm': o.model = optarg; break;
+		case O_CHECK: o.check = 1; break;
+		case O_WS: if (num(optarg, 1, 1 << 24, "--world-size", &v)) return 2; o.world_size = (int)v; break;
+		case O_LENIENT: o.lenient = 1; break;
+		case O_JSON: o.json = 1; break;
+		case O_ITERS: if (num(optarg, 1, INT64_MAX, "--train-iters", &o.train_iters)) return 2; break;
+		case O_SAVE: o.save = optarg; break;
+		case O_SAVEINT: if (num(optarg, 1, INT64_MAX, "--save-interval", &o.save_interval)) return 2; break;
+		case O_LOAD: o.load = optarg; break;
+		case O_NOLOADOPT: o.no_load_optim = 1; break;
+		case O_SEED: if (num(optarg, 0, INT64_MAX, "--seed", &v)) return 2; o.seed = (uint64_t)v; break;
+		case O_DATA: o.data = optarg; break;
+		case O_VALID: o.valid_data = optarg; break;
+		case O_SPLIT: o.split = optarg; break;
+		case O_EVALINT: if (num(optarg, 1, INT64_MAX, "--eval-interval", &o.eval_interval)) return 2; break;
+		case O_EVALITERS: if (num(optarg, 1, INT64_MAX, "--eval-iters", &o.eval_iters)) return 2; break;
+		case O_LOGINT: if (num(optarg, 1, INT64_MAX, "--log-interval", &o.log_interval)) return 2; break;
+		case O_EXITINT: if (num(optarg, 1, INT64_MAX, "--exit-interval", &o.exit_interval)) return 2; break;
+		case O_PEAK: {
+			char *end;
+			o.peak_gflops = strtod(optarg, &end);
+			if (*end || !(o.peak_gflops > 0))
+				return ds_cli_usage_error(TOOL, "--peak-gflops '%s': expected a positive number", optarg);
+			break;
+		}
+		case O_METRICS: o.metrics_json = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case O_VERSION: return ds_cli_version(TOOL);
+		default: return ds_cli_try_help(TOOL);
+		}
+	}
+	if (optind < argc)
+		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
+	if (!o.check)
+		return ds_cli_usage_error(TOOL, "training needs --check in this build");
+	if (ds_train_check(&o, stdout, &err) < 0)
+		return ds_cli_fail(TOOL, &err);
+	return 0;
+}
