@@ -37,7 +37,7 @@ t1=$(date +%s.%N)
 jq '.aio' "$work/search.json" >"$work/best.json"
 read -r bs qd par ss ov < <(jq -r '[.block_size, .queue_depth, .intra_op_parallelism, .single_submit, .overlap_events] | @tsv' "$work/best.json")
 printf 'search: %d trials of %d in %.1f s (engine %s, %s); best block_size %s queue_depth %s intra_op_parallelism %s single_submit %s overlap_events %s\n' \
-	"$(jq .trials_run "$work/search.json")" "$(jq .space_size "$work/search.json")" "$(echo "$t1 - $t0" | bc)" \
+	"$(jq .trials_run "$work/search.json")" "$(jq .space_size "$work/search.json")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" \
 	"$(jq -r .engine "$work/search.json")" "$(jq -r .io_mode "$work/search.json")" "$bs" "$qd" "$par" "$ss" "$ov"
 
 jq '{block_size: [.block_size], queue_depth: [.queue_depth], intra_op_parallelism: [.intra_op_parallelism],

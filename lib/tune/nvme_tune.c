@@ -185,6 +185,23 @@ static void drop_cache(const char *path)
  * yes to everything: the O_DIRECT probe creates a file to be sure). */
 static int check_dirs(const struct ds_nvme_tune_opts *o, int nofile, struct ds_err *err)
 {
+	struct stat *seen = calloc((size_t)o->ndirs, sizeof(*seen));
+	int rc = 0;
+
+	if (!seen)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (int i = 0; i < o->ndirs && rc == 0; i++) {
+		const char *d = o->dirs[i];
+		if (stat(d, &seen[i]) < 0)
+			rc = ds_err_set(err, DS_EINVAL, "--nvme_dir %s: %s; give an existing writable directory", d,
+					strerror(errno));
+		for (int j = 0; j < i && rc == 0; j++)
+			if (seen[j].st_dev == seen[i].st_dev && seen[j].st_ino == seen[i].st_ino)
+				rc = ds_err_set(err, DS_EINVAL, "--nvme_dir %s: the same directory as %s", d, o->dirs[j]);
+	}
+	free(seen);
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < o->ndirs; i++) {
 		const char *d = o->dirs[i];
 		struct statvfs vfs;
@@ -199,16 +216,13 @@ static int check_dirs(const struct ds_nvme_tune_opts *o, int nofile, struct ds_e
 		if ((vfs.f_flag & ST_RDONLY) || access(d, W_OK) < 0)
 			return ds_err_set(err, DS_EINVAL, "--nvme_dir %s: not writable (%s); give a writable directory", d,
 					  (vfs.f_flag & ST_RDONLY) ? "read-only file system" : strerror(errno));
-		for (int j = 0; j < i; j++)
-			if (!strcmp(o->dirs[j], d))
-				return ds_err_set(err, DS_EINVAL, "--nvme_dir %s: given twice", d);
 	}
 	/* O_DIRECT: refused file systems are found here, not mid-sweep */
 	for (int i = 0; i < o->ndirs && !nofile; i++) {
-		int rc = ds_aio_probe_direct(o->dirs[i], err);
-		if (rc < 0)
+		int r = ds_aio_probe_direct(o->dirs[i], err);
+		if (r < 0)
 			return ds_err_prefix(err, "--nvme_dir ");
-		if (rc == 0 && !o->buffered)
+		if (r == 0 && !o->buffered)
 			return ds_err_set(err, DS_EINVAL, "--nvme_dir %s: the file system refuses O_DIRECT (probe write "
 					  "failed); rerun with --buffered to measure through the page cache", o->dirs[i]);
 	}

@@ -133,6 +133,8 @@ setup() {
 @test "bad directories exit 2 with one line" {
 	run -2 --separate-stderr ds-nvme-tune --nvme_dir "$D/none" --engine null
 	[ "$stderr" = "ds-nvme-tune: --nvme_dir $D/none: No such file or directory; give an existing writable directory" ]
+	run -2 --separate-stderr ds-nvme-tune --nvme_dir "$D" "$D/." --engine null
+	[[ "$stderr" == *"--nvme_dir $D/.: the same directory as $D" ]]
 	touch "$D/file"
 	run -2 --separate-stderr ds-nvme-tune --nvme_dir "$D/file" --engine null
 	[[ "$stderr" == *"$D/file: not a directory" ]]
