@@ -420,7 +420,12 @@ char *ds_convert_model_json(const struct ds_model_config *m)
 	for (int k = 0; k < NKEYS; k++) {
 		const char *base = (const char *)m + keys[k].off;
 		json_t *v;
-		if (!strcmp(keys[k].name, "type_vocab_size") && m->family != DS_FAMILY_BERT)
+		const char *n = keys[k].name;
+		/* only the keys that apply, as lib/config's loader wants them */
+		if ((!strcmp(n, "type_vocab_size") && m->family != DS_FAMILY_BERT) ||
+		    (!strncmp(n, "rotary_", 7) && m->pos_emb != DS_POS_ROTARY) ||
+		    (!strcmp(n, "rms_norm_epsilon") && m->norm != DS_NORM_RMSNORM) ||
+		    (!strcmp(n, "layernorm_epsilon") && m->norm != DS_NORM_LAYERNORM))
 			continue;
 		switch (keys[k].type) {
 		case T_INT: v = json_integer(*(const int *)base); break;
@@ -441,7 +446,7 @@ int ds_convert_model_parse(const char *text, const char *where, struct ds_model_
 	json_error_t je;
 	json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je), *v;
 	const char *name;
-	int rc = 0;
+	int rc = 0, padded = 0;
 	dstk_defaults(m);
 	if (!j || !json_is_object(j)) {
 		rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: %s", where, j ? "not an object" : je.text);
@@ -458,6 +463,11 @@ int ds_convert_model_parse(const char *text, const char *where, struct ds_model_
 		for (int i = 0; i < NKEYS; i++)
 			if (!strcmp(norm, keys[i].name))
 				k = &keys[i];
+		if (!k && !strcmp(norm, "padded_vocab_size") && json_is_integer(v)) {
+			/* derived; lib/config's ds_model_config_to_json writes it: checked below */
+			padded = (int)json_integer_value(v);
+			continue;
+		}
 		if (!k) {
 			rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: unknown key '%s'", where, name);
 			goto out;
@@ -493,6 +503,10 @@ int ds_convert_model_parse(const char *text, const char *where, struct ds_model_
 		goto out;
 	}
 	derive(m);
+	if (padded && padded != m->padded_vocab_size)
+		rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: padded_vocab_size %d disagrees with vocab_size %d "
+				"padded to a multiple of %d", where, padded, m->vocab_size,
+				m->make_vocab_size_divisible_by);
 out:
 	json_decref(j);
 	return rc;
