@@ -90,6 +90,22 @@ static void h5_quiet(void)
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
+/* File access: on a file system without flock (Lustre and NFS mounts often
+ * lack it) HDF5 >= 1.10.7 can go on unlocked instead of failing; our
+ * writers never share a file with a reader (.tmp + rename), so locking is
+ * only a courtesy.  New files use the 1.8 object format: dense attribute
+ * storage lets a crc32c array exceed 64 KiB (a tensor over 16 GiB). */
+static hid_t make_fapl(int create)
+{
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+	H5Pset_file_locking(fapl, 1, 1);
+#endif
+	if (create)
+		H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+	return fapl;
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb; (void)flag; (void)ftw;
@@ -511,11 +527,8 @@ int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_c
 		goto out;
 	}
 	{
-		hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
+		hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = make_fapl(1);
 		H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-		/* 1.8 object format: dense attribute storage, so a crc32c array
-		 * may exceed 64 KiB (a tensor over 16 GiB) */
-		H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
 		c->f = H5Fcreate(c->file, H5F_ACC_TRUNC, fcpl, fapl);
 		H5Pclose(fcpl);
 		H5Pclose(fapl);
@@ -835,7 +848,9 @@ static int open_file(struct ds_ckpt *c, struct ds_err *err)
 		return ds_err_set(err, DS_ECORRUPT, "%s: not an HDF5 file (%lld bytes); the checkpoint is corrupt or "
 				  "truncated", c->file, (long long)st.st_size);
 	}
-	c->f = H5Fopen(c->file, H5F_ACC_RDONLY, H5P_DEFAULT);
+	hid_t fapl = make_fapl(0);
+	c->f = H5Fopen(c->file, H5F_ACC_RDONLY, fapl);
+	H5Pclose(fapl);
 	if (c->f < 0)
 		return ds_err_set(err, DS_ECORRUPT, "%s: cannot open (%s); the checkpoint is corrupt or truncated",
 				  c->file, h5msg(msg));
