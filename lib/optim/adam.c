@@ -163,13 +163,27 @@ const char *ds_simd_name(enum ds_simd isa)
 	}
 }
 
+static enum ds_simd forced = DS_SIMD_AUTO;
+
+void ds_simd_force(enum ds_simd isa)
+{
+	forced = isa;
+}
+
+enum ds_simd ds_simd_pick(void)
+{
+	if (forced != DS_SIMD_AUTO && ds_simd_supported(forced))
+		return forced;
+	return ds_simd_best();
+}
+
 typedef void (*adam_fn)(const struct ds_adam_coef *, float *, const float *, float *, float *, size_t);
 
 void ds_adam_update(const struct ds_adam_coef *c, float *p, const float *g, float *m, float *v, size_t n,
 		    enum ds_simd isa)
 {
 	if (isa == DS_SIMD_AUTO || !ds_simd_supported(isa))
-		isa = ds_simd_best();
+		isa = ds_simd_pick();
 	adam_fn fn = adam_scalar;
 #if DS_X86
 	if (isa == DS_SIMD_AVX512)

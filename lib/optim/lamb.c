@@ -12,6 +12,13 @@
 
 #include "util/mem.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define DS_X86 1
+#else
+#define DS_X86 0
+#endif
+
 #define CHUNK 8192
 
 struct lamb_k {
@@ -35,6 +42,102 @@ static inline float lamb_u(const struct lamb_k *k, float p, float m, float v)
 {
 	float denom = k->inside ? sqrtf(v + k->eps) : sqrtf(v) + k->eps;
 	return m / denom + k->wd * p;
+}
+
+/* Phase 1 over [0, n): update m, v; add p^2 and u^2 to *sp, *su. */
+static void partial_scalar(const struct lamb_k *k, const float *p, const float *g, float *m, float *v, size_t n,
+			   float gm, double *sp, double *su)
+{
+	double a = 0, b = 0;
+	for (size_t i = 0; i < n; i++) {
+		float gr = g[i] * gm;
+		float mo = k->b1 * m[i] + k->omb1 * gr;
+		float va = k->b2 * v[i] + k->omb2 * (gr * gr);
+		m[i] = mo;
+		v[i] = va;
+		float u = lamb_u(k, p[i], mo, va);
+		a += (double)p[i] * p[i];
+		b += (double)u * u;
+	}
+	*sp = a;
+	*su = b;
+}
+
+/* Phase 2 over [0, n): p -= s*u. */
+static void apply_scalar(const struct lamb_k *k, float *p, const float *m, const float *v, size_t n, float s)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = p[i] - s * lamb_u(k, p[i], m[i], v[i]);
+}
+
+#if DS_X86
+/* The same float operations as the scalar code (separate mul and add, no
+ * fma), so m, v and p come out with the same bits; only the double sums
+ * are added in another order (16 lanes, then across). */
+__attribute__((target("avx512f")))
+static inline __m512 u_avx512(const struct lamb_k *k, __m512 pa, __m512 mo, __m512 va)
+{
+	__m512 d = k->inside ? _mm512_sqrt_ps(_mm512_add_ps(va, _mm512_set1_ps(k->eps)))
+			     : _mm512_add_ps(_mm512_sqrt_ps(va), _mm512_set1_ps(k->eps));
+	return _mm512_add_ps(_mm512_div_ps(mo, d), _mm512_mul_ps(_mm512_set1_ps(k->wd), pa));
+}
+
+__attribute__((target("avx512f")))
+static void partial_avx512(const struct lamb_k *k, const float *p, const float *g, float *m, float *v, size_t n,
+			   float gm, double *sp, double *su)
+{
+	const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), gmv = _mm512_set1_ps(gm);
+	const __m512 omb1 = _mm512_set1_ps(k->omb1), omb2 = _mm512_set1_ps(k->omb2);
+	__m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd(), c0 = _mm512_setzero_pd(), c1 = _mm512_setzero_pd();
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 km = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512 gr = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, g + i), gmv);
+		__m512 pa = _mm512_maskz_loadu_ps(km, p + i);
+		__m512 mo = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(km, m + i)), _mm512_mul_ps(omb1, gr));
+		__m512 va = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(km, v + i)),
+					  _mm512_mul_ps(omb2, _mm512_mul_ps(gr, gr)));
+		_mm512_mask_storeu_ps(m + i, km, mo);
+		_mm512_mask_storeu_ps(v + i, km, va);
+		/* lanes past n may be 0/0 when eps is 0: zero them */
+		__m512 u = _mm512_maskz_mov_ps(km, u_avx512(k, pa, mo, va));
+		__m512d plo = _mm512_cvtps_pd(_mm512_castps512_ps256(pa));
+		__m512d phi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pa), 1)));
+		__m512d ulo = _mm512_cvtps_pd(_mm512_castps512_ps256(u));
+		__m512d uhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)));
+		a0 = _mm512_add_pd(a0, _mm512_mul_pd(plo, plo));
+		a1 = _mm512_add_pd(a1, _mm512_mul_pd(phi, phi));
+		c0 = _mm512_add_pd(c0, _mm512_mul_pd(ulo, ulo));
+		c1 = _mm512_add_pd(c1, _mm512_mul_pd(uhi, uhi));
+	}
+	*sp = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+	*su = _mm512_reduce_add_pd(_mm512_add_pd(c0, c1));
+}
+
+__attribute__((target("avx512f")))
+static void apply_avx512(const struct lamb_k *k, float *p, const float *m, const float *v, size_t n, float s)
+{
+	const __m512 sv = _mm512_set1_ps(s);
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 km = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512 pa = _mm512_maskz_loadu_ps(km, p + i);
+		__m512 u = u_avx512(k, pa, _mm512_maskz_loadu_ps(km, m + i), _mm512_maskz_loadu_ps(km, v + i));
+		_mm512_mask_storeu_ps(p + i, km, _mm512_sub_ps(pa, _mm512_mul_ps(sv, u)));
+	}
+}
+#endif
+
+typedef void (*partial_fn)(const struct lamb_k *, const float *, const float *, float *, float *, size_t, float,
+			   double *, double *);
+typedef void (*apply_fn)(const struct lamb_k *, float *, const float *, const float *, size_t, float);
+
+/* AVX-512 when ds_simd_pick() says so; scalar otherwise (also on AVX2). */
+static int use_avx512(void)
+{
+#if DS_X86
+	return ds_simd_pick() == DS_SIMD_AVX512;
+#else
+	return 0;
+#endif
 }
 
 double ds_lamb_trust_ratio(double p_norm, double u_norm, double min_coeff, double max_coeff)
@@ -107,6 +210,11 @@ int ds_lamb_partial_norms(struct ds_optim *o, const float *p, const float *g, fl
 		ds_free(first);
 		return ds_err_set(err, DS_ENOMEM, "lamb: out of memory");
 	}
+	partial_fn fn = partial_scalar;
+#if DS_X86
+	if (use_avx512())
+		fn = partial_avx512;
+#endif
 #pragma omp parallel for schedule(dynamic, 4) if (nc > 1)
 	for (size_t c = 0; c < nc; c++) {
 		int ri = range_of(first, nranges, c);
@@ -114,19 +222,7 @@ int ds_lamb_partial_norms(struct ds_optim *o, const float *p, const float *g, fl
 		size_t hi = ranges[ri].off + ranges[ri].len;
 		if (hi - lo > CHUNK)
 			hi = lo + CHUNK;
-		double sp = 0, su = 0;
-		for (size_t i = lo; i < hi; i++) {
-			float gr = g[i] * grad_mul;
-			float mo = k.b1 * m[i] + k.omb1 * gr;
-			float va = k.b2 * v[i] + k.omb2 * (gr * gr);
-			m[i] = mo;
-			v[i] = va;
-			float u = lamb_u(&k, p[i], mo, va);
-			sp += (double)p[i] * p[i];
-			su += (double)u * u;
-		}
-		part[2 * c] = sp;
-		part[2 * c + 1] = su;
+		fn(&k, p + lo, g + lo, m + lo, v + lo, hi - lo, grad_mul, &part[2 * c], &part[2 * c + 1]);
 	}
 	for (int i = 0; i < nranges; i++) {
 		double sp = 0, su = 0;
@@ -150,6 +246,11 @@ int ds_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, i
 	lamb_k_init(&k, &o->hp);
 	const float *m = o->states[0], *v = o->states[1];
 	int64_t t = o->step + 1;
+	apply_fn afn = apply_scalar;
+#if DS_X86
+	if (use_avx512())
+		afn = apply_avx512;
+#endif
 	double step_size = o->hp.lr;
 	if (o->hp.bias_correction) {
 		double bc1 = 1.0 - pow(o->hp.beta1, (double)t), bc2 = 1.0 - pow(o->hp.beta2, (double)t);
@@ -159,10 +260,13 @@ int ds_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, i
 		double r = ds_lamb_trust_ratio(sqrt(sums[2 * ri]), sqrt(sums[2 * ri + 1]), o->hp.min_coeff,
 					       o->hp.max_coeff);
 		const float s = (float)(step_size * r);
-		size_t lo = ranges[ri].off, hi = lo + ranges[ri].len;
-#pragma omp parallel for simd schedule(static) if (hi - lo >= 65536)
-		for (size_t i = lo; i < hi; i++)
-			p[i] = p[i] - s * lamb_u(&k, p[i], m[i], v[i]);
+		size_t off = ranges[ri].off, len = ranges[ri].len;
+		size_t nc = (len + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (nc > 1)
+		for (size_t c = 0; c < nc; c++) {
+			size_t lo = off + c * CHUNK, n = off + len - lo < CHUNK ? off + len - lo : CHUNK;
+			afn(&k, p + lo, m + lo, v + lo, n, s);
+		}
 	}
 	o->step = t;
 	return 0;

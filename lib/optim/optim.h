@@ -142,6 +142,14 @@ int ds_simd_supported(enum ds_simd isa);
 enum ds_simd ds_simd_best(void);
 const char *ds_simd_name(enum ds_simd isa);
 
+/* The isa the optimizers use for DS_SIMD_AUTO: the one set by
+ * ds_simd_force if this CPU supports it, else ds_simd_best().  Lamb has an
+ * AVX-512 kernel and a scalar one (used on AVX2 machines too). */
+enum ds_simd ds_simd_pick(void);
+/* Make every optimizer step use isa (DS_SIMD_AUTO: back to the best); a
+ * hook for tests and benchmarks.  Process-wide: call between steps. */
+void ds_simd_force(enum ds_simd isa);
+
 /* Per-step constants of the Adam element update, in the order CPUAdam
  * applies them:
  *   g *= grad_mul;  if L2: g = p*wd + g
@@ -164,8 +172,8 @@ struct ds_adam_coef {
 /* Constants for step t (>= 1) of hp with gradient factor grad_mul. */
 void ds_adam_coef_init(struct ds_adam_coef *c, const struct ds_optim_params *hp, int64_t t, float grad_mul);
 
-/* The Adam element update over [0, n) with isa (DS_SIMD_AUTO for the
- * best), split across OpenMP threads.  An unsupported isa falls back to
+/* The Adam element update over [0, n) with isa (DS_SIMD_AUTO for
+ * ds_simd_pick()), split across OpenMP threads.  An unsupported isa falls back to
  * the best supported one. */
 void ds_adam_update(const struct ds_adam_coef *c, float *p, const float *g, float *m, float *v, size_t n,
 		    enum ds_simd isa);

@@ -557,6 +557,58 @@ static void test_thread_count_independent(void **state)
 	ds_free(p0);
 }
 
+/* Lamb's AVX-512 kernels against the scalar ones: m and v bit for bit
+ * (same float operations), the double partial sums to 1e-12 (another
+ * addition order), p to the rounding of a trust ratio computed from them.
+ * eps = 0 checks that the masked tail lanes (0/0) stay out of the sums. */
+static void test_lamb_kernels_match_scalar(void **state)
+{
+	if (!ds_simd_supported(DS_SIMD_AVX512))
+		skip();
+	struct ds_err err = DS_ERR_INIT;
+	static const size_t lens[] = { 1, 15, 17, 1000, 20011 };
+	for (int variant = 0; variant < 3; variant++) {
+		for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+			size_t n = lens[li];
+			float *g = ds_alloc(n * sizeof(float)), *p[2];
+			double sums[2][4];
+			struct ds_optim *o[2];
+			for (size_t i = 0; i < n; i++)
+				g[i] = frand(-1, 1);
+			struct ds_range r[2] = { { 0, n / 3 }, { n / 3, n - n / 3 } };
+			for (int k = 0; k < 2; k++) {
+				ds_simd_force(k ? DS_SIMD_AVX512 : DS_SIMD_SCALAR);
+				lcg = 12345;
+				p[k] = ds_alloc(n * sizeof(float));
+				for (size_t i = 0; i < n; i++)
+					p[k][i] = frand(-0.5f, 0.5f);
+				o[k] = make(DS_OPTIM_LAMB, n, lamb_wd);
+				o[k]->hp.eps = variant == 0 ? 1e-8 : variant == 1 ? 0.0 : 1e-6;
+				o[k]->hp.eps_inside_sqrt = variant == 2;
+				assert_int_equal(ds_optim_step(o[k], p[k], g, 0.5f, r, 2, &err), 0);
+				assert_int_equal(ds_lamb_partial_norms(o[k], p[k], g, 0.5f, r, 2, sums[k], &err), 0);
+				assert_int_equal(ds_lamb_apply(o[k], p[k], r, 2, sums[k], &err), 0);
+			}
+			ds_simd_force(DS_SIMD_AUTO);
+			assert_memory_equal(ds_optim_state(o[0], "exp_avg"), ds_optim_state(o[1], "exp_avg"),
+					    n * sizeof(float));
+			assert_memory_equal(ds_optim_state(o[0], "exp_avg_sq"), ds_optim_state(o[1], "exp_avg_sq"),
+					    n * sizeof(float));
+			for (int i = 0; i < 4; i++) {
+				assert_true(isfinite(sums[1][i]));
+				assert_float_equal(sums[1][i], sums[0][i], fabs(sums[0][i]) * 1e-12);
+			}
+			double rel;
+			assert_true(ds_test_close(p[1], p[0], (long)n, 1e-6, &rel));
+			for (int k = 0; k < 2; k++) {
+				ds_optim_destroy(o[k]);
+				ds_free(p[k]);
+			}
+			ds_free(g);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -570,6 +622,7 @@ int main(void)
 		cmocka_unit_test(test_lamb_step),
 		cmocka_unit_test(test_lamb_eps_inside),
 		cmocka_unit_test(test_lamb_two_phase),
+		cmocka_unit_test(test_lamb_kernels_match_scalar),
 		cmocka_unit_test(test_names_and_params),
 		cmocka_unit_test(test_case25_clip),
 		cmocka_unit_test(test_nonfinite_sumsq),
