@@ -108,8 +108,19 @@ int ds_nvme_tune_space_load(const char *path, int buffered, struct ds_tune_space
 		int64_t v[DS_TUNE_MAX_VALUES];
 		size_t n = json_is_array(vals) ? json_array_size(vals) : 1;
 
-		if (!strcmp(key, "use_gds") || !strcmp(key, "folder_to_device_mapping"))
-			continue; /* GDS is refused by the tool; directories come from --nvme_dir */
+		if (!strcmp(key, "folder_to_device_mapping"))
+			continue; /* DeepSpeed's own bookkeeping; directories come from --nvme_dir */
+		if (!strcmp(key, "use_gds")) {
+			for (size_t i = 0; i < (json_is_array(vals) ? json_array_size(vals) : 1); i++)
+				if (json_is_true(json_is_array(vals) ? json_array_get(vals, i) : vals)) {
+					rc = ds_err_set(err, DS_ENOTSUP, "%s: key 'use_gds': built without GPUDirect Storage "
+							"(NVIDIA cuFile); reconfigure --with-cuda on a machine with GDS", path);
+					break;
+				}
+			if (rc < 0)
+				break;
+			continue;
+		}
 		if (!d) {
 			rc = ds_err_set(err, DS_EINVAL, "%s: unknown key '%s' (known: block_size, queue_depth, "
 					"intra_op_parallelism, single_submit, overlap_events; DeepSpeed's io_parallel and "

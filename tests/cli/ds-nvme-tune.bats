@@ -60,6 +60,9 @@ setup() {
 	run -0 head -1 "$D/t.csv"
 	assert_output "trial,phase,block_size_bytes,queue_depth,intra_op_parallelism,single_submit,overlap_events,read_gbps,write_gbps,read_p50_us,read_p99_us,write_p50_us,write_p99_us,pinned_bytes"
 	[ "$(($(wc -l <"$D/t.csv") - 1))" -eq "$n" ]
+	# the search's phases, in order: start, coarse sweep, refinement, confirmation
+	run -0 bash -c "cut -d, -f2 '$D/t.csv' | uniq | tr -d '\"' | tr '\n' ' '"
+	assert_output "phase start coarse refine confirm "
 	run -0 sed -n 2p "$D/t.csv"
 	assert_output --regexp '^1,"start",1048576,32,1,false,true,[0-9.e+]+,[0-9.e+]+,'
 	# --csv - goes to stdout after the result
@@ -118,6 +121,9 @@ setup() {
 	run -3 --separate-stderr ds-nvme-tune --nvme_dir "$D" --gds
 	[[ "$stderr" == *"--with-cuda"* ]]
 	run -3 --separate-stderr ds-nvme-tune --nvme_dir "$D" --gpu
+	printf '{"use_gds": [false, true]}' >"$D/gds.json"
+	run -3 --separate-stderr ds-nvme-tune --nvme_dir "$D" --engine null --io_size 1M --sweep_config "$D/gds.json"
+	[[ "$stderr" == *"gds.json: key 'use_gds': built without GPUDirect Storage"*"--with-cuda"* ]]
 	if ! ds_has cuda; then [[ "$stderr" == *"--with-cuda"* ]]; fi
 	if ! ds_has libaio; then
 		run -3 --separate-stderr ds-nvme-tune --nvme_dir "$D" --engine aio --io_size 1M
