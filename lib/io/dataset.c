@@ -192,6 +192,13 @@ int ds_dataset_open(struct ds_dataset **out, const char *path, int format, struc
 	return 0;
 }
 
+const char *ds_data_default_corpus(void)
+{
+	static const char installed[] = DS_DATADIR "/data/devils-dictionary.txt";
+	static const char source[] = DS_SRCDIR "/share/data/devils-dictionary.txt";
+	return file_exists(installed) ? installed : source;
+}
+
 void ds_dataset_destroy(struct ds_dataset *d)
 {
 	if (!d)

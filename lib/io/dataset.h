@@ -48,6 +48,11 @@ extern const struct ds_dataset_ops *const ds_dataset_all[];
 int ds_dataset_open(struct ds_dataset **out, const char *path, int format, struct ds_err *err);
 void ds_dataset_destroy(struct ds_dataset *d);  /* accepts NULL */
 
+/* The bundled default corpus (share/data/devils-dictionary.txt): the
+ * installed copy under the package data directory when it exists, else the
+ * source tree's (an uninstalled build).  Static string. */
+const char *ds_data_default_corpus(void);
+
 /* Total tokens of the stream. */
 uint64_t ds_dataset_num_tokens(const struct ds_dataset *d);
 /* Reader name ("text", "megatron", "llmc") and the path as given (borrowed). */
