@@ -114,6 +114,8 @@ for k in ("freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "
 
 # Ranges dstk enforces beyond the spec's min: path -> (min, max); None = open.
 RANGE = {
+    "train_batch_size": (1, 2147483647), "train_micro_batch_size_per_gpu": (1, 2147483647),
+    "gradient_accumulation_steps": (1, 2147483647),
     "optimizer.params.lr": (0, None), "optimizer.params.eps": (0, None),
     "optimizer.params.weight_decay": (0, None), "optimizer.params.max_coeff": (0, None),
     "optimizer.params.min_coeff": (0, None),

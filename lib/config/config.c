@@ -394,6 +394,8 @@ int ds_config_load_string(struct ds_config **out, const char *json, const char *
 {
 	json_error_t je;
 	*out = NULL;
+	if (!name)
+		name = "<string>";
 	json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return ds_config_table_parse_error(name, &je, err);

@@ -40,7 +40,7 @@ enum ds_config_source {
  * file and key), DS_EIO (cannot read) or DS_ENOMEM. */
 int ds_config_load_file(struct ds_config **out, const char *path, const struct ds_config_opts *o,
 			struct ds_err *err);
-/* The same from JSON text; `name` stands for the file in messages. */
+/* The same from JSON text; `name` (NULL: "<string>") stands for the file in messages. */
 int ds_config_load_string(struct ds_config **out, const char *json, const char *name,
 			  const struct ds_config_opts *o, struct ds_err *err);
 void ds_config_destroy(struct ds_config *c);  /* accepts NULL */

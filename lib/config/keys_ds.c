@@ -8,9 +8,9 @@
 #include "config/keys.h"
 
 const struct ds_config_key ds_config_keys[] = {
-	{ "train_batch_size", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "samples per optimizer step over all ranks (= micro x accumulation x world size)" },
-	{ "train_micro_batch_size_per_gpu", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "samples per rank per forward/backward pass" },
-	{ "gradient_accumulation_steps", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "micro-batches accumulated before each optimizer step" },
+	{ "train_batch_size", DS_KT_INT, NULL, NULL, 1.0, 2147483647.0, DS_KEY_IMPLEMENTED, DS_KEY_MIN | DS_KEY_MAX, "samples per optimizer step over all ranks (= micro x accumulation x world size)" },
+	{ "train_micro_batch_size_per_gpu", DS_KT_INT, NULL, NULL, 1.0, 2147483647.0, DS_KEY_IMPLEMENTED, DS_KEY_MIN | DS_KEY_MAX, "samples per rank per forward/backward pass" },
+	{ "gradient_accumulation_steps", DS_KT_INT, NULL, NULL, 1.0, 2147483647.0, DS_KEY_IMPLEMENTED, DS_KEY_MIN | DS_KEY_MAX, "micro-batches accumulated before each optimizer step" },
 	{ "optimizer.type", DS_KT_ENUM, NULL, "Adam|AdamW|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb|Adagrad|Lion|MuAdam|MuAdamW|MuSGD|SGD", NAN, NAN, DS_KEY_IMPLEMENTED, DS_KEY_NOCASE, "Adam, AdamW, Lamb or SGD (any case); 1-bit optimizers are not implemented" },
 	{ "optimizer.legacy_fusion", DS_KT_BOOL, "false", NULL, NAN, NAN, DS_KEY_INHERENT, 0, "dstk has one optimizer kernel per type; there is no legacy fused path to choose" },
 	{ "optimizer.params.lr", DS_KT_FLOAT, "0.001", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "learning rate (the scheduler overrides it when one is configured)" },

@@ -18,14 +18,14 @@
 #define MM (DS_KEY_MIN | DS_KEY_MAX)
 static const struct ds_config_key mkeys[] = {
 	{ "family", DS_KT_ENUM, "\"gpt\"", "gpt|bert", NAN, NAN, I, 0, "gpt (trainable) or bert (profile only)" },
-	{ "num_layers", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "transformer layers (required)" },
-	{ "hidden_size", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "model width (required)" },
-	{ "num_attention_heads", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "attention heads; divides hidden_size (required)" },
-	{ "seq_length", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "training sequence length (required)" },
-	{ "max_position_embeddings", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "position table size (default: seq_length)" },
-	{ "vocab_size", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "tokenizer vocabulary (required)" },
-	{ "make_vocab_size_divisible_by", DS_KT_INT, "128", NULL, 1, NAN, I, MIN, "pad the vocabulary to a multiple of this" },
-	{ "intermediate_size", DS_KT_INT, NULL, NULL, 1, NAN, I, MIN, "MLP width (default: 4 x hidden_size)" },
+	{ "num_layers", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "transformer layers (required)" },
+	{ "hidden_size", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "model width (required)" },
+	{ "num_attention_heads", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "attention heads; divides hidden_size (required)" },
+	{ "seq_length", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "training sequence length (required)" },
+	{ "max_position_embeddings", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "position table size (default: seq_length)" },
+	{ "vocab_size", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "tokenizer vocabulary (required)" },
+	{ "make_vocab_size_divisible_by", DS_KT_INT, "128", NULL, 1, 1 << 30, I, MM, "pad the vocabulary to a multiple of this" },
+	{ "intermediate_size", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM, "MLP width (default: 4 x hidden_size)" },
 	{ "pos_emb", DS_KT_ENUM, "\"learned\"", "learned|rotary|sinusoidal", NAN, NAN, I, 0, "position embedding" },
 	{ "rotary_pct", DS_KT_FLOAT, "1.0", NULL, 1e-9, 1, I, MM, "rotary: fraction of each head's dims rotated, (0, 1]" },
 	{ "rotary_emb_base", DS_KT_FLOAT, "10000.0", NULL, 1, NAN, I, MIN, "rotary: frequency base" },
@@ -38,7 +38,7 @@ static const struct ds_config_key mkeys[] = {
 	{ "init_method_std", DS_KT_FLOAT, "0.02", NULL, 0, NAN, I, MIN, "standard deviation of the initial weights" },
 	{ "hidden_dropout", DS_KT_FLOAT, "0.0", NULL, 0, 0.999999, I, MM, "dropout after attention and MLP, [0, 1)" },
 	{ "attention_dropout", DS_KT_FLOAT, "0.0", NULL, 0, 0.999999, I, MM, "dropout of the attention probabilities, [0, 1)" },
-	{ "type_vocab_size", DS_KT_INT, "2", NULL, 1, NAN, I, MIN, "bert: token types" },
+	{ "type_vocab_size", DS_KT_INT, "2", NULL, 1, 1 << 30, I, MM, "bert: token types" },
 };
 #define NMK ((int)(sizeof(mkeys) / sizeof(mkeys[0])))
 

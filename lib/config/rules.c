@@ -363,17 +363,26 @@ int ds_config_triad(struct ds_config *c, struct ds_err *err)
 	} else if (tb && ga) {
 		MB = TB / W / GA;
 	} else if (mb && ga) {
+		if ((double)MB * (double)GA * (double)W > 2147483647.0)
+			FAIL("%s: key 'train_micro_batch_size_per_gpu': %lld x %lld accumulation steps x world size %lld is too large a batch",
+			     c->name, (long long)MB, (long long)GA, (long long)W);
 		TB = MB * GA * W;
 	} else if (tb) {
 		GA = 1;
 		MB = TB / W;
 	} else if (mb) {
 		GA = 1;
+		if ((double)MB * (double)W > 2147483647.0)
+			FAIL("%s: key 'train_micro_batch_size_per_gpu': %lld x world size %lld is too large a batch", c->name,
+			     (long long)MB, (long long)W);
 		TB = MB * W;
 	} else {
 		FAIL("%s: key 'train_batch_size': Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided",
 		     c->name);
 	}
+	if ((double)MB * (double)GA * (double)W > 2147483647.0)
+		FAIL("%s: key 'train_batch_size': micro %lld x accumulation %lld x world size %lld is more than 2147483647 samples",
+		     c->name, (long long)MB, (long long)GA, (long long)W);
 	if (MB <= 0) {
 		multiples(TB, W * GA, a, sizeof(a));
 		FAIL("%s: key 'train_batch_size': Train micro batch size per GPU: %lld has to be greater than 0 (%lld samples over world size %lld x %lld accumulation steps); set train_batch_size to %s",
@@ -387,7 +396,7 @@ int ds_config_triad(struct ds_config *c, struct ds_err *err)
 		     c->name, (long long)GA, (long long)TB, (long long)MB, (long long)W, a,
 		     TB % W == 0 ? ", or train_micro_batch_size_per_gpu to one of " : "", TB % W == 0 ? b : "", "");
 	}
-	if (TB != MB * GA * W) {
+	if ((double)MB * (double)GA * (double)W != (double)TB || TB != MB * GA * W) {
 		char msg[256];
 		snprintf(msg, sizeof(msg),
 			 "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld * %lld",

@@ -126,6 +126,12 @@ static void test_triad_errors(void **state)
 	/* MB floors to 0 */
 	bad("{\"train_batch_size\":2,\"gradient_accumulation_steps\":1}", 4,
 	    "Train micro batch size per GPU: 0 has to be greater than 0", NULL);
+	/* products that would overflow are refused, not wrapped */
+	bad("{\"train_micro_batch_size_per_gpu\":2000000000,\"gradient_accumulation_steps\":2000000000}", 1000,
+	    "train_micro_batch_size_per_gpu", "too large", NULL);
+	bad("{\"train_batch_size\":100,\"train_micro_batch_size_per_gpu\":2000000000,\"gradient_accumulation_steps\":2000000000}", 8,
+	    "train_batch_size", "more than 2147483647", NULL);
+	bad("{\"train_batch_size\":4294967296}", 1, "train_batch_size", "out of range", NULL);
 	/* a batch key below its minimum */
 	bad("{\"train_batch_size\":0}", 1, "key 'train_batch_size'", "out of range", NULL);
 }
@@ -602,6 +608,8 @@ static void test_model(void **state)
 	mbad("{\"num_layers\":2.5,\"hidden_size\":64,\"num_attention_heads\":4,\"seq_length\":32,\"vocab_size\":256}",
 	     "key 'num_layers': expected an integer, got 2.5");
 	mbad("{" MBASE ",\"rotary_pct\":0.5}", "key 'rotary_pct'");
+	mbad("{\"num_layers\":2e9,\"hidden_size\":64,\"num_attention_heads\":4,\"seq_length\":32,\"vocab_size\":256}",
+	     "key 'num_layers': 2000000000 is out of range");
 	mbad("{" MBASE ",\"type_vocab_size\":2}", "key 'type_vocab_size'");
 	mbad("{" MBASE ",\"hidden_dropout\":1.0}", "key 'hidden_dropout'");
 	mbad("{" MBASE ",\"num_layers\":2}", "duplicate");
