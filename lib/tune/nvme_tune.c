@@ -290,6 +290,29 @@ static int check_io_size(const struct ds_nvme_tune_opts *o, const struct ds_tune
 	return 0;
 }
 
+/* The aio engine's contexts: every trial must fit in the kernel's limit. */
+static int check_aio_nr(const struct ds_nvme_tune_opts *o, const struct ds_tune_space *s, const struct ds_aio_opts *base,
+			struct ds_err *err)
+{
+	int dq = ds_tune_space_find(s, "queue_depth"), dp = ds_tune_space_find(s, "intra_op_parallelism");
+	uint64_t qd = dq >= 0 ? (uint64_t)s->d[dq].v[s->d[dq].n - 1] : (uint64_t)base->queue_depth;
+	uint64_t p = dp >= 0 ? (uint64_t)s->d[dp].v[s->d[dp].n - 1] : (uint64_t)base->intra_op_parallelism;
+	unsigned long long max = 0;
+	FILE *f = fopen("/proc/sys/fs/aio-max-nr", "r");
+
+	if (!f)
+		return 0; /* not Linux's procfs: io_setup will say */
+	if (fscanf(f, "%llu", &max) != 1)
+		max = 0;
+	fclose(f);
+	if (max && qd * p * (uint64_t)o->ndirs > max)
+		return ds_err_set(err, DS_EINVAL, "queue_depth %llu x intra_op_parallelism %llu x %d director%s = %llu "
+				  "requests exceed /proc/sys/fs/aio-max-nr %llu; sweep smaller values",
+				  (unsigned long long)qd, (unsigned long long)p, o->ndirs, o->ndirs == 1 ? "y" : "ies",
+				  (unsigned long long)(qd * p * (uint64_t)o->ndirs), max);
+	return 0;
+}
+
 static char *scratch_path(const char *dir, const char *what)
 {
 	size_t n = strlen(dir) + 64;
@@ -527,6 +550,8 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 		ds_nvme_tune_space_default(engine, &R.space);
 	res->space_size = ds_tune_space_size(&R.space);
 	DS_TRY(check_io_size(o, &R.space, R.base.intra_op_parallelism, err));
+	if (!strcmp(engine, "aio"))
+		DS_TRY(check_aio_nr(o, &R.space, &R.base, err));
 	DS_TRY(check_dirs(o, R.nofile, err));
 	if (!R.nofile)
 		DS_TRY(check_space(o, err));

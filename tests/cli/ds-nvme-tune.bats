@@ -98,6 +98,13 @@ setup() {
 	[ "$(jq -r '.engine + " " + .io_mode' <<<"$output")" = "aio direct" ]
 	[ "$(jq '[.trials[] | .read_gbps > 0 and .write_gbps > 0 and .read_p99_us >= .read_p50_us] | all' <<<"$output")" = true ]
 	[ -z "$(scratch "$D")" ]
+	# more contexts than the kernel grants: refused before the sweep
+	max=$(cat /proc/sys/fs/aio-max-nr)
+	if [ "$max" -lt $((4096 * 256)) ]; then
+		printf '{"queue_depth": [4096], "intra_op_parallelism": [256]}' >"$D/big.json"
+		run -2 --separate-stderr ds-nvme-tune --nvme_dir "$D" --engine aio --io_size 1G --sweep_config "$D/big.json"
+		[[ "$stderr" == *"queue_depth 4096 x intra_op_parallelism 256 x 1 directory = 1048576 requests exceed /proc/sys/fs/aio-max-nr $max"* ]]
+	fi
 }
 
 @test "--deepspeed_config merges the aio section, in place or to --output" {
