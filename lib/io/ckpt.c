@@ -867,7 +867,9 @@ static int open_file(struct ds_ckpt *c, struct ds_err *err)
 	return 0;
 }
 
-static int open_tag(struct ds_ckpt **out, const char *dir, const char *tag, struct ds_err *err)
+/* Open dir/tag/state.h5 (tag "": dir/state.h5; file non-NULL: that file,
+ * dir being its directory). */
+static int open_tag(struct ds_ckpt **out, const char *dir, const char *tag, const char *file, struct ds_err *err)
 {
 	struct ds_ckpt *c = calloc(1, sizeof *c);
 	int rc;
@@ -883,7 +885,7 @@ static int open_tag(struct ds_ckpt **out, const char *dir, const char *tag, stru
 			c->save_dir[--n] = '\0';
 	}
 	c->dir = !c->save_dir ? NULL : *tag ? join(c->save_dir, tag) : strdup(c->save_dir);
-	c->file = c->dir ? join(c->dir, "state.h5") : NULL;
+	c->file = !c->dir ? NULL : file ? strdup(file) : join(c->dir, "state.h5");
 	if (!c->save_dir || !c->tag || !c->file) {
 		ds_ckpt_close(c);
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
@@ -973,7 +975,7 @@ static int open_auto(struct ds_ckpt **out, const char *dir, struct ds_err *err)
 		struct ds_ckpt *c;
 		snprintf(tag, sizeof tag, "global_step%lld", steps[i]);
 		tried++;
-		rc = open_tag(&c, dir, tag, &last);
+		rc = open_tag(&c, dir, tag, NULL, &last);
 		if (rc == 0)
 			rc = ds_ckpt_verify(c, NULL, NULL, &last);
 		if (rc == 0) {
@@ -998,6 +1000,14 @@ int ds_ckpt_open(struct ds_ckpt **out, const char *load_dir, const char *tag, st
 	h5_quiet();
 	if (!load_dir || !*load_dir)
 		return ds_err_set(err, DS_EINVAL, "no checkpoint directory given (--load DIR)");
+	struct stat st;
+	if (stat(load_dir, &st) == 0 && S_ISREG(st.st_mode)) {  /* a state.h5 (or weights .h5) itself */
+		const char *sl = strrchr(load_dir, '/');
+		char *dir = !sl ? strdup(".") : strndup(load_dir, sl == load_dir ? 1 : (size_t)(sl - load_dir));
+		int rc = dir ? open_tag(out, dir, "", load_dir, err) : ds_err_set(err, DS_ENOMEM, "out of memory");
+		free(dir);
+		return rc;
+	}
 	if (tag && strcmp(tag, "auto") == 0)
 		return open_auto(out, load_dir, err);
 	if (!tag || strcmp(tag, "latest") == 0) {
@@ -1006,11 +1016,11 @@ int ds_ckpt_open(struct ds_ckpt **out, const char *load_dir, const char *tag, st
 		free(p);
 		free(l);
 		if (direct)  /* load_dir is itself a tag directory */
-			return open_tag(out, load_dir, "", err);
+			return open_tag(out, load_dir, "", NULL, err);
 		DS_TRY(read_latest(load_dir, buf, sizeof buf, err));
 		tag = buf;
 	}
-	return open_tag(out, load_dir, tag, err);
+	return open_tag(out, load_dir, tag, NULL, err);
 }
 
 const char *ds_ckpt_tag(const struct ds_ckpt *c)

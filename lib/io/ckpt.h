@@ -91,7 +91,8 @@ int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err);
 /* Open a checkpoint of load_dir.  tag NULL or "latest": the tag named in
  * load_dir/latest; "auto": the newest global_step<N> whose checksums all
  * verify (others, and *.tmp, skipped with a warning); otherwise that tag.
- * load_dir may also be a tag directory holding state.h5 (tag NULL).
+ * load_dir may also be a tag directory holding state.h5, or an HDF5 file
+ * of this layout itself (tag ignored); the tag is then the directory's name.
  * Returns 0, DS_EINVAL (missing) or DS_ECORRUPT (not a dstk checkpoint,
  * truncated, newer format), with one line naming the file. */
 int ds_ckpt_open(struct ds_ckpt **out, const char *load_dir, const char *tag, struct ds_err *err);

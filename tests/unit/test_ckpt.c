@@ -497,6 +497,13 @@ static void test_failed_save(void **state)
 	OK(ds_ckpt_open(&c, tp("fail/global_step10/"), NULL, &e));
 	assert_string_equal(ds_ckpt_tag(c), "global_step10");
 	ds_ckpt_close(c);
+	/* and so may the file */
+	OK(ds_ckpt_open(&c, tp("fail/global_step10/state.h5"), "auto", &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	assert_string_equal(ds_ckpt_file(c), tp("fail/global_step10/state.h5"));
+	OK(ds_ckpt_tensor_read(c, "model/w", 0, 100, rd, &e));
+	assert_memory_equal(rd, w, sizeof w);
+	ds_ckpt_close(c);
 }
 
 static void test_bad_files(void **state)
