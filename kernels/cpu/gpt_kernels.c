@@ -279,157 +279,91 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 #define DS_CLONES
 #endif
 
-/* causal attention of head h of one sample: base = qkv of the sample */
+/* one causal softmax row t of scores a (T): probabilities for t2 <= t,
+ * zeros above the diagonal */
 DS_CLONES
-static void attn_fwd_bh(float *outb, float *atth, const float *base, float *keep, float *kt,
-			const struct ds_rng *g, int h, int T, int C, int hs, float scale, float p)
+static void softmax_row(float *a, int t, int T)
 {
-	const int64_t C3 = 3 * (int64_t)C;
-	/* kt (hs, T) = K^T of this head, so scores vectorise over t2 */
-	for (int t2 = 0; t2 < T; t2++) {
-		const float *k = base + t2 * C3 + C + h * hs;
-		for (int i = 0; i < hs; i++)
-			kt[(int64_t)i * T + t2] = k[i];
-	}
-	for (int t = 0; t < T; t++) {
-		const float *q = base + t * C3 + h * hs;
-		float *a = atth + (int64_t)t * T;
-		for (int t2 = 0; t2 <= t; t2++)
-			a[t2] = 0;
-		for (int i = 0; i < hs; i++) {
-			const float qi = q[i], *kr = kt + (int64_t)i * T;
-#pragma omp simd
-			for (int t2 = 0; t2 <= t; t2++)
-				a[t2] += qi * kr[t2];
-		}
-		float mx = -INFINITY;
+	float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
-		for (int t2 = 0; t2 <= t; t2++) {
-			a[t2] *= scale;
-			mx = a[t2] > mx ? a[t2] : mx;
-		}
-		float sum = 0;
+	for (int t2 = 0; t2 <= t; t2++)
+		mx = a[t2] > mx ? a[t2] : mx;
+	float sum = 0;
 #pragma omp simd reduction(+:sum)
-		for (int t2 = 0; t2 <= t; t2++) {
-			a[t2] = ds_expf(a[t2] - mx);
-			sum += a[t2];
-		}
-		float is = 1.0f / sum;
-		for (int t2 = 0; t2 <= t; t2++)
-			a[t2] *= is;
-		for (int t2 = t + 1; t2 < T; t2++)
-			a[t2] = 0;
-		if (keep)
-			drop_row(keep, g, h, t, T, p);
-		float *o = outb + (int64_t)t * C + h * hs;
-		for (int i = 0; i < hs; i++)
-			o[i] = 0;
-		for (int t2 = 0; t2 <= t; t2++) {
-			const float *v = base + t2 * C3 + 2 * C + h * hs;
-			float w = keep ? a[t2] * keep[t2] : a[t2];
-#pragma omp simd
-			for (int i = 0; i < hs; i++)
-				o[i] += w * v[i];
-		}
+	for (int t2 = 0; t2 <= t; t2++) {
+		a[t2] = ds_expf(a[t2] - mx);
+		sum += a[t2];
 	}
+	const float is = 1.0f / sum;
+#pragma omp simd
+	for (int t2 = 0; t2 <= t; t2++)
+		a[t2] *= is;
+	for (int t2 = t + 1; t2 < T; t2++)
+		a[t2] = 0;
 }
 
-void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-				 int NH, float p, const struct ds_rng *gs)
+void ds_kernel_causal_softmax_forward(float *att, int B, int NH, int T)
 {
-	const int hs = C / NH;
-	const float scale = 1.0f / sqrtf((float)hs);
+	const int64_t rows = (int64_t)B * NH * T;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++)
+		softmax_row(att + r * T, (int)(r % T), T);
+}
+
+void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, int T, float p,
+				 const struct ds_rng *gs)
+{
+	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
-		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
-		float *kt = malloc((size_t)hs * T * sizeof(float));
-#pragma omp for schedule(static) collapse(2)
-		for (int b = 0; b < B; b++)
-			for (int h = 0; h < NH; h++)
-				attn_fwd_bh(out + (int64_t)b * T * C, att + ((int64_t)b * NH + h) * T * T,
-					    qkv + (int64_t)b * T * 3 * C, keep, kt, keep ? &gs[b] : NULL, h, T,
-					    C, hs, scale, p);
-		free(kt);
+		float *keep = malloc((size_t)T * sizeof(float));
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < rows; r++) {
+			const int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((int64_t)T * NH));
+			const float *a = att + r * T;
+			float *d = attd + r * T;
+			drop_row(keep, &gs[b], h, t, T, p);
+			for (int t2 = 0; t2 <= t; t2++)
+				d[t2] = a[t2] * keep[t2];
+			for (int t2 = t + 1; t2 < T; t2++)
+				d[t2] = 0;
+		}
 		free(keep);
 	}
 }
 
 DS_CLONES
-static void attn_bwd_bh(float *dbase, const float *doutb, const float *base, const float *atth,
-			float *keep, float *dp, float *vt, const struct ds_rng *g, int h, int T, int C,
-			int hs, float scale, float p)
+static void softmax_bwd_row(float *d, const float *a, int t, int T, float scale)
 {
-	const int64_t C3 = 3 * (int64_t)C;
-	/* vt (hs, T) = V^T of this head, so dp vectorises over t2 */
-	for (int t2 = 0; t2 < T; t2++) {
-		const float *v = base + t2 * C3 + 2 * C + h * hs;
-		for (int i = 0; i < hs; i++)
-			vt[(int64_t)i * T + t2] = v[i];
-	}
-	for (int t = 0; t < T; t++)
-		for (int part = 0; part < 3; part++)
-			memset(dbase + t * C3 + part * C + h * hs, 0, (size_t)hs * sizeof(float));
-	for (int t = 0; t < T; t++) {
-		const float *a = atth + (int64_t)t * T;
-		const float *go = doutb + (int64_t)t * C + h * hs;
-		if (keep)
-			drop_row(keep, g, h, t, T, p);
-		/* out_t = sum_t2 a'[t2] v_t2, a' = a * keep: dp' = go . v_t2 */
-		for (int t2 = 0; t2 <= t; t2++)
-			dp[t2] = 0;
-		for (int i = 0; i < hs; i++) {
-			const float gi = go[i], *vr = vt + (int64_t)i * T;
+	float s = 0;
+#pragma omp simd reduction(+:s)
+	for (int t2 = 0; t2 <= t; t2++)
+		s += a[t2] * d[t2];
 #pragma omp simd
-			for (int t2 = 0; t2 <= t; t2++)
-				dp[t2] += gi * vr[t2];
-		}
-		for (int t2 = 0; t2 <= t; t2++) {
-			float *dv = dbase + t2 * C3 + 2 * C + h * hs;
-			float w = keep ? a[t2] * keep[t2] : a[t2];
-#pragma omp simd
-			for (int i = 0; i < hs; i++)
-				dv[i] += w * go[i];
-			if (keep)
-				dp[t2] *= keep[t2];
-		}
-		/* softmax backward: dpre = a * (dp - sum(a dp)) */
-		float sad = 0;
-		for (int t2 = 0; t2 <= t; t2++)
-			sad += a[t2] * dp[t2];
-		const float *q = base + t * C3 + h * hs;
-		float *dq = dbase + t * C3 + h * hs;
-		for (int t2 = 0; t2 <= t; t2++) {
-			float d = a[t2] * (dp[t2] - sad) * scale;
-			const float *k = base + t2 * C3 + C + h * hs;
-			float *dk = dbase + t2 * C3 + C + h * hs;
-#pragma omp simd
-			for (int i = 0; i < hs; i++) {
-				dq[i] += d * k[i];
-				dk[i] += d * q[i];
-			}
-		}
-	}
+	for (int t2 = 0; t2 <= t; t2++)
+		d[t2] = scale * a[t2] * (d[t2] - s);
+	for (int t2 = t + 1; t2 < T; t2++)
+		d[t2] = 0;
 }
 
-void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *qkv,
-				  const float *att, int B, int T, int C, int NH, float p,
-				  const struct ds_rng *gs)
+void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int NH, int T,
+				       float scale, float p, const struct ds_rng *gs)
 {
-	const int hs = C / NH;
-	const float scale = 1.0f / sqrtf((float)hs);
+	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
 		float *keep = p > 0 ? malloc((size_t)T * sizeof(float)) : NULL;
-		float *dp = malloc((size_t)T * sizeof(float));
-		float *vt = malloc((size_t)hs * T * sizeof(float));
-#pragma omp for schedule(static) collapse(2)
-		for (int b = 0; b < B; b++)
-			for (int h = 0; h < NH; h++)
-				attn_bwd_bh(dqkv + (int64_t)b * T * 3 * C, dout + (int64_t)b * T * C,
-					    qkv + (int64_t)b * T * 3 * C, att + ((int64_t)b * NH + h) * T * T,
-					    keep, dp, vt, keep ? &gs[b] : NULL, h, T, C, hs, scale, p);
-		free(vt);
-		free(dp);
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < rows; r++) {
+			const int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((int64_t)T * NH));
+			float *d = datt + r * T;
+			if (keep) {
+				drop_row(keep, &gs[b], h, t, T, p);
+				for (int t2 = 0; t2 <= t; t2++)
+					d[t2] *= keep[t2];
+			}
+			softmax_bwd_row(d, att + r * T, t, T, scale);
+		}
 		free(keep);
 	}
 }

@@ -55,17 +55,19 @@ void ds_kernel_add_inplace(float *out, const float *a, int64_t n);
 void ds_kernel_rotary(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH,
 		      int rd, int inverse);
 
-/* Causal self-attention over qkv (B,T,3C) = [q | k | v], heads of hs = C/NH.
- * att (B,NH,T,T) writes the softmax probabilities before dropout (zeros above
- * the diagonal); out (B,T,C) writes.  Attention dropout p on the
- * probabilities, keyed per sample by gs[b] (element h*T*T + t*T + t2); gs may
- * be NULL when p <= 0. */
-void ds_kernel_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-				 int NH, float p, const struct ds_rng *gs);
-/* dqkv (B,T,3C) writes; dout (B,T,C). */
-void ds_kernel_attention_backward(float *dqkv, const float *dout, const float *qkv,
-				  const float *att, int B, int T, int C, int NH, float p,
-				  const struct ds_rng *gs);
+/* Causal softmax of attention scores att (B,NH,T,T) in place, row by row
+ * (zeros above the diagonal).  The matrix products around it are the
+ * caller's (sgemm). */
+void ds_kernel_causal_softmax_forward(float *att, int B, int NH, int T);
+/* Attention dropout p > 0: attd (B,NH,T,T) writes att times the keep mask
+ * (1/(1-p) or 0), keyed per sample by gs[b] at element h*T*T + t*T + t2. */
+void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, int T, float p,
+				 const struct ds_rng *gs);
+/* datt (B,NH,T,T) in place: from dL/d(attd) (or dL/d(att) when p <= 0) to
+ * scale * dL/d(scores): mask, then softmax backward with att (B,NH,T,T);
+ * zeros above the diagonal. */
+void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int NH, int T,
+				       float scale, float p, const struct ds_rng *gs);
 
 /* MLP activation.  act 0 gelu: out (N,F) = gelu(inp (N,F)).  act 1 geglu,
  * 2 swiglu: inp (N,2F) = [a | b], out = act(a) * b (Megatron's chunk order). */

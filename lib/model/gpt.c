@@ -55,6 +55,8 @@ struct ds_gpt_ws {
 	float *logits;                /* (N,Vp) */
 	float *lse;                   /* (N) */
 	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
+	float *datt;                  /* (B,NH,T,T) attention gradient scratch */
+	float *attd;                  /* (B,NH,T,T) probabilities after dropout (attention_dropout > 0) */
 	float *rcos, *rsin;           /* (T, rd/2) */
 	float *spos;                  /* (T, C) sinusoidal table */
 	int32_t *tok, *tgt;           /* (N) copies of the last forward's inputs */
@@ -185,7 +187,7 @@ void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begi
 
 struct dims {
 	int64_t B, T, N, C, NH, F, F2, Vp, L, rd;
-	int ckpt, sinus;
+	int ckpt, sinus, adrop;
 };
 
 static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int T, int ckpt)
@@ -209,6 +211,7 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int 
 		? (int64_t)((c->hidden_size / c->num_attention_heads) * c->rotary_pct) / 2 * 2 : 0;
 	d->ckpt = ckpt;
 	d->sinus = c->pos_emb == DS_POS_SINUSOIDAL;
+	d->adrop = c->attention_dropout > 0;
 }
 
 /* Carve the workspace out of base (NULL: only measure); returns bytes. */
@@ -250,6 +253,8 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 	TAKE(w->datty, N * C);
 	TAKE(w->dfch, N * d->F2);
 	TAKE(w->dfcact, N * d->F);
+	TAKE(w->datt, d->B * d->NH * d->T * d->T);
+	TAKE(w->attd, d->adrop ? d->B * d->NH * d->T * d->T : 0);
 	TAKE(w->rcos, d->T * (d->rd / 2));
 	TAKE(w->rsin, d->T * (d->rd / 2));
 	TAKE(w->spos, d->sinus ? d->T * C : 0);
@@ -441,6 +446,79 @@ static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float 
 		ds_kernel_rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
 }
 
+/* ---- causal self-attention --------------------------------------------- */
+
+/* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
+ * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout.  The
+ * products are one sgemm per (b, head) on strided views of qkv (lda 3C),
+ * issued serially so BLAS owns the threads; the softmax is one OpenMP
+ * pass over all rows. */
+static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
+			      int B, int T)
+{
+	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const float pa = (float)m->cfg.attention_dropout;
+	const int drop = ws->train && pa > 0;
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++) {
+			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
+			/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C, C3,
+				    0.0f, a->att + ((int64_t)b * NH + h) * T * T, T);
+		}
+	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
+	if (drop)
+		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
+	const float *P = drop ? ws->attd : a->att;
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++) {
+			/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+				    P + ((int64_t)b * NH + h) * T * T, T,
+				    a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs, C3, 0.0f,
+				    a->atty + (int64_t)b * T * C + h * hs, C);
+		}
+}
+
+/* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C). */
+static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
+			       int l, int B, int T)
+{
+	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const float pa = (float)m->cfg.attention_dropout;
+	const int drop = ws->train && pa > 0;
+	if (drop)   /* the dropped probabilities again, from the same keys */
+		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
+	const float *P = a->att;
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++) {
+			const int64_t bh = ((int64_t)b * NH + h) * T * T;
+			const float *dy = ws->datty + (int64_t)b * T * C + h * hs;
+			const float *v = a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs;
+			float *dv = ws->dqkv + (int64_t)b * T * C3 + 2 * C + h * hs;
+			/* datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
+				    0.0f, ws->datt + bh, T);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
+				    (drop ? ws->attd : P) + bh, T, dy, C, 0.0f, dv, C3);
+		}
+	ds_kernel_causal_softmax_backward(ws->datt, P, B, NH, T, scale, drop ? pa : 0.0f,
+					  drop ? streams(ws, B, l + 1, 1) : NULL);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < NH; h++) {
+			const int64_t bh = ((int64_t)b * NH + h) * T * T;
+			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
+			float *dq = ws->dqkv + (int64_t)b * T * C3 + h * hs;
+			/* dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
+				    q + C, C3, 0.0f, dq, C3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
+				    q, C3, 0.0f, dq + C, C3);
+		}
+}
+
 /* ---- one transformer layer --------------------------------------------- */
 
 /* out (N,C) = layer l of x (N,C); activations into a. */
@@ -451,16 +529,14 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 	float **P = seg_params(ws);
 	const int64_t N = (int64_t)B * T;
 	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
-	const float ph = (float)m->cfg.hidden_dropout, pa = (float)m->cfg.attention_dropout;
+	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 
 	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
 	matmul_forward(a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
 	if (m->rd)
 		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 0);
-	const int adrop = ws->train && pa > 0;
-	ds_kernel_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, adrop ? pa : 0.0f,
-				    adrop ? streams(ws, B, l + 1, 1) : NULL);
+	attention_forward(m, ws, a, l, B, T);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
 	matmul_forward(ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
@@ -490,7 +566,7 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 	float **P = seg_params(ws), **G = seg_grads(m, ws);
 	const int64_t N = (int64_t)B * T;
 	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
-	const float ph = (float)m->cfg.hidden_dropout, pa = (float)m->cfg.attention_dropout;
+	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
 
@@ -517,9 +593,7 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
 	matmul_backward(ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
 			tp(m, P, ix->projw), N, C, C);
-	const int adrop = ws->train && pa > 0;
-	ds_kernel_attention_backward(ws->dqkv, ws->datty, a->qkv, a->att, B, T, C, NH,
-				     adrop ? pa : 0.0f, adrop ? streams(ws, B, l + 1, 1) : NULL);
+	attention_backward(m, ws, a, l, B, T);
 	if (m->rd)
 		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 1);
 	matmul_backward(ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
