@@ -10,6 +10,34 @@ lib_config_libds_config_a_SOURCES = \
 LIBDS += lib/config/libds_config.a
 EXTRA_DIST += contrib/config/gen_keys.py
 
+## the example DeepSpeed configs and the bundled models ds-train defaults to
+dsconfig_configsdir = $(pkgdatadir)/configs
+dist_dsconfig_configs_DATA = \
+	share/configs/adam-l2.json \
+	share/configs/adam.json \
+	share/configs/adamw.json \
+	share/configs/basic-fp16-zero2.json \
+	share/configs/batch.json \
+	share/configs/bf16.json \
+	share/configs/default.json \
+	share/configs/fp16.json \
+	share/configs/hf-bf16-zero2-offload.json \
+	share/configs/lamb.json \
+	share/configs/large-bf16-zero3-offload.json \
+	share/configs/lr-range-test.json \
+	share/configs/one-cycle.json \
+	share/configs/sgd.json \
+	share/configs/structure.json \
+	share/configs/warmup-cosine-lr.json \
+	share/configs/warmup-decay-lr.json \
+	share/configs/warmup-lr.json \
+	share/configs/zero1.json \
+	share/configs/zero2-offload.json \
+	share/configs/zero2.json \
+	share/configs/zero3-offload.json
+dsconfig_modelsdir = $(pkgdatadir)/models
+dist_dsconfig_models_DATA = share/models/gpt-test.json share/models/gpt-tiny.json
+
 bin_PROGRAMS += tools/ds-train
 tools_ds_train_SOURCES = tools/ds-train.c
 tools_ds_train_LDADD = $(DS_LDADD)

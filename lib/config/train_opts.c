@@ -1,4 +1,5 @@
 /* train_opts.c - ds-train's options: defaults and the --check run. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,19 +54,27 @@ int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
 	ds_config_batch(c, &b);
 	if (o->json) {
 		char *dj = ds_config_to_json(c, 1), *mj = ds_model_config_to_json(&m, 1);
-		if (dj && mj)
-			fprintf(out,
-				"{\n\"deepspeed_config\": {\"file\": \"%s\", \"keys\": %s},\n\"model\": {\"file\": \"%s\", \"keys\": %s},\n"
-				"\"batch\": {\"train_batch_size\": %lld, \"train_micro_batch_size_per_gpu\": %lld, "
-				"\"gradient_accumulation_steps\": %lld, \"world_size\": %d}\n}\n",
-				cfg, dj, mod, mj, (long long)b.train_batch_size, (long long)b.micro_batch,
-				(long long)b.grad_accum, b.world_size);
-		else
+		json_t *dk = dj ? json_loads(dj, 0, NULL) : NULL, *mk = mj ? json_loads(mj, 0, NULL) : NULL;
+		json_t *root = dk && mk ? json_pack("{s:{s:s,s:o},s:{s:s,s:o},s:{s:I,s:I,s:I,s:i}}",
+						   "deepspeed_config", "file", cfg, "keys", dk,
+						   "model", "file", mod, "keys", mk,
+						   "batch", "train_batch_size", (json_int_t)b.train_batch_size,
+						   "train_micro_batch_size_per_gpu", (json_int_t)b.micro_batch,
+						   "gradient_accumulation_steps", (json_int_t)b.grad_accum,
+						   "world_size", b.world_size) : NULL;
+		if (!root) {
+			if (!dk || !mk) {
+				json_decref(dk);
+				json_decref(mk);
+			}
 			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		} else if (json_dumpf(root, out, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 ||
+			   fputc('\n', out) == EOF || fflush(out) != 0 || ferror(out)) {
+			rc = ds_err_set(err, DS_EIO, "writing the configuration failed");
+		}
+		json_decref(root);
 		free(dj);
 		free(mj);
-		if (rc == 0 && (fflush(out) != 0 || ferror(out)))
-			rc = ds_err_set(err, DS_EIO, "writing the configuration failed");
 		goto out;
 	}
 	fprintf(out, "# DeepSpeed config %s (world size %d)\n", cfg, b.world_size);

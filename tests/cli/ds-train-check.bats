@@ -83,6 +83,10 @@ check_bad() {
 	command -v python3 >/dev/null || skip "python3 not installed"
 	run -0 ds-train --check --json --deepspeed_config "$SHARE/configs/zero3-offload.json" "${MODEL_ARGS[@]}"
 	echo "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); k=d["deepspeed_config"]["keys"]; assert k["zero_optimization.stage"]=={"value":3,"source":"file"}, k["zero_optimization.stage"]; assert d["batch"]["train_batch_size"]==8; assert d["model"]["keys"]["hidden_size"]["value"]==64'
+	# a file name that needs escaping still gives valid JSON
+	cp "$SHARE/configs/default.json" "$BATS_TEST_TMPDIR/a\"b.json"
+	run -0 ds-train --check --json --deepspeed_config "$BATS_TEST_TMPDIR/a\"b.json" "${MODEL_ARGS[@]}"
+	echo "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["deepspeed_config"]["file"].endswith("a\"b.json")'
 }
 
 @test "bad input: syntax errors report file:line:column" {
