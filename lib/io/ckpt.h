@@ -9,8 +9,10 @@
  * exactly the chunks a read touches.  A save goes to global_step<N>.tmp/ and
  * is fsynced and renamed before `latest` is replaced (latest.tmp + rename).
  * Writes take a flat element range [begin, end) of a tensor, so each rank can
- * write its ZeRO slice; this build writes from one process (serial HDF5 calls
- * with default property lists), parallel HDF5 is a later step.
+ * write its ZeRO slice; each slice's CRC is kept as per-chunk pieces that
+ * commit combines (ds_ckpt_crc_combine), so pieces from other ranks can join
+ * them.  This build writes from one process with serial HDF5 calls (no MPI-IO
+ * property lists); parallel HDF5 is a later step.
  */
 #ifndef DS_IO_CKPT_H
 #define DS_IO_CKPT_H
