@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "app/cli.h"
+#include "config/config.h"
 #include "config/train_opts.h"
 #include "util/err.h"
 #include "util/mem.h"
@@ -32,6 +33,8 @@ static void usage(FILE *f)
 		"      --world-size=N        --check: data-parallel ranks for the batch triad (default 1)\n"
 		"      --lenient             unknown DeepSpeed keys are warnings, not errors\n"
 		"      --json                --check: print the configuration as JSON\n"
+		"      --list-keys           print every DeepSpeed and dstk key: type, default,\n"
+		"                            status (implemented, inherent, unsupported) and help\n"
 		"      --train-iters=N       optimizer steps to run\n"
 		"      --save=DIR            checkpoint directory\n"
 		"      --save-interval=N     save every N steps\n"
@@ -56,7 +59,7 @@ static void usage(FILE *f)
 }
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
-       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION };
+       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS };
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' },
@@ -65,6 +68,7 @@ static const struct option longopts[] = {
 	{ "world-size", required_argument, NULL, O_WS },
 	{ "lenient", no_argument, NULL, O_LENIENT },
 	{ "json", no_argument, NULL, O_JSON },
+	{ "list-keys", no_argument, NULL, O_KEYS },
 	{ "train-iters", required_argument, NULL, O_ITERS },
 	{ "save", required_argument, NULL, O_SAVE },
 	{ "save-interval", required_argument, NULL, O_SAVEINT },
@@ -101,7 +105,7 @@ int main(int argc, char **argv)
 	struct ds_train_opts o;
 	struct ds_err err = DS_ERR_INIT;
 	int64_t v;
-	int c;
+	int c, list = 0;
 
 	ds_train_opts_init(&o);
 	ds_cli_normalize_args(argc, argv);
@@ -113,6 +117,7 @@ int main(int argc, char **argv)
 		case O_WS: if (num(optarg, 1, 1 << 24, "--world-size", &v)) return 2; o.world_size = (int)v; break;
 		case O_LENIENT: o.lenient = 1; break;
 		case O_JSON: o.json = 1; break;
+		case O_KEYS: list = 1; break;
 		case O_ITERS: if (num(optarg, 1, INT64_MAX, "--train-iters", &o.train_iters)) return 2; break;
 		case O_SAVE: o.save = optarg; break;
 		case O_SAVEINT: if (num(optarg, 1, INT64_MAX, "--save-interval", &o.save_interval)) return 2; break;
@@ -141,6 +146,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
+	if (list)
+		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	if (!o.check)
 		return ds_cli_usage_error(TOOL, "training needs --check in this build");
 	if (ds_train_check(&o, stdout, &err) < 0)

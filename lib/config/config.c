@@ -437,6 +437,27 @@ int ds_config_describe(const char *path, const char **type, const char **status,
 	return 0;
 }
 
+int ds_config_print_keys(FILE *f, struct ds_err *err)
+{
+	fprintf(f, "# key\ttype\tdefault\tstatus\thelp\n");
+	for (int k = 0; k < NT; k++) {
+		char type[300];
+		if (T[k].type == DS_KT_ENUM)
+			snprintf(type, sizeof(type), "%s", T[k].allowed);
+		else
+			snprintf(type, sizeof(type), "%s", ds_config_table_type_name(T[k].type));
+		if ((T[k].flags & DS_KEY_MIN) && (T[k].flags & DS_KEY_MAX))
+			snprintf(type + strlen(type), sizeof(type) - strlen(type), " [%g, %g]", T[k].min, T[k].max);
+		else if (T[k].flags & DS_KEY_MIN)
+			snprintf(type + strlen(type), sizeof(type) - strlen(type), " >= %g", T[k].min);
+		fprintf(f, "%s\t%s\t%s\t%s%s\t%s\n", T[k].path, type, T[k].def ? T[k].def : "-",
+			status_name(T[k].status), (T[k].flags & DS_KEY_ALIAS) ? ", alias" : "", T[k].help);
+	}
+	if (fflush(f) != 0 || ferror(f))
+		return ds_err_set(err, DS_EIO, "writing the key table failed");
+	return 0;
+}
+
 int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err)
 {
 	for (int i = 0; i < c->nents; i++) {

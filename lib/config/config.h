@@ -119,6 +119,10 @@ char *ds_config_to_json(const struct ds_config *c, int with_sources);
  * "inherent", "unsupported") and help; 0, or DS_EINVAL for an unknown path. */
 int ds_config_describe(const char *path, const char **type, const char **status, const char **help);
 
+/* Every declared key, one tab-separated line each: path, type (with the
+ * allowed values or range), default, status and help.  0 or DS_EIO. */
+int ds_config_print_keys(FILE *f, struct ds_err *err);
+
 /* Edit distance (case-insensitive) between two strings, for suggestions. */
 int ds_config_edit_distance(const char *a, const char *b);
 

@@ -149,3 +149,13 @@ check_bad() {
 	assert_output --partial "gpt-tiny.json"
 	assert_line --regexp '^hidden_size +384  \(file\)$'
 }
+
+@test "--list-keys prints the whole table with a status per key" {
+	run -0 ds-train --list-keys
+	assert_line --regexp $'^zero_optimization\\.stage\tinteger \\[0, 3\\]\t0\timplemented\t'
+	assert_line --regexp $'^wandb\\.enabled\tboolean\tfalse\tunsupported\t.*network service'
+	assert_line --regexp $'^zero_optimization\\.contiguous_gradients\tboolean\ttrue\tinherent\t'
+	assert_line --regexp $'^dstk\\.nonfinite_policy\tskip\\|abort\t"skip"\timplemented\t'
+	# the 403 DeepSpeed keys of the spec plus dstk's own, and a header
+	[ "${#lines[@]}" -ge 404 ]
+}
