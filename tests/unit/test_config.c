@@ -13,6 +13,8 @@
 #include <jansson.h>
 
 #include "config/config.h"
+#include "config/keys.h"
+#include "config/table.h"
 #include "config/model.h"
 #include "util/log.h"
 
@@ -623,6 +625,43 @@ static void test_model(void **state)
 	free(j);
 }
 
+/* The table declares every key of the spec's list, and each default it
+ * declares passes the table's own check for that key. */
+static void test_table_complete(void **state)
+{
+	(void)state;
+	FILE *f = fopen(DS_SRCDIR "/tests/data/config-keys.txt", "r");
+	char line[512];
+	int n = 0;
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '#')
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		const char *st;
+		if (ds_config_describe(line, NULL, &st, NULL) != 0)
+			fail_msg("key '%s' of the spec is not declared", line);
+		int k = ds_config_table_find(ds_config_keys, ds_config_nkeys, line);
+		assert_string_equal(ds_config_keys[k].path, line);
+		n++;
+	}
+	fclose(f);
+	assert_int_equal(n, 403);
+	for (int k = 0; k < ds_config_nkeys; k++) {
+		const struct ds_config_key *key = &ds_config_keys[k];
+		if (!key->def || key->status == DS_KEY_UNSUPPORTED)
+			continue;
+		json_t *v = json_loads(key->def, JSON_DECODE_ANY, NULL), *norm = NULL;
+		assert_non_null(v);
+		if (ds_config_table_check(key, "table", key->path, v, &norm, &err) != 0)
+			fail_msg("default of %s: %s", key->path, err.msg);
+		json_decref(norm);
+		json_decref(v);
+		assert_non_null(key->help);
+		assert_true(strlen(key->help) > 8);
+	}
+}
+
 static void test_edit_distance(void **state)
 {
 	(void)state;
@@ -649,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_getters_and_print),
 		cmocka_unit_test(test_share_configs),
 		cmocka_unit_test(test_model),
+		cmocka_unit_test(test_table_complete),
 		cmocka_unit_test(test_edit_distance),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
