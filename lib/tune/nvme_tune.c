@@ -530,7 +530,6 @@ int ds_nvme_tune_run(const struct ds_nvme_tune_opts *o, struct ds_nvme_tune_res 
 	res->sweep_config = o->sweep_config;
 	res->exhaustive = o->exhaustive;
 	DS_TRY(ds_aio_engine_check(engine, err));
-	res->engine = o->engine ? o->engine : ds_aio_default_engine();
 	R.nofile = ds_aio_engine_nofile(engine);
 	if (o->ndirs < 1)
 		return ds_err_set(err, DS_EINVAL, "--nvme_dir: give at least one directory");

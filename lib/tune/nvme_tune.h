@@ -57,7 +57,7 @@ struct ds_nvme_tune_res {
 	int ntrials;
 	int best;                /* index into trials */
 	int direct;              /* 1: O_DIRECT, 0: buffered (page cache) */
-	const char *engine;      /* static */
+	const char *engine;      /* borrowed from the opts, or static */
 	const char *const *dirs; /* borrowed from the opts */
 	const char *sweep_config; /* borrowed, or NULL */
 	int exhaustive;
