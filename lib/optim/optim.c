@@ -244,24 +244,55 @@ float *ds_optim_state(struct ds_optim *o, const char *name)
 	return NULL;
 }
 
-/* torch.optim.SGD for step t over [0, n). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+/* torch.optim.SGD over one chunk; buf NULL without momentum.  The cases
+ * are separate loops so each vectorises (target_clones picks the ISA). */
+CLONES static void sgd_chunk(float *p, const float *g, float *buf, size_t n, float gm, float lr, float wd, float mom,
+			     float damp, int first, int nest)
+{
+	if (!buf) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			p[i] = p[i] - lr * (wd != 0.0f ? g[i] * gm + wd * p[i] : g[i] * gm);
+		return;
+	}
+	if (first) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++) {
+			float d = wd != 0.0f ? g[i] * gm + wd * p[i] : g[i] * gm;
+			buf[i] = d;
+			p[i] = p[i] - lr * (nest ? d + mom * d : d);
+		}
+		return;
+	}
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		float d = wd != 0.0f ? g[i] * gm + wd * p[i] : g[i] * gm;
+		float b = mom * buf[i] + damp * d;
+		buf[i] = b;
+		p[i] = p[i] - lr * (nest ? d + mom * b : b);
+	}
+}
+
+/* torch.optim.SGD for step t over [0, n): d = g + wd*p; buf = d on the
+ * first step, else mom*buf + (1-dampening)*d; nesterov d += mom*buf, else
+ * d = buf; p -= lr*d (wd*p only when wd != 0, as torch). */
 static void sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf,
 		       float grad_mul, size_t n)
 {
 	const float lr = (float)hp->lr, wd = (float)hp->weight_decay, mom = (float)hp->momentum;
 	const float damp = (float)(1.0 - hp->dampening);
 	const int first = t == 1, nest = hp->nesterov;
-#pragma omp parallel for simd schedule(static) if (n >= 16384)
-	for (size_t i = 0; i < n; i++) {
-		float d = g[i] * grad_mul;
-		if (wd != 0.0f)
-			d = d + wd * p[i];
-		if (buf) {
-			float b = first ? d : mom * buf[i] + damp * d;
-			buf[i] = b;
-			d = nest ? d + mom * b : b;
-		}
-		p[i] = p[i] - lr * d;
+	const size_t chunk = 65536, nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nc > 1)
+	for (size_t c = 0; c < nc; c++) {
+		size_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
+		sgd_chunk(p + lo, g + lo, buf ? buf + lo : NULL, len, grad_mul, lr, wd, mom, damp, first, nest);
 	}
 }
 

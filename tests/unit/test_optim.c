@@ -248,12 +248,18 @@ static void sgd_plain(struct ds_optim_params *hp)
 	sgd_tweak(hp);
 	hp->momentum = 0;
 }
+static void sgd_nowd(struct ds_optim_params *hp)
+{
+	sgd_tweak(hp);
+	hp->weight_decay = 0;
+}
 
 /* torch.optim.SGD by hand, p=1, g=0.5 on both steps, lr=0.1, wd=0.1:
  *   momentum 0.9: d1=0.6 buf=0.6 p=0.94; d2=0.594 buf=1.134 p=0.8266
  *   nesterov:     d1=0.6+0.54=1.14 p=0.886; d2=0.5886 buf=1.1286 d=1.60434 p=0.725566
  *   dampening .5: p=0.94; buf=0.54+0.297=0.837 p=0.8563
- *   no momentum:  p=0.94 then d=0.594 p=0.8806 */
+ *   no momentum:  p=0.94 then d=0.594 p=0.8806
+ *   momentum, wd 0: buf=0.5 p=0.95; buf=0.45+0.5=0.95 p=0.855 */
 static void test_sgd(void **state)
 {
 	struct {
@@ -265,6 +271,7 @@ static void test_sgd(void **state)
 		{ sgd_nesterov, 0.886, 0.725566, 1 },
 		{ sgd_damp, 0.94, 0.8563, 1 },
 		{ sgd_plain, 0.94, 0.8806, 0 },
+		{ sgd_nowd, 0.95, 0.855, 1 },   /* buf 0.5 then 0.95 */
 	};
 	struct ds_err err = DS_ERR_INIT;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
