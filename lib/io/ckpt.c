@@ -25,10 +25,7 @@
 #include "util/crc32c.h"
 #include "util/log.h"
 
-struct piece {
-	uint64_t chunk, off, len;  /* bytes within the chunk */
-	uint32_t crc;
-};
+#define piece ds_ckpt_crc_piece  /* the public record, ckpt.h */
 
 struct wtensor {
 	char *name;
@@ -55,6 +52,8 @@ struct ds_ckpt {
 	uint8_t *tmp;                        /* one chunk, for partial chunks */
 	size_t tmp_size;
 };
+
+static int reserve_pieces(struct wtensor *w, size_t n, struct ds_err *err);
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -658,19 +657,10 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 	const uint8_t *p = data;
 	uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
 	size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
-	if (w->np + nnew > w->cap) {
-		size_t cap = w->cap ? w->cap : 16;
-		while (cap < w->np + nnew)
-			cap *= 2;
-		struct piece *np = realloc(w->p, cap * sizeof *np);
-		if (!np)
-			return ds_err_set(err, DS_ENOMEM, "out of memory");
-		w->p = np;
-		w->cap = cap;
-	}
+	DS_TRY(reserve_pieces(w, nnew, err));
 	for (size_t k = 0; k < nnew; k++) {
 		uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb, ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
-		w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs, 0 };
+		w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs, 0, 0 };
 	}
 	#pragma omp parallel for schedule(dynamic, 4) if (nnew > 8)
 	for (size_t k = 0; k < nnew; k++) {
@@ -678,6 +668,62 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 		q->crc = ds_crc32c(0, p + (q->chunk * cb + q->off - bb), (size_t)q->len);
 	}
 	w->np += nnew;
+	return 0;
+}
+
+/* Make room for n more pieces of w. */
+static int reserve_pieces(struct wtensor *w, size_t n, struct ds_err *err)
+{
+	if (w->np + n <= w->cap)
+		return 0;
+	size_t cap = w->cap ? w->cap : 16;
+	while (cap < w->np + n)
+		cap *= 2;
+	struct piece *np = realloc(w->p, cap * sizeof *np);
+	if (!np)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	w->p = np;
+	w->cap = cap;
+	return 0;
+}
+
+int ds_ckpt_tensor_pieces(struct ds_ckpt *c, const char *name, const struct ds_ckpt_crc_piece **p, size_t *n,
+			  struct ds_err *err)
+{
+	struct wtensor *w;
+	*p = NULL;
+	*n = 0;
+	name = skip_slash(name);
+	if (!c->writing || c->committed)
+		return ds_err_set(err, DS_EINVAL, "%s: not open for writing", c->file);
+	if (!(w = find_w(c, name)))
+		return ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name);
+	*p = w->p;
+	*n = w->np;
+	return 0;
+}
+
+int ds_ckpt_tensor_add_pieces(struct ds_ckpt *c, const char *name, const struct ds_ckpt_crc_piece *p, size_t n,
+			      struct ds_err *err)
+{
+	struct wtensor *w;
+	name = skip_slash(name);
+	if (!c->writing || c->committed)
+		return ds_err_set(err, DS_EINVAL, "%s: not open for writing", c->file);
+	if (!(w = find_w(c, name)))
+		return ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name);
+	uint64_t total = w->numel * w->es, cb = w->chunk_bytes, nch = (total + cb - 1) / cb;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t clen = p[i].chunk == nch - 1 ? total - p[i].chunk * cb : cb;
+		if (p[i].chunk >= nch || p[i].len == 0 || p[i].off > clen || p[i].len > clen - p[i].off)
+			return ds_err_set(err, DS_EINVAL, "%s: /%s: CRC piece (chunk %llu, bytes %llu+%llu) outside the "
+					  "tensor's %llu chunks of %llu bytes", c->file, name,
+					  (unsigned long long)p[i].chunk, (unsigned long long)p[i].off,
+					  (unsigned long long)p[i].len, (unsigned long long)nch, (unsigned long long)cb);
+	}
+	DS_TRY(reserve_pieces(w, n, err));
+	memcpy(w->p + w->np, p, n * sizeof *p);
+	w->np += n;
 	return 0;
 }
 

@@ -82,6 +82,24 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 int ds_ckpt_tensor_put(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
 		       const void *data, struct ds_err *err);
 
+/* One slice's share of a CRC chunk: bytes [off, off + len) of chunk
+ * `chunk` of a tensor, and their CRC-32C. */
+struct ds_ckpt_crc_piece {
+	uint64_t chunk, off, len;
+	uint32_t crc, reserved;
+};
+
+/* The pieces recorded so far for tensor name by this writer (borrowed,
+ * valid until the next write to that tensor or commit).  With parallel HDF5
+ * every rank writes its own slice: ranks allgather their pieces and hand
+ * the others' to ds_ckpt_tensor_add_pieces, so each commit sees the whole. */
+int ds_ckpt_tensor_pieces(struct ds_ckpt *c, const char *name, const struct ds_ckpt_crc_piece **p, size_t *n,
+			  struct ds_err *err);
+/* Add pieces of slices written by another process; DS_EINVAL for a piece
+ * outside the tensor. */
+int ds_ckpt_tensor_add_pieces(struct ds_ckpt *c, const char *name, const struct ds_ckpt_crc_piece *p, size_t n,
+			      struct ds_err *err);
+
 /* Store the checksums (DS_EINVAL naming a tensor with elements never
  * written), close and fsync state.h5, rename global_step<N>.tmp to
  * global_step<N>, then replace `latest`.  On failure the previous checkpoint

@@ -594,6 +594,55 @@ static void test_many_chunks(void **state)
 	free(rd);
 }
 
+/* Two "ranks" write halves of one tensor with separate writers; rank 0 takes
+ * rank 1's CRC pieces and its commit stores the CRC array of the whole
+ * tensor (checked against ds_crc32c of each 64-byte chunk, read from the
+ * file by HDF5 directly).  Rank 1's data never reaches rank 0's file here
+ * (serial HDF5), so only the checksums are compared. */
+static void test_pieces(void **state)
+{
+	struct ds_ckpt *r0, *r1;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m0 = { .step = 1 }, m1 = { .step = 2 };
+	const struct ds_ckpt_crc_piece *p;
+	size_t n;
+	float w[100];
+	uint64_t s[2] = { 10, 10 };
+	uint32_t crc[7];
+	(void)state;
+	fill_f32(w, 100, 4.0f);
+	OK(ds_ckpt_create(&r0, tp("pc"), &m0, &e));
+	OK(ds_ckpt_create(&r1, tp("pc"), &m1, &e));
+	OK(ds_ckpt_set_chunk_bytes(r0, 64, &e));
+	OK(ds_ckpt_set_chunk_bytes(r1, 64, &e));
+	OK(ds_ckpt_tensor_create(r0, "model/w", DS_CKPT_F32, 2, s, &e));
+	OK(ds_ckpt_tensor_create(r1, "model/w", DS_CKPT_F32, 2, s, &e));
+	/* the boundary at element 37 splits chunk 2 (elements 32..47) */
+	OK(ds_ckpt_tensor_write(r0, "model/w", 0, 37, w, &e));
+	OK(ds_ckpt_tensor_write(r1, "model/w", 37, 100, w + 37, &e));
+	OK(ds_ckpt_tensor_pieces(r1, "model/w", &p, &n, &e));
+	assert_int_equal(n, 5);  /* chunks 2 (part), 3, 4, 5, 6 */
+	assert_int_equal(p[0].chunk, 2);
+	assert_int_equal(p[0].off, 20);
+	assert_int_equal(p[0].len, 44);
+	assert_int_equal(p[0].crc, ds_crc32c(0, (const uint8_t *)w + 148, 44));
+	OK(ds_ckpt_tensor_add_pieces(r0, "model/w", p, n, &e));
+	struct ds_ckpt_crc_piece bad = { 7, 0, 4, 0, 0 };
+	expect_err(ds_ckpt_tensor_add_pieces(r0, "model/w", &bad, 1, &e), DS_EINVAL, &e, "/model/w", "chunk 7");
+	ds_ckpt_close(r1);  /* rank 1's own file is not committed */
+	OK(ds_ckpt_commit(r0, &e));
+	ds_ckpt_close(r0);
+	hid_t f = H5Fopen(tp("pc/global_step1/state.h5"), H5F_ACC_RDONLY, H5P_DEFAULT);
+	hid_t d = H5Dopen2(f, "/model/w", H5P_DEFAULT), a = H5Aopen(d, "crc32c", H5P_DEFAULT);
+	assert_true(H5Aread(a, H5T_NATIVE_UINT32, crc) >= 0);
+	for (int k = 0; k < 7; k++)
+		assert_int_equal(crc[k], ds_crc32c(0, (const uint8_t *)w + 64 * k, k == 6 ? 16 : 64));
+	H5Aclose(a);
+	H5Dclose(d);
+	H5Fclose(f);
+	assert_false(exists(tp("pc/global_step2.tmp")));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -604,6 +653,7 @@ int main(void)
 		cmocka_unit_test(test_failed_save),
 		cmocka_unit_test(test_bad_files),
 		cmocka_unit_test(test_many_chunks),
+		cmocka_unit_test(test_pieces),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
