@@ -219,6 +219,47 @@ static int zero_rules(struct ds_config *c, struct ds_err *err)
 	return 0;
 }
 
+/* A section switched off by its gate: any of its keys given with a value
+ * other than the default cannot take effect, so it is an error. */
+static int gated(struct ds_config *c, const char *prefix, const char *gate, int on, const char *why,
+		 struct ds_err *err)
+{
+	size_t n = strlen(prefix);
+	if (on)
+		return 0;
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		if (e->src != DS_SRC_FILE || strncmp(e->path, prefix, n) || !strcmp(e->path, gate))
+			continue;
+		const struct ds_config_key *k = &T[e->key];
+		json_t *d = k->def ? json_loads(k->def, JSON_DECODE_ANY, NULL) : NULL;
+		int same = d && json_equal(d, e->val);
+		json_decref(d);
+		if (!same)
+			FAIL("%s: key '%s': has no effect while %s; remove it or change %s", c->name, e->path, why, gate);
+	}
+	return 0;
+}
+
+static int gates(struct ds_config *c, struct ds_err *err)
+{
+	DS_TRY(gated(c, "fp16.", "fp16.enabled", gb(c, "fp16.enabled"), "fp16.enabled is false", err));
+	DS_TRY(gated(c, "flops_profiler.", "flops_profiler.enabled", gb(c, "flops_profiler.enabled"),
+		     "flops_profiler.enabled is false", err));
+	DS_TRY(gated(c, "tensorboard.", "tensorboard.enabled", gb(c, "tensorboard.enabled"),
+		     "tensorboard.enabled is false", err));
+	DS_TRY(gated(c, "csv_monitor.", "csv_monitor.enabled", gb(c, "csv_monitor.enabled"),
+		     "csv_monitor.enabled is false", err));
+	DS_TRY(gated(c, "comms_logger.", "comms_logger.enabled", gb(c, "comms_logger.enabled"),
+		     "comms_logger.enabled is false", err));
+	DS_TRY(gated(c, "zero_optimization.offload_param.", "zero_optimization.offload_param.device",
+		     strcmp(gs(c, "zero_optimization.offload_param.device", "none"), "none") != 0,
+		     "offload_param.device is \"none\"", err));
+	return gated(c, "zero_optimization.offload_optimizer.", "zero_optimization.offload_optimizer.device",
+		     strcmp(gs(c, "zero_optimization.offload_optimizer.device", "none"), "none") != 0,
+		     "offload_optimizer.device is \"none\"", err);
+}
+
 int ds_config_rules(struct ds_config *c, struct ds_err *err)
 {
 	int fp16 = gb(c, "fp16.enabled"), bf16 = gb(c, "bf16.enabled"), amp = gb(c, "amp.enabled");
@@ -274,6 +315,7 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 		    !json_is_number(json_array_get(betas, 1)) || b0 < 0 || b0 >= 1 || b1 < 0 || b1 >= 1)
 			FAIL("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
 	}
+	DS_TRY(gates(c, err));
 	DS_TRY(zero_rules(c, err));
 	DS_TRY(optimizer_rules(c, err));
 	return scheduler_rules(c, err);

@@ -176,6 +176,12 @@ static void test_exclusions(void **state)
 	  "multiple of 2");
 	B("\"bf16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"bf16\"}", "data_types.grad_accum_dtype",
 	  "NotImplementedError");
+	/* a switched-off section's non-default settings cannot take effect */
+	B("\"fp16\":{\"enabled\":false,\"loss_scale_window\":500}", "fp16.loss_scale_window",
+	  "no effect while fp16.enabled is false");
+	B("\"tensorboard\":{\"output_path\":\"tb\"}", "tensorboard.output_path", "tensorboard.enabled");
+	B("\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"buffer_count\":8}}",
+	  "zero_optimization.offload_optimizer.buffer_count", "device is \"none\"");
 	B("\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\"}}",
 	  "zero_optimization.offload_param.nvme_path", "required");
 #undef B
@@ -424,6 +430,9 @@ static void test_bad_input(void **state)
 	    "sparse_attention.block", "not supported", NULL);
 	bad("{\"train_batch_size\": 8, \"fp32_allreduce\": true}", 1, "fp32_allreduce", "communication_data_type",
 	    NULL);
+	/* ... but its defaults spelled out are fine */
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": false, \"loss_scale\": 0, \"initial_scale_power\": 16, \"hysteresis\": 2}, \"csv_monitor\": {\"enabled\": false, \"output_path\": \"\"}}", 1, &c), 0);
+	ds_config_destroy(c);
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"wandb\": {\"enabled\": false}, \"comet\": {\"enabled\": false}, \"elasticity\": {\"enabled\": false}}", 1, &c), 0);
 	ds_config_destroy(c);
 }
