@@ -38,6 +38,23 @@ int ds_convert_fmt_parse(const char *s)
 	return -1;
 }
 
+void ds_convert_narrow_inplace(float *buf, size_t n, int bf16)
+{
+	/* block by block through a small buffer: block i's 16-bit output
+	 * [2i, 2i + 2B) never reaches the fp32 input of a later block (>= 4(i + B)) */
+	enum { B = 4096 };
+	uint16_t tmp[B];
+	uint16_t *out = (uint16_t *)buf;
+	for (size_t i = 0; i < n; i += B) {
+		size_t k = n - i < B ? n - i : B;
+		if (bf16)
+			ds_fp32_to_bf16_n(tmp, buf + i, k);
+		else
+			ds_fp32_to_fp16_n(tmp, buf + i, k);
+		memcpy(out + i, tmp, k * sizeof(uint16_t));
+	}
+}
+
 /* ---- sources ------------------------------------------------------------ */
 
 int ds_csrc_setup(struct ds_csrc *s, struct ds_err *err)
@@ -72,6 +89,8 @@ uint64_t ds_csrc_largest(const struct ds_csrc *s)
 /* safetensors: HF names mapped back to dstk's, with the inverse transforms. */
 struct st_src {
 	struct ds_st_file *f;
+	float *tmp;                 /* scratch for the permuted tensors, allocated once */
+	uint64_t tmp_bytes;         /* fp32 bytes of the largest permuted tensor */
 	int arch;
 	const char *prefix_strip;   /* "transformer." when the file holds hub-style unprefixed names */
 	const struct ds_model_config *cfg;
@@ -100,13 +119,17 @@ static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct 
 		memset(dst + n, 0, (size_t)(t->numel - n) * sizeof(float));
 		return ds_st_read_f32(x->f, i, dst, err);
 	}
-	tmp = ds_alloc((size_t)(shape[0] * (shape[1] ? shape[1] : 1)) * sizeof(float) + 64);
-	if (!tmp)
-		return ds_err_set(err, DS_ENOMEM, "%s: out of memory for '%s'", x->f->path, hf);
+	/* a scratch buffer kept across reads: allocating and freeing one per
+	 * tensor lets glibc's heap grow past twice the largest tensor */
+	if (!x->tmp) {
+		x->tmp = ds_alloc((size_t)x->tmp_bytes + 64);
+		if (!x->tmp)
+			return ds_err_set(err, DS_ENOMEM, "%s: out of memory for '%s'", x->f->path, hf);
+	}
+	tmp = x->tmp;
 	rc = ds_st_read_f32(x->f, i, tmp, err);
 	if (rc == 0)
 		ds_hf_apply_inverse(xf, x->cfg, t, tmp, dst);
-	ds_free(tmp);
 	return rc;
 }
 
@@ -114,6 +137,7 @@ static void st_close(void *ctx)
 {
 	struct st_src *x = ctx;
 	ds_st_close(x->f);
+	ds_free(x->tmp);
 	free(x);
 }
 
@@ -211,6 +235,8 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 		}
 		st = &x->f->idx.t[i];
 		used[i] = 1;
+		if (xf != DS_HF_COPY && xf != DS_HF_UNPAD && (uint64_t)t->numel * 4 > x->tmp_bytes)
+			x->tmp_bytes = (uint64_t)t->numel * 4;
 		if (st->ndim != t->ndim || st->shape[0] != shape[0] || (t->ndim > 1 && st->shape[1] != shape[1])) {
 			rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' has shape [%lld%s%lld], %s expects [%lld%s%lld]",
 					s->path, hf, (long long)st->shape[0], st->ndim > 1 ? ", " : "",
@@ -408,14 +434,16 @@ int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint
 	struct ds_outfile o = { 0 };
 	int32_t w[256];
 	float *a = NULL;
-	uint16_t *b = NULL;
 	char name[96];
 	int rc, bf = version == DS_LLMC_V_BF16;
 	if ((rc = ds_llmc_header_for(&s->cfg, version, &h, err)) < 0)
 		return ds_err_prefix(err, "%s: ", s->path);
-	a = ds_alloc(ds_csrc_largest(s) + (uint64_t)h.Vp * h.C * 4 + 64);
-	b = bf ? ds_alloc(ds_csrc_largest(s) / 2 + (uint64_t)h.Vp * h.C * 2 + 64) : NULL;
-	if (!a || (bf && !b)) {
+	/* one buffer: the largest tensor, or llm.c's wte if dstk pads less */
+	{
+		uint64_t wte = (uint64_t)h.Vp * h.C * 4;
+		a = ds_alloc((ds_csrc_largest(s) > wte ? ds_csrc_largest(s) : wte) + 64);
+	}
+	if (!a) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -440,8 +468,8 @@ int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint
 		if (total > n)
 			memset(a + n, 0, (size_t)(total - n) * sizeof(float));
 		if (bf) {
-			ds_fp32_to_bf16_n(b, a, (size_t)total);
-			rc = ds_outfile_write(&o, b, (size_t)total * 2, err);
+			ds_convert_narrow_inplace(a, (size_t)total, 1);
+			rc = ds_outfile_write(&o, a, (size_t)total * 2, err);
 		} else {
 			rc = ds_outfile_write(&o, a, (size_t)total * 4, err);
 		}
@@ -453,7 +481,6 @@ int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint
 out:
 	ds_outfile_abort(&o);
 	ds_free(a);
-	ds_free(b);
 	return rc;
 }
 

@@ -134,7 +134,6 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 	struct ds_ckpt *c = NULL;
 	struct ds_ckpt_meta meta = { 0 };
 	float *a = ds_alloc(ds_csrc_largest(s) + 64);
-	uint16_t *h = ds_alloc(ds_csrc_largest(s) / 2 + 64);
 	int rc;
 	meta.step = s->step;
 	meta.consumed_samples = 0;
@@ -143,7 +142,7 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 	meta.dtype = dtname;
 	meta.config_json = "{}";
 	meta.model_json = s->model_json;
-	if (!a || !h) {
+	if (!a) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -156,17 +155,12 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
 		char name[DS_CKPT_NAME_MAX];
 		uint64_t shape[2] = { (uint64_t)t->shape[0], (uint64_t)t->shape[1] };
-		const void *data = a;
 		snprintf(name, sizeof(name), "model/%s", t->name);
 		if ((rc = s->read(s->ctx, t, a, err)) < 0)
 			goto out;
-		if (dt == DS_CKPT_F16)
-			ds_fp32_to_fp16_n(h, a, (size_t)t->numel);
-		else if (dt == DS_CKPT_BF16)
-			ds_fp32_to_bf16_n(h, a, (size_t)t->numel);
 		if (dt != DS_CKPT_F32)
-			data = h;
-		if ((rc = ds_ckpt_tensor_put(c, name, dt, t->ndim, shape, data, err)) < 0)
+			ds_convert_narrow_inplace(a, (size_t)t->numel, dt == DS_CKPT_BF16);
+		if ((rc = ds_ckpt_tensor_put(c, name, dt, t->ndim, shape, a, err)) < 0)
 			goto out;
 		*bytes += (uint64_t)t->numel * ds_ckpt_dtype_size(dt);
 	}
@@ -174,7 +168,6 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 out:
 	ds_ckpt_close(c);
 	ds_free(a);
-	ds_free(h);
 	return rc;
 }
 

@@ -33,6 +33,10 @@ void ds_csrc_release(struct ds_csrc *s);
 /* fp32 bytes of the largest tensor of s. */
 uint64_t ds_csrc_largest(const struct ds_csrc *s);
 
+/* Narrow buf[0..n) to fp16 (bf16 = 0) or bf16 in place: the 16-bit values
+ * land in the first 2n bytes of buf, so no second tensor-sized buffer. */
+void ds_convert_narrow_inplace(float *buf, size_t n, int bf16);
+
 /* Sources (convert.c, convert_ckpt.c). */
 int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err);
 int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err);

@@ -328,15 +328,23 @@ int ds_st_read_f32(const struct ds_st_file *f, int i, float *dst, struct ds_err 
 	if (t->dtype != DS_ST_F16 && t->dtype != DS_ST_BF16 && t->dtype != DS_ST_F64)
 		return ds_err_set(err, DS_EINVAL, "%s: tensor '%s': dtype %s is not a floating-point type",
 				  f->path, t->name, ds_st_dtype_name(t->dtype));
+	if (es == 2) {
+		/* in place, no second buffer: the 16-bit values go to the back half
+		 * and widen front to back (element k is read before 4k..4k+3 is
+		 * written, and later elements lie at 2n + 2j >= 4k + 4) */
+		uint16_t *h = (uint16_t *)((char *)dst + 2 * n);
+		DS_TRY(ds_st_read_raw(f, i, h, err));
+		for (size_t k = 0; k < n; k++) {
+			uint16_t v = h[k];
+			dst[k] = t->dtype == DS_ST_F16 ? ds_fp16_to_fp32(v) : ds_bf16_to_fp32(v);
+		}
+		return 0;
+	}
 	tmp = ds_alloc(n * es + 1);
 	if (!tmp)
 		return ds_err_set(err, DS_ENOMEM, "%s: tensor '%s': out of memory", f->path, t->name);
 	rc = ds_st_read_raw(f, i, tmp, err);
-	if (rc == 0 && t->dtype == DS_ST_F16)
-		ds_fp16_to_fp32_n(dst, tmp, n);
-	else if (rc == 0 && t->dtype == DS_ST_BF16)
-		ds_bf16_to_fp32_n(dst, tmp, n);
-	else if (rc == 0)
+	if (rc == 0)
 		for (size_t k = 0; k < n; k++)
 			dst[k] = (float)((const double *)tmp)[k];
 	ds_free(tmp);

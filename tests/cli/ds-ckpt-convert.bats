@@ -144,6 +144,13 @@ st_hashes() {
 		[ "$(jq -r '.tensors | length' <<<"$output")" = 28 ]
 	done
 	jq -e '.tensors[0].dtype == "bfloat16"' <(ds-ckpt-convert inspect --json "$W/wbf16")
+	# the 16-bit weights still give the model's logits, to 16-bit rounding
+	for t in fp16 bf16; do
+		run -0 ds-ckpt-convert "$W/w$t" --to hdf5 -o "$W/wide-$t"
+		"$(helper_bin)" logits "$W/wide-$t" "$CS/tokens.i32" "$W/$t.f32"
+		run -0 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-gpt2.f32" $([ $t = fp16 ] && echo 2e-3 || echo 2e-2)
+		run -1 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-gpt2.f32" 1e-5
+	done
 	# a 16-bit weights file converts on (widened to fp32)
 	run -0 ds-ckpt-convert "$W/wbf16" --to safetensors -o "$W/from-bf16"
 }
