@@ -5,12 +5,13 @@
 #
 # 1. ds-nvme-tune's default search on DIR (its wall time is the "finds the
 #    best in under 60 s" figure);
-# 2. ds-nvme-tune again with only the best settings and LOOPS loops, so the
-#    figure compared is a fresh measurement, not the search's best draw;
-# 3. fio, libaio, O_DIRECT, the same bytes (IO_SIZE split into
+# 2. three rounds of: ds-nvme-tune with only the best settings and LOOPS
+#    loops (a fresh measurement, not the search's best draw), then fio,
+#    libaio, O_DIRECT, the same bytes (IO_SIZE split into
 #    intra_op_parallelism jobs of contiguous chunks of one file, as the
-#    engine splits it), bs = block_size, iodepth = queue_depth, LOOPS loops.
-# Prints both GB/s (2^30 bytes/s) for read and write and dstk/fio.
+#    engine splits it), bs = block_size, iodepth = queue_depth, the
+#    batch sizes that match single_submit / overlap_events, LOOPS loops.
+# Prints the median GB/s (2^30 bytes/s) of each for read and write and dstk/fio.
 # A benchmark, not a test: it never fails on a ratio.  Needs fio and jq.
 set -euo pipefail
 
@@ -42,21 +43,35 @@ printf 'search: %d trials of %d in %.1f s (engine %s, %s); best block_size %s qu
 
 jq '{block_size: [.block_size], queue_depth: [.queue_depth], intra_op_parallelism: [.intra_op_parallelism],
      single_submit: [.single_submit], overlap_events: [.overlap_events]}' "$work/best.json" >"$work/sweep.json"
-"$tune" --nvme_dir "$dir" --io_size "$io" --loops "$loops" --sweep_config "$work/sweep.json" --json -q >"$work/again.json"
-ds_r=$(jq .best.read_gbps "$work/again.json")
-ds_w=$(jq .best.write_gbps "$work/again.json")
 
 chunk=$((bytes / par))
+# the submission modes in fio's terms: single_submit = one iocb per
+# io_submit; without overlap_events a whole batch is reaped before the next
+batch=$qd; [ "$ss" = true ] && batch=1
+reap=1; [ "$ov" = true ] || reap=$qd
 fio_gbps() { # rw
-	local key=${1#rand}
-	[ "$key" = read ] || key=write
 	fio --name="dstk_$1" --filename="$fiofile" --rw="$1" --bs="$bs" --iodepth="$qd" --numjobs="$par" \
+		--iodepth_batch_submit="$batch" --iodepth_batch_complete_min="$reap" --iodepth_batch_complete_max="$qd" \
 		--size="$chunk" --offset_increment="$chunk" --ioengine=libaio --direct=1 --loops="$loops" \
 		--group_reporting --output-format=json 2>/dev/null |
-		jq --arg k "$key" '.jobs[0][$k].bw_bytes / 1073741824'
+		jq --arg k "$1" '.jobs[0][$k].bw_bytes / 1073741824'
 }
-fio_w=$(fio_gbps write)
-fio_r=$(fio_gbps read)
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# three interleaved rounds, medians compared: the disk's drift hits both
+for round in 1 2 3; do
+	"$tune" --nvme_dir "$dir" --io_size "$io" --loops "$loops" --sweep_config "$work/sweep.json" --json -q >"$work/again.json"
+	jq .best.read_gbps "$work/again.json" >>"$work/ds_r"
+	jq .best.write_gbps "$work/again.json" >>"$work/ds_w"
+	fio_gbps write >>"$work/fio_w"
+	fio_gbps read >>"$work/fio_r"
+done
+ds_r=$(median <"$work/ds_r")
+ds_w=$(median <"$work/ds_w")
+fio_r=$(median <"$work/fio_r")
+fio_w=$(median <"$work/fio_w")
+echo "# rounds (GB/s): dstk read $(paste -sd' ' "$work/ds_r"), fio read $(paste -sd' ' "$work/fio_r")"
+echo "#                dstk write $(paste -sd' ' "$work/ds_w"), fio write $(paste -sd' ' "$work/fio_w")"
 
 printf '%-6s %12s %12s %8s\n' op dstk_gbps fio_gbps ratio
 awk -v r="$ds_r" -v fr="$fio_r" -v w="$ds_w" -v fw="$fio_w" 'BEGIN {
