@@ -557,8 +557,9 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 	}
 }
 
-/* dx (N,C) += gradient through layer l of dout (N,C); dx may alias dout
- * (it is the residual stream's gradient, updated in place). */
+/* dres (N,C): on entry d loss / d out of layer l, on return d loss / d x
+ * (the residual stream's gradient, updated in place); parameter gradients
+ * accumulate into the segment's grads.  x (N,C) is the layer's input. */
 static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			   float *dres, const float *x, int B, int T)
 {
