@@ -113,6 +113,15 @@ static int walk(struct walk *w, json_t *obj, const char *prefix)
 			DS_TRY(unknown(w, obj, name, path));
 			continue;
 		}
+		if (json_is_null(v)) {
+			/* null spells "not set" for a key without a default, as DeepSpeed reads it */
+			if (k >= 0 && T[k].def)
+				return ds_err_set(w->err, DS_EINVAL,
+						  "%s: key '%s': null is not a value here; remove the key for its default %s",
+						  w->c->name, path, k >= 0 ? T[k].def : "");
+			json_object_del(obj, name);
+			continue;
+		}
 		if (node) {
 			if (!strcmp(path, "zero_optimization") && json_is_boolean(v))
 				continue; /* the legacy form, mapped by aliases() */

@@ -414,6 +414,8 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "optimizer.params.momentum", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "SGD: momentum factor (torch.optim.SGD's name)" },
 	{ "optimizer.params.dampening", DS_KT_FLOAT, "0.0", NULL, 0.0, 1.0, DS_KEY_IMPLEMENTED, DS_KEY_MIN | DS_KEY_MAX, "SGD: dampening of the momentum (torch.optim.SGD's name)" },
 	{ "optimizer.params.nesterov", DS_KT_BOOL, "false", NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "SGD: Nesterov momentum (needs momentum > 0, dampening 0)" },
+	{ "autotuning.num_nodes", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "ds-autotune: nodes to use (default: the allocation's; in DeepSpeed's autotuning docs, not its key list)" },
+	{ "autotuning.num_gpus", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "ds-autotune: ranks per node (default: the allocation's; in DeepSpeed's autotuning docs, not its key list)" },
 	{ "dstk", DS_KT_OBJECT, NULL, NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "dstk's own settings, which DeepSpeed has no key for" },
 	{ "dstk.nonfinite_policy", DS_KT_ENUM, "\"skip\"", "skip|abort", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "on a non-finite gradient (bf16/fp32): skip the step and log it, or abort" },
 	{ "dstk.nonfinite_max_consecutive", DS_KT_INT, "10", NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "skip policy: abort after this many consecutive non-finite steps" },

@@ -13,18 +13,23 @@ EXTRA_DIST += contrib/config/gen_keys.py
 ## the example DeepSpeed configs and the bundled models ds-train defaults to
 dsconfig_configsdir = $(pkgdatadir)/configs
 dist_dsconfig_configs_DATA = \
+	share/configs/activation-checkpointing.json \
 	share/configs/adam-l2.json \
 	share/configs/adam.json \
 	share/configs/adamw.json \
+	share/configs/autotuning.json \
 	share/configs/basic-fp16-zero2.json \
 	share/configs/batch.json \
 	share/configs/bf16.json \
+	share/configs/comms-logger.json \
 	share/configs/default.json \
+	share/configs/flops-profiler.json \
 	share/configs/fp16.json \
 	share/configs/hf-bf16-zero2-offload.json \
 	share/configs/lamb.json \
 	share/configs/large-bf16-zero3-offload.json \
 	share/configs/lr-range-test.json \
+	share/configs/monitor.json \
 	share/configs/one-cycle.json \
 	share/configs/sgd.json \
 	share/configs/structure.json \

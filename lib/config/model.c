@@ -128,6 +128,12 @@ static int load(json_t *root, const char *file, struct ds_model_config *m, struc
 				FAIL("%s: unknown key '%s' (did you mean '%s'?)", file, name, sug);
 			FAIL("%s: unknown key '%s'", file, name);
 		}
+		if (json_is_null(v)) {
+			if (mkeys[i].def)
+				FAIL("%s: key '%s': null is not a value here; remove the key for its default %s", file, norm,
+				     mkeys[i].def);
+			continue; /* null: not set */
+		}
 		if (m->set_mask & (1u << i))
 			FAIL("%s: key '%s': given twice (as '-' and '_' spellings)", file, norm);
 		json_t *nv = NULL;

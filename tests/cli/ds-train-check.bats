@@ -125,6 +125,9 @@ check_bad() {
 	check_bad partial-offload.json "zero_optimization.offload_optimizer.ratio" "Stage 3"
 	check_bad max-grad-norm.json "optimizer.params.max_grad_norm" "gradient_clipping"
 	check_bad unsupported-wandb.json "wandb.enabled" "not supported by dstk"
+	check_bad seed-onebit-adam.json "optimizer.type" "OneBitAdam"
+	check_bad seed-autotuning-nulls.json "autotuning.results_dir" "null"
+	check_bad seed-flops-trailing-comma.json "seed-flops-trailing-comma.json:9:"
 }
 
 @test "bad input: the seeds' incomplete snippets (no batch size) and an inconsistent triad" {

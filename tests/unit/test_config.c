@@ -422,6 +422,11 @@ static void test_bad_input(void **state)
 	bad("{\"train_batch_size\": \"auto\"}", 1, "key 'train_batch_size'", "ds-autotune", NULL);
 	bad("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": [1, 2]}}", 1, "zero_optimization.stage",
 	    "ds-autotune", NULL);
+	/* null: "not set" for a key without a default, an error for one with a default */
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"flops_profiler\": {\"enabled\": true, \"output_file\": null}, \"zero_optimization\": {\"offload_param\": null}}", 1, &c), 0);
+	assert_int_equal(ds_config_source(c, "flops_profiler.output_file"), DS_SRC_UNSET);
+	ds_config_destroy(c);
+	bad("{\"train_batch_size\": 8, \"steps_per_print\": null}", 1, "key 'steps_per_print'", "null", NULL);
 	/* not an object */
 	bad("[1, 2]", 1, "expected a JSON object", NULL);
 	/* unsupported in use vs switched off */
@@ -538,7 +543,8 @@ static void test_share_configs(void **state)
 		"default", "basic-fp16-zero2", "structure", "batch", "adam", "adam-l2", "adamw", "sgd", "lamb",
 		"warmup-lr", "warmup-decay-lr", "warmup-cosine-lr", "one-cycle", "lr-range-test", "fp16", "bf16",
 		"zero1", "zero2", "zero2-offload", "zero3-offload", "hf-bf16-zero2-offload",
-		"large-bf16-zero3-offload"
+		"large-bf16-zero3-offload", "monitor", "flops-profiler", "comms-logger", "autotuning",
+		"activation-checkpointing"
 	};
 	struct ds_config_opts o = DS_CONFIG_OPTS_INIT;
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
