@@ -313,6 +313,11 @@ int ds_config_get_str(const struct ds_config *c, const char *path, const char **
 	return 0;
 }
 
+const struct json_t *ds_config_get_json(const struct ds_config *c, const char *path)
+{
+	return value(c, path);
+}
+
 int ds_config_is_set(const struct ds_config *c, const char *path)
 {
 	struct ds_config_ent *e = ds_config_find_ent(c, path);

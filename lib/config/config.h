@@ -54,6 +54,11 @@ int ds_config_get_double(const struct ds_config *c, const char *path, double *ou
 int ds_config_get_bool(const struct ds_config *c, const char *path, int *out);
 /* *out points into c (valid until ds_config_destroy). */
 int ds_config_get_str(const struct ds_config *c, const char *path, const char **out);
+/* Any value (lists such as optimizer.params.betas or comms_logger.prof_ops,
+ * free-form objects such as autotuning.arg_mappings) as a borrowed jansson
+ * json_t, valid until ds_config_destroy; NULL when it has no value. */
+struct json_t;
+const struct json_t *ds_config_get_json(const struct ds_config *c, const char *path);
 /* 1 when the key was given in the config (under any alias), else 0. */
 int ds_config_is_set(const struct ds_config *c, const char *path);
 /* Source of the resolved value (DS_SRC_UNSET for unknown paths). */

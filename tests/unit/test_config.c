@@ -500,6 +500,11 @@ static void test_getters_and_print(void **state)
 	assert_true(d == 60.0);
 	assert_int_equal(ds_config_get_str(c, "dstk.nonfinite_policy", &s), 0);
 	assert_string_equal(s, "skip");
+	const json_t *l = ds_config_get_json(c, "comms_logger.prof_ops");
+	assert_true(json_is_array(l) && json_array_size(l) == 0);
+	l = ds_config_get_json(c, "optimizer.params.betas");
+	assert_true(json_is_array(l) && json_real_value(json_array_get(l, 1)) == 0.999);
+	assert_null(ds_config_get_json(c, "optimizer.type"));
 	assert_int_equal(ds_config_get_int(c, "no.such.key", &x), DS_EINVAL);
 	assert_int_equal(ds_config_get_bool(c, "steps_per_print", &b), DS_EINVAL);
 	assert_int_equal(ds_config_get_str(c, "optimizer.type", &s), DS_EINVAL); /* unset, no default */
