@@ -51,8 +51,9 @@ struct ds_profile_measure_opts {
 int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profile_measure_opts *o,
 		       struct ds_count *c, struct ds_profile_engine *e, struct ds_err *err);
 
-/* Parse a model JSON into *m (defaults applied, derived fields filled).
- * Returns 0 or DS_EINVAL with "FILE: key 'k': ..." in err. */
+/* Parse a model JSON into *m with lib/config's ds_model_config_load
+ * (defaults applied, derived fields filled).  Returns 0 or DS_EINVAL with
+ * "FILE: key 'k': ..." in err. */
 int ds_profile_load_model(const char *path, struct ds_model_config *m, struct ds_err *err);
 
 #endif
