@@ -55,6 +55,11 @@ struct ds_ckpt {
 
 static int reserve_pieces(struct wtensor *w, size_t n, struct ds_err *err);
 
+/* Bytes moved per H5Dread/H5Dwrite when streaming whole chunks: small
+ * enough that the CRC pass finds them in cache, large enough to amortise
+ * the call. */
+enum { RUN_BYTES = 4 << 20 };
+
 /* ---- small helpers ----------------------------------------------------- */
 
 static char *join(const char *a, const char *b)
@@ -649,11 +654,7 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 				  (unsigned long long)begin, (unsigned long long)end, (unsigned long long)w->numel);
 	if (begin == end)
 		return 0;
-	if (xfer(w->dset, mem_type(w->dtype), w->ndim, w->shape, begin, end, (void *)data, 1) < 0)
-		return ds_err_set(err, DS_EIO, "%s: /%s: write of [%llu, %llu) failed: %s", c->file, name,
-				  (unsigned long long)begin, (unsigned long long)end, h5msg(msg));
-	/* one piece per chunk the slice touches; chunk CRCs are independent,
-	 * so the threads share them */
+	/* one piece per chunk the slice touches */
 	const uint8_t *p = data;
 	uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
 	size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
@@ -662,10 +663,27 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 		uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb, ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
 		w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs, 0, 0 };
 	}
-	#pragma omp parallel for schedule(dynamic, 4) if (nnew > 8)
-	for (size_t k = 0; k < nnew; k++) {
-		struct piece *q = &w->p[k0 + k];
-		q->crc = ds_crc32c(0, p + (q->chunk * cb + q->off - bb), (size_t)q->len);
+	/* in runs of about RUN_BYTES: the threads share the chunk CRCs, then
+	 * HDF5 copies the run out while it is still in cache */
+	for (size_t k = 0; k < nnew; ) {
+		size_t ke = k + 1;
+		uint64_t bytes = w->p[k0 + k].len;
+		while (ke < nnew && bytes + w->p[k0 + ke].len <= RUN_BYTES)
+			bytes += w->p[k0 + ke++].len;
+		#pragma omp parallel for schedule(dynamic, 1) if (ke - k > 2)
+		for (size_t j = k; j < ke; j++) {
+			struct piece *q = &w->p[k0 + j];
+			q->crc = ds_crc32c(0, p + (q->chunk * cb + q->off - bb), (size_t)q->len);
+		}
+		/* piece bounds are chunk bounds or slice ends: whole elements */
+		uint64_t rb = w->p[k0 + k].chunk * cb + w->p[k0 + k].off;
+		uint64_t re = w->p[k0 + ke - 1].chunk * cb + w->p[k0 + ke - 1].off + w->p[k0 + ke - 1].len;
+		if (xfer(w->dset, mem_type(w->dtype), w->ndim, w->shape, rb / w->es, re / w->es,
+			 (void *)(p + (rb - bb)), 1) < 0)
+			return ds_err_set(err, DS_EIO, "%s: /%s: write of elements [%llu, %llu) failed: %s", c->file,
+					  name, (unsigned long long)(rb / w->es), (unsigned long long)(re / w->es),
+					  h5msg(msg));
+		k = ke;
 	}
 	w->np += nnew;
 	return 0;
@@ -1224,7 +1242,9 @@ static int rt_read(struct ds_ckpt *c, struct rtensor *t, uint64_t b, uint64_t e,
 		uint64_t cs = ch * cb, ce = cs + cb < total ? cs + cb : total;
 		if (out && cs >= bb && ce <= be) {
 			uint64_t run = ch + 1, re = ce;
-			while (run * cb < be && (run * cb + cb <= be || be == total) && run < t->nchunks) {
+			/* runs of at most RUN_BYTES, so the CRC pass finds them in cache */
+			while (run * cb < be && (run * cb + cb <= be || be == total) && run < t->nchunks &&
+			       (run - ch + 1) * cb <= RUN_BYTES) {
 				re = run * cb + cb < total ? run * cb + cb : total;
 				run++;
 			}
