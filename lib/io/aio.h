@@ -10,6 +10,8 @@
  * Test-only: DS_TEST_FAULT_NO_ODIRECT=1 in the environment makes every
  * O_DIRECT open (and ds_aio_probe_direct) fail as a file system that refuses
  * O_DIRECT would, so the refusal path can be tested on any file system.
+ * Test-only: DS_TEST_FAULT_AIO_QUEUE_FULL=1 makes the aio engine's
+ * io_submit behave as a full kernel queue (partial submits, EAGAIN).
  */
 #ifndef DS_IO_AIO_H
 #define DS_IO_AIO_H

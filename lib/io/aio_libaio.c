@@ -7,6 +7,9 @@
  * single_submit passes one iocb per io_submit call.  A partial io_submit or
  * EAGAIN (queue full) puts the rest back and retries after reaping, so no
  * request is lost; errors arrive as negative errno in io_event.res.
+ * Test-only: DS_TEST_FAULT_AIO_QUEUE_FULL=1 makes io_submit take at most one
+ * request per call and refuse every third call with EAGAIN while requests
+ * are in flight, as a full kernel queue does, to exercise that path.
  */
 #include <errno.h>
 #include <libaio.h>
@@ -76,6 +79,18 @@ static int aio_init(void **out, const struct ds_aio_opts *o, struct ds_err *err)
 	return 0;
 }
 
+/* io_submit, or under the test fault a kernel queue that is always full. */
+static int submit(struct aio_tctx *t, int fault, int inflight, int n, struct iocb **p)
+{
+	static _Thread_local unsigned calls;
+	if (fault) {
+		if (++calls % 3 == 0 && inflight > 0)
+			return -EAGAIN;
+		n = 1;
+	}
+	return io_submit(t->ctx, n, p);
+}
+
 /* Bytes of block b of the chunk (the last may be short). */
 static uint64_t blk_len(const struct ds_aio_opts *o, const struct ds_io_xfer *x, uint64_t b)
 {
@@ -89,6 +104,8 @@ static int aio_xfer(void *p, const struct ds_aio_opts *o, const struct ds_io_xfe
 	uint64_t nblk = (x->len + o->block_size - 1) / o->block_size;
 	uint64_t next = 0, done = 0;
 	int inflight = 0, rc = 0;
+	const char *f = getenv("DS_TEST_FAULT_AIO_QUEUE_FULL");
+	int fault = f && *f && strcmp(f, "0") != 0;
 
 	while (done < nblk) {
 		/* fill: with overlap whatever slots are free; without, a new batch
@@ -113,7 +130,7 @@ static int aio_xfer(void *p, const struct ds_aio_opts *o, const struct ds_io_xfe
 			int sub = 0;
 			double now = ds_now();
 			while (sub < n) {
-				int r = io_submit(t->ctx, o->single_submit ? 1 : n - sub, t->ptrs + sub);
+				int r = submit(t, fault, inflight + sub, o->single_submit ? 1 : n - sub, t->ptrs + sub);
 				if (r == -EINTR)
 					continue;
 				if (r <= 0) {

@@ -220,6 +220,30 @@ static void test_queue_full_loses_nothing(void **state)
 	}
 }
 
+/* The kernel queue full (test fault): io_submit takes one request per call
+ * and refuses every third call with EAGAIN; nothing may be lost or
+ * reordered, in either submission mode. */
+static void test_aio_queue_full_fault(void **state)
+{
+	(void)state;
+#ifdef HAVE_LIBAIO
+	setenv("DS_TEST_FAULT_AIO_QUEUE_FULL", "1", 1);
+	for (int ov = 0; ov < 2; ov++)
+		for (int qd = 1; qd <= 16; qd *= 4) {
+			struct ds_aio_opts o = DS_AIO_OPTS_INIT;
+			o.engine = "aio";
+			o.block_size = 4096;
+			o.queue_depth = qd;
+			o.overlap_events = ov;
+			o.intra_op_parallelism = 2;
+			roundtrip(&o, 2 * 37 * 4096, 4096, 5000 + (unsigned)(ov * 100 + qd));
+		}
+	unsetenv("DS_TEST_FAULT_AIO_QUEUE_FULL");
+#else
+	skip();
+#endif
+}
+
 static void test_getters_and_defaults(void **state)
 {
 	(void)state;
@@ -399,6 +423,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_direct),
 		cmocka_unit_test(test_roundtrip_buffered_odd),
 		cmocka_unit_test(test_queue_full_loses_nothing),
+		cmocka_unit_test(test_aio_queue_full_fault),
 		cmocka_unit_test(test_errors_with_numbers),
 		cmocka_unit_test(test_no_odirect_injection),
 		cmocka_unit_test(test_null_engine),
