@@ -643,6 +643,45 @@ static void test_pieces(void **state)
 	assert_false(exists(tp("pc/global_step2.tmp")));
 }
 
+/* 12 MB with the default 1 MiB chunks: writes and reads stream in several
+ * 4 MiB runs; slices cross run and chunk boundaries. */
+static void test_big(void **state)
+{
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = 3 };
+	enum { N = 3000000 };
+	uint64_t s[2] = { 3000, 1000 };
+	float *w = malloc(N * sizeof *w), *rd = malloc(N * sizeof *rd);
+	(void)state;
+	assert_non_null(w);
+	assert_non_null(rd);
+	for (size_t i = 0; i < N; i++)
+		w[i] = (float)(i % 65521) * 0.25f - (float)(i / 65521);
+	OK(ds_ckpt_create(&c, tp("big"), &m, &e));
+	OK(ds_ckpt_tensor_create(c, "model/big", DS_CKPT_F32, 2, s, &e));
+	OK(ds_ckpt_tensor_write(c, "model/big", 1500003, N, w + 1500003, &e));
+	OK(ds_ckpt_tensor_write(c, "model/big", 0, 1500003, w, &e));
+	OK(ds_ckpt_commit(c, &e));
+	ds_ckpt_close(c);
+	OK(ds_ckpt_open(&c, tp("big"), NULL, &e));
+	OK(ds_ckpt_tensor_read(c, "model/big", 0, N, rd, &e));
+	assert_memory_equal(rd, w, (size_t)N * sizeof *w);
+	/* 262144 floats per chunk: from inside chunk 1 to inside chunk 9 */
+	OK(ds_ckpt_tensor_read(c, "model/big", 262145, 2359300, rd, &e));
+	assert_memory_equal(rd, w + 262145, (size_t)(2359300 - 262145) * sizeof *w);
+	OK(ds_ckpt_verify(c, NULL, NULL, &e));
+	ds_ckpt_close(c);
+	const char *f = tp("big/global_step3/state.h5");
+	flip_byte(f, data_offset(f, "/model/big") + 5 * 1048576 + 77);
+	OK(ds_ckpt_open(&c, tp("big"), NULL, &e));
+	OK(ds_ckpt_tensor_read(c, "model/big", 0, 5 * 262144, rd, &e));
+	expect_err(ds_ckpt_tensor_read(c, "model/big", 0, N, rd, &e), DS_ECORRUPT, &e, "/model/big", "chunk 5 ");
+	ds_ckpt_close(c);
+	free(w);
+	free(rd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -654,6 +693,7 @@ int main(void)
 		cmocka_unit_test(test_bad_files),
 		cmocka_unit_test(test_many_chunks),
 		cmocka_unit_test(test_pieces),
+		cmocka_unit_test(test_big),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
