@@ -70,7 +70,8 @@ int ds_dataset_read(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t
 int ds_dataset_read_i32(const struct ds_dataset *d, uint64_t off, size_t n, int32_t *out, struct ds_err *err);
 
 /* Scan the whole stream against the vocab set above (up-front validation,
- * a few hundred million tokens a second).  Returns 0 or the error of ds_dataset_read. */
+ * a few hundred million tokens a second).  Returns 0 or the error of
+ * ds_dataset_read. */
 int ds_dataset_scan(const struct ds_dataset *d, struct ds_err *err);
 
 /* A fingerprint of the stream for checkpoints: CRC-32C over the token
@@ -111,7 +112,9 @@ int ds_dataset_num_windows(const struct ds_dataset *d, uint64_t seq_length, uint
  * begin[3]/end[3].  Returns 0 or DS_EINVAL naming the string. */
 int ds_data_split_parse(const char *split, uint64_t n, uint64_t begin[3], uint64_t end[3], struct ds_err *err);
 
-/* Initialise a sampler; count 0 is DS_EINVAL. */
+/* Initialise a sampler over windows [first, first + count) of d (count 0:
+ * an empty split, whose ds_sampler_get is DS_EINVAL).  Shuffles by default.
+ * Returns 0 or DS_EINVAL (too short, range past the windows). */
 int ds_sampler_init(struct ds_sampler *s, const struct ds_dataset *d, uint64_t seq_length,
 		    uint64_t first, uint64_t count, uint64_t seed, uint32_t stream, struct ds_err *err);
 
