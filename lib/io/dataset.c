@@ -109,6 +109,17 @@ void ds_dataset_tok_convert(int type, const uint8_t *src, size_t n, uint32_t *ou
 	}
 }
 
+int ds_data_format_parse(const char *name, int *out, struct ds_err *err)
+{
+	static const char *const names[] = { "auto", "text", "megatron", "llmc" };
+	for (int i = 0; i < 4; i++)
+		if (name && strcmp(name, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	return ds_err_set(err, DS_EINVAL, "data format '%s': use auto, text, megatron or llmc", name ? name : "");
+}
+
 /* ---- open: detection --------------------------------------------------- */
 
 static int file_exists(const char *p)

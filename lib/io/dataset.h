@@ -24,6 +24,10 @@ enum ds_data_format {
 
 struct ds_dataset;
 
+/* "auto", "text", "megatron" or "llmc" to enum ds_data_format in *out.
+ * Returns 0 or DS_EINVAL listing the names. */
+int ds_data_format_parse(const char *name, int *out, struct ds_err *err);
+
 /* A reader: designated initialisers in dataset_<name>.c (STYLE rules 12-13).
  * read fills out[0..n) with tokens [off, off+n) of the stream; the caller has
  * checked off + n <= num_tokens.  where names the file and byte offset of

@@ -131,7 +131,13 @@ static void test_text(void **state)
 	struct ds_dataset *d;
 	struct ds_err e = DS_ERR_INIT;
 	uint32_t t[5];
+	int f;
 	(void)state;
+	OK(ds_data_format_parse("megatron", &f, &e));
+	assert_int_equal(f, DS_DATA_MEGATRON);
+	OK(ds_data_format_parse("text", &f, &e));
+	assert_int_equal(f, DS_DATA_TEXT);
+	expect_err(ds_data_format_parse("hdf5", &f, &e), DS_EINVAL, &e, "'hdf5'", "llmc");
 	put("a.txt", "Hello, world\n", 13);
 	OK(ds_dataset_open(&d, tpath("a.txt"), DS_DATA_AUTO, &e));
 	assert_string_equal(ds_dataset_format_name(d), "text");
