@@ -9,6 +9,7 @@
 #include "io/dataset_int.h"
 
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +118,10 @@ static int llmc_open(struct ds_dataset *d, const char *path, struct ds_err *err)
 	}
 	for (size_t i = 0; i < nn && rc == 0; i++) {
 		rc = open_shard(&l->sh[i], names[i], err);
+		if (rc == DS_ECORRUPT && err) {
+			size_t n = strlen(err->msg);
+			snprintf(err->msg + n, sizeof err->msg - n, "; re-create it with llm.c's data scripts");
+		}
 		l->n = i + 1;
 		l->sh[i].first = l->ntok;
 		l->ntok += l->sh[i].ntok;

@@ -9,6 +9,7 @@
  */
 #include "io/dataset_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,8 +113,10 @@ static int megatron_open(struct ds_dataset *d, const char *path, struct ds_err *
 		strcpy(pre + n, ".bin");
 		rc = ds_dataset_map_open(&g->bin, pre, err);
 	}
-	if (rc == 0)
-		rc = check_idx(g, err);
+	if (rc == 0 && (rc = check_idx(g, err)) == DS_ECORRUPT && err) {
+		size_t l = strlen(err->msg);
+		snprintf(err->msg + l, sizeof err->msg - l, "; re-create it with Megatron/GPT-NeoX preprocess_data.py");
+	}
 	free(pre);
 	if (rc < 0) {
 		ds_dataset_map_close(&g->idx);
