@@ -205,6 +205,9 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 			return ds_err_set(err, DS_EINVAL, "%s: __metadata__ dstk_model disagrees with %s; remove one",
 					  s->path, cfgpath);
 		s->cfg = m;
+		/* kept verbatim, so HDF5 -> safetensors -> HDF5 returns the same text */
+		if (!(s->model_json = strdup(dm)))
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
 	}
 	x->arch = arch;
 	x->cfg = &s->cfg;

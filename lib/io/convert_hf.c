@@ -1,9 +1,9 @@
 /* convert_hf.c - dstk <-> Hugging Face GPT-2 / GPT-NeoX names, layouts and
  * config.json, and the dstk model JSON (see convert_hf.h).
  *
- * The model JSON is read here with jansson and a small key table until
- * lib/config's loader can parse text; keys are GPT-NeoX's, unknown keys are
- * errors so no option that changes the math is silently dropped.
+ * The model JSON goes through lib/config's model key table (the same
+ * loader as ds-train's --model), so unknown keys stay errors and no option
+ * that changes the math is silently dropped.
  */
 #include <jansson.h>
 #include <math.h>
@@ -251,15 +251,8 @@ static int gelu_ok(json_t *j, const char *path, const char *k, struct ds_err *er
 
 static void dstk_defaults(struct ds_model_config *m)
 {
-	memset(m, 0, sizeof(*m));
+	ds_model_config_defaults(m);
 	m->family = DS_FAMILY_GPT;
-	m->make_vocab_size_divisible_by = 128;
-	m->rotary_pct = 1.0;
-	m->rotary_emb_base = 10000;
-	m->layernorm_epsilon = 1e-5;
-	m->rms_norm_epsilon = 1e-8;
-	m->init_method_std = 0.02;
-	m->type_vocab_size = 2;
 }
 
 static void derive(struct ds_model_config *m)
@@ -369,145 +362,49 @@ out:
 	return rc;
 }
 
-/* ---- dstk model JSON ---------------------------------------------------- */
+/* ---- dstk model JSON ----------------------------------------------------- */
 
-enum kt { T_INT, T_DOUBLE, T_BOOL, T_ENUM };
-
-static const char *const fam_names[] = { "gpt", "bert", NULL };
-static const char *const pos_names[] = { "learned", "rotary", "sinusoidal", NULL };
-static const char *const norm_names[] = { "layernorm", "rmsnorm", NULL };
-static const char *const act_names[] = { "gelu", "geglu", "swiglu", NULL };
-
-static const struct key {
-	const char *name;
-	int type;
-	size_t off;
-	const char *const *names;
-} keys[] = {
-#define K(n, t, e) { #n, t, offsetof(struct ds_model_config, n), e }
-	K(family, T_ENUM, fam_names),
-	K(num_layers, T_INT, NULL),
-	K(hidden_size, T_INT, NULL),
-	K(num_attention_heads, T_INT, NULL),
-	K(seq_length, T_INT, NULL),
-	K(max_position_embeddings, T_INT, NULL),
-	K(vocab_size, T_INT, NULL),
-	K(make_vocab_size_divisible_by, T_INT, NULL),
-	K(intermediate_size, T_INT, NULL),
-	K(pos_emb, T_ENUM, pos_names),
-	K(rotary_pct, T_DOUBLE, NULL),
-	K(rotary_emb_base, T_DOUBLE, NULL),
-	K(norm, T_ENUM, norm_names),
-	K(layernorm_epsilon, T_DOUBLE, NULL),
-	K(rms_norm_epsilon, T_DOUBLE, NULL),
-	K(activation, T_ENUM, act_names),
-	K(no_weight_tying, T_BOOL, NULL),
-	K(gpt_j_residual, T_BOOL, NULL),
-	K(init_method_std, T_DOUBLE, NULL),
-	K(hidden_dropout, T_DOUBLE, NULL),
-	K(attention_dropout, T_DOUBLE, NULL),
-	K(type_vocab_size, T_INT, NULL),
-#undef K
-};
-#define NKEYS ((int)(sizeof(keys) / sizeof(keys[0])))
+/* lib/config's key table does the work; padded_vocab_size, which
+ * ds_model_config_to_json adds but its loader does not take, is dropped on
+ * writing and checked on reading. */
 
 char *ds_convert_model_json(const struct ds_model_config *m)
 {
-	json_t *j = json_object();
-	char *s;
-	if (!j)
-		return NULL;
-	for (int k = 0; k < NKEYS; k++) {
-		const char *base = (const char *)m + keys[k].off;
-		json_t *v;
-		const char *n = keys[k].name;
-		/* only the keys that apply, as lib/config's loader wants them */
-		if ((!strcmp(n, "type_vocab_size") && m->family != DS_FAMILY_BERT) ||
-		    (!strncmp(n, "rotary_", 7) && m->pos_emb != DS_POS_ROTARY) ||
-		    (!strcmp(n, "rms_norm_epsilon") && m->norm != DS_NORM_RMSNORM) ||
-		    (!strcmp(n, "layernorm_epsilon") && m->norm != DS_NORM_LAYERNORM))
-			continue;
-		switch (keys[k].type) {
-		case T_INT: v = json_integer(*(const int *)base); break;
-		case T_DOUBLE: v = json_real(*(const double *)base); break;
-		case T_BOOL: v = json_boolean(*(const int *)base); break;
-		default: v = json_string(keys[k].names[*(const int *)base]); break;
-		}
-		json_object_set_new(j, keys[k].name, v);
+	char *s = ds_model_config_to_json(m, 0), *out = NULL;
+	json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+	if (j) {
+		json_object_del(j, "padded_vocab_size");
+		out = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
 	}
-	s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_INDENT(2));
 	json_decref(j);
-	return s;
+	free(s);
+	return out;
 }
 
 int ds_convert_model_parse(const char *text, const char *where, struct ds_model_config *m,
 			   struct ds_err *err)
 {
 	json_error_t je;
-	json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je), *v;
-	const char *name;
-	int rc = 0, padded = 0;
-	dstk_defaults(m);
+	json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je), *pv;
+	char *t = NULL;
+	int rc, padded = 0;
 	if (!j || !json_is_object(j)) {
-		rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: %s", where, j ? "not an object" : je.text);
-		goto out;
+		json_decref(j);
+		return ds_err_set(err, DS_EINVAL, "%s: model JSON: %s", where, j ? "not an object" : je.text);
 	}
-	json_object_foreach(j, name, v) {
-		const struct key *k = NULL;
-		char *base;
-		char norm[64];
-		snprintf(norm, sizeof(norm), "%s", name);
-		for (char *c = norm; *c; c++)
-			if (*c == '-')
-				*c = '_';
-		for (int i = 0; i < NKEYS; i++)
-			if (!strcmp(norm, keys[i].name))
-				k = &keys[i];
-		if (!k && !strcmp(norm, "padded_vocab_size") && json_is_integer(v)) {
-			/* derived; lib/config's ds_model_config_to_json writes it: checked below */
-			padded = (int)json_integer_value(v);
-			continue;
-		}
-		if (!k) {
-			rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: unknown key '%s'", where, name);
-			goto out;
-		}
-		base = (char *)m + k->off;
-		if (k->type == T_INT && json_is_integer(v) && json_integer_value(v) >= 0 &&
-		    json_integer_value(v) <= 1000000000)
-			*(int *)base = (int)json_integer_value(v);
-		else if (k->type == T_DOUBLE && json_is_number(v) && json_number_value(v) >= 0)
-			*(double *)base = json_number_value(v);
-		else if (k->type == T_BOOL && json_is_boolean(v))
-			*(int *)base = json_is_true(v);
-		else if (k->type == T_ENUM && json_is_string(v)) {
-			int found = -1;
-			for (int i = 0; k->names[i]; i++)
-				if (!strcmp(json_string_value(v), k->names[i]))
-					found = i;
-			if (found < 0) {
-				rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: key '%s': unknown value '%s'", where,
-						name, json_string_value(v));
-				goto out;
-			}
-			*(int *)base = found;
-		} else {
-			rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: key '%s' has the wrong type", where, name);
-			goto out;
-		}
+	if ((pv = json_object_get(j, "padded_vocab_size")) && json_is_integer(pv)) {
+		padded = (int)json_integer_value(pv);
+		json_object_del(j, "padded_vocab_size");
 	}
-	if (m->num_layers < 1 || m->hidden_size < 1 || m->num_attention_heads < 1 || m->vocab_size < 1 ||
-	    m->hidden_size % m->num_attention_heads || (m->seq_length < 1 && m->max_position_embeddings < 1)) {
-		rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: num_layers, hidden_size, num_attention_heads "
-				"(dividing hidden_size), vocab_size and seq_length must be positive", where);
-		goto out;
-	}
-	derive(m);
-	if (padded && padded != m->padded_vocab_size)
+	t = json_dumps(j, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+	json_decref(j);
+	if (!t)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	rc = ds_model_config_load_string(t, where, m, err);
+	free(t);
+	if (rc == 0 && padded && padded != m->padded_vocab_size)
 		rc = ds_err_set(err, DS_EINVAL, "%s: model JSON: padded_vocab_size %d disagrees with vocab_size %d "
 				"padded to a multiple of %d", where, padded, m->vocab_size,
 				m->make_vocab_size_divisible_by);
-out:
-	json_decref(j);
 	return rc;
 }
