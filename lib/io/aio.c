@@ -207,6 +207,7 @@ struct ds_aio_worker {
 	void *tctx;
 	size_t next;          /* index of the next op in h->q */
 	struct ds_aio_lat lat;
+	struct ds_aio_counters cnt;
 	int init_rc;
 	struct ds_err init_err;
 };
@@ -256,7 +257,7 @@ static void *worker_main(void *arg)
 
 		uint64_t c = op->nbytes / (uint64_t)h->o.intra_op_parallelism, start = (uint64_t)w->id * c;
 		struct ds_io_xfer x = { .fd = op->fd, .write = op->write, .buf = op->buf + start, .len = c,
-					.off = op->off + start, .path = op->path, .lat = lat ? &w->lat : NULL };
+					.off = op->off + start, .path = op->path, .lat = lat ? &w->lat : NULL, .cnt = &w->cnt };
 		struct ds_err e = DS_ERR_INIT;
 		int r = rc < 0 ? ds_err_set(&e, w->init_rc, "%s", w->init_err.msg) : h->ops->xfer(w->tctx, &h->o, &x, &e);
 
@@ -504,6 +505,21 @@ void ds_aio_lat_take(struct ds_aio *h, struct ds_aio_lat *into)
 		for (size_t k = 0; k < l->n; k++)
 			ds_aio_lat_add(into, l->us[k] * 1e-6);
 		l->n = 0;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
+void ds_aio_counters(struct ds_aio *h, struct ds_aio_counters *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_lock(&h->mu);
+	for (int i = 0; i < h->nw; i++) {
+		struct ds_aio_counters *w = &h->w[i].cnt;
+		c->requests += w->requests;
+		c->submit_calls += w->submit_calls;
+		if (w->max_inflight > c->max_inflight)
+			c->max_inflight = w->max_inflight;
+		memset(w, 0, sizeof(*w));
 	}
 	pthread_mutex_unlock(&h->mu);
 }

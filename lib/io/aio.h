@@ -128,6 +128,15 @@ void ds_aio_lat_add(struct ds_aio_lat *l, double seconds);
 double ds_aio_lat_quantile(struct ds_aio_lat *l, double q);
 void ds_aio_lat_release(struct ds_aio_lat *l);
 
+/* What the threads did since the last ds_aio_counters call (summed). */
+struct ds_aio_counters {
+	uint64_t requests;     /* block requests completed */
+	uint64_t submit_calls; /* io_submit calls that took at least one request (aio engine) */
+	uint64_t max_inflight; /* most requests one thread had in flight */
+};
+/* Fill *c and reset h's counters; call it after ds_aio_wait. */
+void ds_aio_counters(struct ds_aio *h, struct ds_aio_counters *c);
+
 /* Probe whether the file system of dir accepts O_DIRECT: create a scratch
  * file there, write DS_AIO_ALIGN aligned bytes with O_DIRECT, remove it.
  * Returns 1 accepted, 0 refused (EINVAL from open or write, or the test

@@ -21,6 +21,7 @@ struct ds_io_xfer {
 	uint64_t off;      /* file offset of the chunk */
 	const char *path;  /* for messages */
 	struct ds_aio_lat *lat; /* per-request latencies, or NULL */
+	struct ds_aio_counters *cnt; /* this thread's counters (never NULL) */
 };
 
 struct ds_io_ops {

@@ -145,6 +145,9 @@ static int aio_xfer(void *p, const struct ds_aio_opts *o, const struct ds_io_xfe
 				for (int i = 0; i < r; i++)
 					t->t0[(intptr_t)t->ptrs[sub + i]->data] = now;
 				sub += r;
+				x->cnt->submit_calls++;
+				if ((uint64_t)(inflight + sub) > x->cnt->max_inflight)
+					x->cnt->max_inflight = (uint64_t)(inflight + sub);
 			}
 			/* give back what was not submitted, in reverse so blocks stay in order */
 			for (int i = n - 1; i >= sub; i--)
@@ -178,6 +181,7 @@ static int aio_xfer(void *p, const struct ds_aio_opts *o, const struct ds_io_xfe
 			t->free[t->nfree++] = s;
 			inflight--;
 			done++;
+			x->cnt->requests++;
 		}
 		if (rc < 0 && inflight == 0)
 			break;

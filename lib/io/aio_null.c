@@ -8,9 +8,11 @@ static int null_xfer(void *tctx, const struct ds_aio_opts *o, const struct ds_io
 {
 	(void)tctx;
 	(void)err;
-	if (x->lat)
-		for (uint64_t done = 0; done < x->len; done += o->block_size)
+	for (uint64_t done = 0; done < x->len; done += o->block_size) {
+		if (x->lat)
 			ds_aio_lat_add(x->lat, 0.0);
+		x->cnt->requests++;
+	}
 	return 0;
 }
 

@@ -27,6 +27,9 @@ static int posix_xfer(void *tctx, const struct ds_aio_opts *o, const struct ds_i
 		}
 		if (x->lat)
 			ds_aio_lat_add(x->lat, ds_now() - t0);
+		x->cnt->requests++;
+		if (x->cnt->max_inflight < 1)
+			x->cnt->max_inflight = 1;
 		done += want;
 	}
 	return 0;

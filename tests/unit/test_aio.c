@@ -244,6 +244,72 @@ static void test_aio_queue_full_fault(void **state)
 #endif
 }
 
+/* Write 12 pages as 4096-byte requests and count what the threads did. */
+static struct ds_aio_counters counted(const char *engine, int ss, int ov, int qd, int p, uint64_t bs)
+{
+	struct ds_aio_opts o = DS_AIO_OPTS_INIT;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_aio_counters c;
+	struct ds_aio *h;
+	char path[300];
+	unsigned char *buf = ds_alloc_aligned(12 * 4096, DS_AIO_ALIGN);
+
+	path_of(path, sizeof(path), "counted");
+	o.engine = engine;
+	o.single_submit = ss;
+	o.overlap_events = ov;
+	o.queue_depth = qd;
+	o.intra_op_parallelism = p;
+	o.block_size = bs;
+	assert_int_equal(ds_aio_create(&h, &o, &err), 0);
+	assert_int_equal(ds_aio_sync_pwrite(h, buf, 12 * 4096, path, 0, &err), 1);
+	ds_aio_counters(h, &c);
+	ds_aio_destroy(h);
+	unlink(path);
+	ds_free(buf);
+	return c;
+}
+
+/* DeepSpeed's meanings, counted: block_size requests, single_submit one
+ * request per io_submit, batches of queue_depth without overlap_events,
+ * never more than queue_depth in flight per thread. */
+static void test_modes_counted(void **state)
+{
+	(void)state;
+	struct ds_aio_counters c;
+#ifdef HAVE_LIBAIO
+	c = counted("aio", 1, 1, 4, 1, 4096);
+	assert_int_equal(c.requests, 12);
+	assert_int_equal(c.submit_calls, 12);
+	assert_int_equal(c.max_inflight, 4);
+	c = counted("aio", 0, 0, 4, 1, 4096);
+	assert_int_equal(c.requests, 12);
+	assert_int_equal(c.submit_calls, 3);
+	assert_int_equal(c.max_inflight, 4);
+	c = counted("aio", 0, 1, 4, 1, 4096);
+	assert_true(c.submit_calls >= 3 && c.submit_calls <= 9);
+	assert_int_equal(c.max_inflight, 4);
+	c = counted("aio", 0, 0, 32, 1, 4096);
+	assert_int_equal(c.submit_calls, 1);
+	assert_int_equal(c.max_inflight, 12);
+	/* two threads of 6 pages; 3-page blocks: 2 requests each */
+	c = counted("aio", 0, 0, 8, 2, 12288);
+	assert_int_equal(c.requests, 4);
+	assert_int_equal(c.submit_calls, 2);
+	assert_int_equal(c.max_inflight, 2);
+	/* 5-page blocks: 6 pages = 5 + a short 1 per thread */
+	c = counted("aio", 1, 0, 8, 2, 20480);
+	assert_int_equal(c.requests, 4);
+	assert_int_equal(c.submit_calls, 4);
+#endif
+	c = counted("posix", 0, 0, 8, 3, 8192);
+	assert_int_equal(c.requests, 6); /* 4 pages per thread = 2 requests x 3 */
+	assert_int_equal(c.submit_calls, 0);
+	assert_int_equal(c.max_inflight, 1);
+	c = counted("null", 0, 0, 8, 1, 4096);
+	assert_int_equal(c.requests, 12);
+}
+
 static void test_getters_and_defaults(void **state)
 {
 	(void)state;
@@ -424,6 +490,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_buffered_odd),
 		cmocka_unit_test(test_queue_full_loses_nothing),
 		cmocka_unit_test(test_aio_queue_full_fault),
+		cmocka_unit_test(test_modes_counted),
 		cmocka_unit_test(test_errors_with_numbers),
 		cmocka_unit_test(test_no_odirect_injection),
 		cmocka_unit_test(test_null_engine),
