@@ -395,11 +395,9 @@ fail:
 int ds_config_load_file(struct ds_config **out, const char *path, const struct ds_config_opts *o,
 			struct ds_err *err)
 {
-	json_error_t je;
+	json_t *root;
 	*out = NULL;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (!root)
-		return ds_config_table_parse_error(path, &je, err);
+	DS_TRY(ds_config_table_load_file(path, &root, err));
 	return load(out, root, path, o, err);
 }
 

@@ -179,13 +179,13 @@ out:
 
 int ds_model_config_load(const char *path, struct ds_model_config *m, struct ds_err *err)
 {
-	json_error_t je;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-	if (!root) {
+	json_t *root;
+	int rc = ds_config_table_load_file(path, &root, err);
+	if (rc < 0) {
 		ds_model_config_defaults(m);
-		return ds_config_table_parse_error(path, &je, err);
+		return rc;
 	}
-	int rc = load(root, path, m, err);
+	rc = load(root, path, m, err);
 	json_decref(root);
 	return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config/table.h"
 
@@ -296,4 +297,16 @@ void ds_config_table_fmt_value(json_t *v, char *buf, size_t n)
 	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	snprintf(buf, n, "%s", s ? s : "?");
 	free(s);
+}
+
+int ds_config_table_load_file(const char *path, json_t **root, struct ds_err *err)
+{
+	json_error_t je;
+	struct stat st;
+	*root = NULL;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return ds_err_set(err, DS_EINVAL, "%s: is a directory, not a JSON file", path);
+	if (!(*root = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+		return ds_config_table_parse_error(path, &je, err);
+	return 0;
 }

@@ -28,4 +28,8 @@ void ds_config_table_fmt_value(json_t *v, char *buf, size_t n);
 /* "file:line:column: text" for a jansson parse error; returns DS_EINVAL. */
 int ds_config_table_parse_error(const char *file, const json_error_t *je, struct ds_err *err);
 
+/* Parse a JSON file (duplicates rejected) into *root (caller decrefs);
+ * 0 or DS_EINVAL naming the file (missing, a directory, line:column). */
+int ds_config_table_load_file(const char *path, json_t **root, struct ds_err *err);
+
 #endif

@@ -144,6 +144,8 @@ check_bad() {
 	[[ "$stderr" == *"model-heads.json: key 'hidden_size'"* ]]
 	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/none.json" "${MODEL_ARGS[@]}"
 	[[ "$stderr" == *"none.json"* ]]
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$SHARE/configs/default.json" --model "$BATS_TEST_TMPDIR"
+	[[ "$stderr" == *"is a directory"* ]]
 }
 
 @test "--check with no files uses the bundled default config and gpt-tiny" {
