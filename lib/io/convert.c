@@ -256,7 +256,9 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 	}
 	for (int i = 0; i < x->f->idx.nt; i++) {
 		const char *n = x->f->idx.t[i].name;
-		if (used[i] || st_ignorable(n) || (!s->cfg.no_weight_tying && !strcmp(n, "lm_head.weight")))
+		/* a tied head saved anyway (HF does that sometimes) is the embedding */
+		if (used[i] || st_ignorable(n) ||
+		    (!s->cfg.no_weight_tying && (!strcmp(n, "lm_head.weight") || !strcmp(n, "embed_out.weight"))))
 			continue;
 		rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' is not part of a %s model as %s describes it",
 				s->path, n, ds_hf_arch_name(arch), cfgpath);

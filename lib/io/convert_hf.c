@@ -32,8 +32,16 @@ int ds_hf_arch_for(const struct ds_model_config *m, struct ds_err *err)
 					  "(parallel residual) is neither GPT-2 nor GPT-NeoX; export with --to fp32");
 		return DS_HF_GPT2;
 	}
-	if (m->pos_emb == DS_POS_ROTARY)
+	if (m->pos_emb == DS_POS_ROTARY) {
+		/* transformers rotates int(head_dim * rotary_pct) dims; dstk rounds
+		 * that down to even, so an odd count has no exact HF twin */
+		int rd = (int)(m->hidden_size / m->num_attention_heads * m->rotary_pct);
+		if (rd % 2)
+			return ds_err_set(err, DS_EINVAL, "safetensors export: rotary_pct %g of head_dim %d rotates %d "
+					  "dims, an odd count GPT-NeoX in transformers cannot match", m->rotary_pct,
+					  m->hidden_size / m->num_attention_heads, rd);
 		return DS_HF_NEOX;
+	}
 	return ds_err_set(err, DS_EINVAL, "safetensors export: pos_emb 'sinusoidal' has no GPT-2 or GPT-NeoX "
 			  "equivalent in transformers; export with --to fp32 instead");
 }

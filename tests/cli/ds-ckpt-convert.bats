@@ -75,6 +75,18 @@ st_hashes() {
 	[ "$(jq -r '.tensors[] | select(.name == "model/lm_head.weight") | .shape | join(",")' <<<"$output")" = 64,16 ]
 }
 
+@test "inspect reads safetensors and llm.c files too; verify needs a checkpoint" {
+	run -0 --separate-stderr ds-ckpt-convert inspect --json "$CS/ref-neox"
+	[ "$(jq -r .format <<<"$output")" = safetensors ]
+	[ "$(jq -r .model.num_attention_heads <<<"$output")" = 4 ]
+	[ "$(jq -r '.tensors[] | select(.name == "transformer.h.0.attn.c_attn.weight") | .shape | join(",")' <<<"$output")" = 48,16 ]
+	ds-ckpt-convert -q "$CS/gpt2" --to llmc -o "$W/m.bin" > /dev/null
+	run -0 ds-ckpt-convert inspect "$W/m.bin"
+	assert_line "format       llm.c"
+	run -2 --separate-stderr ds-ckpt-convert verify "$CS/ref-gpt2"
+	[[ "$stderr" == *"carry no checksums"* ]]
+}
+
 @test "verify passes on the committed checkpoints" {
 	run -0 ds-ckpt-convert verify "$CS/gpt2"
 	assert_line "# 84 tensors, 0 bad checksums"

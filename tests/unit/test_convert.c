@@ -373,6 +373,11 @@ static void test_hf_arch_refusals(void **state)
 	cfg_small(&c, 0);
 	c.gpt_j_residual = 1;
 	assert_int_equal(ds_hf_arch_for(&c, &err), DS_EINVAL);
+	/* head_dim 2 x 0.5 = 1 rotated dim: transformers would rotate 1, dstk 0 */
+	cfg_small(&c, 1);
+	c.rotary_pct = 0.5;
+	assert_int_equal(ds_hf_arch_for(&c, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "odd"));
 }
 
 static void test_hf_config_roundtrip(void **state)
