@@ -112,8 +112,8 @@ void ds_config_table_suggest(const struct ds_config_key *t, int n, const char *p
 		if (*p == '-')
 			*p = '_';
 	int bd = (int)strlen(name) / 3;
-	if (bd < 2)
-		bd = 2;
+	if (bd < 1)
+		bd = 1;
 	bd++;
 	buf[0] = 0;
 	for (int i = 0; i < n; i++) {
@@ -126,6 +126,10 @@ void ds_config_table_suggest(const struct ds_config_key *t, int n, const char *p
 		if (!strcmp(c, "<name>"))
 			continue;
 		int d = ds_config_edit_distance(name, c);
+		/* a shortened name ("initial_scale", "micro_batch") is a near miss too */
+		const char *sub = strlen(name) >= 4 ? strcasestr(c, name) : NULL;
+		if (sub && d > (sub == c ? 1 : 2))
+			d = sub == c ? 1 : 2;
 		if (d < bd) {
 			bd = d;
 			snprintf(buf, len, "%s%s%s", parent, np > 1 ? "." : "", c);

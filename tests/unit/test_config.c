@@ -401,6 +401,11 @@ static void test_bad_input(void **state)
 	bad("{\"train_batch_sise\": 8}", 1, "unknown key 'train_batch_sise'", "did you mean 'train_batch_size'", NULL);
 	bad("{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}}", 1, "unknown key 'fp16.enabeld'",
 	    "did you mean 'fp16.enabled'", NULL);
+	/* shortened names, and no far-fetched suggestion for a short unknown name */
+	bad("{\"train_micro_batch_size\": 8}", 1, "did you mean 'train_micro_batch_size_per_gpu'", NULL);
+	bad("{\"train_batch_size\": 8, \"fp16\": {\"initial_scale\": 8}}", 1, "did you mean 'fp16.initial_scale_power'", NULL);
+	bad("{\"train_batch_size\": 8, \"foo\": 1}", 1, "unknown key 'foo'", NULL);
+	assert_null(strstr(err.msg, "did you mean"));
 	/* the right name at the wrong level */
 	bad("{\"train_batch_size\": 8, \"stage\": 2}", 1, "unknown key 'stage'", "zero_optimization.stage", NULL);
 	/* wrong type */
