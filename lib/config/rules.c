@@ -163,6 +163,8 @@ static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 		if (!SET("scheduler.params.cycle_min_lr") || !SET("scheduler.params.cycle_max_lr"))
 			FAIL("%s: key 'scheduler.params.%s': required by OneCycle", c->name,
 			     SET("scheduler.params.cycle_min_lr") ? "cycle_max_lr" : "cycle_min_lr");
+		if (gd(c, "scheduler.params.cycle_min_lr", 0) > gd(c, "scheduler.params.cycle_max_lr", 0))
+			FAIL("%s: key 'scheduler.params.cycle_min_lr': must not exceed cycle_max_lr", c->name);
 		if (SET("scheduler.params.decay_lr_rate") && gd(c, "scheduler.params.decay_lr_rate", 0) > 0 &&
 		    gi(c, "scheduler.params.decay_step_size", 0) == 0)
 			FAIL("%s: key 'scheduler.params.decay_lr_rate': has no effect with decay_step_size 0; set decay_step_size",
@@ -315,6 +317,9 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 		    !json_is_number(json_array_get(betas, 1)) || b0 < 0 || b0 >= 1 || b1 < 0 || b1 >= 1)
 			FAIL("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
 	}
+	if (SET("dstk.nonfinite_max_consecutive") && !strcmp(gs(c, "dstk.nonfinite_policy", "skip"), "abort"))
+		FAIL("%s: key 'dstk.nonfinite_max_consecutive': has no effect with nonfinite_policy \"abort\" (it aborts at the first)",
+		     c->name);
 	DS_TRY(gates(c, err));
 	DS_TRY(zero_rules(c, err));
 	DS_TRY(optimizer_rules(c, err));

@@ -384,6 +384,12 @@ static void test_scheduler(void **state)
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupLR\",\"params\":{\"total_num_steps\":10}}}", 1,
 	    "scheduler.params.total_num_steps", "not a parameter of WarmupLR", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"1Cycle\"}}", 1, "scheduler.type", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"OneCycle\",\"params\":{\"cycle_min_lr\":0.2,\"cycle_max_lr\":0.1}}}", 1,
+	    "scheduler.params.cycle_min_lr", "cycle_max_lr", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupDecayLR\",\"params\":{\"total_num_steps\":500}}}", 1,
+	    "scheduler.params.total_num_steps", "less than warmup_num_steps 1000", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"dstk\":{\"nonfinite_policy\":\"abort\",\"nonfinite_max_consecutive\":3}}", 1,
+	    "dstk.nonfinite_max_consecutive", "abort", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupLR\",\"params\":{\"warmup_type\":\"cubic\"}}}", 1,
 	    "scheduler.params.warmup_type", NULL);
 }
