@@ -117,6 +117,22 @@ static void test_xent_padding(void **state)
 	assert_true(l[2] == 0.0f);
 }
 
+/* causal softmax rows by hand: T = 2, row 0 sees itself only, row 1 has
+ * scores (0, ln 3) -> (1/4, 3/4); backward of d = (1, 0) on row 1:
+ * a * (d - sum(a d)) = (1/4 * 3/4, 3/4 * -1/4), times scale 2 */
+static void test_causal_softmax(void **state)
+{
+	(void)state;
+	float att[4] = { 5.0f, 7.0f, 0.0f, logf(3.0f) };
+	ds_kernel_causal_softmax_forward(att, 1, 1, 2);
+	assert_true(att[0] == 1.0f && att[1] == 0.0f);
+	assert_true(fabsf(att[2] - 0.25f) < 1e-7f && fabsf(att[3] - 0.75f) < 1e-7f);
+	float d[4] = { 9.0f, 9.0f, 1.0f, 0.0f };
+	ds_kernel_causal_softmax_backward(d, att, 1, 1, 2, 2.0f, 0.0f, NULL);
+	assert_true(d[0] == 0.0f && d[1] == 0.0f);   /* one element: no gradient */
+	assert_true(fabsf(d[2] - 2 * 3.0f / 16) < 1e-7f && fabsf(d[3] + 2 * 3.0f / 16) < 1e-7f);
+}
+
 /* dropout keeps about 1-p, scales by 1/(1-p), depends only on the stream */
 static void test_dropout(void **state)
 {
@@ -147,6 +163,7 @@ int main(void)
 		cmocka_unit_test(test_rotary_inverse),
 		cmocka_unit_test(test_layernorm_row),
 		cmocka_unit_test(test_xent_padding),
+		cmocka_unit_test(test_causal_softmax),
 		cmocka_unit_test(test_dropout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
