@@ -39,6 +39,8 @@ static const struct ds_config_key mkeys[] = {
 	{ "hidden_dropout", DS_KT_FLOAT, "0.0", NULL, 0, 0.999999, I, MM, "dropout after attention and MLP, [0, 1)" },
 	{ "attention_dropout", DS_KT_FLOAT, "0.0", NULL, 0, 0.999999, I, MM, "dropout of the attention probabilities, [0, 1)" },
 	{ "type_vocab_size", DS_KT_INT, "2", NULL, 1, 1 << 30, I, MM, "bert: token types" },
+	{ "padded_vocab_size", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM,
+	  "derived (vocab_size rounded up); when given it must agree, so printed configs load back" },
 };
 #define NMK ((int)(sizeof(mkeys) / sizeof(mkeys[0])))
 
@@ -52,7 +54,7 @@ static const struct { size_t off; int how; } field[NMK] = {
 	FI(max_position_embeddings), FI(vocab_size), FI(make_vocab_size_divisible_by), FI(intermediate_size),
 	FE(pos_emb), FD(rotary_pct), FD(rotary_emb_base), FE(norm), FD(layernorm_epsilon), FD(rms_norm_epsilon),
 	FE(activation), FI(no_weight_tying), FI(gpt_j_residual), FD(init_method_std), FD(hidden_dropout),
-	FD(attention_dropout), FI(type_vocab_size),
+	FD(attention_dropout), FI(type_vocab_size), FI(padded_vocab_size),
 };
 
 static int key_index(const char *name)
@@ -172,7 +174,11 @@ static int load(json_t *root, const char *file, struct ds_model_config *m, struc
 				FAIL("%s: key '%s': not used with family \"bert\" (learned positions, post-LN, gelu, tied head)",
 				     file, gpt_only[i]);
 	}
+	int given_pv = MSET(m, "padded_vocab_size") ? m->padded_vocab_size : 0;
 	ds_model_config_derive(m);
+	if (given_pv && given_pv != m->padded_vocab_size)
+		FAIL("%s: key 'padded_vocab_size': %d, but vocab_size %d rounded up to a multiple of %d is %d", file, given_pv,
+		     m->vocab_size, m->make_vocab_size_divisible_by, m->padded_vocab_size);
 out:
 	return rc;
 }
@@ -259,7 +265,6 @@ int ds_model_config_print(const struct ds_model_config *m, FILE *f, struct ds_er
 		fprintf(f, "%-58s %s  (%s)\n", mkeys[i].path, s, source(m, i));
 		json_decref(v);
 	}
-	fprintf(f, "%-58s %d  (inferred)\n", "padded_vocab_size", m->padded_vocab_size);
 	if (fflush(f) != 0 || ferror(f))
 		return ds_err_set(err, DS_EIO, "writing the model configuration failed");
 	return 0;
@@ -278,11 +283,6 @@ char *ds_model_config_to_json(const struct ds_model_config *m, int with_sources)
 		else
 			json_object_set_new(root, mkeys[i].path, v);
 	}
-	if (root && with_sources)
-		json_object_set_new(root, "padded_vocab_size",
-				    json_pack("{s:i,s:s}", "value", m->padded_vocab_size, "source", "inferred"));
-	else if (root)
-		json_object_set_new(root, "padded_vocab_size", json_integer(m->padded_vocab_size));
 	char *s = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(root);
 	return s;

@@ -648,6 +648,18 @@ static void test_model(void **state)
 	mbad("{" MBASE ",\"num_layers\":2}", "duplicate");
 	mbad("{" MBASE ",\"num-layers\":2}", "num_layers");
 	mbad("{\n" MBASE ",\n}", "m.json:3:");
+	mbad("{" MBASE ",\"padded_vocab_size\":300}", "key 'padded_vocab_size': 300, but vocab_size 256");
+	/* the printed (JSON) config loads back to the same struct */
+	{
+		struct ds_model_config m2;
+		char *pj = ds_model_config_to_json(&m, 0);
+		assert_int_equal(ds_model_config_load_string(pj, "p.json", &m2, &err), 0);
+		unsigned mask = m.set_mask;
+		m2.set_mask = m.set_mask = 0;
+		assert_memory_equal(&m, &m2, sizeof(m));
+		m.set_mask = mask;
+		free(pj);
+	}
 	char *j = ds_model_config_to_json(&m, 1);
 	json_t *root = json_loads(j, 0, NULL);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(root, "pos_emb"), "value")), "rotary");
