@@ -227,8 +227,8 @@ static int gated(struct ds_config *c, const char *prefix, const char *gate, int 
 		 struct ds_err *err)
 {
 	size_t n = strlen(prefix);
-	if (on)
-		return 0;
+	if (on || ds_config_source(c, gate) == DS_SRC_AUTO)
+		return 0; /* on, or "auto" for ds-autotune to decide */
 	for (int i = 0; i < c->nents; i++) {
 		const struct ds_config_ent *e = &c->ents[i];
 		if (e->src != DS_SRC_FILE || strncmp(e->path, prefix, n) || !strcmp(e->path, gate))

@@ -468,6 +468,10 @@ static void test_autotune_mode(void **state)
 	assert_int_equal(ds_config_get_int(c, "train_batch_size", &x), DS_EINVAL);
 	assert_int_equal(ds_config_is_set(c, "gradient_clipping"), 1);
 	ds_config_destroy(c);
+	/* HF-style "enabled": "auto" keeps its section's settings */
+	assert_int_equal(ld_opts("{\"train_batch_size\":8,\"fp16\":{\"enabled\":\"auto\",\"initial_scale_power\":12}}", 1, 0, 1, &c), 0);
+	assert_int_equal(ds_config_source(c, "fp16.enabled"), DS_SRC_AUTO);
+	ds_config_destroy(c);
 }
 
 static void test_lenient_and_aliases(void **state)
