@@ -350,8 +350,18 @@ int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err)
 
 /* ---- writers ------------------------------------------------------------ */
 
+/* mkdir -p d. */
 static int make_dir(const char *d, struct ds_err *err)
 {
+	char p[4096];
+	snprintf(p, sizeof(p), "%s", d);
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = 0;
+			if (mkdir(p, 0777) != 0 && errno != EEXIST)
+				return ds_err_set(err, DS_EIO, "%s: cannot create directory: %s", p, strerror(errno));
+			*c = '/';
+		}
 	if (mkdir(d, 0777) != 0 && errno != EEXIST)
 		return ds_err_set(err, DS_EIO, "%s: cannot create directory: %s", d, strerror(errno));
 	if (!is_dir(d))

@@ -177,6 +177,18 @@ st_hashes() {
 	done
 }
 
+@test "safetensors written by transformers' save_pretrained import with transformers' logits" {
+	for m in hf-gpt2-untied hf-neox-seq; do
+		run -0 ds-ckpt-convert "$CS/$m" --to hdf5 -o "$W/$m"
+		"$(helper_bin)" logits "$W/$m" "$CS/tokens.i32" "$W/$m.f32"
+		run -0 "$(helper_bin)" compare "$W/$m.f32" "$CS/$m/logits.f32" 1e-5
+	done
+	run -0 --separate-stderr ds-ckpt-convert inspect --json "$W/hf-gpt2-untied"
+	[ "$(jq -r .model.no_weight_tying <<<"$output")" = true ]
+	run -0 --separate-stderr ds-ckpt-convert inspect --json "$W/hf-neox-seq"
+	[ "$(jq -r .model.gpt_j_residual <<<"$output")" = false ]
+}
+
 @test "llm.c: export has llm.c's size and round-trips byte for byte" {
 	run -0 ds-ckpt-convert "$CS/gpt2" --to llmc -o "$W/m.bin"
 	# 256 int32 header + 7872 floats (wte padded to Vp 64 rows, as dstk pads)
@@ -249,9 +261,12 @@ st_hashes() {
 	[ ! -e "$W/v.bin" ]
 }
 
-@test "optional: transformers' GPT2LMHeadModel loads the export and gives dstk's logits" {
-	/usr/bin/python3 -c 'import transformers' 2>/dev/null || skip "python3 transformers not installed"
-	ds-ckpt-convert -q "$CS/gpt2" --to safetensors -o "$W/hf" > /dev/null
-	run -0 /usr/bin/python3 "$DS_SRCDIR/contrib/reference/export_hf_check.py" "$W/hf" \
-		"$CS/dstk-logits-gpt2.f32" "$CS/tokens.i32"
+@test "optional: transformers loads the exports (GPT2LMHeadModel, GPTNeoXForCausalLM) with dstk's logits" {
+	PY=${HF_PYTHON:-/usr/bin/python3}
+	"$PY" -c 'import transformers' 2>/dev/null || skip "python3 transformers not installed (set HF_PYTHON)"
+	for m in gpt2 neox; do
+		ds-ckpt-convert -q "$CS/$m" --to safetensors -o "$W/hf-$m" > /dev/null
+		run -0 "$PY" "$DS_SRCDIR/contrib/reference/export_hf_check.py" "$W/hf-$m" \
+			"$CS/dstk-logits-$m.f32" "$CS/tokens.i32"
+	done
 }
