@@ -33,7 +33,8 @@ static void usage(FILE *f)
 		"  -f, --from=FMT         input: hdf5, safetensors or llmc (default: detected)\n"
 		"  -o, --output=PATH      where to write (replaced only when complete)\n"
 		"      --hf-config=FILE   config.json of a safetensors input (default: next to it)\n"
-		"      --llmc-dtype=T     --to llmc: fp32 (version 3, default) or bf16 (version 5)\n"
+		"  -d, --dtype=T          --to safetensors: fp32 (default), fp16 or bf16;\n"
+		"                         --to llmc: fp32 (version 3, default) or bf16 (version 5)\n"
 		"      --json             JSON report\n"
 		"  -q, --quiet            no progress on stderr\n"
 		"  -h, --help             this help\n"
@@ -48,14 +49,14 @@ static void usage(FILE *f)
 		"  ds-ckpt-convert --from safetensors hf-export/ --to hdf5 -o finetune-init/\n");
 }
 
-enum { O_HFCONFIG = 256, O_LLMC_DTYPE, O_JSON, O_VERSION };
+enum { O_HFCONFIG = 256, O_JSON, O_VERSION };
 
 static const struct option longopts[] = {
 	{ "to", required_argument, NULL, 't' },
 	{ "from", required_argument, NULL, 'f' },
 	{ "output", required_argument, NULL, 'o' },
 	{ "hf-config", required_argument, NULL, O_HFCONFIG },
-	{ "llmc-dtype", required_argument, NULL, O_LLMC_DTYPE },
+	{ "dtype", required_argument, NULL, 'd' },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
@@ -80,16 +81,15 @@ int main(int argc, char **argv)
 	int c, quiet = 0, rc;
 
 	ds_cli_normalize_args(argc, argv);
-	while ((c = getopt_long(argc, argv, "t:f:o:qh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:f:o:d:qh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't': if (fmt_arg("--to", optarg, &o.to)) return 2; break;
 		case 'f': if (fmt_arg("--from", optarg, &o.from)) return 2; break;
 		case 'o': o.output = optarg; break;
 		case O_HFCONFIG: o.hf_config = optarg; break;
-		case O_LLMC_DTYPE:
-			if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16"))
-				return ds_cli_usage_error(TOOL, "--llmc-dtype '%s': expected fp32 or bf16", optarg);
-			o.llmc_version = strcmp(optarg, "bf16") ? 3 : 5;
+		case 'd':
+			if ((o.dtype = ds_convert_fmt_parse(optarg)) < DS_FMT_FP32)
+				return ds_cli_usage_error(TOOL, "--dtype '%s': expected fp32, fp16 or bf16", optarg);
 			break;
 		case O_JSON: o.json = 1; break;
 		case 'q': quiet = 1; break;

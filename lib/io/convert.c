@@ -369,8 +369,11 @@ static int make_dir(const char *d, struct ds_err *err)
 	return 0;
 }
 
-int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t *bytes, struct ds_err *err)
+int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt, uint64_t *bytes,
+				 struct ds_err *err)
 {
+	int st_dt = fmt == DS_FMT_FP16 ? DS_ST_F16 : fmt == DS_FMT_BF16 ? DS_ST_BF16 : DS_ST_F32;
+	size_t es = st_dt == DS_ST_F32 ? 4 : 2;
 	struct ds_st_writer *w = NULL;
 	struct ds_outfile cj = { 0 };
 	char path[4096], hf[160];
@@ -396,7 +399,7 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t
 		a = ds_alloc(ds_csrc_largest(s) + 64);
 		b = ds_alloc(moved + 64);
 	}
-	cfgtxt = ds_hf_config_json(arch, &s->cfg);
+	cfgtxt = ds_hf_config_json(arch, &s->cfg, st_dt == DS_ST_F16 ? "float16" : st_dt == DS_ST_BF16 ? "bfloat16" : "float32");
 	if (!a || !b || !cfgtxt) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
@@ -412,7 +415,7 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t
 					ds_hf_arch_name(arch));
 			goto out;
 		}
-		if ((rc = ds_st_writer_add(w, hf, DS_ST_F32, t->ndim, shape, err)) < 0)
+		if ((rc = ds_st_writer_add(w, hf, st_dt, t->ndim, shape, err)) < 0)
 			goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -420,11 +423,17 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t
 		ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf);
 		if ((rc = s->read(s->ctx, t, a, err)) < 0)
 			goto out;
-		if (xf != DS_HF_COPY && xf != DS_HF_UNPAD)
-			ds_hf_apply(xf, &s->cfg, t, a, b);
-		if ((rc = ds_st_writer_write(w, xf != DS_HF_COPY && xf != DS_HF_UNPAD ? b : a, (size_t)(shape[0] * (shape[1] ? shape[1] : 1)) * 4, err)) < 0)
-			goto out;
-		*bytes += (uint64_t)(shape[0] * (shape[1] ? shape[1] : 1)) * 4;
+		{
+			float *out = xf != DS_HF_COPY && xf != DS_HF_UNPAD ? b : a;
+			size_t k = (size_t)(shape[0] * (shape[1] ? shape[1] : 1));
+			if (out == b)
+				ds_hf_apply(xf, &s->cfg, t, a, b);
+			if (es == 2)
+				ds_convert_narrow_inplace(out, k, st_dt == DS_ST_BF16);
+			if ((rc = ds_st_writer_write(w, out, k * es, err)) < 0)
+				goto out;
+			*bytes += (uint64_t)k * es;
+		}
 	}
 	snprintf(path, sizeof(path), "%s/config.json", outdir);
 	if ((rc = ds_outfile_open(&cj, path, err)) < 0 || (rc = ds_outfile_write(&cj, cfgtxt, strlen(cfgtxt), err)) < 0 ||
@@ -692,7 +701,8 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 {
 	struct ds_csrc s = { 0 };
 	struct ds_cinfo ci = { 0 };
-	int fmt = o->from, rc;
+	int fmt = o->from, rc, dtype = o->dtype ? o->dtype : DS_FMT_FP32;
+	int llmc_version = dtype == DS_FMT_BF16 ? DS_LLMC_V_BF16 : DS_LLMC_V_FP32;
 	memset(res, 0, sizeof(*res));
 	if (!o->input)
 		return ds_err_set(err, DS_EINVAL, "no input given");
@@ -733,6 +743,16 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 		rc = ds_err_set(err, DS_EINVAL, "no output format: give --to hdf5|safetensors|llmc|fp32|fp16|bf16");
 		goto out;
 	}
+	if (dtype != DS_FMT_FP32 && o->to != DS_FMT_SAFETENSORS && o->to != DS_FMT_LLMC) {
+		rc = ds_err_set(err, DS_EINVAL, "--dtype applies to --to safetensors and llmc; for HDF5 weights "
+				"use --to %s", ds_convert_fmt_name(dtype));
+		goto out;
+	}
+	if (o->to == DS_FMT_LLMC && dtype == DS_FMT_FP16) {
+		rc = ds_err_set(err, DS_EINVAL, "--dtype fp16: llm.c model files are fp32 (version 3) or bf16 "
+				"(version 5)");
+		goto out;
+	}
 	if ((rc = open_source(fmt, o, &s, err)) < 0)
 		goto out;
 	/* refuse an architecture the target cannot hold before any work */
@@ -742,7 +762,7 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 	}
 	if (o->to == DS_FMT_LLMC) {
 		struct ds_llmc_header h;
-		if ((rc = ds_llmc_header_for(&s.cfg, o->llmc_version, &h, err)) < 0) {
+		if ((rc = ds_llmc_header_for(&s.cfg, llmc_version, &h, err)) < 0) {
 			ds_err_prefix(err, "%s: ", s.path);
 			goto out;
 		}
@@ -752,8 +772,8 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 	ds_log_info("%s (%s): %d tensors, %lld parameters -> %s %s", s.path, s.kind, res->ntensors,
 		    (long long)ds_gpt_num_params(s.model), ds_convert_fmt_name(o->to), o->output);
 	switch (o->to) {
-	case DS_FMT_SAFETENSORS: rc = ds_convert_write_safetensors(&s, o->output, &res->bytes_out, err); break;
-	case DS_FMT_LLMC: rc = ds_convert_write_llmc(&s, o->output, o->llmc_version, &res->bytes_out, err); break;
+	case DS_FMT_SAFETENSORS: rc = ds_convert_write_safetensors(&s, o->output, dtype, &res->bytes_out, err); break;
+	case DS_FMT_LLMC: rc = ds_convert_write_llmc(&s, o->output, llmc_version, &res->bytes_out, err); break;
 	case DS_FMT_CKPT: rc = ds_convert_write_ckpt(&s, o->output, &res->bytes_out, err); break;
 	default: rc = ds_convert_write_weights(&s, o->output, o->to, &res->bytes_out, err); break;
 	}

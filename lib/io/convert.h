@@ -32,10 +32,11 @@ struct ds_convert_opts {
 	const char *output;      /* -o: file (llmc, fp32/16/bf16), directory (safetensors, ckpt) */
 	int from, to;            /* enum ds_convert_fmt */
 	const char *hf_config;   /* config.json for --from safetensors (default: next to the file) */
-	int llmc_version;        /* --to llmc: 3 (fp32, default) or 5 (bf16) */
+	int dtype;               /* --dtype of safetensors and llmc output: DS_FMT_FP32
+				  * (default), DS_FMT_FP16 (safetensors), DS_FMT_BF16 */
 	int json;                /* inspect/verify/convert summary as JSON */
 };
-#define DS_CONVERT_OPTS_INIT { DS_CONVERT_CONVERT, NULL, NULL, DS_FMT_AUTO, DS_FMT_AUTO, NULL, 3, 0 }
+#define DS_CONVERT_OPTS_INIT { DS_CONVERT_CONVERT, NULL, NULL, DS_FMT_AUTO, DS_FMT_AUTO, NULL, DS_FMT_FP32, 0 }
 
 struct ds_convert_result {
 	int ntensors;            /* tensors read (convert) or listed (inspect/verify) */

@@ -168,7 +168,7 @@ void ds_hf_apply_inverse(int xform, const struct ds_model_config *m, const struc
 
 /* ---- config.json ------------------------------------------------------- */
 
-char *ds_hf_config_json(int arch, const struct ds_model_config *m)
+char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *torch_dtype)
 {
 	json_t *j;
 	char *s;
@@ -184,7 +184,7 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m)
 			      "initializer_range", m->init_method_std, "resid_pdrop", m->hidden_dropout,
 			      "embd_pdrop", m->hidden_dropout, "attn_pdrop", m->attention_dropout,
 			      "tie_word_embeddings", !m->no_weight_tying, "scale_attn_weights", 1,
-			      "torch_dtype", "float32");
+			      "torch_dtype", torch_dtype);
 	else
 		j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f,"
 			      " s:f, s:b, s:b, s:b, s:s}",
@@ -197,7 +197,7 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m)
 			      "rope_theta", m->rotary_emb_base, "layer_norm_eps", m->layernorm_epsilon,
 			      "initializer_range", m->init_method_std, "hidden_dropout", m->hidden_dropout,
 			      "use_parallel_residual", m->gpt_j_residual, "tie_word_embeddings",
-			      !m->no_weight_tying, "attention_bias", 1, "torch_dtype", "float32");
+			      !m->no_weight_tying, "attention_bias", 1, "torch_dtype", torch_dtype);
 	if (!j)
 		return NULL;
 	if (arch == DS_HF_NEOX)

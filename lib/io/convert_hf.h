@@ -48,8 +48,9 @@ void ds_hf_apply(int xform, const struct ds_model_config *m, const struct ds_gpt
 void ds_hf_apply_inverse(int xform, const struct ds_model_config *m, const struct ds_gpt_tensor *t,
 			 const float *src, float *dst);
 
-/* config.json text for model m (malloc'd; caller frees), or NULL. */
-char *ds_hf_config_json(int arch, const struct ds_model_config *m);
+/* config.json text for model m stored as torch_dtype ("float32",
+ * "float16", "bfloat16") (malloc'd; caller frees), or NULL. */
+char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *torch_dtype);
 
 /* Parse an HF config.json (GPT2Config or GPTNeoXConfig) into *m (all
  * dstk fields set; seq_length = max positions) and *arch.  Returns 0 or

@@ -43,7 +43,9 @@ int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err);
 int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err);
 
 /* Writers: return 0 and add the tensor bytes written to *bytes. */
-int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, uint64_t *bytes, struct ds_err *err);
+/* safetensors in dtype fmt (DS_FMT_FP32/FP16/BF16). */
+int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt, uint64_t *bytes,
+				 struct ds_err *err);
 int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint64_t *bytes,
 			  struct ds_err *err);
 /* Weights-only HDF5 with dtype fmt (DS_FMT_FP32/FP16/BF16). */

@@ -134,6 +134,27 @@ st_hashes() {
 		"$W/n/config.json"
 }
 
+@test "safetensors --dtype bf16|fp16: 16-bit tensors, torch_dtype, the logits to 16-bit rounding" {
+	for t in bf16 fp16; do
+		run -0 --separate-stderr ds-ckpt-convert "$CS/neox" --to safetensors --dtype $t --json -o "$W/$t"
+		[ "$(jq -r .bytes <<<"$output")" = $(( (7584 - 4 * 16 * 2) * 2 )) ]
+		n=$(od -An -t u8 -N 8 "$W/$t/model.safetensors" | tr -d ' ')
+		want=$([ $t = bf16 ] && echo BF16 || echo F16)
+		dd if="$W/$t/model.safetensors" bs=1 skip=8 count="$n" status=none |
+			jq -e --arg d $want '[del(.__metadata__)[] | .dtype] | all(. == $d)'
+		jq -e --arg d $([ $t = bf16 ] && echo bfloat16 || echo float16) '.torch_dtype == $d' "$W/$t/config.json"
+		run -0 ds-ckpt-convert "$W/$t" --to hdf5 -o "$W/back-$t"
+		"$(helper_bin)" logits "$W/back-$t" "$CS/tokens.i32" "$W/$t.f32"
+		run -0 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-neox.f32" 2e-2
+		run -1 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-neox.f32" 1e-6
+	done
+	run -2 --separate-stderr ds-ckpt-convert "$CS/gpt2" --to llmc --dtype fp16 -o "$W/x.bin"
+	[[ "$stderr" == *"version 5"* ]]
+	run -2 --separate-stderr ds-ckpt-convert "$CS/gpt2" --to hdf5 --dtype bf16 -o "$W/x"
+	[[ "$stderr" == *"--to bf16"* ]]
+	run -2 ds-ckpt-convert "$CS/gpt2" --to safetensors --dtype int8 -o "$W/x"
+}
+
 @test "round trip HDF5 -> safetensors -> HDF5 is bitwise equal" {
 	for m in gpt2 neox; do
 		ds-ckpt-convert -q "$CS/$m" --to safetensors -o "$W/st-$m" > /dev/null
@@ -199,7 +220,7 @@ st_hashes() {
 	run -0 "$(helper_bin)" same "$CS/gpt2" "$W/from-llmc" tensors
 	run -0 ds-ckpt-convert "$W/from-llmc" --to llmc -o "$W/m2.bin"
 	cmp "$W/m.bin" "$W/m2.bin"
-	run -0 ds-ckpt-convert "$W/m.bin" --to llmc --llmc-dtype bf16 -o "$W/m16.bin"
+	run -0 ds-ckpt-convert "$W/m.bin" --to llmc --dtype bf16 -o "$W/m16.bin"
 	[ "$(stat -c %s "$W/m16.bin")" = $((1024 + 7872 * 2)) ]
 	[ "$(od -An -t d4 -j 4 -N 4 "$W/m16.bin" | tr -d ' ')" = 5 ]
 }

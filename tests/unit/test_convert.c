@@ -392,7 +392,7 @@ static void test_hf_config_roundtrip(void **state)
 		c.intermediate_size = 12;
 		c.rotary_pct = neox ? 0.5 : 1.0;
 		c.layernorm_epsilon = 1e-6;
-		js = ds_hf_config_json(neox, &c);
+		js = ds_hf_config_json(neox, &c, "float32");
 		assert_non_null(js);
 		assert_non_null(strstr(js, neox ? "\"GPTNeoXForCausalLM\"" : "\"GPT2LMHeadModel\""));
 		assert_non_null(strstr(js, "\"gelu_new\""));
@@ -572,7 +572,7 @@ static void test_llmc_roundtrip(void **state)
 		o.input = tpath("st");
 		o.output = tpath("back.bin");
 		o.to = DS_FMT_LLMC;
-		o.llmc_version = version;
+		o.dtype = version == 5 ? DS_FMT_BF16 : DS_FMT_FP32;
 		if (ds_convert_run(&o, devnull, &res, &err))
 			fprintf(stderr, "# %s\n", err.msg);
 		a = read_file(tpath("m.bin"), &n0);
