@@ -2,7 +2,8 @@
 """export_hf_make.py - safetensors written by transformers itself
 (save_pretrained), with the logits transformers computes, for dstk's import
 tests: tests/data/ckpt-small/hf-gpt2-untied (GPT2LMHeadModel, separate
-lm_head, n_inner default) and hf-neox-seq (GPTNeoXForCausalLM, sequential
+lm_head, n_inner default; also as shards with model.safetensors.index.json
+in hf-gpt2-untied-sharded) and hf-neox-seq (GPTNeoXForCausalLM, sequential
 residual, tied embeddings, rotary over the whole head).  The cases the
 reference script's own files (ref-gpt2, ref-neox) do not cover.
 
@@ -41,10 +42,15 @@ def main():
             m.tie_weights()
             d = os.path.join(out, name)
             m.save_pretrained(d, safe_serialization=True)
-            gc = os.path.join(d, "generation_config.json")
-            if os.path.exists(gc):
-                os.remove(gc)
-            m(tok).logits[0].numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
+            logits = m(tok).logits[0].numpy().astype("<f4")
+            logits.tofile(os.path.join(d, "logits.f32"))
+            if name == "hf-gpt2-untied":   # the same model in transformers' shards + index
+                m.save_pretrained(d + "-sharded", safe_serialization=True, max_shard_size="16KB")
+                logits.tofile(os.path.join(d + "-sharded", "logits.f32"))
+            for e in (d, d + "-sharded"):
+                gc = os.path.join(e, "generation_config.json")
+                if os.path.exists(gc):
+                    os.remove(gc)
         print("%s: transformers %s, %s" % (d, T.__version__, cls.__name__))
 
 

@@ -17,7 +17,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
 rm -rf "$D/gpt2" "$D/neox" "$D/ref-gpt2" "$D/ref-neox"
-[ -z "${HF_PYTHON:-}" ] || rm -rf "$D/hf-gpt2-untied" "$D/hf-neox-seq"
+[ -z "${HF_PYTHON:-}" ] || rm -rf "$D/hf-gpt2-untied" "$D/hf-gpt2-untied-sharded" "$D/hf-neox-seq"
 "$B/tests/data/ckpt-small/ckpt-small" make "$D"
 # 8 fixed token ids < 50 (both the checkpoints' vocab 60 and the references' 50)
 printf '\003\000\000\000\021\000\000\000\052\000\000\000\000\000\000\000\061\000\000\000\007\000\000\000\027\000\000\000\014\000\000\000' > "$D/tokens.i32"

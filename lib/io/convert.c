@@ -88,7 +88,8 @@ uint64_t ds_csrc_largest(const struct ds_csrc *s)
 
 /* safetensors: HF names mapped back to dstk's, with the inverse transforms. */
 struct st_src {
-	struct ds_st_file *f;
+	struct ds_st_file **f;      /* one file, or the shards of model.safetensors.index.json */
+	int nf;
 	float *tmp;                 /* scratch for the permuted tensors, allocated once */
 	uint64_t tmp_bytes;         /* fp32 bytes of the largest permuted tensor */
 	int arch;
@@ -96,12 +97,18 @@ struct st_src {
 	const struct ds_model_config *cfg;
 };
 
-static int st_find(struct st_src *x, const char *hf)
+/* Tensor hf (or its hub-style unprefixed name): index in file *fi, or -1. */
+static int st_find(struct st_src *x, const char *hf, int *fi)
 {
-	int i = ds_st_index_find(&x->f->idx, hf);
-	if (i < 0 && x->prefix_strip && !strncmp(hf, x->prefix_strip, strlen(x->prefix_strip)))
-		i = ds_st_index_find(&x->f->idx, hf + strlen(x->prefix_strip));
-	return i;
+	for (*fi = 0; *fi < x->nf; (*fi)++) {
+		const struct ds_st_index *idx = &x->f[*fi]->idx;
+		int i = ds_st_index_find(idx, hf);
+		if (i < 0 && x->prefix_strip && !strncmp(hf, x->prefix_strip, strlen(x->prefix_strip)))
+			i = ds_st_index_find(idx, hf + strlen(x->prefix_strip));
+		if (i >= 0)
+			return i;
+	}
+	return -1;
 }
 
 static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct ds_err *err)
@@ -109,25 +116,25 @@ static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct 
 	struct st_src *x = ctx;
 	char hf[160];
 	int64_t shape[2];
-	int xf, i, rc;
+	int xf, i, fi, rc;
 	float *tmp;
-	if (ds_hf_map(x->arch, x->cfg, t, hf, sizeof(hf), shape, &xf) < 0 || (i = st_find(x, hf)) < 0)
-		return ds_err_set(err, DS_EINTERNAL, "%s: tensor for '%s' vanished", x->f->path, t->name);
+	if (ds_hf_map(x->arch, x->cfg, t, hf, sizeof(hf), shape, &xf) < 0 || (i = st_find(x, hf, &fi)) < 0)
+		return ds_err_set(err, DS_EINTERNAL, "%s: tensor for '%s' vanished", x->f[0]->path, t->name);
 	if (xf == DS_HF_COPY || xf == DS_HF_UNPAD) {
 		/* HF's rows are a prefix of dstk's: read in place, zero the padding */
 		int64_t n = shape[0] * (shape[1] ? shape[1] : 1);
 		memset(dst + n, 0, (size_t)(t->numel - n) * sizeof(float));
-		return ds_st_read_f32(x->f, i, dst, err);
+		return ds_st_read_f32(x->f[fi], i, dst, err);
 	}
 	/* a scratch buffer kept across reads: allocating and freeing one per
 	 * tensor lets glibc's heap grow past twice the largest tensor */
 	if (!x->tmp) {
 		x->tmp = ds_alloc((size_t)x->tmp_bytes + 64);
 		if (!x->tmp)
-			return ds_err_set(err, DS_ENOMEM, "%s: out of memory for '%s'", x->f->path, hf);
+			return ds_err_set(err, DS_ENOMEM, "%s: out of memory for '%s'", x->f[fi]->path, hf);
 	}
 	tmp = x->tmp;
-	rc = ds_st_read_f32(x->f, i, tmp, err);
+	rc = ds_st_read_f32(x->f[fi], i, tmp, err);
 	if (rc == 0)
 		ds_hf_apply_inverse(xf, x->cfg, t, tmp, dst);
 	return rc;
@@ -136,7 +143,9 @@ static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct 
 static void st_close(void *ctx)
 {
 	struct st_src *x = ctx;
-	ds_st_close(x->f);
+	for (int i = 0; i < x->nf; i++)
+		ds_st_close(x->f[i]);
+	free(x->f);
 	ds_free(x->tmp);
 	free(x);
 }
@@ -161,6 +170,75 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* path is a .safetensors file, or transformers' sharded index
+ * (model.safetensors.index.json: {"weight_map": {tensor: shard file}}). */
+static int open_shards(struct st_src *x, const char *path, struct ds_err *err)
+{
+	size_t n = strlen(path);
+	json_error_t je;
+	json_t *j, *wm, *v;
+	const char *k, *sl;
+	char **names = NULL;
+	int rc = 0, nn = 0;
+	if (n < 11 || strcmp(path + n - 11, ".index.json")) {
+		if (!(x->f = calloc(1, sizeof(*x->f))))
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		x->nf = 1;
+		return ds_st_open(&x->f[0], path, err);
+	}
+	if (!(j = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+		return ds_err_set(err, DS_EINVAL, "%s:%d: %s", path, je.line, je.text);
+	wm = json_object_get(j, "weight_map");
+	if (!json_is_object(wm) || !json_object_size(wm)) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: key 'weight_map' must map tensor names to shard files", path);
+		goto out;
+	}
+	names = calloc(json_object_size(wm), sizeof(char *));
+	x->f = calloc(json_object_size(wm), sizeof(*x->f));
+	if (!names || !x->f) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	sl = strrchr(path, '/');
+	json_object_foreach(wm, k, v) {
+		char p[4096];
+		int seen = 0;
+		if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
+			rc = ds_err_set(err, DS_EINVAL, "%s: weight_map '%s': expected a file name in this directory",
+					path, k);
+			goto out;
+		}
+		for (int i = 0; i < nn; i++)
+			seen |= !strcmp(names[i], json_string_value(v));
+		if (seen)
+			continue;
+		names[nn++] = (char *)json_string_value(v);
+		snprintf(p, sizeof(p), "%.*s%s", sl ? (int)(sl - path + 1) : 0, path, json_string_value(v));
+		if ((rc = ds_st_open(&x->f[x->nf], p, err)) < 0)
+			goto out;
+		x->nf++;
+	}
+	/* every listed tensor in the shard named for it, and only there */
+	json_object_foreach(wm, k, v) {
+		int hits = 0, right = 0;
+		for (int f = 0; f < x->nf; f++)
+			if (ds_st_index_find(&x->f[f]->idx, k) >= 0) {
+				const char *b = strrchr(x->f[f]->path, '/');
+				hits++;
+				right |= !strcmp(b ? b + 1 : x->f[f]->path, json_string_value(v));
+			}
+		if (hits != 1 || !right) {
+			rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' is %s", path, k,
+					hits == 0 ? "in no shard" : "not (only) in the shard weight_map names");
+			goto out;
+		}
+	}
+out:
+	free(names);
+	json_decref(j);
+	return rc;
+}
+
 int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err)
 {
 	struct st_src *x = calloc(1, sizeof(*x));
@@ -171,10 +249,13 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 	s->kind = "safetensors";
 	if (!x)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
-	if (is_dir(path))
+	if (is_dir(path)) {
 		snprintf(s->path, sizeof(s->path), "%s/model.safetensors", path);
-	else
+		if (access(s->path, F_OK) != 0)
+			snprintf(s->path, sizeof(s->path), "%s/model.safetensors.index.json", path);
+	} else {
 		snprintf(s->path, sizeof(s->path), "%s", path);
+	}
 	if (hf_config) {
 		snprintf(cfgpath, sizeof(cfgpath), "%s", hf_config);
 	} else {
@@ -184,7 +265,7 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 	s->ctx = x;
 	s->read = st_read;
 	s->close = st_close;
-	if ((rc = ds_st_open(&x->f, s->path, err)) < 0)
+	if ((rc = open_shards(x, s->path, err)) < 0)
 		return rc;
 	if (access(cfgpath, R_OK) != 0)
 		return ds_err_set(err, DS_EINVAL, "%s: cannot read the model's config.json (%s); give it with "
@@ -193,7 +274,7 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 		return rc;
 	/* our own export carries dstk's model JSON: padding, init and window
 	 * survive the round trip; it must describe the same network */
-	if ((dm = ds_st_index_meta(&x->f->idx, "dstk_model"))) {
+	if ((dm = ds_st_index_meta(&x->f[0]->idx, "dstk_model"))) {
 		struct ds_model_config m;
 		if ((rc = ds_convert_model_parse(dm, s->path, &m, err)) < 0)
 			return rc;
@@ -211,33 +292,42 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 	}
 	x->arch = arch;
 	x->cfg = &s->cfg;
-	if (arch == DS_HF_GPT2 && ds_st_index_find(&x->f->idx, "transformer.wte.weight") < 0 &&
-	    ds_st_index_find(&x->f->idx, "wte.weight") >= 0)
-		x->prefix_strip = "transformer.";
+	if (arch == DS_HF_GPT2) {
+		int fi;
+		if (st_find(x, "transformer.wte.weight", &fi) < 0 && st_find(x, "wte.weight", &fi) >= 0)
+			x->prefix_strip = "transformer.";
+	}
 	if ((rc = ds_csrc_setup(s, err)) < 0)
 		return rc;
 	x->cfg = &s->cfg;
 	/* every tensor present with the right shape and a float dtype, nothing unknown */
-	used = calloc((size_t)x->f->idx.nt + 1, sizeof(int));
-	if (!used)
-		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	{
+		int total = 0;
+		for (int f = 0; f < x->nf; f++)
+			total += x->f[f]->idx.nt;
+		used = calloc((size_t)total + 1, sizeof(int));
+		if (!used)
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
 	for (int k = 0; k < ds_gpt_num_tensors(s->model); k++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, k);
 		const struct ds_st_tensor *st;
 		char hf[160];
 		int64_t shape[2];
-		int xf, i;
+		int xf, i, fi, base = 0;
 		if (ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf) < 0) {
 			rc = ds_err_set(err, DS_EINTERNAL, "no %s name for '%s'", ds_hf_arch_name(arch), t->name);
 			goto out;
 		}
-		if ((i = st_find(x, hf)) < 0) {
+		if ((i = st_find(x, hf, &fi)) < 0) {
 			rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' is missing (model_type %s in %s)", s->path, hf,
 					ds_hf_arch_name(arch), cfgpath);
 			goto out;
 		}
-		st = &x->f->idx.t[i];
-		used[i] = 1;
+		st = &x->f[fi]->idx.t[i];
+		for (int f = 0; f < fi; f++)
+			base += x->f[f]->idx.nt;
+		used[base + i] = 1;
 		if (xf != DS_HF_COPY && xf != DS_HF_UNPAD && (uint64_t)t->numel * 4 > x->tmp_bytes)
 			x->tmp_bytes = (uint64_t)t->numel * 4;
 		if (st->ndim != t->ndim || st->shape[0] != shape[0] || (t->ndim > 1 && st->shape[1] != shape[1])) {
@@ -254,16 +344,17 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 			goto out;
 		}
 	}
-	for (int i = 0; i < x->f->idx.nt; i++) {
-		const char *n = x->f->idx.t[i].name;
-		/* a tied head saved anyway (HF does that sometimes) is the embedding */
-		if (used[i] || st_ignorable(n) ||
-		    (!s->cfg.no_weight_tying && (!strcmp(n, "lm_head.weight") || !strcmp(n, "embed_out.weight"))))
-			continue;
-		rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' is not part of a %s model as %s describes it",
-				s->path, n, ds_hf_arch_name(arch), cfgpath);
-		goto out;
-	}
+	for (int f = 0, base = 0; f < x->nf; base += x->f[f++]->idx.nt)
+		for (int i = 0; i < x->f[f]->idx.nt; i++) {
+			const char *n = x->f[f]->idx.t[i].name;
+			/* a tied head saved anyway (HF does that sometimes) is the embedding */
+			if (used[base + i] || st_ignorable(n) ||
+			    (!s->cfg.no_weight_tying && (!strcmp(n, "lm_head.weight") || !strcmp(n, "embed_out.weight"))))
+				continue;
+			rc = ds_err_set(err, DS_EINVAL, "%s: tensor '%s' is not part of a %s model as %s describes it",
+					x->f[f]->path, n, ds_hf_arch_name(arch), cfgpath);
+			goto out;
+		}
 out:
 	free(used);
 	return rc;
@@ -635,6 +726,9 @@ static int detect(const char *path, struct ds_err *err)
 		snprintf(p, sizeof(p), "%s/model.safetensors", path);
 		if (access(p, F_OK) == 0)
 			return DS_FMT_SAFETENSORS;
+		snprintf(p, sizeof(p), "%s/model.safetensors.index.json", path);
+		if (access(p, F_OK) == 0)
+			return DS_FMT_SAFETENSORS;
 		return DS_FMT_CKPT;   /* SAVE dir or tag dir: the checkpoint reader says if not */
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -647,7 +741,7 @@ static int detect(const char *path, struct ds_err *err)
 	if (n >= 4 && b[0] == (DS_LLMC_MAGIC & 255) && b[1] == ((DS_LLMC_MAGIC >> 8) & 255) &&
 	    b[2] == ((DS_LLMC_MAGIC >> 16) & 255) && b[3] == ((DS_LLMC_MAGIC >> 24) & 255))
 		return DS_FMT_LLMC;
-	if (n >= 9 && b[8] == '{')
+	if ((n >= 9 && b[8] == '{') || (strlen(path) > 11 && !strcmp(path + strlen(path) - 11, ".index.json")))
 		return DS_FMT_SAFETENSORS;
 	return ds_err_set(err, DS_EINVAL, "%s: not a dstk checkpoint, safetensors or llm.c model file (give "
 			  "--from if it is one)", path);

@@ -199,7 +199,7 @@ st_hashes() {
 }
 
 @test "safetensors written by transformers' save_pretrained import with transformers' logits" {
-	for m in hf-gpt2-untied hf-neox-seq; do
+	for m in hf-gpt2-untied hf-gpt2-untied-sharded hf-neox-seq; do
 		run -0 ds-ckpt-convert "$CS/$m" --to hdf5 -o "$W/$m"
 		"$(helper_bin)" logits "$W/$m" "$CS/tokens.i32" "$W/$m.f32"
 		run -0 "$(helper_bin)" compare "$W/$m.f32" "$CS/$m/logits.f32" 1e-5
@@ -208,6 +208,20 @@ st_hashes() {
 	[ "$(jq -r .model.no_weight_tying <<<"$output")" = true ]
 	run -0 --separate-stderr ds-ckpt-convert inspect --json "$W/hf-neox-seq"
 	[ "$(jq -r .model.gpt_j_residual <<<"$output")" = false ]
+}
+
+@test "sharded safetensors: an index naming a missing shard or the wrong shard -> exit 2" {
+	cp -r "$CS/hf-gpt2-untied-sharded" "$W/s1"
+	rm "$W/s1/model-00002-of-00003.safetensors"
+	run -2 --separate-stderr ds-ckpt-convert "$W/s1" --to hdf5 -o "$W/s1-out"
+	[[ "$stderr" == *"model-00002-of-00003.safetensors"* ]]
+	cp -r "$CS/hf-gpt2-untied-sharded" "$W/s2"
+	jq '.weight_map["lm_head.weight"] = "model-00001-of-00003.safetensors"' \
+		"$CS/hf-gpt2-untied-sharded/model.safetensors.index.json" > "$W/s2/model.safetensors.index.json"
+	grep -q '"lm_head.weight": "model-00003' "$CS/hf-gpt2-untied-sharded/model.safetensors.index.json"
+	run -2 --separate-stderr ds-ckpt-convert "$W/s2" --to hdf5 -o "$W/s2-out"
+	[[ "$stderr" == *"lm_head.weight"* ]]
+	[ ! -e "$W/s2-out" ]
 }
 
 @test "llm.c: export has llm.c's size and round-trips byte for byte" {
