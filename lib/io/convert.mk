@@ -6,6 +6,7 @@ lib_io_libds_convert_a_SOURCES = \
 	lib/io/safetensors.c lib/io/safetensors.h \
 	lib/io/llmc.c lib/io/llmc.h \
 	lib/io/convert.c lib/io/convert.h lib/io/convert_int.h \
+	lib/io/convert_st.c lib/io/convert_llmc.c \
 	lib/io/convert_hf.c lib/io/convert_hf.h \
 	lib/io/convert_out.c lib/io/convert_out.h \
 	lib/io/convert_ckpt.c
