@@ -26,4 +26,11 @@ kernels/cuda/gpt_cuda.$(OBJEXT): $(srcdir)/kernels/cuda/gpt_cuda.cu $(srcdir)/ke
 	@$(MKDIR_P) kernels/cuda
 	$(NVCC) -O2 -std=c++14 -Xcompiler -fPIC -I$(top_srcdir)/lib -I$(top_srcdir)/kernels \
 		-c $(srcdir)/kernels/cuda/gpt_cuda.cu -o $@
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_kernels_cuda
+TESTS += tests/unit/test_kernels_cuda
+tests_unit_test_kernels_cuda_SOURCES = tests/unit/test_kernels_cuda.c tests/unit/unit.h
+tests_unit_test_kernels_cuda_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_kernels_cuda_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif
 endif
