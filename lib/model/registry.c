@@ -185,8 +185,24 @@ void ds_gpt_registry_init_range(const struct ds_gpt_registry *r, uint64_t seed, 
 		struct ds_rng g;
 		ds_rng_init(&g, seed, x->name_hash, 0);
 		const float s = x->init_std;
+		/* whole Philox blocks of 4 at once (two Box-Muller pairs): the same
+		 * values as ds_rng_normal(&g, i) element by element, 4x fewer blocks */
+		const int64_t k0 = i0 / 4, k1 = (i0 + n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n > 65536)
-		for (int64_t i = 0; i < n; i++)
-			o[i] = s * ds_rng_normal(&g, (uint64_t)(i0 + i));
+		for (int64_t k = k0; k < k1; k++) {
+			uint32_t r[4];
+			ds_rng_block(&g, (uint64_t)k, r);
+			for (int j = 0; j < 4; j += 2) {
+				int64_t e = 4 * k + j - i0;
+				if (e + 1 < 0 || e >= n)
+					continue;
+				double u1 = ds_u32_to_unit(r[j]), u2 = ds_u32_to_unit(r[j + 1]);
+				double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+				if (e >= 0)
+					o[e] = s * (float)(rad * cos(th));
+				if (e + 1 < n)
+					o[e + 1] = s * (float)(rad * sin(th));
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@
 
 #include "model/gpt.h"
 #include "util/mem.h"
+#include "util/rng.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -308,6 +309,18 @@ static void test_init(void **state)
 	assert_memory_equal(a, b, (size_t)n * sizeof(float));
 	ds_gpt_init(m, 43, b, 0, n);
 	assert_true(memcmp(a, b, (size_t)n * sizeof(float)) != 0);
+	/* the documented keying: element j of tensor x is std * normal of
+	 * Philox stream (seed, hash(name), 0) at index j */
+	for (int ti = 0; ti < ds_gpt_num_tensors(m); ti++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, ti);
+		if (x->init_std == 0)
+			continue;
+		struct ds_rng g;
+		ds_rng_init(&g, 42, ds_hash_str(x->name), 0);
+		int64_t js[] = { 0, 1, 2, 3, 5, x->numel - 1 };
+		for (int k = 0; k < 6; k++)
+			assert_true(a[x->offset + js[k]] == x->init_std * ds_rng_normal(&g, (uint64_t)js[k]));
+	}
 	/* statistics per kind */
 	double s2w = 0, s2p = 0;
 	long nw = 0, npj = 0;
