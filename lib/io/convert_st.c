@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@ struct st_src {
 	float *tmp;                 /* scratch for the permuted tensors, allocated once */
 	uint64_t tmp_bytes;         /* fp32 bytes of the largest permuted tensor */
 	int arch;
+	int own_export;             /* carries dstk_model: its padding metadata applies */
 	const char *prefix_strip;   /* "transformer." when the file holds hub-style unprefixed names */
 	const struct ds_model_config *cfg;
 };
@@ -41,6 +43,55 @@ static int st_find(struct st_src *x, const char *hf, int *fi)
 	return -1;
 }
 
+/* ---- padding rows --------------------------------------------------------
+ * HF holds vocab_size rows of wte / lm_head; dstk's rows past it (the
+ * padding) never touch an output and get no gradient, but they are part of
+ * the checkpoint.  Our export keeps them in __metadata__ as base64 of the
+ * fp32 bytes under "dstk_padding:<dstk name>" (only when not all zero), so
+ * HDF5 -> safetensors -> HDF5 is bitwise; transformers ignores the key. */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* base64 of n bytes (malloc'd, NUL-terminated) or NULL. */
+static char *b64_encode(const unsigned char *p, size_t n)
+{
+	char *o = malloc((n + 2) / 3 * 4 + 1), *q = o;
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+		*q++ = b64[v >> 18];
+		*q++ = b64[(v >> 12) & 63];
+		*q++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+		*q++ = i + 2 < n ? b64[v & 63] : '=';
+	}
+	*q = 0;
+	return o;
+}
+
+/* Decode base64 text s into exactly n bytes at out; 0, or -1 when s is not
+ * valid base64 of n bytes. */
+static int b64_decode(const char *s, unsigned char *out, size_t n)
+{
+	size_t len = strlen(s), k = 0;
+	if (len % 4 || len / 4 * 3 < n || len / 4 * 3 > n + 2)
+		return -1;
+	for (size_t i = 0; i < len; i += 4) {
+		uint32_t v = 0;
+		for (int j = 0; j < 4; j++) {
+			const char *c = strchr(b64, s[i + j]);
+			if (s[i + j] == '=' && i + 4 == len && j >= 2)
+				c = b64;
+			else if (!c || !s[i + j])
+				return -1;
+			v = v << 6 | (uint32_t)(c - b64);
+		}
+		for (int j = 0; j < 3 && k < n; j++)
+			out[k++] = (unsigned char)(v >> (16 - 8 * j));
+	}
+	return k == n ? 0 : -1;
+}
+
 static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct ds_err *err)
 {
 	struct st_src *x = ctx;
@@ -51,9 +102,17 @@ static int st_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct 
 	if (ds_hf_map(x->arch, x->cfg, t, hf, sizeof(hf), shape, &xf) < 0 || (i = st_find(x, hf, &fi)) < 0)
 		return ds_err_set(err, DS_EINTERNAL, "%s: tensor for '%s' vanished", x->f[0]->path, t->name);
 	if (xf == DS_HF_COPY || xf == DS_HF_UNPAD) {
-		/* HF's rows are a prefix of dstk's: read in place, zero the padding */
+		/* HF's rows are a prefix of dstk's: read in place; the padding is
+		 * our export's metadata copy, else zero */
 		int64_t n = shape[0] * (shape[1] ? shape[1] : 1);
+		char key[160];
+		const char *pad;
+		snprintf(key, sizeof(key), "dstk_padding:%s", t->name);
+		pad = x->own_export ? ds_st_index_meta(&x->f[0]->idx, key) : NULL;
 		memset(dst + n, 0, (size_t)(t->numel - n) * sizeof(float));
+		if (pad && b64_decode(pad, (unsigned char *)(dst + n), (size_t)(t->numel - n) * sizeof(float)))
+			return ds_err_set(err, DS_ECORRUPT, "%s: __metadata__ '%s' is not base64 of %lld fp32 values",
+					  x->f[0]->path, key, (long long)(t->numel - n));
 		return ds_st_read_f32(x->f[fi], i, dst, err);
 	}
 	/* a scratch buffer kept across reads: allocating and freeing one per
@@ -216,6 +275,7 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 			return ds_err_set(err, DS_EINVAL, "%s: __metadata__ dstk_model disagrees with %s; remove one",
 					  s->path, cfgpath);
 		s->cfg = m;
+		x->own_export = 1;
 		/* kept verbatim, so HDF5 -> safetensors -> HDF5 returns the same text */
 		if (!(s->model_json = strdup(dm)))
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
@@ -350,6 +410,31 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt,
 	    (rc = ds_st_writer_meta(w, "format", "pt", err)) < 0 ||
 	    (rc = ds_st_writer_meta(w, "dstk_model", s->model_json, err)) < 0)
 		goto out;
+	/* padding rows into the metadata (read once more here: the header goes first) */
+	for (int i = 0; i < n; i++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
+		int64_t keep = (int64_t)s->cfg.vocab_size * (t->ndim > 1 ? t->shape[1] : 1);
+		char key[160], *txt;
+		int zero = 1;
+		if (ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf) < 0 || xf != DS_HF_UNPAD ||
+		    keep >= t->numel)
+			continue;
+		if ((rc = s->read(s->ctx, t, a, err)) < 0)
+			goto out;
+		for (int64_t k = keep; k < t->numel && zero; k++)
+			zero = a[k] == 0.0f && !signbit(a[k]);
+		if (zero)
+			continue;
+		snprintf(key, sizeof(key), "dstk_padding:%s", t->name);
+		if (!(txt = b64_encode((const unsigned char *)(a + keep), (size_t)(t->numel - keep) * sizeof(float)))) {
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+			goto out;
+		}
+		rc = ds_st_writer_meta(w, key, txt, err);
+		free(txt);
+		if (rc < 0)
+			goto out;
+	}
 	for (int i = 0; i < n; i++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(s->model, i);
 		if (ds_hf_map(arch, &s->cfg, t, hf, sizeof(hf), shape, &xf) < 0) {

@@ -29,6 +29,17 @@ st_hashes() {
 	done
 }
 
+# sha256 of the raw bytes of every /model dataset of a state.h5, read with
+# HDF5's own h5ls/h5dump (not dstk's reader): "HASH  /NAME"
+h5_model_hashes() {
+	local f=$1 d raw
+	raw=$(mktemp -p "$W")
+	h5ls -r "$f/model" | awk '$2 == "Dataset" { print $1 }' | sort | while read -r d; do
+		h5dump -d "/model$d" -b LE -o "$raw" "$f" > /dev/null
+		echo "$(sha256sum < "$raw" | cut -d' ' -f1)  $d"
+	done
+}
+
 @test "--help exits 0 and shows usage" {
 	run -0 ds-ckpt-convert --help
 	assert_output --partial "Usage: ds-ckpt-convert"
@@ -155,18 +166,27 @@ st_hashes() {
 	run -2 ds-ckpt-convert "$CS/gpt2" --to safetensors --dtype int8 -o "$W/x"
 }
 
-@test "round trip HDF5 -> safetensors -> HDF5 is bitwise equal" {
+@test "round trip HDF5 -> safetensors -> HDF5 is bitwise equal (padding rows and model JSON too)" {
 	for m in gpt2 neox; do
 		ds-ckpt-convert -q "$CS/$m" --to safetensors -o "$W/st-$m" > /dev/null
 		run -0 ds-ckpt-convert "$W/st-$m" --to hdf5 -o "$W/back-$m"
 		run -0 "$(helper_bin)" same "$CS/$m" "$W/back-$m"
 		assert_output --partial "28 tensors compared, 0 differ"
+		h5_model_hashes "$CS/$m"/global_step*/state.h5 > "$W/a.sha"
+		h5_model_hashes "$W/back-$m"/global_step0/state.h5 > "$W/b.sha"
+		[ "$(wc -l < "$W/a.sha")" = 28 ]
+		diff "$W/a.sha" "$W/b.sha"
 	done
+	# the padding rows (never used, but part of the checkpoint) ride in __metadata__
+	n=$(od -An -t u8 -N 8 "$W/st-gpt2/model.safetensors" | tr -d ' ')
+	dd if="$W/st-gpt2/model.safetensors" bs=1 skip=8 count="$n" status=none |
+		jq -e '.__metadata__["dstk_padding:transformer.wte.weight"] | length == 344'   # base64 of 4 x 16 floats
 }
 
 @test "--to fp32|fp16|bf16 writes weights-only checkpoints without optimizer state" {
 	run -0 ds-ckpt-convert "$CS/gpt2" --to fp32 -o "$W/w32"
 	run -0 "$(helper_bin)" same "$CS/gpt2" "$W/w32"
+	diff <(h5_model_hashes "$CS/gpt2"/global_step100/state.h5) <(h5_model_hashes "$W/w32"/global_step100/state.h5)
 	for t in fp16 bf16; do
 		run -0 --separate-stderr ds-ckpt-convert "$CS/gpt2" --to $t --json -o "$W/w$t"
 		[ "$(jq -r .bytes <<<"$output")" = $((7872 * 2)) ]
@@ -231,7 +251,7 @@ st_hashes() {
 	[ "$(od -An -t d4 -w32 -N 32 "$W/m.bin" | tr -s ' ' | sed 's/^ //')" = "20240326 3 16 60 2 2 16 64" ]
 	run -0 ds-ckpt-convert "$W/m.bin" --to hdf5 -o "$W/from-llmc"
 	# llm.c files carry no training window: the model JSON gets seq_length = maxT
-	run -0 "$(helper_bin)" same "$CS/gpt2" "$W/from-llmc" tensors
+	run -0 "$(helper_bin)" same "$CS/gpt2" "$W/from-llmc" zero-padding
 	run -0 ds-ckpt-convert "$W/from-llmc" --to llmc -o "$W/m2.bin"
 	cmp "$W/m.bin" "$W/m2.bin"
 	run -0 ds-ckpt-convert "$W/m.bin" --to llmc --dtype bf16 -o "$W/m16.bin"

@@ -7,9 +7,11 @@
  *   ckpt-small compare A B RTOL         max|a-b| <= RTOL * max|b| over two fp32
  *                                       files: exit 0, else 1 (prints both)
  *   ckpt-small corrupt STATE_H5 DSET    flip one byte of dataset DSET's data
- *   ckpt-small same A B [tensors]       the same model JSON (unless "tensors") and every /model tensor of checkpoint B is
- *                                       bitwise A's; wte/lm_head rows >= vocab_size
- *                                       (padding) may also be all 0 in B
+ *   ckpt-small same A B [zero-padding]  the same model JSON and every /model tensor
+ *                                       of checkpoint B bitwise A's; with
+ *                                       zero-padding the model JSON is not compared
+ *                                       and wte/lm_head rows >= vocab_size may be
+ *                                       all 0 in B (llm.c files zero them)
  *   ckpt-small make-model DIR MODEL.json a weights-only checkpoint of any model
  * A test helper, not an installed tool.
  */
@@ -232,7 +234,7 @@ static int compare(const char *a, const char *b, double rtol)
 	return md <= rtol * mb ? 0 : 1;
 }
 
-static int same(const char *a, const char *b, int weights_only, struct ds_err *err)
+static int same(const char *a, const char *b, int loose, struct ds_err *err)
 {
 	struct ds_ckpt *ca = NULL, *cb = NULL;
 	struct ds_ckpt_meta ma, mb;
@@ -244,7 +246,7 @@ static int same(const char *a, const char *b, int weights_only, struct ds_err *e
 	    (rc = ds_ckpt_meta_get(ca, &ma, err)) < 0 || (rc = ds_ckpt_meta_get(cb, &mb, err)) < 0 ||
 	    (rc = ds_convert_model_parse(ma.model_json, a, &c, err)) < 0 || (rc = ds_gpt_create(&m, &c, err)) < 0)
 		goto out;
-	if (!weights_only && strcmp(ma.model_json, mb.model_json)) {
+	if (!loose && strcmp(ma.model_json, mb.model_json)) {
 		printf("model JSON differs:\n%s\n%s\n", ma.model_json, mb.model_json);
 		diff++;
 	}
@@ -265,8 +267,11 @@ static int same(const char *a, const char *b, int weights_only, struct ds_err *e
 			printf("%s differs\n", name);
 			diff++;
 		}
-		/* padding rows: kept as they were (weights files) or zero (imports) */
-		if (keep < t->numel && memcmp(x + keep, y + keep, (size_t)(t->numel - keep) * 4))
+		/* padding rows: as they were, or (loose) zero */
+		if (keep < t->numel && memcmp(x + keep, y + keep, (size_t)(t->numel - keep) * 4) && !loose) {
+			printf("%s: padding rows differ\n", name);
+			diff++;
+		} else if (keep < t->numel && memcmp(x + keep, y + keep, (size_t)(t->numel - keep) * 4))
 			for (int64_t k = keep; k < t->numel; k++)
 				if (y[k] != 0.0f) {
 					printf("%s: padding element %lld is neither A's nor 0\n", name, (long long)k);
@@ -333,7 +338,7 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(argv[1], "compare"))
 		return compare(argv[2], argv[3], atof(argv[4]));
 	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "same")) {
-		int rc = same(argv[2], argv[3], argc == 5 && !strcmp(argv[4], "tensors"), &err);
+		int rc = same(argv[2], argv[3], argc == 5 && !strcmp(argv[4], "zero-padding"), &err);
 		return rc < 0 ? fail(&err) : rc;
 	}
 	if (argc == 4 && !strcmp(argv[1], "corrupt"))
