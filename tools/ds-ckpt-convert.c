@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/cli.h"
 #include "io/convert.h"
@@ -36,7 +37,7 @@ static void usage(FILE *f)
 		"  -d, --dtype=T          --to safetensors: fp32 (default), fp16 or bf16;\n"
 		"                         --to llmc: fp32 (version 3, default) or bf16 (version 5)\n"
 		"      --json             JSON report\n"
-		"  -q, --quiet            no progress on stderr\n"
+		"  -q, --quiet            no progress on stderr (shown only on a terminal)\n"
 		"  -h, --help             this help\n"
 		"      --version          version and compiled features\n"
 		"\n"
@@ -111,7 +112,9 @@ int main(int argc, char **argv)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
 	if (o.cmd == DS_CONVERT_CONVERT && (!o.to || !o.output))
 		return ds_cli_usage_error(TOOL, "converting needs --to FMT and -o OUTPUT");
-	ds_log_init(0, quiet ? DS_LOG_WARN : DS_LOG_INFO, 0);
+	/* progress only on a terminal (STYLE rule 18): in a pipeline or a test
+	 * a failure stays the single line on stderr */
+	ds_log_init(0, quiet || !isatty(2) ? DS_LOG_WARN : DS_LOG_INFO, 0);
 
 	rc = ds_convert_run(&o, stdout, &res, &err);
 	if (fflush(stdout) != 0 && rc == 0)

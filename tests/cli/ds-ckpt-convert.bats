@@ -113,6 +113,11 @@ h5_model_hashes() {
 	[[ "$stderr" == *"model/transformer.h.1.mlp.c_fc.weight"* ]]
 	assert_output --regexp 'model/transformer\.h\.1\.mlp\.c_fc\.weight .* BAD'
 	assert_line "# 84 tensors, 1 bad checksums"
+	# converting it reads through the checksums too: exit 2 naming the tensor, no output
+	run -2 --separate-stderr ds-ckpt-convert "$W/c" --to safetensors -o "$W/c-out"
+	[ "${#stderr_lines[@]}" = 1 ]
+	[[ "$stderr" == *"transformer.h.1.mlp.c_fc.weight"* ]]
+	[ ! -e "$W/c-out/model.safetensors" ]
 }
 
 @test "safetensors export: every tensor's bytes match the hashes validated by export_check.py" {
