@@ -14,7 +14,7 @@
 #include "util/err.h"
 
 struct ds_csrc {
-	const char *kind;              /* "checkpoint", "safetensors", "llm.c" */
+	const char *kind;              /* "hdf5", "safetensors", "llm.c" */
 	char path[4096];               /* the file actually read */
 	struct ds_model_config cfg;    /* effective (derived fields set) */
 	struct ds_gpt *model;          /* registry of cfg */
@@ -37,13 +37,18 @@ uint64_t ds_csrc_largest(const struct ds_csrc *s);
  * land in the first 2n bytes of buf, so no second tensor-sized buffer. */
 void ds_convert_narrow_inplace(float *buf, size_t n, int bf16);
 
-/* Sources (convert.c, convert_ckpt.c). */
+/* Sources (convert_st.c, convert_llmc.c, convert_ckpt.c): fill *s; on
+ * failure the caller still releases it.  DS_EINVAL / DS_ECORRUPT name the
+ * file and what is wrong.  safetensors: a file, a directory holding
+ * model.safetensors or model.safetensors.index.json (shards), or the index;
+ * hf_config NULL means config.json next to it. */
 int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err);
 int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err);
 int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err);
 
-/* Writers: return 0 and add the tensor bytes written to *bytes. */
-/* safetensors in dtype fmt (DS_FMT_FP32/FP16/BF16). */
+/* Writers: return 0 and add the tensor bytes written to *bytes; output
+ * appears only when complete.  safetensors (OUTDIR/model.safetensors +
+ * config.json) in dtype fmt (DS_FMT_FP32/FP16/BF16); llm.c in version 3/5. */
 int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt, uint64_t *bytes,
 				 struct ds_err *err);
 int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint64_t *bytes,
