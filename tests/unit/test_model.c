@@ -675,6 +675,38 @@ static void test_learns_sequence(void **state)
 	ds_gpt_destroy(m);
 }
 
+/* A workspace runs any B <= B_ws, T <= T_ws: the same results as one sized
+ * exactly (rotary tables, strides and the attention blocks follow T). */
+static void test_smaller_batch(void **state)
+{
+	(void)state;
+	struct ds_gpt *m = mk_dropout_model();
+	const int B = 2, T = 5;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float));
+	float *g0 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
+	ds_gpt_init(m, 4, p, 0, n);
+	int32_t tok[10], tgt[10];
+	rand_tokens(tok, B * T, 20, 8);
+	rand_tokens(tgt, B * T, 20, 9);
+	struct ds_gpt_ws *big = mkws(m, 3, 8, 1, 5), *fit = mkws(m, B, T, 0, 5);
+	float l0 = run_fwd(m, big, p, tok, tgt, B, T, 2, 7, 1);
+	float l1 = run_fwd(m, fit, p, tok, tgt, B, T, 2, 7, 1);
+	assert_true(ds_test_close(ds_gpt_ws_logits(big), ds_gpt_ws_logits(fit), (long)B * T * 20, 1e-6, NULL));
+	assert_true(ds_test_close(&l0, &l1, 1, 1e-6, NULL));
+	run_bwd(m, big, p, g0, 1.0f);
+	run_bwd(m, fit, p, g1, 1.0f);
+	double e;
+	if (!ds_test_close(g0, g1, (long)n, 1e-5, &e))
+		fail_msg("gradients differ by %.3g between workspace sizes", e);
+	ds_gpt_ws_destroy(big);
+	ds_gpt_ws_destroy(fit);
+	free(p);
+	free(g0);
+	free(g1);
+	ds_gpt_destroy(m);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -717,6 +749,7 @@ int main(void)
 		cmocka_unit_test(test_dropout_layout),
 		cmocka_unit_test(test_hooks),
 		cmocka_unit_test(test_learns_sequence),
+		cmocka_unit_test(test_smaller_batch),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
