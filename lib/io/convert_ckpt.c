@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/ckpt.h"
 #include "io/convert_hf.h"
@@ -134,7 +135,7 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 	struct ds_ckpt *c = NULL;
 	struct ds_ckpt_meta meta = { 0 };
 	float *a = ds_alloc(ds_csrc_largest(s) + 64);
-	int rc;
+	int rc, created = 0;
 	meta.step = s->step;
 	meta.consumed_samples = 0;
 	meta.world_size = 1;
@@ -146,6 +147,7 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
+	created = access(dir, F_OK) != 0;
 	if ((rc = ds_ckpt_create(&c, dir, &meta, err)) < 0)
 		goto out;
 	if ((rc = ds_ckpt_attr_set_i64(c, "/", "weights_only", weights_only, err)) < 0 ||
@@ -166,7 +168,9 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 	}
 	rc = ds_ckpt_commit(c, err);
 out:
-	ds_ckpt_close(c);
+	ds_ckpt_close(c);   /* an uncommitted save removes its .tmp tag directory */
+	if (rc < 0 && created)
+		rmdir(dir);
 	ds_free(a);
 	return rc;
 }

@@ -382,9 +382,10 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt,
 	char *cfgtxt = NULL;
 	float *a = NULL, *b = NULL;
 	int64_t shape[2];
-	int rc, xf, arch = ds_hf_arch_for(&s->cfg, err), n = ds_gpt_num_tensors(s->model);
+	int rc, xf, created, arch = ds_hf_arch_for(&s->cfg, err), n = ds_gpt_num_tensors(s->model);
 	if (arch < 0)
 		return ds_err_prefix(err, "%s: ", s->path);
+	created = access(outdir, F_OK) != 0;
 	if ((rc = make_dir(outdir, err)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
@@ -475,5 +476,7 @@ out:
 	free(cfgtxt);
 	ds_free(a);
 	ds_free(b);
+	if (rc < 0 && created)
+		rmdir(outdir);   /* a directory we made for a failed run: leave nothing behind */
 	return rc;
 }
