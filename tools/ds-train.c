@@ -13,6 +13,7 @@
 #include "app/cli.h"
 #include "config/config.h"
 #include "config/train_opts.h"
+#include "train/train.h"
 #include "util/err.h"
 #include "util/mem.h"
 
@@ -148,9 +149,10 @@ int main(int argc, char **argv)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
 	if (list)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
-	if (!o.check)
-		return ds_cli_usage_error(TOOL, "training needs --check in this build");
-	if (ds_train_check(&o, stdout, &err) < 0)
+	if (o.check)
+		return ds_train_check(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
+	struct ds_train_result res;
+	if (ds_train_run(&o, &res, &err) < 0)
 		return ds_cli_fail(TOOL, &err);
 	return 0;
 }

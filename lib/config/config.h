@@ -89,10 +89,10 @@ struct ds_config_optimizer {
 void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *o);
 const char *ds_config_opt_name(int type);  /* "Adam", ... "none" */
 
-enum ds_sched_type { DS_SCHED_NONE = 0, DS_SCHED_WARMUP_LR, DS_SCHED_WARMUP_DECAY_LR,
-		     DS_SCHED_WARMUP_COSINE_LR, DS_SCHED_ONE_CYCLE, DS_SCHED_LR_RANGE_TEST };
+enum ds_cfg_sched_type { DS_CFG_SCHED_NONE = 0, DS_CFG_SCHED_WARMUP_LR, DS_CFG_SCHED_WARMUP_DECAY_LR,
+		     DS_CFG_SCHED_WARMUP_COSINE_LR, DS_CFG_SCHED_ONE_CYCLE, DS_CFG_SCHED_LR_RANGE_TEST };
 struct ds_config_scheduler {
-	int type;                          /* enum ds_sched_type */
+	int type;                          /* enum ds_cfg_sched_type */
 	int64_t last_batch_iteration;      /* -1 */
 	double warmup_min_lr, warmup_max_lr;
 	int64_t warmup_num_steps;

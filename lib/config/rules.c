@@ -519,7 +519,7 @@ const char *ds_config_sched_name(int type)
 {
 	static const char *const n[] = { "none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
 					 "LRRangeTest" };
-	return type >= 0 && type <= DS_SCHED_LR_RANGE_TEST ? n[type] : "?";
+	return type >= 0 && type <= DS_CFG_SCHED_LR_RANGE_TEST ? n[type] : "?";
 }
 
 #define P(x) "optimizer.params." x
@@ -553,7 +553,7 @@ void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *
 {
 	const char *t = gs(c, "scheduler.type", "none");
 	memset(s, 0, sizeof(*s));
-	for (int i = DS_SCHED_WARMUP_LR; i <= DS_SCHED_LR_RANGE_TEST; i++)
+	for (int i = DS_CFG_SCHED_WARMUP_LR; i <= DS_CFG_SCHED_LR_RANGE_TEST; i++)
 		if (!strcmp(t, ds_config_sched_name(i)))
 			s->type = i;
 	s->last_batch_iteration = gi(c, P("last_batch_iteration"), -1);

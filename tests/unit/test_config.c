@@ -364,7 +364,7 @@ static void test_scheduler(void **state)
 	struct ds_config_scheduler s;
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"OneCycle\",\"params\":{\"cycle_min_lr\":0.01,\"cycle_max_lr\":0.1,\"cycle_first_step_size\":10}}}", 1, &c), 0);
 	ds_config_scheduler(c, &s);
-	assert_int_equal(s.type, DS_SCHED_ONE_CYCLE);
+	assert_int_equal(s.type, DS_CFG_SCHED_ONE_CYCLE);
 	assert_true(s.cycle_min_lr == 0.01 && s.cycle_max_lr == 0.1);
 	assert_int_equal(s.cycle_first_step_size, 10);
 	assert_int_equal(s.cycle_second_step_size, 10);
@@ -372,7 +372,7 @@ static void test_scheduler(void **state)
 	ds_config_destroy(c);
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"scheduler\":{\"type\":\"WarmupCosineLR\",\"params\":{\"total_num_steps\":110,\"warmup_num_steps\":10,\"warmup_type\":\"linear\"}}}", 1, &c), 0);
 	ds_config_scheduler(c, &s);
-	assert_int_equal(s.type, DS_SCHED_WARMUP_COSINE_LR);
+	assert_int_equal(s.type, DS_CFG_SCHED_WARMUP_COSINE_LR);
 	assert_int_equal(s.total_num_steps, 110);
 	assert_int_equal(s.warmup_linear, 1);
 	assert_true(s.cos_min_ratio == 1e-4 && s.warmup_min_ratio == 0);

@@ -1,0 +1,6 @@
+## lib/train: the ds-train run (the top layer: engine + data + checkpoints
+## + monitors + signals).
+noinst_LIBRARIES += lib/train/libds_train.a
+lib_train_libds_train_a_SOURCES = lib/train/train.c lib/train/train.h lib/train/setup.c lib/train/train_int.h \
+	lib/train/state.c
+LIBDS += lib/train/libds_train.a

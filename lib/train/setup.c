@@ -1,0 +1,220 @@
+/* setup.c - from the DeepSpeed config, the model config and the flags to
+ * the engine's, scheduler's and loop's settings.  What the trainer does
+ * not implement yet is refused here with the key and the reason, never
+ * silently ignored (DESIGN.md "Configuration"). */
+#include "train/train_int.h"
+
+#include <string.h>
+
+#include "util/log.h"
+
+static int cfg_bool(const struct ds_config *c, const char *path)
+{
+	int v = 0;
+	return ds_config_get_bool(c, path, &v) == 0 && v;
+}
+
+static long long cfg_int(const struct ds_config *c, const char *path, long long dflt)
+{
+	int64_t v;
+	return ds_config_get_int(c, path, &v) == 0 ? (long long)v : dflt;
+}
+
+static double cfg_double(const struct ds_config *c, const char *path, double dflt)
+{
+	double v;
+	return ds_config_get_double(c, path, &v) == 0 ? v : dflt;
+}
+
+static const char *cfg_str(const struct ds_config *c, const char *path, const char *dflt)
+{
+	const char *v;
+	return ds_config_get_str(c, path, &v) == 0 ? v : dflt;
+}
+
+static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
+{
+	struct ds_config_optimizer co;
+	ds_config_optimizer(s->cfg, &co);
+	struct ds_optim_params *p = &s->eng.optim;
+	switch (co.type) {
+	case DS_OPT_NONE:
+		/* DeepSpeed needs a client optimizer then; dstk has none, so the
+		 * documented default optimizer stands in and says so */
+		ds_optim_params_init(p, DS_OPTIM_ADAMW);
+		ds_log_info("%s: no optimizer section; using AdamW (lr %g)", ds_config_name(s->cfg), p->lr);
+		s->org_lr = p->lr;
+		return 0;
+	case DS_OPT_ADAM: ds_optim_params_init(p, DS_OPTIM_ADAM); break;
+	case DS_OPT_ADAMW: ds_optim_params_init(p, DS_OPTIM_ADAMW); break;
+	case DS_OPT_LAMB: ds_optim_params_init(p, DS_OPTIM_LAMB); break;
+	case DS_OPT_SGD: ds_optim_params_init(p, DS_OPTIM_SGD); break;
+	default:
+		return ds_err_set(err, DS_EINVAL, "%s: optimizer.type: not supported by the trainer",
+				  ds_config_name(s->cfg));
+	}
+	p->lr = co.lr;
+	p->weight_decay = co.weight_decay;
+	if (co.type != DS_OPT_SGD) {
+		p->beta1 = co.beta1;
+		p->beta2 = co.beta2;
+		p->eps = co.eps;
+		p->bias_correction = co.bias_correction;
+		p->adam_w_mode = co.type == DS_OPT_ADAMW ? 1 : co.adamw;
+	}
+	if (co.type == DS_OPT_LAMB) {
+		p->eps_inside_sqrt = co.eps_inside_sqrt;
+		p->max_coeff = co.max_coeff;
+		p->min_coeff = co.min_coeff;
+	}
+	if (co.type == DS_OPT_SGD) {
+		p->momentum = co.momentum;
+		p->dampening = co.dampening;
+		p->nesterov = co.nesterov;
+	}
+	s->org_lr = co.lr;
+	int rc = ds_optim_params_check(p, err);
+	return rc < 0 ? ds_err_prefix(err, "%s: optimizer: ", ds_config_name(s->cfg)) : 0;
+}
+
+static void map_scheduler(struct ds_train_setup *s)
+{
+	struct ds_config_scheduler cs;
+	ds_config_scheduler(s->cfg, &cs);
+	/* the config's enum follows DeepSpeed's order, as optim's does */
+	static const enum ds_sched_type map[] = { DS_SCHED_NONE, DS_SCHED_WARMUP_LR, DS_SCHED_WARMUP_DECAY_LR,
+						   DS_SCHED_WARMUP_COSINE_LR, DS_SCHED_ONE_CYCLE,
+						   DS_SCHED_LR_RANGE_TEST };
+	struct ds_sched_params *p = &s->sched;
+	ds_sched_params_init(p, map[cs.type]);
+	p->warmup_min_lr = cs.warmup_min_lr;
+	p->warmup_max_lr = cs.warmup_max_lr;
+	p->warmup_num_steps = cs.warmup_num_steps;
+	p->warmup_type = cs.warmup_linear ? DS_WARMUP_LINEAR : DS_WARMUP_LOG;
+	p->total_num_steps = cs.total_num_steps;
+	p->warmup_min_ratio = cs.warmup_min_ratio;
+	p->cos_min_ratio = cs.cos_min_ratio;
+	p->cycle_min_lr = cs.cycle_min_lr;
+	p->cycle_max_lr = cs.cycle_max_lr;
+	p->decay_lr_rate = cs.decay_lr_rate;
+	p->cycle_first_step_size = cs.cycle_first_step_size;
+	p->cycle_second_step_size = cs.cycle_second_step_size;
+	p->cycle_first_stair_count = cs.cycle_first_stair_count;
+	p->cycle_second_stair_count = cs.cycle_second_stair_count;
+	p->decay_step_size = cs.decay_step_size;
+	p->cycle_momentum = cs.cycle_momentum;
+	p->cycle_min_mom = cs.cycle_min_mom;
+	p->cycle_max_mom = cs.cycle_max_mom;
+	p->decay_mom_rate = cs.decay_mom_rate;
+	p->lr_range_test_min_lr = cs.lr_range_test_min_lr;
+	p->lr_range_test_step_size = cs.lr_range_test_step_size;
+	p->lr_range_test_step_rate = cs.lr_range_test_step_rate;
+	p->lr_range_test_staircase = cs.lr_range_test_staircase;
+}
+
+/* Keys the config accepts (ds-train --check passes them) that this trainer
+ * cannot honour yet: refuse rather than train something else. */
+static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
+{
+	const char *f = ds_config_name(s->cfg);
+	if (cfg_bool(s->cfg, "fp16.enabled"))
+		return ds_err_set(err, DS_EINVAL,
+				  "%s: fp16.enabled: fp16 training is not implemented in this build yet; "
+				  "remove the fp16 section to train in fp32", f);
+	if (cfg_bool(s->cfg, "bf16.enabled"))
+		return ds_err_set(err, DS_EINVAL,
+				  "%s: bf16.enabled: bf16 training is not implemented in this build yet; "
+				  "remove the bf16 section to train in fp32", f);
+	const char *cdt = cfg_str(s->cfg, "communication_data_type", NULL);
+	if (cdt && strcmp(cdt, "fp32"))
+		return ds_err_set(err, DS_EINVAL,
+				  "%s: communication_data_type '%s': only fp32 reductions in this build", f, cdt);
+	const char *dev = cfg_str(s->cfg, "zero_optimization.offload_optimizer.device", "none");
+	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
+		return ds_err_set(err, DS_EINVAL,
+				  "%s: zero_optimization.offload_optimizer.device '%s': NVMe offload is not "
+				  "implemented in this build; use cpu (on a CPU build states are in host memory anyway)",
+				  f, dev);
+	dev = cfg_str(s->cfg, "zero_optimization.offload_param.device", "none");
+	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
+		return ds_err_set(err, DS_EINVAL,
+				  "%s: zero_optimization.offload_param.device '%s': NVMe offload is not "
+				  "implemented in this build; use cpu", f, dev);
+	return 0;
+}
+
+int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
+			struct ds_err *err)
+{
+	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
+	struct ds_config_batch b;
+	int rc;
+	memset(s, 0, sizeof *s);
+	s->W = W;
+	s->rank = rank;
+	co.world_size = W;
+	co.lenient = o->lenient;
+	const char *cpath = o->deepspeed_config ? o->deepspeed_config : ds_train_default_config();
+	const char *mpath = o->model ? o->model : ds_train_default_model();
+	if ((rc = ds_config_load_file(&s->cfg, cpath, &co, err)) < 0)
+		return rc;
+	if ((rc = ds_model_config_load(mpath, &s->model, err)) < 0)
+		goto fail;
+	if (s->model.family != DS_FAMILY_GPT) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: family: only gpt models train (bert is profile-only)", mpath);
+		goto fail;
+	}
+	if ((rc = refuse_unimplemented(s, err)) < 0)
+		goto fail;
+	ds_config_batch(s->cfg, &b);
+	s->tb = b.train_batch_size;
+	s->mb = b.micro_batch;
+	s->ga = b.grad_accum;
+
+	ds_engine_opts_init(&s->eng);
+	s->eng.model = s->model;
+	s->eng.micro_batch = (int)s->mb;
+	s->eng.grad_accum = (int)s->ga;
+	if ((rc = map_optimizer(s, err)) < 0)
+		goto fail;
+	map_scheduler(s);
+	s->eng.gradient_clipping = cfg_double(s->cfg, "gradient_clipping", 0);
+	s->eng.zero_stage = (int)cfg_int(s->cfg, "zero_optimization.stage", 0);
+	s->eng.reduce_bucket_size = cfg_int(s->cfg, "zero_optimization.reduce_bucket_size", 0);
+	s->eng.allgather_bucket_size = cfg_int(s->cfg, "zero_optimization.allgather_bucket_size", 0);
+	s->eng.prescale_gradients = cfg_bool(s->cfg, "prescale_gradients");
+	s->eng.gradient_predivide_factor = cfg_double(s->cfg, "gradient_predivide_factor", 1.0);
+	s->eng.seed = o->seed;
+	s->eng.checkpointing = ds_config_is_set(s->cfg, "activation_checkpointing.number_checkpoints") ||
+			       cfg_bool(s->cfg, "activation_checkpointing.partition_activations");
+	if (s->eng.zero_stage == 3 && W > 1)
+		ds_log_warn("%s: zero_optimization.stage 3: parameters are not partitioned yet; every rank "
+			    "keeps them whole (results are stage 3's, memory is stage 2's)", cpath);
+
+	s->steps_per_print = cfg_int(s->cfg, "steps_per_print", 10);
+	s->wall_clock = cfg_bool(s->cfg, "wall_clock_breakdown");
+	s->start_profile_step = cfg_int(s->cfg, "autotuning.start_profile_step", 3);
+	s->end_profile_step = cfg_int(s->cfg, "autotuning.end_profile_step", 5);
+	s->csv_enabled = cfg_bool(s->cfg, "csv_monitor.enabled");
+	s->csv_path = cfg_str(s->cfg, "csv_monitor.output_path", "");
+	s->csv_job = cfg_str(s->cfg, "csv_monitor.job_name", NULL);
+	s->tb_enabled = cfg_bool(s->cfg, "tensorboard.enabled");
+	s->tb_path = cfg_str(s->cfg, "tensorboard.output_path", "");
+	s->tb_job = cfg_str(s->cfg, "tensorboard.job_name", NULL);
+	s->tag_validation = cfg_str(s->cfg, "checkpoint.tag_validation", "WARN");
+
+	s->train_iters = o->train_iters;
+	if (!s->train_iters && s->sched.total_num_steps > 0)
+		s->train_iters = s->sched.total_num_steps;
+	return 0;
+fail:
+	ds_config_destroy(s->cfg);
+	s->cfg = NULL;
+	return rc;
+}
+
+void ds_train_setup_release(struct ds_train_setup *s)
+{
+	ds_config_destroy(s->cfg);
+	s->cfg = NULL;
+}

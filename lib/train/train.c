@@ -1,0 +1,348 @@
+/* train.c - the training loop of ds-train.
+ *
+ * Per step: read this rank's rows of the global batch (samples
+ * consumed .. consumed + TB in the data order), take the schedule's lr for
+ * the next non-skipped step, run the engine, log (stdout line every
+ * log_interval steps, CSV/TensorBoard every step, metrics window), evaluate,
+ * save every save_interval.  SIGTERM/SIGUSR1 set a flag that all ranks
+ * agree on at the next step boundary: save, then return DS_ESIGNAL (exit 4).
+ */
+#include "train/train.h"
+#include "train/train_int.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/ceiling.h"
+#include "model/count.h"
+#include "monitor/log.h"
+#include "monitor/metrics.h"
+#include "monitor/monitor.h"
+#include "util/log.h"
+#include "util/mem.h"
+#include "util/timer.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static int cfg_dump_state(const struct ds_train_setup *s)
+{
+	int v = 0;
+	return ds_config_get_bool(s->cfg, "dump_state", &v) == 0 && v;
+}
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void install_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* This rank's rows of one global batch: micro-step a, row b is global
+ * sample base + a*MB*W + rank*MB + b (engine.h). */
+static int fill_rows(const struct ds_sampler *sp, const struct ds_train_setup *s, long long base, int32_t *rows,
+		     long long T, struct ds_err *err)
+{
+	for (long long a = 0; a < s->ga; a++)
+		for (long long b = 0; b < s->mb; b++) {
+			uint64_t g = (uint64_t)(base + a * s->mb * s->W + (long long)s->rank * s->mb + b);
+			DS_TRY(ds_sampler_get(sp, g, rows + (a * s->mb + b) * (T + 1), err));
+		}
+	return 0;
+}
+
+static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const struct ds_data *dd,
+		    long long iters, int32_t *rows, long long T, double *loss, struct ds_err *err)
+{
+	double sum = 0;
+	long long n = 0;
+	for (long long k = 0; k < iters; k++) {
+		double l;
+		DS_TRY(fill_rows(&dd->valid, s, k * s->tb, rows, T, err));
+		DS_TRY(ds_engine_eval(e, rows, (int)(s->mb * s->ga), &l, err));
+		sum += l;
+		n++;
+	}
+	*loss = n ? sum / n : 0;
+	return 0;
+}
+
+static int open_data(struct ds_data *dd, const struct ds_train_opts *o, const struct ds_train_setup *s,
+		     struct ds_err *err)
+{
+	struct ds_data_opts d = { 0 };
+	d.path = o->data ? o->data : ds_data_default_corpus();
+	d.valid_path = o->valid_data;
+	d.split = o->split;
+	d.format = DS_DATA_AUTO;
+	d.seq_length = (uint64_t)s->model.seq_length;
+	d.vocab_size = (uint64_t)s->model.vocab_size;
+	d.seed = s->eng.seed;
+	return ds_data_open(dd, &d, err);
+}
+
+int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, struct ds_err *err)
+{
+	struct ds_comm *comm = NULL;
+	struct ds_train_setup s;
+	struct ds_data dd;
+	struct ds_engine *e = NULL;
+	struct ds_monitor *mon = NULL;
+	struct ds_monitor_metrics metrics = DS_MONITOR_METRICS_INIT;
+	struct ds_monitor_wallclock wc = DS_MONITOR_WALLCLOCK_INIT;
+	struct ds_train_state st = { 0 };
+	int32_t *rows = NULL;
+	int rc, have_setup = 0, have_data = 0;
+	char line[1024];
+
+	memset(res, 0, sizeof *res);
+	memset(&dd, 0, sizeof dd);
+	if ((rc = ds_comm_create(&comm, "auto", err)) < 0)
+		return rc;
+	const int rank = ds_comm_rank(comm), W = ds_comm_size(comm);
+	ds_log_init(rank, DS_LOG_INFO, 0);
+	if ((rc = ds_train_setup_load(&s, o, W, rank, err)) < 0)
+		goto out;
+	have_setup = 1;
+	if (cfg_dump_state(&s))
+		ds_config_print(s.cfg, stderr, NULL);
+	if ((rc = open_data(&dd, o, &s, err)) < 0)
+		goto out;
+	have_data = 1;
+	const long long T = s.model.seq_length;
+	if (!s.train_iters)
+		s.train_iters = (long long)(dd.train.count / (uint64_t)s.tb) > 0 ? (long long)(dd.train.count / (uint64_t)s.tb) : 1;
+	if ((rc = ds_engine_create(&e, &s.eng, comm, err)) < 0)
+		goto out;
+
+	/* resume */
+	const char *load_dir = o->load;
+	const char *load_tag = NULL;
+	if (load_dir && !strcmp(load_dir, "auto")) {
+		load_tag = "auto";
+		load_dir = o->save;
+		if (!load_dir) {
+			rc = ds_err_set(err, DS_EINVAL, "--load auto looks for checkpoints under --save DIR; give --save");
+			goto out;
+		}
+	}
+	int resumed = 0;
+	if (load_dir) {
+		char *tag = NULL;
+		/* --load auto on a first run (nothing saved yet) starts fresh */
+		if (load_tag && access(load_dir, F_OK) != 0) {
+			ds_log_info("--load auto: %s holds no checkpoint yet; starting from scratch", load_dir);
+		} else {
+			rc = ds_train_load(load_dir, load_tag, o->no_load_optim, e, &s, &st, &tag, err);
+			if (rc == DS_EINVAL && load_tag && strstr(err->msg, "no checkpoint")) {
+				ds_log_info("--load auto: %s", err->msg);
+				ds_err_clear(err);
+				rc = 0;
+			} else if (rc < 0) {
+				goto out;
+			} else {
+				resumed = !o->no_load_optim;
+				const char *rc_env = getenv("SLURM_RESTART_COUNT");
+				ds_log_info("loaded %s/%s: step %lld, %lld samples consumed%s%s%s", load_dir, tag,
+					    st.iteration, st.consumed, o->no_load_optim ? " (weights only)" : "",
+					    rc_env ? ", SLURM_RESTART_COUNT " : "", rc_env ? rc_env : "");
+			}
+			free(tag);
+		}
+	}
+
+	/* monitors, rank 0 only */
+	if (rank == 0) {
+		struct ds_monitor_opts mo = { 0 };
+		mo.csv = (struct ds_monitor_sink_opts){ s.csv_enabled, s.csv_path, s.csv_job };
+		mo.tensorboard = (struct ds_monitor_sink_opts){ s.tb_enabled, s.tb_path, s.tb_job };
+		mo.resume = resumed;
+		mo.resume_samples = st.iteration * s.tb;
+		if ((rc = ds_monitor_create(&mon, &mo, err)) < 0)
+			goto out;
+	}
+
+	/* throughput figures: model flops per step and this machine's ceiling */
+	struct ds_count_totals ct;
+	if ((rc = ds_count_train_flops(&s.model, (int)s.tb, (int)T, s.eng.checkpointing ? 1.0 : 0.0, &ct, err)) < 0)
+		goto out;
+	double peak = o->peak_gflops;
+	if (peak <= 0) {
+		peak = rank == 0 ? ds_ceiling_sgemm_gflops(1024, 0.2) : 0;
+		if (W > 1)
+			ds_comm_broadcast(comm, &peak, 1, DS_F64, 0, NULL);
+	}
+	char bytes[32];
+	ds_log_info("ds-train: %s, %lld parameters, %d rank%s, ZeRO stage %d, batch %lld = %lld x %lld x %d, "
+		    "%lld steps from step %lld; data %s (%llu train / %llu valid windows); sgemm ceiling %.1f "
+		    "GFLOP/s per rank; model state %s per rank",
+		    ds_optim_type_name(s.eng.optim.type), (long long)ds_engine_num_params(e), W, W > 1 ? "s" : "",
+		    s.eng.zero_stage, s.tb, s.mb, s.ga, W, s.train_iters, st.iteration,
+		    ds_dataset_path(dd.train_ds), (unsigned long long)dd.train.count,
+		    (unsigned long long)(dd.valid_ds ? dd.valid.count : dd.valid.count), peak,
+		    ds_fmt_bytes((double)ds_engine_state_bytes(e), bytes, sizeof bytes));
+
+	rows = ds_alloc(sizeof(int32_t) * (size_t)(s.mb * s.ga * (T + 1)));
+	if (!rows) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory for a batch");
+		goto out;
+	}
+	install_signals();
+	const long long log_every = o->log_interval ? o->log_interval : s.steps_per_print;
+	const int bar = rank == 0 && isatty(2);
+	double t_int = ds_now(), t_start = t_int;
+	long long int_steps = 0, run_steps = 0;
+	long long last_saved = resumed ? st.iteration : -1;
+	while (st.iteration < s.train_iters) {
+		struct ds_engine_step r;
+		struct ds_sched_value sv;
+		ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &sv);
+		int betas = sv.has_betas && s.eng.optim.type != DS_OPTIM_SGD;
+		double t0 = ds_now();
+		if ((rc = fill_rows(&dd.train, &s, st.consumed, rows, T, err)) < 0)
+			goto out;
+		if ((rc = ds_engine_train_step(e, rows, st.consumed, st.iteration + 1, sv.lr, betas, sv.beta1, sv.beta2,
+					       &r, err)) < 0)
+			goto out;
+		double dt = ds_now() - t0;
+		st.iteration++;
+		st.consumed += s.tb;
+		run_steps++;
+		int_steps++;
+		if (r.skipped) {
+			st.skipped++;
+			ds_log_warn("step %lld: non-finite gradients; step skipped (parameters and schedule unchanged)",
+				    st.iteration);
+		} else {
+			st.sched_steps++;
+		}
+		if (run_steps == 1)
+			res->first_loss = r.loss;
+		res->last_loss = r.loss;
+		ds_monitor_wallclock_add(&wc, DS_WC_FWD, r.t_fwd);
+		ds_monitor_wallclock_add(&wc, DS_WC_BWD, r.t_bwd + r.t_reduce);
+		ds_monitor_wallclock_add(&wc, DS_WC_BWD_INNER, r.t_bwd);
+		ds_monitor_wallclock_add(&wc, DS_WC_BWD_ALLREDUCE, r.t_reduce);
+		ds_monitor_wallclock_add(&wc, DS_WC_STEP, r.t_step);
+		if (mon) {
+			/* DeepSpeed logs the lr after the step: the next step's value */
+			struct ds_sched_value nv;
+			ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &nv);
+			struct ds_monitor_step_events ev = { .steps_done = st.iteration - 1, .train_batch_size = s.tb,
+							     .loss = r.loss, .lr = nv.lr,
+							     .wallclock = s.wall_clock ? &wc : NULL };
+			if ((rc = ds_monitor_log_step(mon, &ev, err)) < 0)
+				goto out;
+		}
+		if (o->metrics_json) {
+			struct ds_monitor_step_rec rec = { st.iteration, r.t_fwd * 1e3, (r.t_bwd + r.t_reduce) * 1e3,
+							   r.t_step * 1e3, s.tb / dt, s.tb * T / dt,
+							   ct.train_flops_step / dt / W * 1e-12, r.loss };
+			if ((rc = ds_monitor_metrics_add(&metrics, &rec, err)) < 0)
+				goto out;
+		}
+		if (s.wall_clock && rank == 0 && st.iteration % log_every == 0) {
+			ds_monitor_wallclock_line(&wc, 0, line, sizeof line);
+			ds_log_info("%s", line);
+		}
+		if (rank == 0 && (st.iteration % log_every == 0 || st.iteration == s.train_iters)) {
+			double el = ds_now() - t_int;
+			double sps = int_steps * s.tb / el;
+			struct ds_monitor_step ls = { .step = st.iteration, .total_steps = s.train_iters,
+						      .consumed_samples = st.consumed, .loss = r.loss, .lr = r.lr,
+						      .grad_norm = r.grad_norm, .skipped = st.skipped,
+						      .samples_per_s = sps, .tokens_per_s = sps * T,
+						      .tflops = ct.train_flops_step * int_steps / el * 1e-12,
+						      .mfu = peak > 0 ? ct.train_flops_step * int_steps / el / W / (peak * 1e9) : 0,
+						      .peak_rss_bytes = (double)ds_mem_peak_rss() };
+			ds_monitor_step_line(line, sizeof line, &ls);
+			if (bar)
+				fputs("\r\033[K", stderr);
+			printf("%s\n", line);
+			fflush(stdout);
+			t_int = ds_now();
+			int_steps = 0;
+		} else if (bar) {
+			double rate = run_steps / (ds_now() - t_start);
+			ds_monitor_progress(line, sizeof line, st.iteration, s.train_iters, rate, 30);
+			fputs(line, stderr);
+		}
+		if (o->eval_interval && st.iteration % o->eval_interval == 0 && dd.valid.count) {
+			double vl;
+			if ((rc = evaluate(e, &s, &dd, o->eval_iters, rows, T, &vl, err)) < 0)
+				goto out;
+			if (rank == 0) {
+				ds_monitor_eval_line(line, sizeof line, st.iteration, vl);
+				printf("%s\n", line);
+				fflush(stdout);
+				if (mon && (rc = ds_monitor_write(mon, DS_MONITOR_EVAL_LOSS, vl, st.consumed, err)) < 0)
+					goto out;
+			}
+		}
+		/* stop requests: every rank must agree, at a step boundary */
+		int64_t flag = stop_signal;
+		if (W > 1 && (rc = ds_comm_allreduce(comm, &flag, 1, DS_I64, DS_MAX, err)) < 0)
+			goto out;
+		int exiting = o->exit_interval && run_steps % o->exit_interval == 0;
+		int save_now = o->save && ((o->save_interval && st.iteration % o->save_interval == 0) ||
+					   st.iteration == s.train_iters || flag || exiting);
+		if (save_now) {
+			double ts = ds_now();
+			if ((rc = ds_train_save(o->save, e, &s, &st, comm, err)) < 0)
+				goto out;
+			last_saved = st.iteration;
+			res->saved = 1;
+			ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st.iteration, ds_now() - ts);
+		}
+		if (flag) {
+			if (bar)
+				fputs("\n", stderr);
+			if (!o->save) {
+				rc = ds_err_set(err, DS_EIO, "stopped by signal %d at step %lld without --save: nothing "
+						"to resume from", (int)flag, st.iteration);
+				goto out;
+			}
+			rc = ds_err_set(err, DS_ESIGNAL, "stopped by signal %d at step %lld after saving %s/global_step%lld; "
+					"resume with --load auto", (int)flag, st.iteration, o->save, last_saved);
+			goto out;
+		}
+		if (exiting)
+			break;
+	}
+	if (bar)
+		fputs("\n", stderr);
+	if (o->metrics_json && rank == 0) {
+		struct ds_monitor_metrics_info mi = { s.start_profile_step, s.end_profile_step, (int)s.ga, s.tb, rank,
+						      NULL };
+		if ((rc = ds_monitor_metrics_write(&metrics, &mi, o->metrics_json, err)) < 0)
+			goto out;
+	}
+	res->steps = run_steps;
+	res->last_step = st.iteration;
+	res->skipped = st.skipped;
+	rc = 0;
+out:
+	if (rc < 0 && rc != DS_ESIGNAL && W > 1 && comm && (rc != DS_EINVAL || e)) {
+		/* a failing rank must not leave the others waiting in a collective */
+		ds_log_error("%s", err->msg);
+		ds_comm_abort(comm, ds_exit_code(rc));
+	}
+	ds_free(rows);
+	ds_monitor_metrics_release(&metrics);
+	ds_monitor_destroy(mon);
+	ds_engine_destroy(e);
+	if (have_data)
+		ds_data_release(&dd);
+	if (have_setup)
+		ds_train_setup_release(&s);
+	ds_comm_destroy(comm);
+	return rc;
+}

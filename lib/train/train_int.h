@@ -1,0 +1,56 @@
+/* train_int.h - what the parts of lib/train share (private). */
+#ifndef DS_TRAIN_INT_H
+#define DS_TRAIN_INT_H
+
+#include "comm/comm.h"
+#include "config/config.h"
+#include "config/model.h"
+#include "config/train_opts.h"
+#include "engine/engine.h"
+#include "io/dataset.h"
+#include "optim/sched.h"
+
+/* Everything a run resolved from the two config files and the flags. */
+struct ds_train_setup {
+	struct ds_config *cfg;
+	struct ds_model_config model;
+	struct ds_engine_opts eng;
+	struct ds_sched_params sched;
+	double org_lr;                 /* optimizer.params.lr */
+	long long tb, mb, ga;          /* batch triad */
+	int W, rank;
+	long long steps_per_print;
+	int wall_clock;
+	long long train_iters;
+	long long start_profile_step, end_profile_step;  /* --metrics-json window */
+	int csv_enabled, tb_enabled;
+	const char *csv_path, *csv_job, *tb_path, *tb_job;
+	const char *tag_validation;
+};
+
+/* Load and map both config files (world size W).  Fills s; release with
+ * ds_train_setup_release. */
+int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
+			struct ds_err *err);
+void ds_train_setup_release(struct ds_train_setup *s);
+
+/* Progress of a run, saved in and restored from checkpoints. */
+struct ds_train_state {
+	long long iteration;        /* optimizer steps taken (global_steps) */
+	long long sched_steps;      /* non-skipped steps (drive the LR schedule) */
+	long long consumed;         /* global samples consumed */
+	long long skipped;          /* skipped steps so far */
+};
+
+/* Save the run as global_step<iteration> under dir (rank 0 writes; every
+ * rank must call).  Returns 0 or DS_E*. */
+int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_setup *s,
+		  const struct ds_train_state *st, struct ds_comm *comm, struct ds_err *err);
+
+/* Load a checkpoint (dir + tag: NULL latest, "auto" newest valid) into the
+ * engine and *st; weights_only skips optimizer state and progress.
+ * *tag_out (may be NULL) receives a malloc'd copy of the tag. */
+int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
+		  const struct ds_train_setup *s, struct ds_train_state *st, char **tag_out, struct ds_err *err);
+
+#endif
