@@ -321,6 +321,28 @@ h5_model_hashes() {
 	[ ! -e "$W/v.bin" ]
 }
 
+@test "ds-train --load --no-load-optim takes an import and trains exactly as from the original" {
+	command -v ds-train > /dev/null || skip "ds-train not built"
+	cd "$W"
+	run -0 ds-train --model "$SHARE/models/gpt-test.json" --train-iters 2 --save ck --save-interval 2
+	run -0 ds-ckpt-convert verify ck
+	ds-ckpt-convert -q ck --to safetensors -o hf > /dev/null
+	ds-ckpt-convert -q hf --to hdf5 -o imp > /dev/null
+	ds-ckpt-convert -q ck --to llmc -o m.bin > /dev/null
+	ds-ckpt-convert -q m.bin --to hdf5 -o impl > /dev/null
+	for d in ck imp impl; do
+		run -0 --separate-stderr ds-train --model "$SHARE/models/gpt-test.json" --train-iters 3 \
+			--load $d --no-load-optim --log-interval 1
+		grep -o 'loss [0-9.]*' <<<"$output" > "$d.loss"
+		[ "$(wc -l < "$d.loss")" = 3 ]
+	done
+	diff ck.loss imp.loss
+	diff ck.loss impl.loss
+	# without --no-load-optim the trainer says what is missing
+	run -2 --separate-stderr ds-train --model "$SHARE/models/gpt-test.json" --train-iters 3 --load imp
+	[[ "$stderr" == *"--no-load-optim"* ]]
+}
+
 @test "optional: transformers loads the exports (GPT2LMHeadModel, GPTNeoXForCausalLM) with dstk's logits" {
 	PY=${HF_PYTHON:-/usr/bin/python3}
 	"$PY" -c 'import transformers' 2>/dev/null || skip "python3 transformers not installed (set HF_PYTHON)"
