@@ -148,6 +148,17 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 		goto out;
 	}
 	created = access(dir, F_OK) != 0;
+	{
+		/* never replace a checkpoint (e.g. -o naming the input's own save
+		 * directory would swap a full checkpoint for weights only) */
+		char tagdir[4096];
+		snprintf(tagdir, sizeof(tagdir), "%s/global_step%lld", dir, (long long)meta.step);
+		if (access(tagdir, F_OK) == 0) {
+			rc = ds_err_set(err, DS_EINVAL, "%s exists: writing there would replace that checkpoint; "
+					"give another -o directory", tagdir);
+			goto out;
+		}
+	}
 	if ((rc = ds_ckpt_create(&c, dir, &meta, err)) < 0)
 		goto out;
 	if ((rc = ds_ckpt_attr_set_i64(c, "/", "weights_only", weights_only, err)) < 0 ||

@@ -312,6 +312,15 @@ h5_model_hashes() {
 	done
 }
 
+@test "an HDF5 output never replaces an existing checkpoint tag" {
+	cp -r "$CS/gpt2" "$W/own"
+	run -2 --separate-stderr ds-ckpt-convert "$W/own" --to fp32 -o "$W/own"
+	[[ "$stderr" == *"global_step100 exists"* ]]
+	run -0 ds-ckpt-convert inspect "$W/own"
+	assert_line "format       checkpoint"
+	assert_line "# 84 tensors, 0 bad checksums"
+}
+
 @test "bad input: a vocabulary too large for llm.c -> exit 2" {
 	echo '{"num_layers": 1, "hidden_size": 4, "num_attention_heads": 1, "seq_length": 4,
 	       "vocab_size": 70000, "make_vocab_size_divisible_by": 1}' > "$W/v.json"
