@@ -151,11 +151,18 @@ static int write_ckpt(struct ds_csrc *s, const char *dir, int dt, const char *dt
 	{
 		/* never replace a checkpoint (e.g. -o naming the input's own save
 		 * directory would swap a full checkpoint for weights only) */
-		char tagdir[4096];
+		char tagdir[4096], latest[4096];
 		snprintf(tagdir, sizeof(tagdir), "%s/global_step%lld", dir, (long long)meta.step);
+		snprintf(latest, sizeof(latest), "%s/latest", dir);
 		if (access(tagdir, F_OK) == 0) {
 			rc = ds_err_set(err, DS_EINVAL, "%s exists: writing there would replace that checkpoint; "
 					"give another -o directory", tagdir);
+			goto out;
+		}
+		/* nor move another run's `latest` to our weights-only tag */
+		if (access(latest, F_OK) == 0) {
+			rc = ds_err_set(err, DS_EINVAL, "%s exists: %s holds a run's checkpoints and its latest would "
+					"point at this conversion; give another -o directory", latest, dir);
 			goto out;
 		}
 	}

@@ -319,6 +319,11 @@ h5_model_hashes() {
 	run -0 ds-ckpt-convert inspect "$W/own"
 	assert_line "format       checkpoint"
 	assert_line "# 84 tensors, 0 bad checksums"
+	# another save directory: its latest is not moved to the conversion
+	run -2 --separate-stderr ds-ckpt-convert "$CS/neox" --to fp32 -o "$W/own"
+	[[ "$stderr" == *"latest exists"* ]]
+	[ "$(cat "$W/own/latest")" = global_step100 ]
+	[ ! -e "$W/own/global_step40" ]
 }
 
 @test "bad input: a vocabulary too large for llm.c -> exit 2" {
