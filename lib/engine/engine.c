@@ -12,6 +12,18 @@
 #include "util/mem.h"
 #include "util/timer.h"
 
+/* Test-only fault injection (tests/mpi/train.bats; never set in production):
+ *   DS_TEST_FAULT_SHARD_SHIFT=1  rank 0 treats its ZeRO slice of every
+ *       segment as starting one element late (stages >= 1, W > 1), so the
+ *       partitioning is wrong and the losses must diverge from 1 rank's;
+ *   DS_TEST_FAULT_FAIL_RANK=R[:S] rank R fails its optimizer step S
+ *       (default 3) with an I/O error, as a rank dying mid-run would. */
+static int env_int(const char *name, int dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? atoi(v) : dflt;
+}
+
 struct seg {
 	int64_t numel;    /* the model's elements */
 	int64_t padded;   /* numel rounded up to W*16 */
@@ -38,6 +50,7 @@ struct ds_engine {
 	int32_t *in, *tg;    /* one micro-batch of inputs and targets */
 	double *lamb_sums;   /* 2 per tensor */
 	int64_t steps;
+	int fail_rank, fail_step;  /* DS_TEST_FAULT_FAIL_RANK (-1: off) */
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -146,12 +159,19 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		 * (seed, name, index), so the copies agree without talking */
 		ds_gpt_init(e->model, opts->seed, e->params + sg->off, ms->offset, ms->offset + ms->numel);
 		sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
+		if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
+			sg->u0 = 1;  /* test-only fault: see the top of this file */
 		sg->un = sharded(e) ? sg->shard : sg->padded;
 		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
 			goto fail;
 		if ((rc = build_lamb_ranges(e, sg, s, err)) < 0)
 			goto fail;
 	}
+	e->fail_rank = env_int("DS_TEST_FAULT_FAIL_RANK", -1);
+	e->fail_step = 3;
+	const char *fs = getenv("DS_TEST_FAULT_FAIL_RANK");
+	if (fs && strchr(fs, ':'))
+		e->fail_step = atoi(strchr(fs, ':') + 1);
 	*out = e;
 	return 0;
 fail:
@@ -326,6 +346,9 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	const int MB = e->o.micro_batch, GA = e->o.grad_accum, T = e->T;
 	double t0, loss_sum = 0;
 	memset(res, 0, sizeof *res);
+	if (e->rank == e->fail_rank && step == e->fail_step)
+		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
+				  (long long)step);
 	memset(e->grads, 0, (size_t)e->total * sizeof(float));
 	for (int a = 0; a < GA; a++) {
 		float loss;

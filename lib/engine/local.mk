@@ -12,3 +12,10 @@ tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/unit.h
 tests_unit_test_engine_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_engine_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+if HAVE_MPI
+if HAVE_BATS
+TESTS += tests/mpi/train.bats
+endif
+endif
+EXTRA_DIST += tests/mpi/train.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json

@@ -112,9 +112,12 @@ static void test_grad_accum_equals_large_batch(void **state)
 			ds_optim_params_init(&ob.optim, DS_OPTIM_SGD);
 		}
 		struct ds_engine *a = mk(&oa), *b = mk(&ob);
+		/* Adam at lr 1e-2: at 1e-1 its sign-like first steps amplify
+		 * rounding to 1e-4 in the third step's norm */
+		double lr = opt == 0 ? 1e-2 : 1e-1;
 		for (int s = 0; s < 3; s++) {
-			assert_int_equal(ds_engine_train_step(a, tok, 0, s, 1e-1, 0, 0, 0, &ra, &err), 0);
-			assert_int_equal(ds_engine_train_step(b, tok, 0, s, 1e-1, 0, 0, 0, &rb, &err), 0);
+			assert_int_equal(ds_engine_train_step(a, tok, 0, s, lr, 0, 0, 0, &ra, &err), 0);
+			assert_int_equal(ds_engine_train_step(b, tok, 0, s, lr, 0, 0, 0, &rb, &err), 0);
 			assert_true(fabs(ra.loss - rb.loss) <= 1e-5 * ra.loss);
 			assert_true(fabs(ra.grad_norm - rb.grad_norm) <= 1e-4 * ra.grad_norm);
 		}

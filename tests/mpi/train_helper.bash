@@ -1,0 +1,84 @@
+# train_helper.bash - shared by tests/mpi/train.bats and ckpt.bats: write a
+# DeepSpeed config whose global batch is 8 samples whatever the layout, run
+# ds-train at N ranks, and compare the per-step losses of two CSV monitors.
+load helper
+
+MODEL_DROPOUT="$TDATA/gpt-test-dropout.json"
+ITERS=20
+
+# write_cfg FILE STAGE MB GA CSVDIR: AdamW with clipping, small buckets so
+# the bucketed reductions really split, CSV monitor under CSVDIR/run.
+write_cfg() {
+	cat >"$1" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
+ "steps_per_print": 1000, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000},
+ "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}}
+EOF
+}
+
+# train_run DIR N STAGE GA [ENV=VALUE...] -- [ds-train flags]: 8 samples per
+# step as (8/N/GA) x GA x N; losses land in DIR/csv/run/Train_Samples_train_loss.csv.
+train_run() {
+	local dir=$1 n=$2 stage=$3 ga=$4
+	shift 4
+	local envs=()
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+	[ "${1:-}" = "--" ] && shift
+	mkdir -p "$dir"
+	write_cfg "$dir/ds.json" "$stage" $((8 / n / ga)) "$ga" "$dir/csv"
+	local cmd=(env "${envs[@]}" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$dir/ds.json"
+		--model "$MODEL_DROPOUT" --train-iters "$ITERS" --peak-gflops 1 "$@")
+	if [ "$n" -eq 1 ]; then
+		OMP_NUM_THREADS=1 "${cmd[@]}" >"$dir/out" 2>"$dir/err"
+	else
+		mpirun_n "$n" "${cmd[@]}" >"$dir/out" 2>"$dir/err"
+	fi
+}
+
+losses() { echo "$1/csv/run/Train_Samples_train_loss.csv"; }
+
+# same_losses A B: the same steps, each loss within 1e-5 relative of B's
+# (B is the reference); prints the first disagreements and fails.
+same_losses() {
+	awk -F, -v rtol=1e-5 '
+	NR == FNR { step[FNR] = $1; ref[FNR] = $2; n = FNR; next }
+	FNR > 1 {
+		m = FNR
+		if ($1 != step[FNR]) { printf "row %d: step %s, reference step %s\n", FNR, $1, step[FNR]; bad = 1; next }
+		d = $2 - ref[FNR]; if (d < 0) d = -d
+		r = ref[FNR] < 0 ? -ref[FNR] : ref[FNR]
+		if (!(d <= rtol * r)) {
+			if (shown++ < 5) printf "step %s: loss %s, reference %s (relative %.3g)\n", $1, $2, ref[FNR], d / r
+			bad = 1
+		}
+	}
+	END {
+		if (m != n) { printf "%d losses, reference has %d\n", m - 1, n - 1; bad = 1 }
+		if (n - 1 < 1) { print "reference has no losses"; bad = 1 }
+		exit bad
+	}' "$2" "$1"
+}
+
+# reference: the 1-rank, stage-0, no-accumulation run (made once per file)
+reference() {
+	local dir="$BATS_FILE_TMPDIR/ref"
+	if [ ! -s "$(losses "$dir")" ]; then
+		train_run "$dir" 1 0 1 || { cat "$dir/err" >&2; return 1; }
+	fi
+	echo "$dir"
+}
+
+# check_layout N STAGE GA: train at that layout and compare with the reference
+check_layout() {
+	local ref dir="$BATS_TEST_TMPDIR/n$1-s$2-ga$3"
+	ref=$(reference) || return 1
+	if ! train_run "$dir" "$1" "$2" "$3"; then
+		echo "ds-train at $1 ranks, stage $2, GA $3 failed:" >&2
+		tail -5 "$dir/err" >&2
+		return 1
+	fi
+	[ "$(wc -l <"$(losses "$dir")")" -gt "$ITERS" ] || { echo "fewer than $ITERS losses logged" >&2; return 1; }
+	same_losses "$(losses "$dir")" "$(losses "$ref")"
+}
