@@ -15,7 +15,7 @@ endif
 
 if HAVE_MPI
 if HAVE_BATS
-TESTS += tests/mpi/train.bats
+TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats
 endif
 endif
-EXTRA_DIST += tests/mpi/train.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json
+EXTRA_DIST += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json

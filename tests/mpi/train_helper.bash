@@ -82,3 +82,21 @@ check_layout() {
 	[ "$(wc -l <"$(losses "$dir")")" -gt "$ITERS" ] || { echo "fewer than $ITERS losses logged" >&2; return 1; }
 	same_losses "$(losses "$dir")" "$(losses "$ref")"
 }
+
+# same_losses_from A B: every step A logged (at least one) is in B with a
+# loss within 1e-5 relative; for a resumed run A against a continuous B.
+same_losses_from() {
+	awk -F, -v rtol=1e-5 '
+	NR == FNR { if (FNR > 1) ref[$1] = $2; next }
+	FNR > 1 {
+		m++
+		if (!($1 in ref)) { printf "step %s is not in the reference\n", $1; bad = 1; next }
+		d = $2 - ref[$1]; if (d < 0) d = -d
+		r = ref[$1] < 0 ? -ref[$1] : ref[$1]
+		if (!(d <= rtol * r)) {
+			if (shown++ < 5) printf "step %s: loss %s, reference %s (relative %.3g)\n", $1, $2, ref[$1], d / r
+			bad = 1
+		}
+	}
+	END { if (m < 1) { print "no losses logged"; bad = 1 } exit bad }' "$2" "$1"
+}
