@@ -36,6 +36,8 @@ static void usage(FILE *f)
 		"      --hf-config=FILE   config.json of a safetensors input (default: next to it)\n"
 		"  -d, --dtype=T          --to safetensors: fp32 (default), fp16 or bf16;\n"
 		"                         --to llmc: fp32 (version 3, default) or bf16 (version 5)\n"
+		"      --approx-gelu      import a model with the exact GELU (hidden_act gelu,\n"
+		"                         e.g. Pythia) as dstk's tanh GELU (outputs differ slightly)\n"
 		"      --json             JSON report\n"
 		"  -q, --quiet            no progress on stderr (shown only on a terminal)\n"
 		"  -h, --help             this help\n"
@@ -50,7 +52,7 @@ static void usage(FILE *f)
 		"  ds-ckpt-convert --from safetensors hf-export/ --to hdf5 -o finetune-init/\n");
 }
 
-enum { O_HFCONFIG = 256, O_JSON, O_VERSION };
+enum { O_HFCONFIG = 256, O_JSON, O_VERSION, O_APPROX };
 
 static const struct option longopts[] = {
 	{ "to", required_argument, NULL, 't' },
@@ -59,6 +61,7 @@ static const struct option longopts[] = {
 	{ "hf-config", required_argument, NULL, O_HFCONFIG },
 	{ "dtype", required_argument, NULL, 'd' },
 	{ "json", no_argument, NULL, O_JSON },
+	{ "approx-gelu", no_argument, NULL, O_APPROX },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, O_VERSION },
@@ -93,6 +96,7 @@ int main(int argc, char **argv)
 				return ds_cli_usage_error(TOOL, "--dtype '%s': expected fp32, fp16 or bf16", optarg);
 			break;
 		case O_JSON: o.json = 1; break;
+		case O_APPROX: o.approx_gelu = 1; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: return ds_cli_version(TOOL);

@@ -237,7 +237,7 @@ static int detect(const char *path, struct ds_err *err)
 static int open_source(int fmt, const struct ds_convert_opts *o, struct ds_csrc *s, struct ds_err *err)
 {
 	switch (fmt) {
-	case DS_FMT_SAFETENSORS: return ds_csrc_open_safetensors(s, o->input, o->hf_config, err);
+	case DS_FMT_SAFETENSORS: return ds_csrc_open_safetensors(s, o->input, o->hf_config, o->approx_gelu, err);
 	case DS_FMT_LLMC: return ds_csrc_open_llmc(s, o->input, err);
 	case DS_FMT_CKPT: return ds_csrc_open_ckpt(s, o->input, err);
 	default: return ds_err_set(err, DS_EINVAL, "--from %s: not an input format", ds_convert_fmt_name(fmt));

@@ -35,8 +35,9 @@ struct ds_convert_opts {
 	int dtype;               /* --dtype of safetensors and llmc output: DS_FMT_FP32
 				  * (default), DS_FMT_FP16 (safetensors), DS_FMT_BF16 */
 	int json;                /* inspect/verify/convert summary as JSON */
+	int approx_gelu;         /* --approx-gelu: import HF's exact GELU as dstk's tanh GELU */
 };
-#define DS_CONVERT_OPTS_INIT { DS_CONVERT_CONVERT, NULL, NULL, DS_FMT_AUTO, DS_FMT_AUTO, NULL, DS_FMT_FP32, 0 }
+#define DS_CONVERT_OPTS_INIT { DS_CONVERT_CONVERT, NULL, NULL, DS_FMT_AUTO, DS_FMT_AUTO, NULL, DS_FMT_FP32, 0, 0 }
 
 struct ds_convert_result {
 	int ntensors;            /* tensors read (convert) or listed (inspect/verify) */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "io/convert_hf.h"
+#include "util/log.h"
 
 const char *ds_hf_arch_name(int arch) { return arch == DS_HF_NEOX ? "gpt_neox" : "gpt2"; }
 
@@ -244,17 +245,23 @@ static int bool_key(json_t *j, const char *path, const char *k, int *v, struct d
 	return 0;
 }
 
-static int gelu_ok(json_t *j, const char *path, const char *k, struct ds_err *err)
+/* The activation key k (transformers' default def when absent) must be
+ * the tanh GELU dstk computes; the exact erf GELU only with approx. */
+static int gelu_ok(json_t *j, const char *path, const char *k, const char *def, int approx, struct ds_err *err)
 {
 	json_t *x = json_object_get(j, k);
-	const char *s = json_is_string(x) ? json_string_value(x) : NULL;
-	if (!x)
-		return 0;
+	const char *s = !x ? def : json_is_string(x) ? json_string_value(x) : NULL;
 	if (s && (!strcmp(s, "gelu_new") || !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_fast")))
 		return 0;
-	return ds_err_set(err, DS_EINVAL, "%s: key '%s' is %s%s%s: dstk computes only the tanh GELU "
-			  "(gelu_new / gelu_pytorch_tanh)", path, k, s ? "'" : "", s ? s : "not a string",
-			  s ? "'" : "");
+	if (s && !strcmp(s, "gelu") && approx) {
+		ds_log_warn("%s: %s 'gelu' (exact erf GELU) imported as dstk's tanh GELU (--approx-gelu): "
+			    "outputs differ slightly from the original model", path, k);
+		return 0;
+	}
+	return ds_err_set(err, DS_EINVAL, "%s: key '%s' is %s%s%s%s: dstk computes only the tanh GELU "
+			  "(gelu_new / gelu_pytorch_tanh)%s", path, k, s ? "'" : "", s ? s : "not a string",
+			  s ? "'" : "", x ? "" : " (transformers' default)",
+			  s && !strcmp(s, "gelu") ? "; --approx-gelu imports it as that anyway" : "");
 }
 
 static void dstk_defaults(struct ds_model_config *m)
@@ -275,7 +282,8 @@ static void derive(struct ds_model_config *m)
 		m->max_position_embeddings = m->seq_length;
 }
 
-int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, struct ds_err *err)
+int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, int approx_gelu,
+		      struct ds_err *err)
 {
 	json_error_t je;
 	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *mt;
@@ -296,7 +304,7 @@ int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, st
 		    (rc = int_key(j, path, "vocab_size", 1, &m->vocab_size, err)) ||
 		    (rc = int_key(j, path, "n_inner", 0, &m->intermediate_size, err)) ||
 		    (rc = bool_key(j, path, "tie_word_embeddings", &tie, err)) ||
-		    (rc = gelu_ok(j, path, "activation_function", err)))
+		    (rc = gelu_ok(j, path, "activation_function", "gelu_new", approx_gelu, err)))
 			goto out;
 		if (num_key(j, "layer_norm_epsilon", &m->layernorm_epsilon) < 0 ||
 		    num_key(j, "initializer_range", &m->init_method_std) < 0 ||
@@ -326,7 +334,7 @@ int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, st
 		    (rc = int_key(j, path, "intermediate_size", 0, &m->intermediate_size, err)) ||
 		    (rc = bool_key(j, path, "tie_word_embeddings", &tie, err)) ||
 		    (rc = bool_key(j, path, "use_parallel_residual", &m->gpt_j_residual, err)) ||
-		    (rc = gelu_ok(j, path, "hidden_act", err)))
+		    (rc = gelu_ok(j, path, "hidden_act", "gelu", approx_gelu, err)))
 			goto out;
 		if (num_key(j, "rotary_pct", &pct) < 0 || num_key(j, "partial_rotary_factor", &pct) < 0 ||
 		    num_key(j, "rotary_emb_base", &m->rotary_emb_base) < 0 ||

@@ -53,9 +53,12 @@ void ds_hf_apply_inverse(int xform, const struct ds_model_config *m, const struc
 char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *torch_dtype);
 
 /* Parse an HF config.json (GPT2Config or GPTNeoXConfig) into *m (all
- * dstk fields set; seq_length = max positions) and *arch.  Returns 0 or
- * DS_EINVAL naming the file and the key. */
-int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, struct ds_err *err);
+ * dstk fields set; seq_length = max positions) and *arch.  The exact GELU
+ * ("gelu", GPT-NeoX's default) is refused unless approx_gelu, which imports
+ * it as dstk's tanh GELU with a warning.  Returns 0 or DS_EINVAL naming the
+ * file and the key. */
+int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, int approx_gelu,
+		      struct ds_err *err);
 
 /* ---- dstk model JSON (the checkpoint's "model JSON" attribute) ---------- */
 

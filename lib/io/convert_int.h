@@ -41,8 +41,10 @@ void ds_convert_narrow_inplace(float *buf, size_t n, int bf16);
  * failure the caller still releases it.  DS_EINVAL / DS_ECORRUPT name the
  * file and what is wrong.  safetensors: a file, a directory holding
  * model.safetensors or model.safetensors.index.json (shards), or the index;
- * hf_config NULL means config.json next to it. */
-int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err);
+ * hf_config NULL means config.json next to it; approx_gelu as
+ * ds_hf_config_load. */
+int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, int approx_gelu,
+			     struct ds_err *err);
 int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err);
 int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err);
 

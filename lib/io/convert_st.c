@@ -228,7 +228,8 @@ out:
 	return rc;
 }
 
-int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, struct ds_err *err)
+int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf_config, int approx_gelu,
+			     struct ds_err *err)
 {
 	struct st_src *x = calloc(1, sizeof(*x));
 	char cfgpath[4096];
@@ -259,7 +260,7 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 	if (access(cfgpath, R_OK) != 0)
 		return ds_err_set(err, DS_EINVAL, "%s: cannot read the model's config.json (%s); give it with "
 				  "--hf-config FILE", cfgpath, strerror(errno));
-	if ((rc = ds_hf_config_load(cfgpath, &s->cfg, &arch, err)) < 0)
+	if ((rc = ds_hf_config_load(cfgpath, &s->cfg, &arch, approx_gelu, err)) < 0)
 		return rc;
 	/* our own export carries dstk's model JSON: padding, init and window
 	 * survive the round trip; it must describe the same network */

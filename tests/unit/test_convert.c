@@ -398,7 +398,7 @@ static void test_hf_config_roundtrip(void **state)
 		assert_non_null(strstr(js, "\"gelu_new\""));
 		write_file(tpath("config.json"), js, strlen(js));
 		free(js);
-		assert_int_equal(ds_hf_config_load(tpath("config.json"), &back, &arch, &err), 0);
+		assert_int_equal(ds_hf_config_load(tpath("config.json"), &back, &arch, 0, &err), 0);
 		assert_int_equal(arch, neox);
 		assert_int_equal(back.num_layers, 2);
 		assert_int_equal(back.hidden_size, 4);
@@ -421,21 +421,36 @@ static void test_hf_config_bad(void **state)
 	int arch;
 	(void)state;
 	write_file(tpath("c1.json"), "{\"model_type\":\"llama\"}", 22);
-	assert_int_equal(ds_hf_config_load(tpath("c1.json"), &c, &arch, &err), DS_EINVAL);
+	assert_int_equal(ds_hf_config_load(tpath("c1.json"), &c, &arch, 0, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "llama"));
 	{
 		const char *t = "{\"model_type\":\"gpt2\",\"n_layer\":2,\"n_embd\":4,\"n_head\":2,\"n_positions\":8,"
 				"\"vocab_size\":5,\"activation_function\":\"relu\"}";
 		write_file(tpath("c2.json"), t, strlen(t));
 	}
-	assert_int_equal(ds_hf_config_load(tpath("c2.json"), &c, &arch, &err), DS_EINVAL);
+	assert_int_equal(ds_hf_config_load(tpath("c2.json"), &c, &arch, 0, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "activation_function"));
 	{
 		const char *t = "{\"model_type\":\"gpt2\",\"n_layer\":2}";
 		write_file(tpath("c3.json"), t, strlen(t));
 	}
-	assert_int_equal(ds_hf_config_load(tpath("c3.json"), &c, &arch, &err), DS_EINVAL);
+	assert_int_equal(ds_hf_config_load(tpath("c3.json"), &c, &arch, 0, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "n_embd"));
+	/* GPT-NeoX without hidden_act means transformers' default, the exact
+	 * GELU: refused, or taken as the tanh GELU with approx_gelu */
+	{
+		const char *t = "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":2,\"hidden_size\":8,"
+				"\"num_attention_heads\":2,\"max_position_embeddings\":8,\"vocab_size\":5}";
+		write_file(tpath("c4.json"), t, strlen(t));
+	}
+	assert_int_equal(ds_hf_config_load(tpath("c4.json"), &c, &arch, 0, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "--approx-gelu"));
+	ds_log_init(0, DS_LOG_ERROR, 0);
+	assert_int_equal(ds_hf_config_load(tpath("c4.json"), &c, &arch, 1, &err), 0);
+	ds_log_init(0, DS_LOG_WARN, 0);
+	assert_int_equal(c.activation, DS_ACT_GELU);
+	assert_int_equal(c.gpt_j_residual, 1);     /* use_parallel_residual's default */
+	assert_int_equal(c.no_weight_tying, 1);    /* tie_word_embeddings' default for NeoX */
 }
 
 static void test_model_json_roundtrip(void **state)
