@@ -321,7 +321,7 @@ int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, in
 			goto out;
 		}
 	} else if (!strcmp(type, "gpt_neox")) {
-		double pct = 1.0;
+		double pct = 0.25;   /* GPTNeoXConfig's default rotary_pct */
 		*arch = DS_HF_NEOX;
 		tie = 0;
 		m->pos_emb = DS_POS_ROTARY;

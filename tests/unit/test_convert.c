@@ -451,6 +451,7 @@ static void test_hf_config_bad(void **state)
 	assert_int_equal(c.activation, DS_ACT_GELU);
 	assert_int_equal(c.gpt_j_residual, 1);     /* use_parallel_residual's default */
 	assert_int_equal(c.no_weight_tying, 1);    /* tie_word_embeddings' default for NeoX */
+	assert_true(c.rotary_pct == 0.25);         /* GPTNeoXConfig's default */
 }
 
 static void test_model_json_roundtrip(void **state)
