@@ -1,0 +1,152 @@
+/* autotune.h - ds-autotune's space, memory model and search (DESIGN.md: tune).
+ *
+ * The space is every (ZeRO stage, micro batch) the config leaves to the tuner
+ * ("auto", a stage "all" or a list).  Micro batches: the powers of two from
+ * min to max plus max itself, and DeepSpeed's list near the largest micro
+ * batch each stage fits (spec §2.3).  A point whose estimated bytes per rank
+ * exceed the budget, or whose batch breaks the triad, is pruned before
+ * anything runs and keeps its reason.
+ *
+ * Memory per rank (spec §2.2 / §7, P params, W ranks, half = fp16/bf16):
+ *   params P*(2|4), grads P*(2|4), optimizer P*(16|8); stage >= 1 divides the
+ *   optimizer by W, >= 2 also the grads, 3 also the params; plus the
+ *   activations ds_gpt_activation_bytes(micro batch) and a fixed
+ *   DS_AUTOTUNE_MEM_OVERHEAD for the runtime.
+ *
+ * Tuners (each trial yields a metric or fails; failures count as trials):
+ *   gridsearch   the baseline order: stages ascending (DeepSpeed's), within a
+ *                stage the largest micro batch first, then descending
+ *   random       the same points in a seeded random order
+ *   model_based  cost model: seconds per optimizer step t = r_s * (a + b*F),
+ *                F = the analytic training flops one rank does per optimizer
+ *                step (ds_count_train_flops x gas), a and b a least-squares
+ *                fit over the successful trials, r_s the stage's mean ratio
+ *                of measured to fitted time (1 for a stage not tried yet).
+ *                The two first trials follow the baseline order; then the
+ *                untried point with the best predicted metric runs, except
+ *                that every fifth pick is a seeded random one (exploration).
+ *                A trial killed for memory marks every point of the same or
+ *                a lower stage with an equal or larger micro batch infeasible.
+ * All stop after tuner_num_trials trials, or when tuner_early_stopping
+ * trials in a row have not improved on the best.  Latency is minimised,
+ * throughput and flops maximised.
+ */
+#ifndef DS_TUNE_AUTOTUNE_H
+#define DS_TUNE_AUTOTUNE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/err.h"
+
+#define DS_AUTOTUNE_MAX_POINTS 512
+#define DS_AUTOTUNE_MEM_OVERHEAD (32ull << 20) /* runtime, buffers, data: bytes */
+
+enum ds_autotune_metric { DS_AT_THROUGHPUT = 0, DS_AT_LATENCY, DS_AT_FLOPS };
+enum ds_autotune_tuner { DS_AT_GRID = 0, DS_AT_RANDOM, DS_AT_MODEL };
+enum ds_autotune_status { DS_AT_PENDING = 0, DS_AT_PRUNED, DS_AT_OK, DS_AT_FAILED, DS_AT_INFEASIBLE };
+
+/* Bytes of parameters, gradients and optimizer state per rank (no
+ * activations) for P params at a ZeRO stage over W ranks. */
+double ds_autotune_model_state_bytes(double P, int half, int stage, int W);
+
+/* DeepSpeed's micro-batch list (spec §2.3) for [mn, mx], n sizes, and
+ * tbs_pg = the per-rank batch budget (0: mx * gas with gas 1).  Writes at most
+ * cap values ascending into out; returns their count. */
+int ds_autotune_mbs_list(int mn, int mx, int n, int64_t tbs_pg, int *out, int cap);
+
+/* 1 when metric a is better than b for this metric (latency: smaller). */
+int ds_autotune_better(int metric, double a, double b);
+
+struct ds_autotune_point {
+	int stage, mb, gas;
+	int64_t tbs;          /* train_batch_size = mb * gas * W */
+	double mem;           /* estimated bytes per rank */
+	double flops;         /* analytic training flops per rank per optimizer step */
+	int status;           /* enum ds_autotune_status */
+	char why[160];        /* pruned / failed / infeasible: the reason */
+	double metric;        /* OK: the chosen metric */
+	int order;            /* 1-based trial number; 0 not run */
+	int oom;              /* FAILED: killed for memory (signal 9 / exit 137) */
+};
+
+struct ds_autotune_space {
+	int n;
+	struct ds_autotune_point p[DS_AUTOTUNE_MAX_POINTS];
+};
+
+/* Evaluate point i: 0 with *metric set (or NAN and p->status DS_AT_FAILED and
+ * p->why filled when the trial failed); a negative code stops the search. */
+typedef int (*ds_autotune_eval_fn)(void *ctx, struct ds_autotune_space *s, int i, double *metric,
+				   struct ds_err *err);
+
+struct ds_autotune_search_opts {
+	int tuner;        /* enum ds_autotune_tuner */
+	int metric;       /* enum ds_autotune_metric */
+	int num_trials;   /* >= 1 */
+	int early_stop;   /* >= 1 */
+	uint64_t seed;    /* random / exploration order */
+};
+
+struct ds_autotune_search_res {
+	int best;         /* index into the space, -1 when nothing succeeded */
+	int trials;       /* trials run (failed included) */
+	int stopped_early;
+};
+
+/* The baseline (gridsearch) order of the points that are not pruned:
+ * writes their indices into out (cap entries); returns the count. */
+int ds_autotune_order(const struct ds_autotune_space *s, int *out, int cap);
+
+/* Run the search over s, calling f for each trial; marks points OK/FAILED,
+ * their order, and INFEASIBLE ones (model_based).  Returns 0 or f's code. */
+int ds_autotune_search(struct ds_autotune_space *s, const struct ds_autotune_search_opts *o,
+		       ds_autotune_eval_fn f, void *ctx, struct ds_autotune_search_res *r, struct ds_err *err);
+
+/* ---- the whole run (autotune_run.c) ----------------------------------- */
+
+struct ds_autotune_opts {
+	const char *config;      /* DeepSpeed JSON with "auto" values and an autotuning section */
+	const char *model;       /* model JSON */
+	const char *data;        /* --data for ds-train, or NULL */
+	const char *launcher;    /* user's launcher prefix (split on blanks), or NULL */
+	const char *results_dir; /* overrides autotuning.results_dir, or NULL */
+	const char *trainer;     /* ds-train executable, or NULL: next to this program, else PATH */
+	uint64_t mem_per_rank;   /* bytes; 0: derived from Slurm or /proc/meminfo */
+	int np;                  /* ranks; 0: num_gpus*num_nodes, SLURM_NTASKS, else 1 */
+	double trial_timeout;    /* seconds per trial (> 0) */
+	uint64_t seed;
+};
+#define DS_AUTOTUNE_OPTS_INIT { NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 600.0, 1 }
+
+struct ds_autotune_res {
+	struct ds_autotune_space space;
+	struct ds_autotune_search_res search;
+	int metric;                /* enum ds_autotune_metric */
+	int np;
+	uint64_t budget;           /* bytes per rank used for pruning */
+	char budget_from[64];      /* "--mem-per-rank", "SLURM_MEM_PER_NODE", "MemAvailable" */
+	int pruned_mem, pruned_batch, skipped_resume;
+	char results_dir[1024];
+	char optimal_config[1100]; /* path of ds_config_optimal.json ("" when none) */
+	char optimal_cmd[4096];    /* the command of cmd_optimal.txt */
+	char auto_keys[512];       /* the "auto" keys resolved, comma-separated */
+};
+
+/* Tune: build and prune the space, run the trials, write results_dir.
+ * Returns 0 (res->search.best may still be -1: nothing succeeded, which
+ * ds_autotune_run reports as DS_ECHECK with the failures' reasons), or
+ * DS_EINVAL (bad input), DS_EIO, DS_ENOMEM.  res is large: allocate it. */
+int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *res, struct ds_err *err);
+
+/* The summary table (a '#' header, one row per point, '#' footer lines with
+ * the pruning counts and the best) to f; 0 or DS_EIO. */
+int ds_autotune_print_summary(const struct ds_autotune_res *res, FILE *f, struct ds_err *err);
+
+/* The same rows as CSV with a header line; 0 or DS_EIO. */
+int ds_autotune_write_csv(const struct ds_autotune_res *res, FILE *f, struct ds_err *err);
+
+/* Metric name ("throughput", "latency", "flops"). */
+const char *ds_autotune_metric_name(int metric);
+
+#endif

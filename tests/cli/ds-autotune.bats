@@ -1,0 +1,143 @@
+#!/usr/bin/env bats
+# ds-autotune.bats - real trials of ds-train on the tiny test model: "auto"
+# resolved, memory pruning, an injected failing/hanging trial reported and
+# survived, the metric's direction, resume, and the optimal config trains.
+load helper
+
+setup() {
+	CFG="$SHARE/configs/autotune-test.json"
+	MODEL="$SHARE/models/gpt-test.json"
+	R="$BATS_TEST_TMPDIR/res"
+}
+
+# cfg_with JQ_FILTER: the test config edited by jq, path printed
+cfg_with() {
+	local out="$BATS_TEST_TMPDIR/cfg-$RANDOM.json"
+	jq "$1" "$CFG" > "$out"
+	echo "$out"
+}
+
+@test "ds-autotune --help exits 0 and shows usage" {
+	run -0 ds-autotune --help
+	assert_output --partial "Usage: ds-autotune"
+	assert_output --partial "--mem-per-rank"
+}
+
+@test "ds-autotune: a bad flag or a missing --model exits 2" {
+	run -2 --separate-stderr ds-autotune --bogus
+	assert_equal "${stderr_lines[-1]}" "Try 'ds-autotune --help' for more information."
+	run -2 --separate-stderr ds-autotune --deepspeed_config "$CFG"
+	[[ $stderr == *"--model FILE are required"* ]]
+	run -2 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --mem-per-rank lots
+	[[ $stderr == *"--mem-per-rank 'lots'"* ]]
+}
+
+@test "ds-autotune: autotuning.enabled false is refused naming the key" {
+	run -2 --separate-stderr ds-autotune -c "$(cfg_with '.autotuning.enabled = false')" -m "$MODEL" --results-dir "$R"
+	[[ $stderr == *"autotuning.enabled"* ]]
+	[ ! -e "$R" ]
+}
+
+@test "ds-autotune resolves every \"auto\": the optimal config passes --check and trains 2 steps" {
+	c=$(cfg_with '.gradient_clipping = "auto"')
+	run -0 --separate-stderr ds-autotune -c "$c" -m "$MODEL" --results-dir "$R"
+	assert_output --partial "# best: z"
+	assert_output --partial "gradient_clipping"
+	opt="$R/ds_config_optimal.json"
+	[ -f "$opt" ] && [ -f "$R/cmd_optimal.txt" ] && [ -f "$R/summary.csv" ]
+	! grep -q '"auto"' "$opt"
+	[ "$(jq 'has("autotuning")' "$opt")" = false ]
+	[ "$(jq '.train_micro_batch_size_per_gpu | type' "$opt")" = '"number"' ]
+	[ "$(jq '.zero_optimization.stage | type' "$opt")" = '"number"' ]
+	[ "$(jq '.gradient_clipping' "$opt")" = 0 ]
+	# the best row of the CSV is the experiment the optimal config describes
+	best=$(awk -F, '$11 == 1 { print $3, $2 }' "$R/summary.csv")
+	[ "$best" = "$(jq -r '"\(.train_micro_batch_size_per_gpu) \(.zero_optimization.stage)"' "$opt")" ]
+	# every trial left its files
+	for d in $(awk -F, 'NR > 1 && $9 > 0 { print $1 }' "$R/summary.csv"); do
+		for f in ds_config.json cmd.txt stdout.txt stderr.txt metrics.json result.json; do
+			[ -f "$R/$d/$f" ] || { echo "missing $R/$d/$f"; false; }
+		done
+	done
+	run -0 ds-train --check --deepspeed_config "$opt" --model "$MODEL"
+	run -0 ds-train --deepspeed_config "$opt" --model "$MODEL" --train-iters 2
+	assert_output --partial "step 2/2"
+	grep -q -- "--deepspeed_config $opt" "$R/cmd_optimal.txt"
+}
+
+@test "ds-autotune: a small --mem-per-rank prunes exactly the points above it, before launch" {
+	run -0 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --mem-per-rank 35M
+	budget=$((35 * 1024 * 1024))
+	# every row above the budget is pruned with a memory reason, none below is
+	read -r over pruned bad < <(awk -F, -v b=$budget 'NR > 1 {
+		if ($6 > b) { over++; if ($8 == "pruned" && $12 ~ /memory/) pruned++ }
+		else if ($8 == "pruned") bad++ } END { print over + 0, pruned + 0, bad + 0 }' "$R/summary.csv")
+	[ "$over" -gt 0 ] && [ "$over" = "$pruned" ] && [ "$bad" = 0 ]
+	assert_output --partial "# pruned before launch: $over (memory: $over over the budget of 35.0 MiB per rank from --mem-per-rank"
+	# no pruned experiment was launched
+	for d in $(awk -F, '$8 == "pruned" { print $1 }' "$R/summary.csv"); do [ ! -e "$R/$d" ]; done
+	# a budget below everything: exit 1 saying so, nothing launched
+	run -1 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R.2" --mem-per-rank 1M
+	[[ $stderr == *"all 12 experiments were pruned before launch"*"raise --mem-per-rank"* ]]
+}
+
+@test "ds-autotune: a hanging trial is killed at --trial-timeout, reported, and the search goes on" {
+	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -0 --separate-stderr \
+		ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 2
+	assert_output --regexp "z0_gas1_tmbspg4 .* failed .* timeout after 2 s"
+	assert_output --partial "# best: z"
+	[[ $stderr == *"failed: timeout after 2 s"*"going on"* ]]
+	[ "$(awk -F, 'NR > 1 && $8 == "ok"' "$R/summary.csv" | wc -l)" -ge 2 ]
+	[ "$(jq -r .status "$R/z0_gas1_tmbspg4/result.json")" = failed ]
+}
+
+@test "ds-autotune: a crashing and an out-of-memory trial are recorded with their reasons" {
+	DS_AUTOTUNE_FAIL_TRIAL=2:crash run -0 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" -q
+	assert_output --regexp "z0_gas1_tmbspg2 .* failed .* exit 1: injected failure"
+	DS_AUTOTUNE_FAIL_TRIAL=z0_gas1_tmbspg4:oom run -0 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R.2" -q
+	assert_output --regexp "z0_gas1_tmbspg4 .* failed .* killed by signal 9 \(out of memory\?\)"
+	# every trial failing: exit 1 naming the first failure
+	c=$(cfg_with '.autotuning.max_train_micro_batch_size_per_gpu = 1 | .zero_optimization.stage = 0')
+	DS_AUTOTUNE_FAIL_TRIAL=1:crash run -1 --separate-stderr ds-autotune -c "$c" -m "$MODEL" --results-dir "$R.3"
+	[[ $stderr == *"no configuration found: all 1 trials failed; first: z0 micro batch 1: exit 1: injected failure"* ]]
+}
+
+@test "ds-autotune: latency is minimised and throughput maximised over the trials run" {
+	c=$(cfg_with '.autotuning.metric = "latency" | .autotuning.tuner_early_stopping = 20 | .zero_optimization.stage = [0, 1]')
+	run -0 ds-autotune -c "$c" -m "$MODEL" --results-dir "$R" -q --csv
+	assert_line --index 0 --partial "latency_us"
+	want=$(awk -F, 'NR > 1 && $8 == "ok" { if (m == "" || $10 < m) { m = $10; e = $1 } } END { print e }' "$R/summary.csv")
+	got=$(awk -F, '$11 == 1 { print $1 }' "$R/summary.csv")
+	[ -n "$got" ] && [ "$got" = "$want" ]
+	c=$(cfg_with '.autotuning.tuner_early_stopping = 20 | .zero_optimization.stage = [0, 1]')
+	run -0 ds-autotune -c "$c" -m "$MODEL" --results-dir "$R.2" -q
+	want=$(awk -F, 'NR > 1 && $8 == "ok" { if (m == "" || $10 > m + 0) { m = $10; e = $1 } } END { print e }' "$R.2/summary.csv")
+	got=$(awk -F, '$11 == 1 { print $1 }' "$R.2/summary.csv")
+	[ -n "$got" ] && [ "$got" = "$want" ]
+	# the trials' metric is metrics.json's, not a log scrape
+	m=$(jq .throughput "$R.2/$got/metrics.json")
+	awk -F, -v e="$got" -v m="$m" '$1 == e { d = $10 - m; exit !(d < 1e-6 * m && -d < 1e-6 * m) }' "$R.2/summary.csv"
+}
+
+@test "ds-autotune: a re-run with overwrite false reuses finished experiments" {
+	run -0 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" -q
+	n=$(awk -F, 'NR > 1 && $9 > 0' "$R/summary.csv" | wc -l)
+	run -0 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R"
+	assert_output --partial ", $n reused from an earlier run"
+	[[ $stderr == *"finished before"* ]]
+	run -0 ds-autotune -c "$(cfg_with '.autotuning.overwrite = true')" -m "$MODEL" --results-dir "$R" -q
+	assert_output --partial ", 0 reused from an earlier run"
+}
+
+@test "ds-autotune --np 2 runs its trials under mpirun and the optimal config trains on 2 ranks" {
+	require_feature mpi
+	c=$(cfg_with '.autotuning.max_train_micro_batch_size_per_gpu = 2 | .zero_optimization.stage = [1, 2] | .autotuning.tuner_num_trials = 2')
+	run -0 --separate-stderr ds-autotune -c "$c" -m "$MODEL" --results-dir "$R" --np 2 --trial-timeout 120
+	assert_output --partial "# best: z"
+	grep -q "^mpirun -np 2 --oversubscribe --bind-to none" "$R/cmd_optimal.txt"
+	opt="$R/ds_config_optimal.json"
+	run -0 ds-train --check --deepspeed_config "$opt" --model "$MODEL" --world-size 2
+	run -0 mpirun -np 2 --oversubscribe --bind-to none --allow-run-as-root \
+		ds-train --deepspeed_config "$opt" --model "$MODEL" --train-iters 2
+	assert_output --partial "step 2/2"
+}
