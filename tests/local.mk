@@ -1,7 +1,11 @@
 ## tests: every result is a TAP line, counted by automake's tap-driver, so
 ## `make check` and .ci/run report test cases, not test files.
 ## cmocka prints TAP when CMOCKA_MESSAGE_OUTPUT=TAP; bats prints TAP itself.
+## --ignore-exit: a failing case is counted once (its "not ok" line), not
+## again for the exit status; a crash still shows as a short plan (ERROR).
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+AM_LOG_DRIVER_FLAGS = --ignore-exit
+AM_BATS_LOG_DRIVER_FLAGS = --ignore-exit
 TEST_EXTENSIONS = .bats
 BATS_LOG_DRIVER = $(LOG_DRIVER)
 BATS_LOG_COMPILER = $(BATS)

@@ -60,3 +60,8 @@ if HAVE_BATS
 TESTS += tests/cli/ds-train-check.bats
 endif
 EXTRA_DIST += tests/cli/ds-train-check.bats
+
+if HAVE_BATS
+TESTS += tests/cli/ds-train.bats
+endif
+EXTRA_DIST += tests/cli/ds-train.bats

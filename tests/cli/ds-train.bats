@@ -1,0 +1,132 @@
+#!/usr/bin/env bats
+# ds-train training runs on the small test model: the loss falls, a resume
+# gives bit-identical losses, signals checkpoint and exit 4, a corrupt
+# checkpoint is refused naming the dataset, bad data exits 2 naming the
+# file and offset, and the monitors write what DeepSpeed's do.
+load helper
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	MODEL="$SHARE/models/gpt-test.json"
+	cat > cfg.json <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 3, "total_num_steps": 12, "warmup_max_lr": 1e-3}},
+ "csv_monitor": {"enabled": true, "output_path": "csv", "job_name": "run"},
+ "tensorboard": {"enabled": true, "output_path": "tb", "job_name": "run"},
+ "gradient_clipping": 1.0}
+JSON
+}
+
+train() { ds-train --deepspeed_config cfg.json --model "$MODEL" "$@"; }
+# column N (1-based, " | " separated) of the stdout step lines
+losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
+
+@test "the loss of the test model falls over 40 steps" {
+	sed -i 's/"total_num_steps": 12/"total_num_steps": 40/' cfg.json
+	run -0 train
+	first=$(echo "$output" | grep '^step 1/' | sed 's/.*| loss \([0-9.]*\).*/\1/')
+	last=$(echo "$output" | grep '^step 40/' | sed 's/.*| loss \([0-9.]*\).*/\1/')
+	# a fresh model is near ln(256) = 5.545
+	awk -v f="$first" 'BEGIN { exit !(f > 5.3 && f < 5.8) }' || fail "first loss $first"
+	awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 1.0) }' || fail "loss $first -> $last did not fall"
+	assert_output --partial "step 40/40 | samples 320 |"
+	assert_output --partial "| grad_norm "
+	assert_output --partial "| MFU "
+}
+
+@test "N steps straight equal N/2, save, load auto, N/2 bit for bit (CSV full precision)" {
+	run -0 train --train-iters 12
+	echo "$output" | losses > straight.txt
+	cp csv/run/Train_Samples_train_loss.csv straight.csv
+	rm -rf csv tb
+	run -0 train --train-iters 12 --save ck --exit-interval 6
+	[ "$(cat ck/latest)" = global_step6 ]
+	run -0 train --train-iters 12 --save ck --load auto
+	assert_output --partial "step 7/12"
+	echo "$output" | losses > resumed.txt
+	diff <(tail -6 straight.txt) resumed.txt
+	# one header across the restart, every row identical to full precision
+	diff straight.csv csv/run/Train_Samples_train_loss.csv
+	[ "$(grep -c '^step,' csv/run/Train_Samples_train_loss.csv)" -eq 1 ]
+}
+
+@test "SIGUSR1 and SIGTERM: finish the step, save, exit 4; the resumed run goes on" {
+	for sig in USR1 TERM; do
+		rm -rf ck
+		train --train-iters 100000 --save ck > out.txt 2> err.txt &
+		pid=$!
+		sleep 2
+		kill -$sig $pid
+		run wait $pid
+		[ "$status" -eq 4 ] || fail "exit $status after SIG$sig: $(cat err.txt)"
+		grep -q "stopped by signal" err.txt
+		tag=$(cat ck/latest)
+		[ -f "ck/$tag/state.h5" ]
+		step=${tag#global_step}
+		run -0 train --train-iters $((step + 2)) --save ck --load auto
+		assert_output --partial "step $((step + 1))/$((step + 2))"
+	done
+}
+
+@test "a checkpoint whose checksum fails is refused naming the dataset; auto falls back" {
+	run -0 train --train-iters 4 --save ck --save-interval 2
+	[ -d ck/global_step2 ] && [ -d ck/global_step4 ]
+	# flip bytes in the middle of the newest file's data
+	f=ck/global_step4/state.h5
+	size=$(stat -c %s $f)
+	printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of=$f bs=1 seek=$((size / 2)) conv=notrunc status=none
+	run -2 --separate-stderr train --train-iters 6 --load ck
+	assert_equal "${#stderr_lines[@]}" 1
+	[[ "$stderr" == *"global_step4"* && "$stderr" == *"crc"* || "$stderr" == *"checksum"* ]] || fail "$stderr"
+	run -0 --separate-stderr train --train-iters 6 --save ck --load auto
+	[[ "$stderr" == *"global_step2"* ]] || fail "auto did not fall back: $stderr"
+	assert_output --partial "step 3/6"
+}
+
+@test "bad data: missing file, too short, token id >= vocab_size, truncated .idx" {
+	run -2 --separate-stderr train --data nonexistent.txt
+	[[ "$stderr" == *"nonexistent.txt"* ]]
+	printf 'short' > short.txt
+	run -2 --separate-stderr train --data short.txt
+	[[ "$stderr" == *"short.txt"* && "$stderr" == *"33"* ]] || fail "$stderr"
+	sed 's/"vocab_size": 256/"vocab_size": 100/' "$MODEL" > v100.json
+	printf 'abc' > hi.txt
+	head -c 200 /dev/zero | tr '\0' 'a' >> hi.txt    # 'a' is 97 < 100
+	printf '~' >> hi.txt                              # '~' is 126 >= 100, at byte 203
+	head -c 200 /dev/zero | tr '\0' 'a' >> hi.txt
+	run -2 --separate-stderr ds-train --deepspeed_config cfg.json --model v100.json --data hi.txt
+	[[ "$stderr" == *"hi.txt"* && "$stderr" == *"203"* ]] || fail "$stderr"
+	cp "$TDATA/devil5k.bin" d.bin
+	head -c 40 "$TDATA/devil5k.idx" > d.idx
+	run -2 --separate-stderr train --data d
+	[[ "$stderr" == *"d.idx"* ]] || fail "$stderr"
+}
+
+@test "a config the trainer cannot honour yet is refused, not ignored" {
+	echo '{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}}' > f16.json
+	run -2 --separate-stderr ds-train --deepspeed_config f16.json --model "$MODEL" --train-iters 1
+	[[ "$stderr" == *"f16.json"* && "$stderr" == *"fp16.enabled"* ]]
+}
+
+@test "TensorBoard events decode with protoc; --metrics-json has DeepSpeed's keys" {
+	command -v protoc >/dev/null || skip "protoc not installed"
+	command -v jq >/dev/null || skip "jq not installed"
+	run -0 train --train-iters 6 --metrics-json m.json
+	ev=$(ls tb/run/events.out.tfevents.*)
+	[ -s "$ev" ]
+	# the first record after the 12-byte TFRecord header is file_version
+	len=$(od -An -t u8 -N 8 "$ev" | tr -d ' ')
+	tail -c +13 "$ev" | head -c "$len" | protoc --decode_raw | grep -q 'brain.Event:2'
+	jq -e '.latency > 0 and .throughput > 0 and .fwd > 0' m.json
+	head -1 csv/run/Train_Samples_lr.csv | grep -q '^step,lr'
+}
+
+@test "SGD, Lamb and every scheduler train a few steps" {
+	for f in "$SHARE"/configs/*.json; do
+		grep -q '"fp16"\|"bf16"\|"offload' "$f" && grep -q '"enabled": *true\|"device"' "$f" && continue
+		run ds-train --deepspeed_config "$f" --model "$MODEL" --train-iters 2 --log-interval 1
+		[ "$status" -eq 0 ] || fail "$f: $output"
+		assert_output --partial "step 2/2"
+	done
+}
