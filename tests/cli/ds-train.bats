@@ -54,12 +54,16 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 @test "SIGUSR1 and SIGTERM: finish the step, save, exit 4; the resumed run goes on" {
 	for sig in USR1 TERM; do
 		rm -rf ck
-		train --train-iters 100000 --save ck > out.txt 2> err.txt &
+		# ds-train itself in the background (not a function's subshell), so
+		# the signal reaches it
+		ds-train --deepspeed_config cfg.json --model "$MODEL" --train-iters 100000 --save ck \
+			> out.txt 2> err.txt &
 		pid=$!
 		sleep 2
 		kill -$sig $pid
-		run wait $pid
-		[ "$status" -eq 4 ] || fail "exit $status after SIG$sig: $(cat err.txt)"
+		status=0
+		wait $pid || status=$?
+		[ "$status" -eq 4 ] || { kill -9 $pid 2>/dev/null; fail "exit $status after SIG$sig: $(cat err.txt)"; }
 		grep -q "stopped by signal" err.txt
 		tag=$(cat ck/latest)
 		[ -f "ck/$tag/state.h5" ]
