@@ -82,7 +82,7 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of=$f bs=1 seek=$((size / 2)) conv=notrunc status=none
 	run -2 --separate-stderr train --train-iters 6 --load ck
 	assert_equal "${#stderr_lines[@]}" 1
-	[[ "$stderr" == *"global_step4"* && "$stderr" == *"crc"* || "$stderr" == *"checksum"* ]] || fail "$stderr"
+	[[ "$stderr" == *"global_step4"* && "$stderr" == *"dataset"* && "$stderr" == *"CRC"* ]] || fail "$stderr"
 	run -0 --separate-stderr train --train-iters 6 --save ck --load auto
 	[[ "$stderr" == *"global_step2"* ]] || fail "auto did not fall back: $stderr"
 	assert_output --partial "step 3/6"
