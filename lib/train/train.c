@@ -22,11 +22,60 @@
 #include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "monitor/monitor.h"
+#include "monitor/profile.h"
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
 static volatile sig_atomic_t stop_signal;
+
+/* flops_profiler at its profile_step (rank 0): DeepSpeed's report with the
+ * engine lines and this step's measured latencies per micro-batch. */
+static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_step *r, long long step,
+			double peak_gflops, struct ds_err *err)
+{
+	struct ds_config *c = s->cfg;
+	int64_t depth = -1, top = 1;
+	int detailed = 1;
+	double rf = 0;
+	const char *out = NULL;
+	ds_config_get_int(c, "flops_profiler.module_depth", &depth);
+	ds_config_get_int(c, "flops_profiler.top_modules", &top);
+	ds_config_get_bool(c, "flops_profiler.detailed", &detailed);
+	ds_config_get_double(c, "flops_profiler.recompute_fwd_factor", &rf);
+	ds_config_get_str(c, "flops_profiler.output_file", &out);
+	struct ds_count cnt = DS_COUNT_INIT;
+	struct ds_count_opts co = { (int)s->mb, s->model.seq_length, DS_COUNT_CURRENT, 0 };
+	DS_TRY(ds_count_model(&s->model, &co, &cnt, err));
+	double ga = (double)s->ga;
+	cnt.nodes[0].latency_s = r->t_fwd / ga;
+	struct ds_profile_view v = { DS_PROFILE_TEXT, (int)step, (int)depth, (int)(top > 0 ? top : 1), detailed, NULL };
+	struct ds_profile_engine pe = { s->W, s->W, 1, (int)s->mb, r->t_fwd / ga, 1, (r->t_bwd + r->t_reduce) / ga,
+					r->t_step, rf, peak_gflops * 1e9 };
+	FILE *f = out && *out ? fopen(out, "w") : stdout;
+	int rc;
+	if (!f)
+		rc = ds_err_set(err, DS_EIO, "flops_profiler.output_file %s: cannot open for writing", out);
+	else
+		rc = ds_profile_render(&cnt, &v, &pe, f, err);
+	if (f && f != stdout)
+		fclose(f);
+	else
+		fflush(stdout);
+	ds_count_release(&cnt);
+	return rc;
+}
+
+/* The step flops_profiler reports at, or -1 when it is off. */
+static long long cfg_profile_step(const struct ds_train_setup *s)
+{
+	int on = 0;
+	int64_t step = 1;
+	if (ds_config_get_bool(s->cfg, "flops_profiler.enabled", &on) || !on)
+		return -1;
+	ds_config_get_int(s->cfg, "flops_profiler.profile_step", &step);
+	return step;
+}
 
 static int cfg_dump_state(const struct ds_train_setup *s)
 {
@@ -249,6 +298,9 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 			if ((rc = ds_monitor_metrics_add(&metrics, &rec, err)) < 0)
 				goto out;
 		}
+		if (rank == 0 && cfg_profile_step(&s) == st.iteration &&
+		    (rc = run_profiler(&s, &r, st.iteration, peak, err)) < 0)
+			goto out;
 		if (s.wall_clock && rank == 0 && st.iteration % log_every == 0) {
 			ds_monitor_wallclock_line(&wc, 0, line, sizeof line);
 			ds_log_info("%s", line);

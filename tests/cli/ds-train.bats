@@ -134,3 +134,20 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 		assert_output --partial "step 2/2"
 	done
 }
+
+@test "flops_profiler prints DeepSpeed's profile at profile_step, to output_file when given" {
+	cat > fp.json <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+ "flops_profiler": {"enabled": true, "profile_step": 2, "module_depth": -1, "top_modules": 1, "detailed": true}}
+JSON
+	run -0 ds-train --deepspeed_config fp.json --model "$MODEL" --train-iters 3
+	assert_output --partial "Profile Summary at step 2:"
+	assert_output --partial "world size:"
+	assert_output --partial "batch size per GPU:"
+	# gpt-test: 118,528 parameters (2 layers, hidden 64, vocab 256)
+	assert_output --partial "118.53 K"
+	sed -i 's/"detailed": true}/"detailed": true, "output_file": "prof.txt"}/' fp.json
+	run -0 ds-train --deepspeed_config fp.json --model "$MODEL" --train-iters 3
+	refute_output --partial "Profile Summary"
+	grep -q "Profile Summary at step 2:" prof.txt
+}
