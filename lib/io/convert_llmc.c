@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file.h"
 #include "io/convert_int.h"
 #include "io/convert_out.h"
 #include "io/llmc.h"
@@ -23,22 +24,6 @@ struct llmc_src {
 	char *path;
 };
 
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-	char *p = buf;
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 static int llmc_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struct ds_err *err)
 {
 	struct llmc_src *x = ctx;
@@ -47,7 +32,7 @@ static int llmc_read(void *ctx, const struct ds_gpt_tensor *t, float *dst, struc
 	if (ds_llmc_locate(&x->h, t->name, &off, &n) < 0)
 		return ds_err_set(err, DS_EINTERNAL, "%s: no llm.c slot for '%s'", x->path, t->name);
 	memset(dst, 0, (size_t)t->numel * sizeof(float));
-	if (pread_full(x->fd, dst, (size_t)n * (bf ? 2 : 4), DS_LLMC_HEADER_BYTES + (uint64_t)off * (bf ? 2 : 4)))
+	if (ds_pread_full(x->fd, dst, (size_t)n * (bf ? 2 : 4), DS_LLMC_HEADER_BYTES + (uint64_t)off * (bf ? 2 : 4)))
 		return ds_err_set(err, DS_ECORRUPT, "%s: tensor '%s': short read: truncated?", x->path, t->name);
 	if (bf) {
 		/* widen in place from the back: bf16 element i sits in bytes 2i..2i+1 */
@@ -87,7 +72,7 @@ int ds_csrc_open_llmc(struct ds_csrc *s, const char *path, struct ds_err *err)
 	x->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (x->fd < 0)
 		return ds_err_set(err, DS_EINVAL, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(x->fd, &st) != 0 || st.st_size < DS_LLMC_HEADER_BYTES || pread_full(x->fd, w, sizeof(w), 0))
+	if (fstat(x->fd, &st) != 0 || st.st_size < DS_LLMC_HEADER_BYTES || ds_pread_full(x->fd, w, sizeof(w), 0))
 		return ds_err_set(err, DS_ECORRUPT, "%s: shorter than llm.c's 1024-byte header", path);
 	if ((rc = ds_llmc_parse_header(w, (uint64_t)st.st_size, path, &x->h, err)) < 0)
 		return rc;

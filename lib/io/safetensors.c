@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file.h"
 #include "io/convert_out.h"
 #include "io/safetensors.h"
 #include "util/half.h"
@@ -217,22 +218,6 @@ out:
 
 /* ---- reading ------------------------------------------------------------ */
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	char *p = buf;
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 int ds_st_open(struct ds_st_file **out, const char *path, struct ds_err *err)
 {
 	struct ds_st_file *f = calloc(1, sizeof(*f));
@@ -257,7 +242,7 @@ int ds_st_open(struct ds_st_file **out, const char *path, struct ds_err *err)
 		goto out;
 	}
 	f->file_size = (uint64_t)st.st_size;
-	if (f->file_size < 8 || pread_all(f->fd, h8, 8, 0)) {
+	if (f->file_size < 8 || ds_pread_full(f->fd, h8, 8, 0)) {
 		rc = ds_err_set(err, DS_ECORRUPT, "%s: %llu bytes: too short for a safetensors file", path,
 				(unsigned long long)f->file_size);
 		goto out;
@@ -281,7 +266,7 @@ int ds_st_open(struct ds_st_file **out, const char *path, struct ds_err *err)
 				(unsigned long long)n);
 		goto out;
 	}
-	if (pread_all(f->fd, hdr, n, 8)) {
+	if (ds_pread_full(f->fd, hdr, n, 8)) {
 		rc = ds_err_set(err, DS_EIO, "%s: read failed: %s", path, strerror(errno));
 		goto out;
 	}
@@ -310,7 +295,7 @@ void ds_st_close(struct ds_st_file *f)
 int ds_st_read_raw(const struct ds_st_file *f, int i, void *dst, struct ds_err *err)
 {
 	const struct ds_st_tensor *t = &f->idx.t[i];
-	if (pread_all(f->fd, dst, (size_t)(t->end - t->begin), f->data_start + t->begin))
+	if (ds_pread_full(f->fd, dst, (size_t)(t->end - t->begin), f->data_start + t->begin))
 		return ds_err_set(err, DS_ECORRUPT, "%s: tensor '%s': cannot read bytes %llu..%llu: truncated?",
 				  f->path, t->name, (unsigned long long)(f->data_start + t->begin),
 				  (unsigned long long)(f->data_start + t->end));

@@ -1,0 +1,21 @@
+/* file.c - small file helpers (see file.h). */
+#include "util/file.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+int ds_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	char *p = buf;
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
