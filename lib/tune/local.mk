@@ -45,4 +45,4 @@ endif
 if HAVE_BATS
 TESTS += tests/cli/ds-autotune.bats
 endif
-EXTRA_DIST += tests/cli/ds-autotune.bats share/configs/autotune-test.json
+EXTRA_DIST += tests/cli/ds-autotune.bats

@@ -5,7 +5,21 @@
 load helper
 
 setup() {
-	CFG="$SHARE/configs/autotune-test.json"
+	# 4 stages x micro batches 1, 2, 4 = 12 experiments of 2 steps each
+	CFG="$BATS_TEST_TMPDIR/autotune-test.json"
+	cat > "$CFG" <<-'EOF'
+	{
+	  "train_micro_batch_size_per_gpu": "auto",
+	  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+	  "zero_optimization": {"stage": "auto"},
+	  "autotuning": {
+	    "enabled": true, "overwrite": false, "metric": "throughput",
+	    "start_profile_step": 1, "end_profile_step": 2,
+	    "min_train_micro_batch_size_per_gpu": 1, "max_train_micro_batch_size_per_gpu": 4,
+	    "tuner_type": "gridsearch", "tuner_early_stopping": 3, "tuner_num_trials": 6
+	  }
+	}
+	EOF
 	MODEL="$SHARE/models/gpt-test.json"
 	R="$BATS_TEST_TMPDIR/res"
 }
