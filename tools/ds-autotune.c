@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+
+#include "app/app.h"
 #include "app/cli.h"
 #include "tune/autotune.h"
 #include "util/log.h"
@@ -39,6 +42,7 @@ static void usage(FILE *f)
 		"      --trainer=PATH           ds-train to run (default: next to " TOOL ")\n"
 		"      --seed=N                 order of random / exploration picks (default 1)\n"
 		"      --csv                    print the summary as CSV\n"
+		"      --json                   print the result as JSON\n"
 		"  -q, --quiet                  no per-trial progress on stderr\n"
 		"  -h, --help                   this help\n"
 		"      --version                version and compiled features\n"
@@ -51,7 +55,11 @@ static void usage(FILE *f)
 		"  " TOOL " -c ds.json -m share/models/gpt-test.json --mem-per-rank 512M\n");
 }
 
-enum { O_DATA = 256, O_NP, O_LAUNCHER, O_MEM, O_RESULTS, O_TIMEOUT, O_TRAINER, O_SEED, O_CSV, O_VERSION };
+enum { O_DATA = 256, O_NP, O_LAUNCHER, O_MEM, O_RESULTS, O_TIMEOUT, O_TRAINER, O_SEED, O_CSV, O_JSON, O_VERSION };
+
+static volatile int stop_sig;
+
+static void on_signal(int sig) { stop_sig = sig; }
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' }, { "model", required_argument, NULL, 'm' },
@@ -59,7 +67,8 @@ static const struct option longopts[] = {
 	{ "launcher", required_argument, NULL, O_LAUNCHER },   { "mem-per-rank", required_argument, NULL, O_MEM },
 	{ "results-dir", required_argument, NULL, O_RESULTS }, { "trial-timeout", required_argument, NULL, O_TIMEOUT },
 	{ "trainer", required_argument, NULL, O_TRAINER },     { "seed", required_argument, NULL, O_SEED },
-	{ "csv", no_argument, NULL, O_CSV },                   { "quiet", no_argument, NULL, 'q' },
+	{ "csv", no_argument, NULL, O_CSV },                   { "json", no_argument, NULL, O_JSON },
+	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },                    { "version", no_argument, NULL, O_VERSION },
 	{ NULL, 0, NULL, 0 }
 };
@@ -68,7 +77,7 @@ int main(int argc, char **argv)
 {
 	struct ds_autotune_opts o = DS_AUTOTUNE_OPTS_INIT;
 	struct ds_err err = DS_ERR_INIT;
-	int c, csv = 0, quiet = 0, rc;
+	int c, csv = 0, json = 0, quiet = 0, rc;
 	uint64_t u;
 	double d;
 
@@ -101,6 +110,7 @@ int main(int argc, char **argv)
 			o.seed = u;
 			break;
 		case O_CSV: csv = 1; break;
+		case O_JSON: json = 1; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: return ds_cli_version(TOOL);
@@ -111,7 +121,15 @@ int main(int argc, char **argv)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
 	if (!o.config || !o.model)
 		return ds_cli_usage_error(TOOL, "--deepspeed_config FILE and --model FILE are required");
+	if (csv && json)
+		return ds_cli_usage_error(TOOL, "--csv and --json: choose one");
+	/* several ranks per trial need an MPI build of ds-train (unless the user launches) */
+	if (o.np > 1 && !o.launcher && ds_app_require("mpi", &err) < 0)
+		return ds_cli_fail(TOOL, &err);
 	ds_log_init(0, quiet ? DS_LOG_WARN : DS_LOG_INFO, 0);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	o.stop = &stop_sig;
 	struct ds_autotune_res *res = calloc(1, sizeof(*res));
 	if (!res)
 		return ds_cli_fail(TOOL, &err);
@@ -120,7 +138,8 @@ int main(int argc, char **argv)
 		free(res);
 		return ds_cli_fail(TOOL, &err);
 	}
-	rc = csv ? ds_autotune_write_csv(res, stdout, &err) : ds_autotune_print_summary(res, stdout, &err);
+	rc = csv ? ds_autotune_write_csv(res, stdout, &err)
+	   : json ? ds_autotune_write_json(res, stdout, &err) : ds_autotune_print_summary(res, stdout, &err);
 	if (rc < 0) {
 		free(res);
 		return ds_cli_fail(TOOL, &err);

@@ -116,8 +116,10 @@ struct ds_autotune_opts {
 	int np;                  /* ranks; 0: num_gpus*num_nodes, SLURM_NTASKS, else 1 */
 	double trial_timeout;    /* seconds per trial (> 0) */
 	uint64_t seed;
+	volatile int *stop;      /* set nonzero (e.g. by a signal handler) to kill the running
+				  * trial's group and stop: DS_ESIGNAL; NULL for none */
 };
-#define DS_AUTOTUNE_OPTS_INIT { NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 600.0, 1 }
+#define DS_AUTOTUNE_OPTS_INIT { NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 600.0, 1, NULL }
 
 struct ds_autotune_res {
 	struct ds_autotune_space space;
@@ -145,6 +147,10 @@ int ds_autotune_print_summary(const struct ds_autotune_res *res, FILE *f, struct
 
 /* The same rows as CSV with a header line; 0 or DS_EIO. */
 int ds_autotune_write_csv(const struct ds_autotune_res *res, FILE *f, struct ds_err *err);
+
+/* The result as one JSON object (metric, ranks, budget, pruning counts, best,
+ * optimal config and command, and every experiment) to f; 0 or DS_EIO. */
+int ds_autotune_write_json(const struct ds_autotune_res *res, FILE *f, struct ds_err *err);
 
 /* Metric name ("throughput", "latency", "flops"). */
 const char *ds_autotune_metric_name(int metric);

@@ -549,8 +549,8 @@ static void sleep_ms(int ms)
 /* Run argv with stdout/stderr to files, in its own process group, until it
  * exits or timeout seconds pass (then TERM, 2 s grace, KILL the group).
  * *status is waitpid's; *timed_out 1 when the deadline hit. */
-static int spawn_wait(char **argv, const char *out, const char *errf, double timeout, int *status, int *timed_out,
-		      struct ds_err *err)
+static int spawn_wait(char **argv, const char *out, const char *errf, double timeout, volatile int *stop,
+		      int *status, int *timed_out, struct ds_err *err)
 {
 	fflush(NULL);
 	pid_t pid = fork();
@@ -579,7 +579,7 @@ static int spawn_wait(char **argv, const char *out, const char *errf, double tim
 			break;
 		if (w < 0 && errno != EINTR)
 			return ds_err_set(err, DS_EIO, "waitpid: %s", strerror(errno));
-		if (ds_now() > deadline && !*timed_out) {
+		if ((ds_now() > deadline || (stop && *stop)) && !*timed_out) {
 			*timed_out = 1;
 			kill(-pid, SIGTERM);
 			for (int i = 0; i < 100 && waitpid(pid, status, WNOHANG) == 0; i++)
@@ -591,6 +591,8 @@ static int spawn_wait(char **argv, const char *out, const char *errf, double tim
 		sleep_ms(20);
 	}
 	kill(-pid, SIGKILL); /* whatever the trial left behind in its group */
+	if (stop && *stop)
+		return ds_err_set(err, DS_ESIGNAL, "stopped on a signal; the running trial was killed");
 	return 0;
 }
 
@@ -688,7 +690,7 @@ static int eval_trial(void *vctx, struct ds_autotune_space *s, int i, double *me
 	ds_log_info("trial %d: %s (est. %.1f MiB per rank)", p->order, name, p->mem / 1048576.0);
 	int st = 0, to = 0;
 	double t0 = ds_now();
-	if ((rc = spawn_wait(inj ? fake : argv, outp, errp, x->o->trial_timeout, &st, &to, err)) < 0)
+	if ((rc = spawn_wait(inj ? fake : argv, outp, errp, x->o->trial_timeout, x->o->stop, &st, &to, err)) < 0)
 		goto out;
 	double secs = ds_now() - t0;
 	char tail[400];
@@ -957,5 +959,40 @@ int ds_autotune_write_csv(const struct ds_autotune_res *r, FILE *f, struct ds_er
 	}
 	if (ferror(f))
 		return ds_err_set(err, DS_EIO, "cannot write the CSV");
+	return 0;
+}
+
+int ds_autotune_write_json(const struct ds_autotune_res *r, FILE *f, struct ds_err *err)
+{
+	json_t *exps = json_array();
+	for (int i = 0; i < r->space.n; i++) {
+		const struct ds_autotune_point *p = &r->space.p[i];
+		char name[64];
+		exp_name(p, name, sizeof(name));
+		json_array_append_new(exps, json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:f, s:s, s:i, s:o, s:s}", "name",
+						      name, "stage", p->stage, "micro_batch", p->mb, "gas", p->gas,
+						      "train_batch_size", (json_int_t)p->tbs, "est_mem_bytes", p->mem,
+						      "train_flops_per_step", p->flops, "status", status_name(p->status),
+						      "trial", p->order,
+						      "metric", p->status == DS_AT_OK ? json_real(p->metric) : json_null(),
+						      "reason", p->why));
+	}
+	char best[64] = "";
+	if (r->search.best >= 0)
+		exp_name(&r->space.p[r->search.best], best, sizeof(best));
+	json_t *j = json_pack("{s:s, s:i, s:I, s:s, s:i, s:i, s:i, s:i, s:b, s:o, s:s, s:s, s:s, s:o}", "metric",
+			      ds_autotune_metric_name(r->metric), "np", r->np, "budget_bytes", (json_int_t)r->budget,
+			      "budget_from", r->budget_from, "pruned_memory", r->pruned_mem, "pruned_batch", r->pruned_batch,
+			      "trials", r->search.trials, "reused", r->skipped_resume, "stopped_early",
+			      r->search.stopped_early, "best", best[0] ? json_string(best) : json_null(), "results_dir",
+			      r->results_dir, "optimal_config", r->optimal_config, "optimal_cmd", r->optimal_cmd,
+			      "experiments", exps);
+	if (!j)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	fputc('\n', f);
+	if (rc < 0 || ferror(f))
+		return ds_err_set(err, DS_EIO, "cannot write the JSON");
 	return 0;
 }

@@ -46,6 +46,21 @@ cfg_with() {
 	[[ $stderr == *"--mem-per-rank 'lots'"* ]]
 }
 
+@test "ds-autotune --np 2 in a build without MPI exits 3 naming the configure flag" {
+	ds_has mpi && skip "built with mpi"
+	run -3 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --np 2 --results-dir "$R"
+	[[ $stderr == *"--with-mpi"* ]]
+	[ ! -e "$R" ]
+}
+
+@test "ds-autotune --json parses and agrees with summary.csv" {
+	run -0 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --json
+	echo "$output" | jq -e '.metric == "throughput" and .np == 1 and (.experiments | length) == 12' >/dev/null
+	best=$(echo "$output" | jq -r .best)
+	[ "$best" = "$(awk -F, '$11 == 1 { print $1 }' "$R/summary.csv")" ]
+	[ "$(echo "$output" | jq '[.experiments[] | select(.trial > 0)] | length')" = "$(echo "$output" | jq .trials)" ]
+}
+
 @test "ds-autotune: autotuning.enabled false is refused naming the key" {
 	run -2 --separate-stderr ds-autotune -c "$(cfg_with '.autotuning.enabled = false')" -m "$MODEL" --results-dir "$R"
 	[[ $stderr == *"autotuning.enabled"* ]]
@@ -103,6 +118,12 @@ cfg_with() {
 	[[ $stderr == *"failed: timeout after 2 s"*"going on"* ]]
 	[ "$(awk -F, 'NR > 1 && $8 == "ok"' "$R/summary.csv" | wc -l)" -ge 2 ]
 	[ "$(jq -r .status "$R/z0_gas1_tmbspg4/result.json")" = failed ]
+}
+
+@test "ds-autotune: SIGTERM kills the running trial's process group and exits 4" {
+	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -4 --separate-stderr \
+		timeout --preserve-status -s TERM 2 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 300
+	[[ $stderr == *"stopped on a signal; the running trial was killed"* ]]
 }
 
 @test "ds-autotune: a crashing and an out-of-memory trial are recorded with their reasons" {
