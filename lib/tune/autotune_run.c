@@ -862,6 +862,14 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 		goto out;
 	if ((rc = resolve_other(&x, c, x.raw, "", empty, err)) < 0)
 		goto out;
+	int fast = 1;
+	ds_config_get_bool(c, "autotuning.fast", &fast);
+	if (!fast && strstr(r->auto_keys, "zero_optimization."))
+		ds_log_warn("%s: autotuning.fast is false, but ds-autotune tunes only the stage and the batch: the \"auto\" "
+			    "ZeRO keys take their defaults (%s)", o->config, r->auto_keys);
+	if (ds_config_get_json(c, "autotuning.arg_mappings") && json_object_size(ds_config_get_json(c, "autotuning.arg_mappings")))
+		ds_log_warn("%s: autotuning.arg_mappings is not used: ds-train reads every tuned value from the config",
+			    o->config);
 	if ((rc = build_space(&x, c, &mc, err)) < 0)
 		goto out;
 	int live = 0;
