@@ -30,6 +30,10 @@ struct seg {
 	int64_t off;      /* first element in the padded flat buffers */
 	int64_t shard;    /* padded / W */
 	int64_t u0, un;   /* range this rank updates, segment-local */
+	int pfull, gfull; /* params / grads of the whole segment held here (else the owned slice) */
+	int64_t poff, goff;  /* first element in e->params / e->grads */
+	float *p_upd, *g_upd;  /* params / grads at element u0 */
+	float *g_own;          /* grads of the owned W-slice */
 	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
 	int *lamb_tensor;       /* tensor index of each piece */
 	int nlamb;
@@ -50,6 +54,11 @@ struct ds_engine {
 	int32_t *in, *tg;    /* one micro-batch of inputs and targets */
 	double *lamb_sums;   /* 2 per tensor */
 	int64_t steps;
+	/* stage 2-3 (W > 1): gather buffers for partitioned segments */
+	struct slot { int seg; float *buf; struct ds_comm_req *req; } ps[3], gs[2];
+	int64_t maxpad, ptotal, gtotal;
+	float grad_pre, grad_post;  /* spec §6 scaling around the reduction */
+	struct ds_err herr;         /* a hook's error, reported by the pass */
 	int fail_rank, fail_step;  /* DS_TEST_FAULT_FAIL_RANK (-1: off) */
 };
 
@@ -61,18 +70,147 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
 	ds_optim_params_init(&o->optim, DS_OPTIM_ADAMW);
 	o->gradient_predivide_factor = 1.0;
 	o->seed = 1234;
+	o->stage3_prefetch_bucket_size = 50000000;
+	o->stage3_max_live_parameters = 1000000000;
+	o->stage3_param_persistence_threshold = 100000;
 }
 
 static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
 
-/* Hook: point the model at the padded segment inside our flat buffers. */
+/* ---- stage 2/3 segment gathering (model hooks) --------------------------
+ * A partitioned segment's parameters are allgathered into one of ps[] just
+ * before its forward or backward and released after, the next segment
+ * prefetched with a non-blocking allgather when stage3_prefetch_bucket_size
+ * and stage3_max_live_parameters allow.  A sharded segment's gradients
+ * accumulate into one of gs[] during its backward; the post hook
+ * reduce-scatters them and adds the owned slice to e->grads. */
+
+static struct slot *slot_of(struct slot *sl, int n, int s)
+{
+	for (int k = 0; k < n; k++)
+		if (sl[k].seg == s)
+			return &sl[k];
+	return NULL;
+}
+
+static int64_t live_elems(const struct ds_engine *e)
+{
+	int64_t n = 0;
+	for (int k = 0; k < 3; k++)
+		if (e->ps[k].seg >= 0)
+			n += e->seg[e->ps[k].seg].padded;
+	return n;
+}
+
+/* wait for pending gathers and free every slot (start of a pass, errors) */
+static void release_all(struct ds_engine *e)
+{
+	for (int k = 0; k < 3; k++) {
+		if (e->ps[k].req)
+			ds_comm_wait(e->comm, e->ps[k].req, NULL);
+		e->ps[k].req = NULL;
+		e->ps[k].seg = -1;
+	}
+	for (int k = 0; k < 2; k++)
+		e->gs[k].seg = -1;
+}
+
+static int gather_seg(struct ds_engine *e, int s, int blocking)
+{
+	const struct seg *sg = &e->seg[s];
+	struct slot *sl = slot_of(e->ps, 3, -1);
+	if (!sl)
+		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
+	sl->seg = s;
+	if (blocking)
+		return ds_comm_allgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &e->herr);
+	return ds_comm_iallgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &sl->req,
+				  &e->herr);
+}
+
+static int next_seg(const struct ds_engine *e, int s, int phase)
+{
+	int last = e->nseg - 1;
+	if (phase == DS_GPT_FORWARD)
+		return s < last ? s + 1 : -1;
+	if (s == 0)  /* tied: segment 0 opens first, the head follows */
+		return last;
+	return s - 1;
+}
+
 static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 {
 	struct ds_engine *e = ctx;
-	*params = e->params + e->seg[s].off;
-	if (grads)
-		*grads = e->grads + e->seg[s].off;
+	struct seg *sg = &e->seg[s];
+	if (sg->pfull) {
+		*params = e->params + sg->poff;
+	} else {
+		struct slot *sl = slot_of(e->ps, 3, s);
+		if (!sl) {
+			DS_TRY(gather_seg(e, s, 1));
+			sl = slot_of(e->ps, 3, s);
+		} else if (sl->req) {
+			int rc = ds_comm_wait(e->comm, sl->req, &e->herr);
+			sl->req = NULL;
+			DS_TRY(rc);
+		}
+		*params = sl->buf;
+	}
+	if (sg->gfull) {
+		*grads = e->grads + sg->goff;
+	} else if (phase == DS_GPT_BACKWARD) {
+		struct slot *gl = slot_of(e->gs, 2, -1);
+		if (!gl)
+			return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gradient buffer for segment %d", s);
+		gl->seg = s;
+		memset(gl->buf, 0, (size_t)sg->padded * sizeof(float));
+		*grads = gl->buf;
+	}
+	/* prefetch */
+	int n = next_seg(e, s, phase);
+	if (n >= 0 && !e->seg[n].pfull && !slot_of(e->ps, 3, n) && slot_of(e->ps, 3, -1) &&
+	    e->seg[n].padded <= e->o.stage3_prefetch_bucket_size &&
+	    live_elems(e) + e->seg[n].padded <= e->o.stage3_max_live_parameters)
+		DS_TRY(gather_seg(e, n, 0));
 	return 0;
+}
+
+static void scale_buf(float *p, int64_t n, float f);
+
+static int seg_post(void *ctx, int s, int phase)
+{
+	struct ds_engine *e = ctx;
+	struct seg *sg = &e->seg[s];
+	if (!sg->pfull) {
+		struct slot *sl = slot_of(e->ps, 3, s);
+		if (sl)
+			sl->seg = -1;
+	}
+	if (phase == DS_GPT_BACKWARD && !sg->gfull) {
+		struct slot *gl = slot_of(e->gs, 2, s);
+		if (!gl)
+			return ds_err_set(&e->herr, DS_EINVAL, "engine: segment %d closed without gradients", s);
+		scale_buf(gl->buf, sg->padded, e->grad_pre);
+		DS_TRY(ds_comm_reduce_scatter(e->comm, gl->buf, e->scratch, (size_t)sg->shard, DS_F32, DS_SUM,
+					      &e->herr));
+		float *own = sg->g_own;
+		const float *sc = e->scratch;
+#pragma omp parallel for simd schedule(static)
+		for (int64_t i = 0; i < sg->shard; i++)
+			own[i] += sc[i];
+		gl->seg = -1;
+	}
+	return 0;
+}
+
+/* a model pass failed: prefer the hook's own message */
+static int pass_failed(struct ds_engine *e, int rc, struct ds_err *err)
+{
+	if (e->herr.code < 0 && err)
+		ds_err_set(err, e->herr.code, "%s", e->herr.msg);
+	ds_err_clear(&e->herr);
+	release_all(e);
+	return rc;
 }
 
 static int build_lamb_ranges(struct ds_engine *e, struct seg *sg, int s, struct ds_err *err)
@@ -121,7 +259,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 				     .dropout_seed = opts->seed };
 	if ((rc = ds_gpt_ws_create(&e->ws, e->model, &wo, err)) < 0)
 		goto fail;
-	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = NULL };
+	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };
 	ds_gpt_ws_set_hooks(e->ws, &h);
 
 	e->nseg = ds_gpt_num_segments(e->model);
@@ -131,6 +269,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		goto fail;
 	}
 	int64_t align = (int64_t)e->W * 16, maxshard = 0;
+	const int zg = opts->zero_stage >= 2 && e->W > 1, zp = opts->zero_stage >= 3 && e->W > 1;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		sg->numel = ds_gpt_segment(e->model, s)->numel;
@@ -138,35 +277,68 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		sg->off = e->total;
 		sg->shard = sg->padded / e->W;
 		e->total += sg->padded;
+		/* stage 3: segments below the persistence threshold stay whole */
+		sg->pfull = !zp || sg->numel < opts->stage3_param_persistence_threshold;
+		sg->gfull = !zg;
+		sg->poff = e->ptotal;
+		sg->goff = e->gtotal;
+		e->ptotal += sg->pfull ? sg->padded : sg->shard;
+		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > maxshard)
 			maxshard = sg->shard;
+		if ((!sg->pfull || !sg->gfull) && sg->padded > e->maxpad)
+			e->maxpad = sg->padded;
 	}
-	e->params = ds_alloc((size_t)e->total * sizeof(float));
-	e->grads = ds_alloc((size_t)e->total * sizeof(float));
+	e->params = ds_alloc((size_t)e->ptotal * sizeof(float));
+	e->grads = ds_alloc((size_t)e->gtotal * sizeof(float));
 	e->scratch = ds_alloc((size_t)maxshard * sizeof(float));
 	e->in = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->tg = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->opt = calloc((size_t)e->nseg, sizeof *e->opt);
 	e->lamb_sums = calloc((size_t)ds_gpt_num_tensors(e->model) * 2, sizeof(double));
-	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums) {
+	int slots_ok = 1;
+	for (int k = 0; k < 3; k++) {
+		e->ps[k].seg = -1;
+		if (zp && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+			slots_ok = 0;
+	}
+	for (int k = 0; k < 2; k++) {
+		e->gs[k].seg = -1;
+		if (zg && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+			slots_ok = 0;
+	}
+	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
 		goto fail;
 	}
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
-		/* every rank initialises the whole segment: a pure function of
-		 * (seed, name, index), so the copies agree without talking */
-		ds_gpt_init(e->model, opts->seed, e->params + sg->off, ms->offset, ms->offset + ms->numel);
+		/* initialisation is a pure function of (seed, name, index): each
+		 * rank fills what it holds (the segment, or its slice) alone */
+		if (sg->pfull) {
+			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
+		} else {
+			int64_t lo = (int64_t)e->rank * sg->shard, hi = lo + sg->shard;
+			if (hi > sg->numel)
+				hi = sg->numel;
+			if (hi > lo)
+				ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset + lo, ms->offset + hi);
+		}
 		sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
 		if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
 			sg->u0 = 1;  /* test-only fault: see the top of this file */
 		sg->un = sharded(e) ? sg->shard : sg->padded;
+		sg->p_upd = e->params + sg->poff + (sg->pfull ? sg->u0 : 0);
+		sg->g_upd = e->grads + sg->goff + (sg->gfull ? sg->u0 : 0);
+		sg->g_own = e->grads + sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
 		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
 			goto fail;
 		if ((rc = build_lamb_ranges(e, sg, s, err)) < 0)
 			goto fail;
 	}
+	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
+	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
 	e->fail_rank = env_int("DS_TEST_FAULT_FAIL_RANK", -1);
 	e->fail_step = 3;
 	const char *fs = getenv("DS_TEST_FAULT_FAIL_RANK");
@@ -183,6 +355,8 @@ void ds_engine_destroy(struct ds_engine *e)
 {
 	if (!e)
 		return;
+	if (e->comm)
+		release_all(e);
 	for (int s = 0; e->seg && s < e->nseg; s++) {
 		if (e->opt)
 			ds_optim_destroy(e->opt[s]);
@@ -195,6 +369,10 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_free(e->params);
 	ds_free(e->grads);
 	ds_free(e->scratch);
+	for (int k = 0; k < 3; k++)
+		ds_free(e->ps[k].buf);
+	for (int k = 0; k < 2; k++)
+		ds_free(e->gs[k].buf);
 	ds_free(e->in);
 	ds_free(e->tg);
 	ds_gpt_ws_destroy(e->ws);
@@ -221,28 +399,21 @@ static void scale_buf(float *p, int64_t n, float f)
  * keeps only its slice. */
 static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 {
-	const int W = e->W;
-	if (W == 1)
+	if (e->W == 1)
 		return 0;
-	float pre = e->o.prescale_gradients ? 1.0f / (float)W : (float)(1.0 / e->o.gradient_predivide_factor);
-	float post = e->o.prescale_gradients ? 1.0f : (float)(e->o.gradient_predivide_factor / W);
-	scale_buf(e->grads, e->total, pre);
 	if (e->o.zero_stage >= 2) {
-		for (int s = 0; s < e->nseg; s++) {
-			struct seg *sg = &e->seg[s];
-			DS_TRY(ds_comm_reduce_scatter(e->comm, e->grads + sg->off, e->scratch, (size_t)sg->shard,
-						      DS_F32, DS_SUM, err));
-			memcpy(e->grads + sg->off + sg->u0, e->scratch, (size_t)sg->shard * sizeof(float));
-			scale_buf(e->grads + sg->off + sg->u0, sg->shard, post);
-		}
+		/* reduce-scattered (prescaled) per segment during backward */
+		for (int s = 0; s < e->nseg; s++)
+			scale_buf(e->seg[s].g_own, e->seg[s].shard, e->grad_post);
 		return 0;
 	}
+	scale_buf(e->grads, e->total, e->grad_pre);
 	int64_t bucket = e->o.reduce_bucket_size > 0 ? e->o.reduce_bucket_size : e->total;
 	for (int64_t off = 0; off < e->total; off += bucket) {
 		int64_t n = e->total - off < bucket ? e->total - off : bucket;
 		DS_TRY(ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err));
 	}
-	scale_buf(e->grads, e->total, post);
+	scale_buf(e->grads, e->total, e->grad_post);
 	return 0;
 }
 
@@ -255,7 +426,7 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 	int bad = 0;
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
-		const float *g = e->grads + sg->off + (int64_t)e->rank * sg->shard;
+		const float *g = sg->g_own;
 #pragma omp parallel for reduction(+ : ss) reduction(| : bad) schedule(static)
 		for (int64_t i = 0; i < sg->shard; i++) {
 			double v = g[i];
@@ -272,8 +443,7 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 	if (e->o.optim.type != DS_OPTIM_LAMB) {
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
-			DS_TRY(ds_optim_step(e->opt[s], e->params + sg->off + sg->u0, e->grads + sg->off + sg->u0,
-					     grad_mul, NULL, 0, err));
+			DS_TRY(ds_optim_step(e->opt[s], sg->p_upd, sg->g_upd, grad_mul, NULL, 0, err));
 		}
 		return 0;
 	}
@@ -286,8 +456,8 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
 		if (!sums)
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
-		int rc = ds_lamb_partial_norms(e->opt[s], e->params + sg->off + sg->u0, e->grads + sg->off + sg->u0,
-					       grad_mul, sg->lamb, sg->nlamb, sums, err);
+		int rc = ds_lamb_partial_norms(e->opt[s], sg->p_upd, sg->g_upd, grad_mul, sg->lamb, sg->nlamb, sums,
+					       err);
 		for (int k = 0; rc == 0 && k < sg->nlamb; k++) {
 			e->lamb_sums[2 * sg->lamb_tensor[k]] += sums[2 * k];
 			e->lamb_sums[2 * sg->lamb_tensor[k] + 1] += sums[2 * k + 1];
@@ -307,7 +477,7 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 			sums[2 * k] = e->lamb_sums[2 * sg->lamb_tensor[k]];
 			sums[2 * k + 1] = e->lamb_sums[2 * sg->lamb_tensor[k] + 1];
 		}
-		int rc = ds_lamb_apply(e->opt[s], e->params + sg->off + sg->u0, sg->lamb, sg->nlamb, sums, err);
+		int rc = ds_lamb_apply(e->opt[s], sg->p_upd, sg->lamb, sg->nlamb, sums, err);
 		if (sums != local)
 			free(sums);
 		DS_TRY(rc);
@@ -322,7 +492,9 @@ static int gather_params(struct ds_engine *e, struct ds_err *err)
 		return 0;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
-		float *base = e->params + sg->off;
+		float *base = e->params + sg->poff;
+		if (!sg->pfull)
+			continue;  /* stage 3: the slice is all this rank keeps */
 		DS_TRY(ds_comm_allgather(e->comm, base + sg->u0, base, (size_t)sg->shard, DS_F32, err));
 	}
 	return 0;
@@ -349,16 +521,19 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	if (e->rank == e->fail_rank && step == e->fail_step)
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)step);
-	memset(e->grads, 0, (size_t)e->total * sizeof(float));
+	memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
+	int rc;
 	for (int a = 0; a < GA; a++) {
 		float loss;
 		int64_t offset = base + (int64_t)a * MB * e->W + (int64_t)e->rank * MB;
 		split_rows(e, tokens + (size_t)a * MB * (T + 1), MB);
 		t0 = ds_now();
-		DS_TRY(ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, step, offset, 1, &loss, err));
+		if ((rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, step, offset, 1, &loss, err)) < 0)
+			return pass_failed(e, rc, err);
 		res->t_fwd += ds_now() - t0;
 		t0 = ds_now();
-		DS_TRY(ds_gpt_backward(e->model, e->ws, NULL, NULL, 1.0f / (float)GA, err));
+		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, 1.0f / (float)GA, err)) < 0)
+			return pass_failed(e, rc, err);
 		res->t_bwd += ds_now() - t0;
 		loss_sum += loss;
 	}
@@ -413,7 +588,9 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 		int n = rows - r < MB ? rows - r : MB;
 		float l;
 		split_rows(e, tokens + (size_t)r * (T + 1), n);
-		DS_TRY(ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, n, T, 0, 0, 0, &l, err));
+		int rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, n, T, 0, 0, 0, &l, err);
+		if (rc < 0)
+			return pass_failed(e, rc, err);
 		v[0] += (double)l * n;
 		v[1] += n;
 	}
@@ -432,11 +609,32 @@ static int64_t tensor_local(const struct ds_engine *e, int i, const struct seg *
 	return t->offset - ds_gpt_segment(e->model, t->segment)->offset;
 }
 
+static void intersect(int64_t a, int64_t n, int64_t lo, int64_t len, int64_t *b, int64_t *en);
+
 float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return e->params + sg->off + a;
+	return sg->pfull ? e->params + sg->poff + a : NULL;
+}
+
+int ds_engine_param_partitioned(const struct ds_engine *e, int i)
+{
+	return !e->seg[ds_gpt_tensor(e->model, i)->segment].pfull;
+}
+
+float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
+{
+	const struct seg *sg;
+	int64_t a = tensor_local(e, i, &sg);
+	if (sg->pfull) {
+		*begin = 0;
+		*end = ds_gpt_tensor(e->model, i)->numel;
+		return e->params + sg->poff + a;
+	}
+	int64_t lo = (int64_t)e->rank * sg->shard;
+	intersect(a, ds_gpt_tensor(e->model, i)->numel, lo, sg->shard, begin, end);
+	return e->params + sg->poff + (a + *begin - lo);
 }
 
 static void intersect(int64_t a, int64_t n, int64_t lo, int64_t len, int64_t *b, int64_t *en)
@@ -480,7 +678,7 @@ void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 
 size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
-	size_t b = 2 * (size_t)e->total * sizeof(float);
+	size_t b = ((size_t)e->ptotal + (size_t)e->gtotal) * sizeof(float);
 	for (int s = 0; s < e->nseg; s++)
 		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
 	return b;

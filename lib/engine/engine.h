@@ -8,7 +8,13 @@
  * every segment.  One optimizer runs per segment on the slice this rank
  * updates: the whole segment at stage 0, the owned slice at stages >= 1.
  * The grad norm is taken over owned slices and summed across ranks, so it
- * is the same number at every stage.
+ * is the same number at every stage.  At stage 2 (W > 1) gradients are
+ * held only for the owned slices: each segment's gradients accumulate in a
+ * gather buffer during its backward and are reduce-scattered in the model's
+ * post hook every micro-step.  At stage 3 parameters are held only for the
+ * owned slices too, allgathered into a buffer just before a segment's
+ * forward or backward (the next one prefetched non-blocking) and released
+ * after.
  *
  * Samples: at step s the global batch is samples [base, base + TB) of the
  * data order; micro-step a of rank r trains on rows base + a*MB*W + r*MB ..
@@ -45,9 +51,17 @@ struct ds_engine_opts {
 	double gradient_predivide_factor; /* f of spec §6 (1 = plain mean) */
 	uint64_t seed;                 /* parameter init and dropout */
 	int checkpointing;             /* activation checkpointing per layer */
+	/* stage 3 (DeepSpeed's meanings, in elements): gather the next
+	 * segment ahead when it is at most prefetch_bucket_size and the
+	 * gathered total stays within max_live_parameters; segments smaller
+	 * than param_persistence_threshold are not partitioned */
+	int64_t stage3_prefetch_bucket_size;
+	int64_t stage3_max_live_parameters;
+	int64_t stage3_param_persistence_threshold;
 };
 
-/* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234). */
+/* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
+ * DeepSpeed's stage-3 defaults 5e7 / 1e9 / 1e5). */
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
 /* What one optimizer step did. */
@@ -88,8 +102,18 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 
 /* ---- state for checkpoints --------------------------------------------- */
 
-/* Pointer to tensor i's parameters (the whole tensor; stages 0-2). */
+/* Pointer to tensor i's parameters (the whole tensor), or NULL when this
+ * rank holds only a slice of it (stage 3: use ds_engine_param_range). */
 float *ds_engine_param(struct ds_engine *e, int i);
+
+/* 1 when tensor i's parameters are partitioned across ranks (stage 3, the
+ * same answer on every rank), else 0. */
+int ds_engine_param_partitioned(const struct ds_engine *e, int i);
+
+/* The parameters of tensor i this rank holds: a pointer to element *begin
+ * and the range [*begin, *end) (the whole tensor unless partitioned, then
+ * the ZeRO slice, possibly empty).  Loading writes through it. */
+float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t *end);
 
 /* The slice [*begin, *end) of tensor i (element indices within the tensor)
  * that this rank writes to a checkpoint: its ZeRO slice of the tensor's

@@ -187,9 +187,13 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	s->eng.seed = o->seed;
 	s->eng.checkpointing = ds_config_is_set(s->cfg, "activation_checkpointing.number_checkpoints") ||
 			       cfg_bool(s->cfg, "activation_checkpointing.partition_activations");
-	if (s->eng.zero_stage == 3 && W > 1)
-		ds_log_warn("%s: zero_optimization.stage 3: parameters are not partitioned yet; every rank "
-			    "keeps them whole (results are stage 3's, memory is stage 2's)", cpath);
+	s->eng.stage3_prefetch_bucket_size = cfg_int(s->cfg, "zero_optimization.stage3_prefetch_bucket_size",
+						     s->eng.stage3_prefetch_bucket_size);
+	s->eng.stage3_max_live_parameters = cfg_int(s->cfg, "zero_optimization.stage3_max_live_parameters",
+						    s->eng.stage3_max_live_parameters);
+	s->eng.stage3_param_persistence_threshold =
+		cfg_int(s->cfg, "zero_optimization.stage3_param_persistence_threshold",
+			s->eng.stage3_param_persistence_threshold);
 
 	s->steps_per_print = cfg_int(s->cfg, "steps_per_print", 10);
 	s->wall_clock = cfg_bool(s->cfg, "wall_clock_breakdown");

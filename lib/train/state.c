@@ -48,6 +48,7 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 {
 	const struct ds_gpt *m = ds_engine_model(e);
 	int rank = ds_comm_rank(comm), sharded = s->eng.zero_stage >= 1 && s->W > 1;
+	int64_t pb, pe;
 	struct ds_ckpt *ck = NULL;
 	char *cfg_json = ds_config_to_json(s->cfg, 0);
 	char *model_json = ds_model_config_to_json(&s->model, 0);
@@ -90,8 +91,10 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 		snprintf(name, sizeof name, "model/%s", t->name);
 		if (rank == 0)
 			rc = ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, err);
+		/* stage 3: each rank holds a slice of the parameters too */
+		float *pp = ds_engine_param_range(e, i, &pb, &pe);
 		if (rc == 0)
-			rc = put_slices(ck, name, t, ds_engine_param(e, i), 0, t->numel, 0, comm, tmp, err);
+			rc = put_slices(ck, name, t, pp, pb, pe, ds_engine_param_partitioned(e, i), comm, tmp, err);
 		for (int k = 0; k < ds_engine_num_states(e) && rc == 0; k++) {
 			int64_t b, en;
 			const char *sn = ds_engine_state_name(e, k);
@@ -161,7 +164,9 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
 		char name[DS_CKPT_NAME_MAX];
 		snprintf(name, sizeof name, "model/%s", t->name);
-		rc = read_tensor(ck, name, t, 0, t->numel, ds_engine_param(e, i), err);
+		int64_t pb, pe;
+		float *pp = ds_engine_param_range(e, i, &pb, &pe);
+		rc = read_tensor(ck, name, t, pb, pe, pp, err);
 		for (int k = 0; k < ds_engine_num_states(e) && rc == 0 && !weights_only; k++) {
 			int64_t b, en;
 			const char *sn = ds_engine_state_name(e, k);

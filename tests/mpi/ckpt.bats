@@ -30,8 +30,8 @@ resume_check() {
 	resume_check 2 1 4 2
 }
 
-@test "saved at 4 ranks stage 1, resumed at 2 ranks stage 1: the continuous run's losses" {
-	resume_check 4 1 2 1
+@test "saved at 4 ranks stage 3, resumed at 2 ranks stage 1: the continuous run's losses" {
+	resume_check 4 3 2 1
 }
 
 @test "resuming without the optimizer state does not give the continuous run's losses (the check can fail)" {

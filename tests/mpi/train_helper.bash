@@ -9,11 +9,15 @@ ITERS=20
 # write_cfg FILE STAGE MB GA CSVDIR: AdamW with clipping, small buckets so
 # the bucketed reductions really split, CSV monitor under CSVDIR/run.
 write_cfg() {
+	# stage 3: partition every segment; prefetch the embeddings and the
+	# final norm (< 30000 elements) but not the layers (~50000)
+	local s3=""
+	[ "$2" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 30000'
 	cat >"$1" <<EOF
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
  "steps_per_print": 1000, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
- "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000},
+ "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000$s3},
  "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}}
 EOF
 }
