@@ -1,7 +1,7 @@
-/* ds-train - train a GPT-family model with DeepSpeed's configuration.
- * This build has --check: validate the DeepSpeed and model configs and
+/* ds-train - train a GPT-family model with DeepSpeed's configuration
+ * (lib/train), or with --check validate the DeepSpeed and model configs and
  * print the effective configuration.  The options live in struct
- * ds_train_opts (lib/config/train_opts.h) for the trainer to take over.
+ * ds_train_opts (lib/config/train_opts.h).
  */
 #include "config.h"
 
@@ -55,7 +55,7 @@ static void usage(FILE *f)
 		"      --version             version and compiled features\n"
 		"\n"
 		"Examples:\n"
-		"  ds-train --check --deepspeed_config share/configs/zero2-fp16.json \\\n"
+		"  ds-train --check --deepspeed_config share/configs/zero2.json \\\n"
 		"           --model share/models/gpt-test.json --world-size 4\n");
 }
 

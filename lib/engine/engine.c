@@ -381,6 +381,7 @@ void ds_engine_destroy(struct ds_engine *e)
 }
 
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e) { return e->model; }
+double ds_engine_recompute_seconds(const struct ds_engine *e) { return ds_gpt_ws_recompute_seconds(e->ws); }
 int64_t ds_engine_num_params(const struct ds_engine *e) { return ds_gpt_num_params(e->model); }
 int64_t ds_engine_steps(const struct ds_engine *e) { return e->steps; }
 

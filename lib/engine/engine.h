@@ -83,6 +83,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
 
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
+/* Seconds this rank spent recomputing checkpointed layers' forward in
+ * backward since the engine was created (0 without checkpointing). */
+double ds_engine_recompute_seconds(const struct ds_engine *e);
 int64_t ds_engine_num_params(const struct ds_engine *e);
 /* Optimizer steps taken (restored by ds_engine_set_steps). */
 int64_t ds_engine_steps(const struct ds_engine *e);

@@ -197,6 +197,7 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 
 	s->steps_per_print = cfg_int(s->cfg, "steps_per_print", 10);
 	s->wall_clock = cfg_bool(s->cfg, "wall_clock_breakdown");
+	s->ckpt_profile = s->eng.checkpointing && cfg_bool(s->cfg, "activation_checkpointing.profile");
 	s->start_profile_step = cfg_int(s->cfg, "autotuning.start_profile_step", 3);
 	s->end_profile_step = cfg_int(s->cfg, "autotuning.end_profile_step", 5);
 	s->csv_enabled = cfg_bool(s->cfg, "csv_monitor.enabled");

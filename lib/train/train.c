@@ -249,6 +249,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	const int bar = rank == 0 && isatty(2);
 	double t_int = ds_now(), t_start = t_int;
 	long long int_steps = 0, run_steps = 0;
+	double int_bwd = 0, int_rec = ds_engine_recompute_seconds(e);  /* activation_checkpointing.profile */
 	long long last_saved = resumed ? st.iteration : -1;
 	while (st.iteration < s.train_iters) {
 		struct ds_engine_step r;
@@ -276,6 +277,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		if (run_steps == 1)
 			res->first_loss = r.loss;
 		res->last_loss = r.loss;
+		int_bwd += r.t_bwd;
 		ds_monitor_wallclock_add(&wc, DS_WC_FWD, r.t_fwd);
 		ds_monitor_wallclock_add(&wc, DS_WC_BWD, r.t_bwd + r.t_reduce);
 		ds_monitor_wallclock_add(&wc, DS_WC_BWD_INNER, r.t_bwd);
@@ -319,9 +321,17 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 			if (bar)
 				fputs("\r\033[K", stderr);
 			printf("%s\n", line);
+			if (s.ckpt_profile) {
+				double rec = ds_engine_recompute_seconds(e) - int_rec;
+				printf("activation checkpointing: %lld steps recomputed layer forwards in %.2f ms "
+				       "(%.2f ms/step, %.1f%% of backward)\n", int_steps, rec * 1e3, rec * 1e3 / int_steps,
+				       int_bwd > 0 ? 100.0 * rec / int_bwd : 0.0);
+			}
 			fflush(stdout);
 			t_int = ds_now();
 			int_steps = 0;
+			int_bwd = 0;
+			int_rec = ds_engine_recompute_seconds(e);
 		} else if (bar) {
 			double rate = run_steps / (ds_now() - t_start);
 			ds_monitor_progress(line, sizeof line, st.iteration, s.train_iters, rate, 30);

@@ -21,6 +21,7 @@ struct ds_train_setup {
 	int W, rank;
 	long long steps_per_print;
 	int wall_clock;
+	int ckpt_profile;              /* activation_checkpointing.profile (with checkpointing on) */
 	long long train_iters;
 	long long start_profile_step, end_profile_step;  /* --metrics-json window */
 	int csv_enabled, tb_enabled;

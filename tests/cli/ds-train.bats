@@ -151,3 +151,22 @@ JSON
 	refute_output --partial "Profile Summary"
 	grep -q "Profile Summary at step 2:" prof.txt
 }
+
+@test "activation checkpointing: the same losses bit for bit; profile prints the recompute time per interval" {
+	run -0 train --train-iters 4
+	echo "$output" | losses > plain.txt
+	jq '. + {activation_checkpointing: {number_checkpoints: 2, profile: true}}' cfg.json > ck.json
+	run -0 ds-train --deepspeed_config ck.json --model "$MODEL" --train-iters 4
+	echo "$output" | losses > ckpt.txt
+	diff plain.txt ckpt.txt
+	[ "$(echo "$output" | grep -c '^activation checkpointing: 1 steps recomputed layer forwards in ')" -eq 4 ]
+	# times and shares of backward that are numbers, in range, not all zero
+	echo "$output" | grep '^activation checkpointing' |
+		awk '{ ms = $9; pct = $13; sub(/%/, "", pct); tot += ms
+		       if (ms !~ /^[0-9.]+$/ || pct !~ /^[0-9.]+$/ || pct + 0 > 100) bad = 1 }
+		     END { exit bad || !(tot > 0) }'
+	# without checkpointing, profile has nothing to time and says nothing
+	jq '. + {activation_checkpointing: {profile: true}}' cfg.json > nock.json
+	run -0 ds-train --deepspeed_config nock.json --model "$MODEL" --train-iters 2
+	refute_output --partial "activation checkpointing:"
+}
