@@ -2,7 +2,8 @@
 ## machine ceilings that MFU and the benchmarks compare against.
 noinst_LIBRARIES += lib/engine/libds_engine.a
 lib_engine_libds_engine_a_SOURCES = lib/engine/ceiling.c lib/engine/ceiling.h \
-	lib/engine/engine.c lib/engine/engine.h
+	lib/engine/engine.c lib/engine/engine.h \
+	lib/engine/estimate.c lib/engine/estimate.h
 LIBDS += lib/engine/libds_engine.a
 
 if HAVE_CMOCKA
@@ -11,6 +12,11 @@ TESTS += tests/unit/test_engine
 tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/unit.h
 tests_unit_test_engine_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_engine_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_estimate
+TESTS += tests/unit/test_estimate
+tests_unit_test_estimate_SOURCES = tests/unit/test_estimate.c tests/unit/unit.h
+tests_unit_test_estimate_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_estimate_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
 if HAVE_MPI

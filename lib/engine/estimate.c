@@ -1,0 +1,134 @@
+/* estimate.c - per-rank memory of a ds-train run (see estimate.h).  The
+ * arithmetic mirrors ds_engine_create's allocations one by one; a test
+ * (tests/unit/test_estimate, tests/mpi/memory.bats) holds the two to the
+ * same bytes. */
+#include "engine/estimate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model/gpt.h"
+
+#define F32 ((size_t)sizeof(float))
+
+static const char *const cat_names[DS_MEM_NCAT] = {
+	"parameters", "gradients", "optimizer_states", "communication", "activations", "other",
+};
+
+const char *ds_engine_mem_cat_name(int cat)
+{
+	return cat >= 0 && cat < DS_MEM_NCAT ? cat_names[cat] : "?";
+}
+
+/* States per element of an optimizer of these params (ds_optim_create:
+ * SGD keeps a momentum buffer only with momentum != 0, the Adam family two). */
+static int optim_states(const struct ds_optim_params *p)
+{
+	if (p->type == DS_OPTIM_SGD)
+		return p->momentum != 0 ? 1 : 0;
+	return 2;
+}
+
+int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err)
+{
+	struct ds_gpt *model = NULL;
+	memset(m, 0, sizeof *m);
+	if (W < 1)
+		return ds_err_set(err, DS_EINVAL, "memory estimate: world size %d must be >= 1", W);
+	if (o->zero_stage < 0 || o->zero_stage > 3)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d: must be 0, 1, 2 or 3", o->zero_stage);
+	if (o->micro_batch < 1 || o->grad_accum < 1)
+		return ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
+				  o->micro_batch, o->grad_accum);
+	DS_TRY(ds_gpt_create(&model, &o->model, err));
+	const struct ds_model_config *cfg = ds_gpt_config(model);
+	const int T = o->seq_length ? o->seq_length : cfg->seq_length;
+	const int sharded = o->zero_stage >= 1 && W > 1;
+	const int zg = o->zero_stage >= 2 && W > 1, zp = o->zero_stage >= 3 && W > 1;
+	const int64_t align = (int64_t)W * 16;
+	const int ns = optim_states(&o->optim);
+	int64_t ptotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
+	size_t optim = 0;
+
+	m->stage = o->zero_stage;
+	m->world_size = W;
+	m->num_params = ds_gpt_num_params(model);
+	m->nseg = ds_gpt_num_segments(model);
+	m->nstates = ns;
+	for (int s = 0; s < m->nseg; s++) {
+		int64_t numel = ds_gpt_segment(model, s)->numel;
+		int64_t padded = (numel + align - 1) / align * align, shard = padded / W;
+		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !zg;
+		m->padded += padded;
+		m->nseg_partitioned += !pfull;
+		ptotal += pfull ? padded : shard;
+		gtotal += gfull ? padded : shard;
+		if (shard > maxshard)
+			maxshard = shard;
+		if ((!pfull || !gfull) && padded > maxpad)
+			maxpad = padded;
+		int64_t un = sharded ? shard : padded;  /* the range this rank's optimizer updates */
+		optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
+	}
+	m->bytes[DS_MEM_PARAMS] = (size_t)ptotal * F32;
+	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * F32;
+	m->bytes[DS_MEM_OPTIM] = optim;
+	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
+	 * slots (stage 3), 2 gradient gather slots (stages 2-3) */
+	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : 0) * (size_t)maxpad * F32 +
+				(size_t)(zg ? 2 : 0) * (size_t)maxpad * F32;
+	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing);
+	/* the engine's inputs and targets of one micro-batch, ds-train's rows
+	 * of one optimizer step (T+1 tokens each), and each segment's
+	 * optimizer header (ds_optim_create allocates it with ds_alloc) */
+	m->bytes[DS_MEM_OTHER] = 2 * (size_t)o->micro_batch * (size_t)T * sizeof(int32_t) +
+				 (size_t)o->grad_accum * (size_t)o->micro_batch * (size_t)(T + 1) * sizeof(int32_t) +
+				 (size_t)m->nseg * sizeof(struct ds_optim);
+	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
+	for (int c = 0; c < DS_MEM_NCAT; c++)
+		m->total += m->bytes[c];
+	ds_gpt_destroy(model);
+	return 0;
+}
+
+const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct ds_engine_opts *o, int cat,
+				   char *buf, size_t n)
+{
+	const int W = m->world_size;
+	const int sharded = m->stage >= 1 && W > 1;
+	const int T = o->seq_length ? o->seq_length : o->model.seq_length;
+	switch (cat) {
+	case DS_MEM_PARAMS:
+		if (m->nseg_partitioned)
+			snprintf(buf, n, "fp32; 1/%d of %d segments, %d whole (below the persistence threshold)", W,
+				 m->nseg_partitioned, m->nseg - m->nseg_partitioned);
+		else
+			snprintf(buf, n, "fp32, every segment whole");
+		break;
+	case DS_MEM_GRADS:
+		snprintf(buf, n, m->stage >= 2 && W > 1 ? "fp32, owned 1/%d slices" : "fp32, every segment whole", W);
+		break;
+	case DS_MEM_OPTIM:
+		snprintf(buf, n, "%d fp32 state%s per element, %s", m->nstates, m->nstates == 1 ? "" : "s",
+			 sharded ? "owned slices" : "whole model");
+		if (sharded) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " (1/%d)", W);
+		}
+		break;
+	case DS_MEM_COMM:
+		snprintf(buf, n, "reduce-scatter scratch%s%s", m->stage >= 2 && W > 1 ? " + 2 gradient gather buffers" : "",
+			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers" : "");
+		break;
+	case DS_MEM_ACT:
+		snprintf(buf, n, "micro batch %d x seq %d%s", o->micro_batch, T,
+			 o->checkpointing ? ", activation checkpointing" : "");
+		break;
+	case DS_MEM_OTHER:
+		snprintf(buf, n, "token rows (%d x %d micro-batches), optimizer headers", o->micro_batch, o->grad_accum);
+		break;
+	default:
+		snprintf(buf, n, "%s", "");
+	}
+	return buf;
+}

@@ -1,0 +1,64 @@
+/* estimate.h - the memory estimator: bytes one rank of a ds-train run
+ * holds through ds_alloc, per category, from the configs alone (no buffer
+ * is allocated).
+ *
+ * It follows the engine's real layout (engine.h), not an idealised one:
+ * every segment is padded to a multiple of W*16 elements, one optimizer per
+ * segment holds its states for the range this rank updates, stage 2 (W > 1)
+ * keeps gradients only for the owned slices plus two whole-segment gather
+ * buffers, stage 3 keeps parameters only for the owned slices of the
+ * segments at or above stage3_param_persistence_threshold plus three
+ * gather/prefetch buffers, and a reduce-scatter scratch of the largest
+ * shard exists at every stage.  The bucketed allreduce and allgather of
+ * stages 0-1 run in place on the flat buffers, so reduce_bucket_size and
+ * allgather_bucket_size cost no memory here.  Transient buffers (Lamb's
+ * partial norms, a checkpoint's staging tensor) and what MPI or the C
+ * library allocate themselves are not counted.  fp32 training only: the
+ * engine keeps no 16-bit copies.
+ */
+#ifndef DS_ENGINE_ESTIMATE_H
+#define DS_ENGINE_ESTIMATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+
+enum ds_engine_mem_cat {
+	DS_MEM_PARAMS = 0,  /* fp32 parameters held (whole or the owned slices) */
+	DS_MEM_GRADS,       /* fp32 gradients held */
+	DS_MEM_OPTIM,       /* optimizer states (exp_avg, exp_avg_sq / momentum) */
+	DS_MEM_COMM,        /* reduce-scatter scratch, stage-2/3 gather buffers */
+	DS_MEM_ACT,         /* the model's activation workspace (ds_gpt_activation_bytes) */
+	DS_MEM_OTHER,       /* input/target rows, ds-train's batch, optimizer headers */
+	DS_MEM_NCAT
+};
+
+/* One rank's bytes (every rank holds the same amounts). */
+struct ds_engine_mem {
+	int stage, world_size;
+	int64_t num_params;          /* the model's elements */
+	int64_t padded;              /* flat elements after padding each segment */
+	int nseg, nseg_partitioned;  /* segments; of them parameter-partitioned (stage 3) */
+	int nstates;                 /* optimizer states per element */
+	size_t bytes[DS_MEM_NCAT];
+	size_t model_state;          /* params + grads + optimizer states */
+	size_t total;                /* sum of every category */
+};
+
+/* Estimate what ds_engine_create(o) on a communicator of W ranks (and
+ * ds-train's batch buffer of grad_accum x micro_batch rows of T+1 tokens)
+ * allocates through ds_alloc on each rank.  Returns 0, or DS_EINVAL (bad
+ * stage, batch or model; err names it) / DS_ENOMEM. */
+int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err);
+
+/* Short name of a category ("parameters", ...) for tables and JSON keys. */
+const char *ds_engine_mem_cat_name(int cat);
+
+/* One-line description of what a category holds for this estimate (e.g.
+ * "fp32, owned 1/4 slices of 4 segments"), written into buf. */
+const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct ds_engine_opts *o, int cat,
+				   char *buf, size_t n);
+
+#endif
