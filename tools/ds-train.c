@@ -30,8 +30,10 @@ static void usage(FILE *f)
 		"  -c, --deepspeed-config=FILE  DeepSpeed JSON config (also --deepspeed_config)\n"
 		"  -m, --model=FILE          model JSON (GPT-NeoX/Megatron key names)\n"
 		"      --check               validate both files, print the effective\n"
-		"                            configuration and exit (0 valid, 2 invalid)\n"
-		"      --world-size=N        --check: data-parallel ranks for the batch triad (default 1)\n"
+		"                            configuration and the memory estimate per rank,\n"
+		"                            and exit (0 valid, 2 invalid)\n"
+		"      --world-size=N        --check: data-parallel ranks for the batch triad and\n"
+		"                            the memory estimate (default 1)\n"
 		"      --lenient             unknown DeepSpeed keys are warnings, not errors\n"
 		"      --json                --check: print the configuration as JSON\n"
 		"      --list-keys           print every DeepSpeed and dstk key: type, default,\n"
@@ -150,7 +152,7 @@ int main(int argc, char **argv)
 	if (list)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	if (o.check)
-		return ds_train_check(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
+		return ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	struct ds_train_result res;
 	if (ds_train_run(&o, &res, &err) < 0)
 		return ds_cli_fail(TOOL, &err);

@@ -39,6 +39,11 @@ const char *ds_train_default_model(void)
 
 int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
 {
+	return ds_train_check_extra(o, out, NULL, err);
+}
+
+int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra, struct ds_err *err)
+{
 	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
 	struct ds_config *c = NULL;
 	struct ds_model_config m;
@@ -62,6 +67,11 @@ int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
 						   "train_micro_batch_size_per_gpu", (json_int_t)b.micro_batch,
 						   "gradient_accumulation_steps", (json_int_t)b.grad_accum,
 						   "world_size", b.world_size) : NULL;
+		if (root && extra && json_object_update(root, extra) != 0) {
+			json_decref(root);
+			root = NULL;
+			dk = mk = NULL;  /* owned by root, freed with it */
+		}
 		if (!root) {
 			if (!dk || !mk) {
 				json_decref(dk);

@@ -49,4 +49,11 @@ const char *ds_train_default_model(void);
  * (err names the file and key), DS_EIO or DS_ENOMEM. */
 int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err);
 
+/* The same, where a layer above adds to the JSON: the members of the
+ * object `extra` (borrowed, may be NULL; ignored for text) are set on the
+ * printed root object.  Text output ends with the model config, so the
+ * caller may print more after it. */
+struct json_t;
+int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, struct json_t *extra, struct ds_err *err);
+
 #endif

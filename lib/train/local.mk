@@ -2,5 +2,5 @@
 ## + monitors + signals).
 noinst_LIBRARIES += lib/train/libds_train.a
 lib_train_libds_train_a_SOURCES = lib/train/train.c lib/train/train.h lib/train/setup.c lib/train/train_int.h \
-	lib/train/state.c
+	lib/train/state.c lib/train/check.c
 LIBDS += lib/train/libds_train.a

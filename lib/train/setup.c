@@ -4,6 +4,7 @@
  * silently ignored (DESIGN.md "Configuration"). */
 #include "train/train_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "util/log.h"
@@ -164,8 +165,15 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 		rc = ds_err_set(err, DS_EINVAL, "%s: family: only gpt models train (bert is profile-only)", mpath);
 		goto fail;
 	}
-	if ((rc = refuse_unimplemented(s, err)) < 0)
+	if (o->check) {
+		/* --check estimates memory for configs the trainer refuses too,
+		 * and says why it would refuse them */
+		struct ds_err why = DS_ERR_INIT;
+		if (refuse_unimplemented(s, &why) < 0)
+			snprintf(s->unimplemented, sizeof s->unimplemented, "%s", why.msg);
+	} else if ((rc = refuse_unimplemented(s, err)) < 0) {
 		goto fail;
+	}
 	ds_config_batch(s->cfg, &b);
 	s->tb = b.train_batch_size;
 	s->mb = b.micro_batch;

@@ -5,6 +5,8 @@
 #ifndef DS_TRAIN_TRAIN_H
 #define DS_TRAIN_TRAIN_H
 
+#include <stdio.h>
+
 #include "config/train_opts.h"
 #include "util/err.h"
 
@@ -21,5 +23,10 @@ struct ds_train_result {
  * (exit 4: requeue); DS_EINVAL for bad configs, data or checkpoints (err
  * names the file and key); other DS_E* for runtime failures. */
 int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, struct ds_err *err);
+
+/* --check: ds_train_check's output, then the memory estimate per rank at
+ * o->world_size ranks (a table; in JSON the "memory" object).  Returns 0,
+ * or what ds_train_check returns for a bad config. */
+int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *err);
 
 #endif

@@ -27,6 +27,7 @@ struct ds_train_setup {
 	int csv_enabled, tb_enabled;
 	const char *csv_path, *csv_job, *tb_path, *tb_job;
 	const char *tag_validation;
+	char unimplemented[256];       /* --check: why the trainer would refuse the config ("" if not) */
 };
 
 /* Load and map both config files (world size W).  Fills s; release with

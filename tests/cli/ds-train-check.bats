@@ -159,3 +159,42 @@ check_bad() {
 	# the 403 DeepSpeed keys of the spec plus dstk's own, and a header
 	[ "${#lines[@]}" -ge 404 ]
 }
+
+# the memory estimate's row for a category: its bytes
+mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
+
+@test "--check prints the memory estimate per rank (hand-computed for gpt-test.json)" {
+	# 118528 parameters (18432 embeddings + 2 x 49984 per layer + 128
+	# final norm), no padding at 4 ranks; AdamW at stage 1: parameters and
+	# gradients whole (4 B each), the two Adam states split over 4 ranks
+	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}' \
+		>"$BATS_TEST_TMPDIR/z1.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z1.json" "${MODEL_ARGS[@]}" --world-size 4
+	assert_line "# memory per rank: ZeRO stage 1, world size 4, adamw, fp32"
+	assert_line --partial "# 118528 parameters, 118528 after padding"
+	[ "$(mem_row parameters)" -eq $((118528 * 4)) ]
+	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
+	[ "$(mem_row optimizer_states)" -eq $((118528 * 8 / 4)) ]
+	for k in communication activations other; do [ "$(mem_row $k)" -gt 0 ] || fail "no $k row"; done
+	sum=$(awk '$1 ~ /^(parameters|gradients|optimizer_states|communication|activations|other)$/ { s += $2 } END { print s }' <<<"$output")
+	[ "$(mem_row total)" -eq "$sum" ]
+	# stage 3 at 2 ranks (every segment partitioned): parameters halve too
+	printf '{"train_batch_size": 8, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}' \
+		>"$BATS_TEST_TMPDIR/z3.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z3.json" "${MODEL_ARGS[@]}" --world-size 2
+	assert_line "# memory per rank: ZeRO stage 3, world size 2, adamw, fp32"
+	[ "$(mem_row parameters)" -eq $((118528 * 4 / 2)) ]
+	[ "$(mem_row gradients)" -eq $((118528 * 4 / 2)) ]
+	[ "$(mem_row optimizer_states)" -eq $((118528 * 8 / 2)) ]
+}
+
+@test "--check: the memory estimate in JSON; a model the trainer cannot run says why" {
+	command -v python3 >/dev/null || skip "python3 not installed"
+	run -0 ds-train --check --json --deepspeed_config "$SHARE/configs/zero2.json" "${MODEL_ARGS[@]}" --world-size 2
+	echo "$output" | python3 -c 'import json,sys; m=json.load(sys.stdin)["memory"]; b=m["bytes_per_rank"]; assert m["zero_stage"]==2 and m["world_size"]==2; assert b["gradients"]==118528*4//2, b; assert m["total_bytes"]==sum(b.values()); assert m["model_state_bytes"]==b["parameters"]+b["gradients"]+b["optimizer_states"]'
+	run -0 ds-train --check --deepspeed_config "$SHARE/configs/default.json" --model "$SHARE/models/bert-large.json"
+	assert_line --partial "# memory per rank: not available: "
+	assert_output --partial "only gpt models train"
+	run -0 ds-train --check --deepspeed_config "$SHARE/configs/bf16.json" "${MODEL_ARGS[@]}"
+	assert_line --regexp '^# note: .*bf16\.enabled: .*; the estimate is for fp32 training$'
+}

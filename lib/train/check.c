@@ -1,0 +1,101 @@
+/* check.c - ds-train --check: the configuration (config layer's
+ * ds_train_check) followed by the memory estimate per rank for the
+ * resolved setup at --world-size ranks.  A config the trainer cannot run
+ * (a model family it does not train, an optimizer it lacks) still checks;
+ * its memory estimate says why it is not available. */
+#include "train/train.h"
+#include "train/train_int.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/estimate.h"
+#include "util/log.h"
+#include "util/mem.h"
+
+static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_mem *m)
+{
+	json_t *b = json_object(), *j = json_object();
+	if (!b || !j) {
+		json_decref(b);
+		json_decref(j);
+		return NULL;
+	}
+	for (int c = 0; c < DS_MEM_NCAT; c++)
+		json_object_set_new(b, ds_engine_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
+	json_object_set_new(j, "zero_stage", json_integer(m->stage));
+	json_object_set_new(j, "world_size", json_integer(m->world_size));
+	json_object_set_new(j, "optimizer", json_string(ds_optim_type_name(s->eng.optim.type)));
+	json_object_set_new(j, "num_params", json_integer(m->num_params));
+	json_object_set_new(j, "padded_params", json_integer(m->padded));
+	json_object_set_new(j, "bytes_per_rank", b);
+	json_object_set_new(j, "model_state_bytes", json_integer((json_int_t)m->model_state));
+	json_object_set_new(j, "total_bytes", json_integer((json_int_t)m->total));
+	if (s->unimplemented[0])
+		json_object_set_new(j, "note", json_string(s->unimplemented));
+	return j;
+}
+
+static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
+{
+	char h[32], note[160];
+	fprintf(out, "# memory per rank: ZeRO stage %d, world size %d, %s, fp32\n", m->stage, m->world_size,
+		ds_optim_type_name(s->eng.optim.type));
+	fprintf(out, "# %lld parameters, %lld after padding each of %d segments to a multiple of %d\n",
+		(long long)m->num_params, (long long)m->padded, m->nseg, 16 * m->world_size);
+	if (s->unimplemented[0])
+		fprintf(out, "# note: %s; the estimate is for fp32 training\n", s->unimplemented);
+	fprintf(out, "# %-18s %14s %11s  %s\n", "category", "bytes", "size", "holds");
+	for (int c = 0; c < DS_MEM_NCAT; c++)
+		fprintf(out, "%-20s %14zu %11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],
+			ds_fmt_bytes((double)m->bytes[c], h, sizeof h), ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
+	fprintf(out, "%-20s %14zu %11s  %s\n", "total", m->total, ds_fmt_bytes((double)m->total, h, sizeof h),
+		"what libds allocates per rank (ds-train reports the real figure)");
+	fprintf(out, "# model states (parameters + gradients + optimizer states): %zu bytes (%s) per rank\n",
+		m->model_state, ds_fmt_bytes((double)m->model_state, h, sizeof h));
+}
+
+int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
+{
+	struct ds_train_setup s;
+	struct ds_engine_mem m;
+	struct ds_err why = DS_ERR_INIT;
+	struct ds_train_opts oc = *o;
+	json_t *extra = NULL;
+	const int W = o->world_size > 0 ? o->world_size : 1;
+	int have = 0, rc;
+
+	/* resolve the run quietly (its info lines are for training); a
+	 * config error is reported by ds_train_check below, naming the key */
+	oc.check = 1;
+	int lvl = ds_log_level();
+	ds_log_init(0, DS_LOG_ERROR, 0);
+	if (ds_train_setup_load(&s, &oc, W, 0, &why) == 0) {
+		have = 1;
+		if (ds_engine_mem_estimate(&s.eng, W, &m, &why) < 0)
+			have = 0;
+	}
+	ds_log_init(0, lvl, 0);
+	if (o->json) {
+		json_t *mj = have ? mem_json(&s, &m) : json_pack("{s:s}", "error", why.msg);
+		extra = mj ? json_pack("{s:o}", "memory", mj) : NULL;
+		if (!extra) {
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	if ((rc = ds_train_check_extra(o, out, extra, err)) < 0 || o->json)
+		goto out;
+	if (have)
+		mem_table(out, &s, &m);
+	else
+		fprintf(out, "# memory per rank: not available: %s\n", why.msg);
+	if (fflush(out) != 0 || ferror(out))
+		rc = ds_err_set(err, DS_EIO, "writing the memory estimate failed");
+out:
+	json_decref(extra);
+	if (have || s.cfg)
+		ds_train_setup_release(&s);
+	return rc;
+}
