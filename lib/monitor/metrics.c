@@ -94,6 +94,8 @@ json_t *ds_monitor_metrics_json(const struct ds_monitor_metrics *m, const struct
 	json_object_set_new(o, "rank", json_integer(info->rank));
 	if (info->config)
 		json_object_set(o, "config", info->config);
+	if (info->memory)
+		json_object_set(o, "memory", info->memory);
 out:
 	free(t[0]);
 	free(t[1]);

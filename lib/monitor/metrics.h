@@ -12,6 +12,8 @@
  *                    measured per-step values; loss_last the window's last
  *   steps, start_profile_step, end_profile_step, gas, train_batch_size, rank
  *   config           the caller's JSON object (e.g. the resolved config)
+ *   memory           the caller's memory figures (ds-train: the estimate
+ *                    and what the allocator held per rank, see ds-train(1))
  * The window is steps start..end inclusive (1-based optimizer steps).  The
  * file is written to "<path>.tmp" and renamed, so a reader never sees half.
  */
@@ -43,6 +45,7 @@ struct ds_monitor_metrics_info {
 	long long train_batch_size;
 	int rank;
 	json_t *config;                /* borrowed; NULL for none */
+	json_t *memory;                /* borrowed; NULL for none */
 };
 
 /* Keep a copy of one step's record.  Returns 0 or DS_ENOMEM. */

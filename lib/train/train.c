@@ -10,6 +10,7 @@
 #include "train/train.h"
 #include "train/train_int.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/ceiling.h"
+#include "engine/estimate.h"
 #include "model/count.h"
 #include "monitor/log.h"
 #include "monitor/metrics.h"
@@ -124,6 +126,57 @@ static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const s
 	return 0;
 }
 
+/* After the run, every rank: what libds's allocator held after setup and
+ * at its peak during the loop, and the peak RSS, gathered to rank 0, which
+ * prints the maxima over ranks next to the estimate (stdout) and, when
+ * js is given, returns them per rank for --metrics-json. */
+static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, const struct ds_engine *e,
+			 size_t held_setup, json_t **js, struct ds_err *err)
+{
+	struct ds_engine_mem m;
+	const int W = s->W;
+	double mine[3] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss() }, mx[3] = { 0, 0, 0 };
+	DS_TRY(ds_engine_mem_estimate(&s->eng, W, &m, err));
+	double *all = malloc(sizeof(double) * 3 * (size_t)W);
+	if (!all)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	int rc = 0;
+	if (W > 1)
+		rc = ds_comm_allgather(comm, mine, all, 3, DS_F64, err);
+	else
+		memcpy(all, mine, sizeof mine);
+	if (rc < 0 || s->rank != 0)
+		goto out;
+	for (int r = 0; r < W; r++)
+		for (int k = 0; k < 3; k++)
+			if (all[3 * r + k] > mx[k])
+				mx[k] = all[3 * r + k];
+	/* model_state: the engine's own count of its parameter, gradient and
+	 * optimizer-state buffers (the same on every rank) */
+	printf("memory per rank (bytes, max over %d rank%s) | estimate %zu | alloc_setup %.0f | alloc_peak %.0f | "
+	       "peak_rss %.0f | alloc/estimate %.4f | model_state %zu | model_state_estimate %zu\n", W,
+	       W > 1 ? "s" : "", m.total, mx[0], mx[1], mx[2], m.total ? mx[0] / (double)m.total : 0.0,
+	       ds_engine_state_bytes(e), m.model_state);
+	fflush(stdout);
+	if (js) {
+		json_t *est = json_object(), *a[3] = { json_array(), json_array(), json_array() };
+		for (int c = 0; est && c < DS_MEM_NCAT; c++)
+			json_object_set_new(est, ds_engine_mem_cat_name(c), json_integer((json_int_t)m.bytes[c]));
+		for (int r = 0; r < W; r++)
+			for (int k = 0; k < 3; k++)
+				json_array_append_new(a[k], json_integer((json_int_t)all[3 * r + k]));
+		*js = json_pack("{s:i,s:i,s:I,s:o,s:I,s:o,s:o,s:o}", "world_size", W, "zero_stage", m.stage,
+				"estimate_bytes", (json_int_t)m.total, "estimate", est, "model_state_bytes",
+				(json_int_t)ds_engine_state_bytes(e), "alloc_setup_bytes", a[0], "alloc_peak_bytes", a[1],
+				"peak_rss_bytes", a[2]);
+		if (!*js)
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
+out:
+	free(all);
+	return rc;
+}
+
 static int open_data(struct ds_data *dd, const struct ds_train_opts *o, const struct ds_train_setup *s,
 		     struct ds_err *err)
 {
@@ -149,6 +202,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	struct ds_monitor_wallclock wc = DS_MONITOR_WALLCLOCK_INIT;
 	struct ds_train_state st = { 0 };
 	int32_t *rows = NULL;
+	json_t *memj = NULL;
 	int rc, have_setup = 0, have_data = 0;
 	char line[1024];
 
@@ -244,6 +298,10 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory for a batch");
 		goto out;
 	}
+	/* everything the run holds is allocated: what the estimator predicts;
+	 * from here the peak measures the training loop */
+	const size_t held_setup = ds_mem_held();
+	ds_mem_peak_reset();
 	install_signals();
 	const long long log_every = o->log_interval ? o->log_interval : s.steps_per_print;
 	const int bar = rank == 0 && isatty(2);
@@ -381,9 +439,11 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	}
 	if (bar)
 		fputs("\n", stderr);
+	if ((rc = report_memory(comm, &s, e, held_setup, o->metrics_json && rank == 0 ? &memj : NULL, err)) < 0)
+		goto out;
 	if (o->metrics_json && rank == 0) {
 		struct ds_monitor_metrics_info mi = { s.start_profile_step, s.end_profile_step, (int)s.ga, s.tb, rank,
-						      NULL };
+						      NULL, memj };
 		if ((rc = ds_monitor_metrics_write(&metrics, &mi, o->metrics_json, err)) < 0)
 			goto out;
 	}
@@ -398,6 +458,7 @@ out:
 		ds_comm_abort(comm, ds_exit_code(rc));
 	}
 	ds_free(rows);
+	json_decref(memj);
 	ds_monitor_metrics_release(&metrics);
 	ds_monitor_destroy(mon);
 	ds_engine_destroy(e);

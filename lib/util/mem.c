@@ -50,6 +50,7 @@ void ds_free(void *p)
 
 size_t ds_mem_held(void) { return atomic_load(&held); }
 size_t ds_mem_peak(void) { return atomic_load(&peak); }
+void ds_mem_peak_reset(void) { atomic_store(&peak, atomic_load(&held)); }
 
 size_t ds_mem_peak_rss(void)
 {

@@ -21,6 +21,9 @@ void ds_free(void *p);  /* accepts NULL */
 /* Bytes currently held and the high-water mark through ds_alloc*. */
 size_t ds_mem_held(void);
 size_t ds_mem_peak(void);
+/* Restart the high-water mark at the bytes held now (e.g. after setup, so
+ * that ds_mem_peak then measures the training loop alone). */
+void ds_mem_peak_reset(void);
 
 /* Peak resident set size of this process in bytes (0 if unknown). */
 size_t ds_mem_peak_rss(void);

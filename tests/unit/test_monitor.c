@@ -689,7 +689,7 @@ static void test_metrics_json(void **state)
 		assert_int_equal(ds_monitor_metrics_add(&m, &r, &err), 0);
 	}
 	json_t *cfg = json_pack("{s:i}", "train_batch_size", 64);
-	struct ds_monitor_metrics_info info = { 3, 5, 2, 64, 0, cfg };
+	struct ds_monitor_metrics_info info = { 3, 5, 2, 64, 0, cfg, NULL };
 	assert_int_equal(ds_monitor_metrics_write(&m, &info, path, &err), 0);
 	assert_int_equal(access(tmp, F_OK), -1);
 	json_error_t je;
@@ -717,7 +717,7 @@ static void test_metrics_json(void **state)
 	struct ds_monitor_metrics one = DS_MONITOR_METRICS_INIT;
 	struct ds_monitor_step_rec r = { 1, 1, 1, 1, 1, 1, 1, 2.3456780910491943 };
 	assert_int_equal(ds_monitor_metrics_add(&one, &r, &err), 0);
-	struct ds_monitor_metrics_info i1 = { 1, 1, 1, 1, 0, NULL };
+	struct ds_monitor_metrics_info i1 = { 1, 1, 1, 1, 0, NULL, NULL };
 	assert_int_equal(ds_monitor_metrics_write(&one, &i1, path, &err), 0);
 	o = json_load_file(path, 0, &je);
 	assert_non_null(o);
@@ -726,7 +726,7 @@ static void test_metrics_json(void **state)
 	json_decref(o);
 
 	/* an empty window is an input error and leaves the old file alone */
-	struct ds_monitor_metrics_info none = { 10, 20, 1, 1, 0, NULL };
+	struct ds_monitor_metrics_info none = { 10, 20, 1, 1, 0, NULL, NULL };
 	assert_int_equal(ds_monitor_metrics_write(&one, &none, path, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "start_profile_step 10"));
 	o = json_load_file(path, 0, &je);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bats
+# ds-train's memory at 1, 2 and 4 ranks, ZeRO stages 0-3 on gpt-test.json:
+# what libds's allocator holds per rank is within 10% of the estimate that
+# `ds-train --check --world-size N` prints, and the model-state bytes the
+# engine holds per rank fall with N as the ZeRO formulas say (spec §7):
+# 4 + 4 + 8 bytes per parameter, stage 1 dividing the optimizer states by N,
+# stage 2 also the gradients, stage 3 also the parameters.
+load helper
+
+P=118528  # gpt-test.json's parameters; no padding at 1, 2, 4 ranks
+
+field() { awk -v k="$2" 'BEGIN { RS = " [|] " } index($0, k " ") == 1 { print substr($0, length(k) + 2) + 0 }' <<<"$1"; }
+within10() { awk -v a="$1" -v b="$2" 'BEGIN { r = a / b; exit !(b > 0 && r >= 0.9 && r <= 1.1) }'; }
+
+# run_mem N STAGE: train 3 steps of 8 samples at N ranks; sets $line
+run_mem() {
+	local n=$1 st=$2 cfg="$BATS_TEST_TMPDIR/n$1-s$2.json" s3=""
+	# stage 3: partition every segment (they are all below the default threshold)
+	[ "$st" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0'
+	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": %d, "zero_optimization": {"stage": %d%s}}' \
+		$((8 / n)) "$st" "$s3" >"$cfg"
+	run -0 ds-train --check --deepspeed_config "$cfg" --model "$SHARE/models/gpt-test.json" --world-size "$n"
+	est=$(awk '$1 == "total" { print $2 }' <<<"$output")
+	local cmd=(ds-train --deepspeed_config "$cfg" --model "$SHARE/models/gpt-test.json" --train-iters 3 --peak-gflops 1)
+	if [ "$n" -eq 1 ]; then
+		run -0 --separate-stderr "${cmd[@]}"
+	else
+		run -0 --separate-stderr mpirun_n "$n" "$DS_BUILDDIR/tools/${cmd[0]}" "${cmd[@]:1}"
+	fi
+	line=$(grep '^memory per rank' <<<"$output") || fail "N $n stage $st: no memory line: $output $stderr"
+	[ "$(field "$line" estimate)" -eq "$est" ] || fail "N $n stage $st: run's estimate $line, --check's $est"
+	within10 "$(field "$line" alloc_setup)" "$est" || fail "N $n stage $st: alloc_setup not within 10%: $line"
+	within10 "$(field "$line" alloc_peak)" "$est" || fail "N $n stage $st: alloc_peak not within 10%: $line"
+	[[ "$line" == *"max over $n rank"* ]] || fail "N $n: $line"
+}
+
+# formula N STAGE: model-state bytes per rank (spec §7, fp32 + Adam)
+formula() {
+	local n=$1 st=$2
+	case $st in
+	0) echo $((16 * P)) ;;
+	1) echo $((8 * P + 8 * P / n)) ;;
+	2) echo $((4 * P + 12 * P / n)) ;;
+	3) echo $((16 * P / n)) ;;
+	esac
+}
+
+check_stage() {
+	local st=$1 prev=""
+	for n in 1 2 4; do
+		run_mem "$n" "$st"
+		ms=$(field "$line" model_state)
+		[ "$ms" -eq "$(formula "$n" "$st")" ] || fail "N $n stage $st: model state $ms, formula $(formula "$n" "$st")"
+		[ "$(field "$line" model_state_estimate)" -eq "$ms" ] || fail "N $n stage $st: estimate's model state differs: $line"
+		# stages >= 1 hold less per rank as N grows; stage 0 the same
+		if [ -n "$prev" ]; then
+			if [ "$st" -eq 0 ]; then [ "$ms" -eq "$prev" ]; else [ "$ms" -lt "$prev" ]; fi ||
+				fail "N $n stage $st: model state $ms vs $prev at N/2"
+		fi
+		prev=$ms
+	done
+}
+
+@test "stage 0: allocator within 10% of the estimate at 1, 2, 4 ranks; model states 16 B/param" { check_stage 0; }
+@test "stage 1: optimizer states / N" { check_stage 1; }
+@test "stage 2: gradients and optimizer states / N" { check_stage 2; }
+@test "stage 3: parameters, gradients and optimizer states / N" { check_stage 3; }
