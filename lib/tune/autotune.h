@@ -7,11 +7,15 @@
  * exceed the budget, or whose batch breaks the triad, is pruned before
  * anything runs and keeps its reason.
  *
- * Memory per rank (spec §2.2 / §7, P params, W ranks, half = fp16/bf16):
+ * Memory per rank: for fp32 GPT runs the engine's memory estimator
+ * (ds_engine_mem_estimate: what ds-train allocates, padding, comm and
+ * gather buffers included) plus a fixed DS_AUTOTUNE_MEM_OVERHEAD for the
+ * runtime.  For fp16/bf16, another model family or an
+ * autotuning.model_info.num_params override, the formula (spec §2.2 / §7,
+ * P params, W ranks, half = fp16/bf16):
  *   params P*(2|4), grads P*(2|4), optimizer P*(16|8); stage >= 1 divides the
  *   optimizer by W, >= 2 also the grads, 3 also the params; plus the
- *   activations ds_gpt_activation_bytes(micro batch) and a fixed
- *   DS_AUTOTUNE_MEM_OVERHEAD for the runtime.
+ *   activations ds_gpt_activation_bytes(micro batch) and the overhead.
  *
  * Tuners (each trial yields a metric or fails; failures count as trials):
  *   gridsearch   the baseline order: stages ascending (DeepSpeed's), within a

@@ -24,6 +24,7 @@
 
 #include "config/config.h"
 #include "config/model.h"
+#include "engine/estimate.h"
 #include "model/count.h"
 #include "model/gpt.h"
 #include "tune/autotune.h"
@@ -244,6 +245,41 @@ static void add_mb(int *v, int *n, int cap, int m)
 		v[(*n)++] = m;
 }
 
+/* Bytes per rank of a trial.  fp32 runs of the model's own size: the
+ * engine's memory estimator, i.e. what ds-train allocates (padding, comm
+ * and gather buffers, activations, rows; tests/mpi/memory.bats).  fp16/bf16
+ * (the engine keeps no 16-bit copies yet), another model family or an
+ * autotuning.model_info.num_params override: DeepSpeed's model-state
+ * formula plus the activations.  Both add DS_AUTOTUNE_MEM_OVERHEAD. */
+static void trial_bytes(const struct ds_config *c, const struct ds_model_config *mc, double P, int formula,
+			int half, int ckpt, int stage, int mb, int gas, int W, double *out)
+{
+	struct ds_engine_opts eo;
+	struct ds_engine_mem m;
+	struct ds_config_optimizer co;
+	ds_engine_opts_init(&eo);
+	eo.model = *mc;
+	eo.micro_batch = mb;
+	eo.grad_accum = gas;
+	eo.zero_stage = stage;
+	eo.checkpointing = ckpt;
+	ds_config_optimizer(c, &co);
+	if (co.type == DS_OPT_SGD) {
+		ds_optim_params_init(&eo.optim, DS_OPTIM_SGD);
+		eo.optim.momentum = co.momentum;
+	}
+	eo.stage3_param_persistence_threshold =
+		cfg_int(c, "zero_optimization.stage3_param_persistence_threshold", eo.stage3_param_persistence_threshold);
+	/* a model the trainer cannot build fails its trial anyway; keep the formula for it */
+	struct ds_err ignored = DS_ERR_INIT;
+	if (!formula && ds_engine_mem_estimate(&eo, W, &m, &ignored) == 0) {
+		*out = (double)m.total + DS_AUTOTUNE_MEM_OVERHEAD;
+		return;
+	}
+	*out = ds_autotune_model_state_bytes(P, half, stage, W) +
+	       (double)ds_gpt_activation_bytes(mc, mb, mc->seq_length, ckpt) + DS_AUTOTUNE_MEM_OVERHEAD;
+}
+
 static int build_space(struct ctx *x, const struct ds_config *c, const struct ds_model_config *mc,
 		       struct ds_err *err)
 {
@@ -324,14 +360,17 @@ static int build_space(struct ctx *x, const struct ds_config *c, const struct ds
 	struct ds_count_totals ct;
 	DS_TRY(ds_count_train_flops(mc, 1, mc->seq_length, ckpt ? 1.0 : 0.0, &ct, err));
 	double P = (double)cfg_int(c, "autotuning.model_info.num_params", ct.params);
+	const int formula = half || mc->family != DS_FAMILY_GPT || ds_config_is_set(c, "autotuning.model_info.num_params");
 	/* DeepSpeed's list near each stage's memory maximum */
 	if (mb_auto)
 		for (int k = 0; k < ns; k++) {
-			double st = ds_autotune_model_state_bytes(P, half, stages[k], W) + DS_AUTOTUNE_MEM_OVERHEAD;
 			int hi = 0;
-			for (int m = mn; m <= mx; m = m < mx / 2 ? m * 2 : (m == mx ? mx + 1 : mx))
-				if (st + (double)ds_gpt_activation_bytes(mc, m, mc->seq_length, ckpt) <= (double)r->budget)
+			for (int m = mn; m <= mx; m = m < mx / 2 ? m * 2 : (m == mx ? mx + 1 : mx)) {
+				double b;
+				trial_bytes(c, mc, P, formula, half, ckpt, stages[k], m, 1, W, &b);
+				if (b <= (double)r->budget)
 					hi = m;
+			}
 			if (hi > 0) {
 				int v[64], nv = ds_autotune_mbs_list(mn, hi, ntune, max_tbs > 0 ? max_tbs / W : 0, v, 64);
 				for (int i = 0; i < nv; i++)
@@ -356,8 +395,7 @@ static int build_space(struct ctx *x, const struct ds_config *c, const struct ds
 				ga = max_tbs / ((int64_t)p->mb * W) > 0 ? max_tbs / ((int64_t)p->mb * W) : 1;
 			p->gas = ga > 0 ? (int)ga : 1;
 			p->tbs = (int64_t)p->mb * p->gas * W;
-			p->mem = ds_autotune_model_state_bytes(P, half, p->stage, W) +
-				 (double)ds_gpt_activation_bytes(mc, p->mb, mc->seq_length, ckpt) + DS_AUTOTUNE_MEM_OVERHEAD;
+			trial_bytes(c, mc, P, formula, half, ckpt, p->stage, p->mb, p->gas, W, &p->mem);
 			DS_TRY(ds_count_train_flops(mc, p->mb, mc->seq_length, ckpt ? 1.0 : 0.0, &ct, err));
 			p->flops = ct.train_flops_step * p->gas;
 			char b1[32], b2[32];
