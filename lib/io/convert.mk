@@ -17,6 +17,7 @@ tools_ds_ckpt_convert_SOURCES = tools/ds-ckpt-convert.c
 tools_ds_ckpt_convert_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-ckpt-convert.1
 TESTS += tests/cli/ds-ckpt-convert.bats
+EXTRA_DIST += tests/cli/ds-ckpt-convert.bats
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_convert
