@@ -90,60 +90,66 @@ void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
 	c->log_ctx = ctx;
 }
 
-static void log_op(struct ds_comm *c, const char *op, size_t bytes, double t0)
+static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t bytes, double t0, double t1)
 {
 	if (c->log_fn) {
-		struct ds_comm_record r = { op, bytes, ds_now() - t0 };
+		struct ds_comm_record r = { op, bytes, (t1 > 0 ? t1 : ds_now()) - t0, caller };
 		c->log_fn(c->log_ctx, &r);
 	}
 }
 
-/* The wrappers time each call for the logger; message size is the
- * DeepSpeed convention: the size of the buffer each rank contributes. */
-#define TIMED(opname, bytes, call)                      \
-	do {                                            \
-		double t0_ = c->log_fn ? ds_now() : 0;  \
-		int rc_ = (call);                       \
-		if (rc_ == 0)                           \
-			log_op(c, opname, bytes, t0_);  \
-		return rc_;                             \
+/* The wrappers time each call for the logger.  Message sizes follow
+ * DeepSpeed's comms logger, which measures the tensor argument each rank
+ * passes in: the whole input of reduce_scatter, this rank's block of
+ * all_gather (comm.h, struct ds_comm_record). */
+#define TIMED(opname, bytes, call)                                  \
+	do {                                                        \
+		double t0_ = c->log_fn ? ds_now() : 0;              \
+		int rc_ = (call);                                   \
+		if (rc_ == 0)                                       \
+			log_op(c, opname, caller, bytes, t0_, 0);   \
+		return rc_;                                         \
 	} while (0)
 
-int ds_comm_allreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err)
+int ds_comm_allreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			 struct ds_err *err)
 {
 	TIMED("all_reduce", count * ds_dtype_size(dtype), c->ops->allreduce(c, buf, count, dtype, op, err));
 }
 
-int ds_comm_reduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
-			   int dtype, int op, struct ds_err *err)
+int ds_comm_reduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
+			      size_t recvcount, int dtype, int op, struct ds_err *err)
 {
 	TIMED("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
 	      c->ops->reduce_scatter(c, send, recv, recvcount, dtype, op, err));
 }
 
-int ds_comm_allgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
-		      struct ds_err *err)
+int ds_comm_allgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
+			 int dtype, struct ds_err *err)
 {
-	TIMED("all_gather", sendcount * c->size * ds_dtype_size(dtype),
+	TIMED("all_gather", sendcount * ds_dtype_size(dtype),
 	      c->ops->allgather(c, send, recv, sendcount, dtype, err));
 }
 
-int ds_comm_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err)
+int ds_comm_broadcast_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int root,
+			 struct ds_err *err)
 {
 	TIMED("broadcast", count * ds_dtype_size(dtype), c->ops->broadcast(c, buf, count, dtype, root, err));
 }
 
-int ds_comm_barrier(struct ds_comm *c, struct ds_err *err)
+int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err)
 {
 	TIMED("barrier", 0, c->ops->barrier(c, err));
 }
 
-static int start_req(struct ds_comm_req **req, const char *op, size_t bytes, struct ds_err *err)
+static int start_req(struct ds_comm_req **req, const char *op, const char *caller, size_t bytes,
+		     struct ds_err *err)
 {
 	*req = calloc(1, sizeof **req);
 	if (!*req)
 		return ds_err_set(err, DS_ENOMEM, "out of memory for a communication request");
 	(*req)->op = op;
+	(*req)->caller = caller;
 	(*req)->bytes = bytes;
 	(*req)->t0 = ds_now();
 	return 0;
@@ -151,7 +157,7 @@ static int start_req(struct ds_comm_req **req, const char *op, size_t bytes, str
 
 #define START(opname, bytes, call)                                  \
 	do {                                                        \
-		DS_TRY(start_req(req, opname, bytes, err));         \
+		DS_TRY(start_req(req, opname, caller, bytes, err)); \
 		int rc_ = (call);                                   \
 		if (rc_ < 0) {                                      \
 			free(*req);                                 \
@@ -160,23 +166,23 @@ static int start_req(struct ds_comm_req **req, const char *op, size_t bytes, str
 		return rc_;                                         \
 	} while (0)
 
-int ds_comm_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
-		       struct ds_comm_req **req, struct ds_err *err)
+int ds_comm_iallreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			  struct ds_comm_req **req, struct ds_err *err)
 {
 	START("all_reduce", count * ds_dtype_size(dtype), c->ops->iallreduce(c, buf, count, dtype, op, *req, err));
 }
 
-int ds_comm_ireduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
-			    int dtype, int op, struct ds_comm_req **req, struct ds_err *err)
+int ds_comm_ireduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
+			       size_t recvcount, int dtype, int op, struct ds_comm_req **req, struct ds_err *err)
 {
 	START("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
 	      c->ops->ireduce_scatter(c, send, recv, recvcount, dtype, op, *req, err));
 }
 
-int ds_comm_iallgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
-		       struct ds_comm_req **req, struct ds_err *err)
+int ds_comm_iallgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
+			  int dtype, struct ds_comm_req **req, struct ds_err *err)
 {
-	START("all_gather", sendcount * c->size * ds_dtype_size(dtype),
+	START("all_gather", sendcount * ds_dtype_size(dtype),
 	      c->ops->iallgather(c, send, recv, sendcount, dtype, *req, err));
 }
 
@@ -186,9 +192,20 @@ int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
 		return 0;
 	int rc = c->ops->wait(c, req, err);
 	if (rc == 0)
-		log_op(c, req->op, req->bytes, req->t0);
+		log_op(c, req->op, req->caller, req->bytes, req->t0, req->t_done);
 	free(req);
 	return rc;
+}
+
+int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err)
+{
+	*done = 1;
+	if (!req || req->t_done > 0)
+		return 0;
+	DS_TRY(c->ops->test(c, req, done, err));
+	if (*done)
+		req->t_done = ds_now();
+	return 0;
 }
 
 void ds_comm_abort(struct ds_comm *c, int code)
@@ -251,6 +268,12 @@ static int self_iallgather(struct ds_comm *c, const void *send, void *recv, size
 
 static int self_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err) { return 0; }
 
+static int self_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err)
+{
+	*done = 1;
+	return 0;
+}
+
 const struct ds_comm_ops ds_comm_self_ops = {
 	.name = "self",
 	.init = self_init,
@@ -263,4 +286,5 @@ const struct ds_comm_ops ds_comm_self_ops = {
 	.ireduce_scatter = self_ireduce_scatter,
 	.iallgather = self_iallgather,
 	.wait = self_wait,
+	.test = self_test,
 };

@@ -45,11 +45,19 @@ struct ds_comm_ops {
 	int (*iallgather)(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
 			  struct ds_comm_req *req, struct ds_err *err);
 	int (*wait)(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err);
+	/* *done = 1 when req has finished (it stays valid until wait) */
+	int (*test)(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err);
 	void (*abort)(struct ds_comm *c, int code);
 };
 
-/* One record per finished collective, for the comms logger. */
-struct ds_comm_record { const char *op; size_t bytes; double seconds; };
+/* One record per finished collective, for the comms logger.  op is
+ * DeepSpeed's op name ("all_reduce", "reduce_scatter", "all_gather",
+ * "broadcast", "barrier"); bytes DeepSpeed's message size, the tensor each
+ * rank passes in (all_reduce, broadcast: the buffer; reduce_scatter: the
+ * whole input, world x recvcount; all_gather: this rank's block); seconds
+ * from the call to its completion (non-blocking: to the first test or wait
+ * that saw it finished); caller the function that issued it. */
+struct ds_comm_record { const char *op; size_t bytes; double seconds; const char *caller; };
 typedef void (*ds_comm_log_fn)(void *ctx, const struct ds_comm_record *rec);
 
 /* Create a communicator.  backend: "self", "mpi" or "auto" (mpi when this
@@ -67,29 +75,46 @@ const char *ds_comm_backend(const struct ds_comm *c);
 const char *ds_comm_hostname(const struct ds_comm *c);
 
 /* Called after every blocking collective (and every wait) with its size and
- * latency; NULL turns it off.  The comms logger in lib/monitor plugs in here. */
+ * latency; NULL turns it off.  lib/train feeds the comms logger of
+ * lib/monitor (comms.h) from here. */
 void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx);
 
 /* Collectives.  count / recvcount / sendcount are in elements.
  * allreduce: in place.  reduce_scatter: send holds size*recvcount elements,
  * rank r receives the reduction of block r.  allgather: recv holds
- * size*sendcount, block r from rank r.  broadcast: in place from root. */
-int ds_comm_allreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op, struct ds_err *err);
-int ds_comm_reduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
-			   int dtype, int op, struct ds_err *err);
-int ds_comm_allgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
-		      struct ds_err *err);
-int ds_comm_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err);
-int ds_comm_barrier(struct ds_comm *c, struct ds_err *err);
+ * size*sendcount, block r from rank r.  broadcast: in place from root.
+ * Each ds_comm_X is a macro that passes the calling function's name to
+ * ds_comm_X_at (the caller that comms_logger.debug shows). */
+int ds_comm_allreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			 struct ds_err *err);
+int ds_comm_reduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
+			      size_t recvcount, int dtype, int op, struct ds_err *err);
+int ds_comm_allgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
+			 int dtype, struct ds_err *err);
+int ds_comm_broadcast_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int root,
+			 struct ds_err *err);
+int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err);
+#define ds_comm_allreduce(...) ds_comm_allreduce_at(__func__, __VA_ARGS__)
+#define ds_comm_reduce_scatter(...) ds_comm_reduce_scatter_at(__func__, __VA_ARGS__)
+#define ds_comm_allgather(...) ds_comm_allgather_at(__func__, __VA_ARGS__)
+#define ds_comm_broadcast(...) ds_comm_broadcast_at(__func__, __VA_ARGS__)
+#define ds_comm_barrier(...) ds_comm_barrier_at(__func__, __VA_ARGS__)
 
 /* Non-blocking: *req is allocated by the call and freed by ds_comm_wait. */
-int ds_comm_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
-		       struct ds_comm_req **req, struct ds_err *err);
-int ds_comm_ireduce_scatter(struct ds_comm *c, const void *send, void *recv, size_t recvcount,
-			    int dtype, int op, struct ds_comm_req **req, struct ds_err *err);
-int ds_comm_iallgather(struct ds_comm *c, const void *send, void *recv, size_t sendcount, int dtype,
-		       struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_iallreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
+			  struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_ireduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
+			       size_t recvcount, int dtype, int op, struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_iallgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
+			  int dtype, struct ds_comm_req **req, struct ds_err *err);
+#define ds_comm_iallreduce(...) ds_comm_iallreduce_at(__func__, __VA_ARGS__)
+#define ds_comm_ireduce_scatter(...) ds_comm_ireduce_scatter_at(__func__, __VA_ARGS__)
+#define ds_comm_iallgather(...) ds_comm_iallgather_at(__func__, __VA_ARGS__)
 int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err);
+/* Drive a started operation (MPI progresses non-blocking collectives only
+ * inside MPI calls) and set *done to 1 when it has finished.  req stays
+ * valid either way: ds_comm_wait still ends it (at once when done). */
+int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err);
 
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */

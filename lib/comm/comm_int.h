@@ -14,9 +14,9 @@ struct ds_comm {
 };
 
 struct ds_comm_req {
-	const char *op;
+	const char *op, *caller;
 	size_t bytes;
-	double t0;
+	double t0, t_done;  /* start; when a test first saw it finished (0: not yet) */
 	void *priv; /* backend request (MPI_Request) */
 	char inline_buf[64];
 };

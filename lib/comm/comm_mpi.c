@@ -213,6 +213,13 @@ static int m_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err
 	return 0;
 }
 
+static int m_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err)
+{
+	/* a finished request becomes MPI_REQUEST_NULL, which MPI_Wait accepts */
+	DS_MPI_TRY(MPI_Test(req_of(req), done, MPI_STATUS_IGNORE), "MPI_Test");
+	return 0;
+}
+
 static void m_abort(struct ds_comm *c, int code)
 {
 	struct mpi_state *s = c->priv;
@@ -232,5 +239,6 @@ const struct ds_comm_ops ds_comm_mpi_ops = {
 	.ireduce_scatter = m_ireduce_scatter,
 	.iallgather = m_iallgather,
 	.wait = m_wait,
+	.test = m_test,
 	.abort = m_abort,
 };

@@ -10,6 +10,15 @@
 #include "util/half.h"
 
 static int bad;
+/* the last record the communicator gave its logger */
+static struct ds_comm_record last;
+static int nrec;
+static void logger(void *ctx, const struct ds_comm_record *r)
+{
+	last = *r;
+	nrec++;
+}
+
 #define CHECK(cond, ...) do { if (!(cond)) { bad++; fprintf(stderr, "rank %d: ", rank); \
 	fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
@@ -81,6 +90,34 @@ int main(void)
 		local += sqrt((double)i);
 	ds_comm_wait(c, req, &err);
 	CHECK(a[K - 1] == (float)n && local > 0, "iallreduce %g", a[K - 1]);
+
+	/* the logger's records: DeepSpeed's message sizes (the tensor each
+	 * rank passes in) and the calling function */
+	ds_comm_set_logger(c, logger, NULL);
+	ds_comm_allreduce(c, a, 10, DS_F32, DS_SUM, &err);
+	CHECK(nrec == 1 && !strcmp(last.op, "all_reduce") && last.bytes == 40 && last.seconds >= 0,
+	      "all_reduce record %s %zu", last.op, last.bytes);
+	CHECK(last.caller && !strcmp(last.caller, "main"), "caller %s", last.caller ? last.caller : "(null)");
+	ds_comm_reduce_scatter(c, a, b, 10, DS_F32, DS_SUM, &err);
+	CHECK(!strcmp(last.op, "reduce_scatter") && last.bytes == (size_t)40 * n, "reduce_scatter record %s %zu",
+	      last.op, last.bytes);
+	ds_comm_allgather(c, a, b, 10, DS_F32, &err);
+	CHECK(!strcmp(last.op, "all_gather") && last.bytes == 40, "all_gather record %s %zu", last.op, last.bytes);
+	ds_comm_broadcast(c, a, 3, DS_F32, 0, &err);
+	CHECK(!strcmp(last.op, "broadcast") && last.bytes == 12, "broadcast record %s %zu", last.op, last.bytes);
+	ds_comm_barrier(c, &err);
+	CHECK(!strcmp(last.op, "barrier") && last.bytes == 0, "barrier record %s %zu", last.op, last.bytes);
+	/* non-blocking: recorded once, at the wait; test drives it to the end */
+	ds_comm_ireduce_scatter(c, a, b, 10, DS_F32, DS_SUM, &req, &err);
+	CHECK(nrec == 5, "a started operation was recorded (%d records)", nrec);
+	int done = 0;
+	for (long spin = 0; !done && spin < 100000000; spin++)
+		ds_comm_test(c, req, &done, &err);
+	CHECK(done, "ds_comm_test never saw the reduce_scatter finish");
+	ds_comm_wait(c, req, &err);
+	CHECK(nrec == 6 && !strcmp(last.op, "reduce_scatter") && last.bytes == (size_t)40 * n,
+	      "ireduce_scatter record %s %zu (%d records)", last.op, last.bytes, nrec);
+	ds_comm_set_logger(c, NULL, NULL);
 
 	int64_t nbad = bad;
 	ds_comm_allreduce(c, &nbad, 1, DS_I64, DS_SUM, &err);
