@@ -4,7 +4,9 @@
  * silently ignored (DESIGN.md "Configuration"). */
 #include "train/train_int.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/log.h"
@@ -144,6 +146,46 @@ static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *e
 	return 0;
 }
 
+/* comms_logger: the flags, and prof_ops as the names the communicator
+ * reports (DeepSpeed's tensor-API names all_gather_into_tensor and
+ * reduce_scatter_tensor are the same collectives here). */
+static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
+{
+	static const char *const known[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
+					     NULL };
+	struct ds_monitor_comms_opts *o = &s->comms;
+	o->enabled = cfg_bool(s->cfg, "comms_logger.enabled");
+	o->verbose = cfg_bool(s->cfg, "comms_logger.verbose");
+	int all = 1;
+	ds_config_get_bool(s->cfg, "comms_logger.prof_all", &all);
+	o->prof_all = all;
+	o->debug = cfg_bool(s->cfg, "comms_logger.debug");
+	const json_t *l = ds_config_get_json(s->cfg, "comms_logger.prof_ops");
+	size_t n = json_is_array(l) ? json_array_size(l) : 0;
+	s->comms_ops = calloc(n + 1, sizeof *s->comms_ops);
+	if (!s->comms_ops)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const char *v = json_string_value(json_array_get(l, i));
+		if (!v)
+			return ds_err_set(err, DS_EINVAL, "%s: comms_logger.prof_ops[%zu]: not a string; give op names "
+					  "such as \"all_reduce\"", ds_config_name(s->cfg), i);
+		if (!strcmp(v, "all_gather_into_tensor"))
+			v = "all_gather";
+		else if (!strcmp(v, "reduce_scatter_tensor"))
+			v = "reduce_scatter";
+		int ok = 0;
+		for (const char *const *k = known; *k && !ok; k++)
+			ok = !strcmp(*k, v);
+		if (!ok && o->enabled && !o->prof_all && s->rank == 0)
+			ds_log_warn("%s: comms_logger.prof_ops: ds-train issues no '%s' (it issues all_reduce, "
+				    "reduce_scatter, all_gather, broadcast, barrier)", ds_config_name(s->cfg), v);
+		s->comms_ops[i] = v;
+	}
+	o->prof_ops = s->comms_ops;
+	return 0;
+}
+
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err)
 {
@@ -215,14 +257,15 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	s->tb_path = cfg_str(s->cfg, "tensorboard.output_path", "");
 	s->tb_job = cfg_str(s->cfg, "tensorboard.job_name", NULL);
 	s->tag_validation = cfg_str(s->cfg, "checkpoint.tag_validation", "WARN");
+	if ((rc = map_comms_logger(s, err)) < 0)
+		goto fail;
 
 	s->train_iters = o->train_iters;
 	if (!s->train_iters && s->sched.total_num_steps > 0)
 		s->train_iters = s->sched.total_num_steps;
 	return 0;
 fail:
-	ds_config_destroy(s->cfg);
-	s->cfg = NULL;
+	ds_train_setup_release(s);
 	return rc;
 }
 
@@ -230,4 +273,7 @@ void ds_train_setup_release(struct ds_train_setup *s)
 {
 	ds_config_destroy(s->cfg);
 	s->cfg = NULL;
+	free(s->comms_ops);
+	s->comms_ops = NULL;
+	s->comms.prof_ops = NULL;
 }

@@ -198,6 +198,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	struct ds_data dd;
 	struct ds_engine *e = NULL;
 	struct ds_monitor *mon = NULL;
+	struct ds_train_commlog *clog = NULL;
 	struct ds_monitor_metrics metrics = DS_MONITOR_METRICS_INIT;
 	struct ds_monitor_wallclock wc = DS_MONITOR_WALLCLOCK_INIT;
 	struct ds_train_state st = { 0 };
@@ -215,6 +216,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	if ((rc = ds_train_setup_load(&s, o, W, rank, err)) < 0)
 		goto out;
 	have_setup = 1;
+	if ((rc = ds_train_commlog_start(&clog, &s, comm, err)) < 0)
+		goto out;
 	if (cfg_dump_state(&s))
 		ds_config_print(s.cfg, stderr, NULL);
 	if ((rc = open_data(&dd, o, &s, err)) < 0)
@@ -430,6 +433,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 						"to resume from", (int)flag, st.iteration);
 				goto out;
 			}
+			if ((rc = ds_train_commlog_summary(clog, err)) < 0)
+				goto out;
 			rc = ds_err_set(err, DS_ESIGNAL, "stopped by signal %d at step %lld after saving %s/global_step%lld; "
 					"resume with --load auto", (int)flag, st.iteration, o->save, last_saved);
 			goto out;
@@ -439,6 +444,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	}
 	if (bar)
 		fputs("\n", stderr);
+	if ((rc = ds_train_commlog_summary(clog, err)) < 0)
+		goto out;
 	if ((rc = report_memory(comm, &s, e, held_setup, o->metrics_json && rank == 0 ? &memj : NULL, err)) < 0)
 		goto out;
 	if (o->metrics_json && rank == 0) {
@@ -462,6 +469,7 @@ out:
 	ds_monitor_metrics_release(&metrics);
 	ds_monitor_destroy(mon);
 	ds_engine_destroy(e);
+	ds_train_commlog_stop(clog, comm);
 	if (have_data)
 		ds_data_release(&dd);
 	if (have_setup)

@@ -8,6 +8,7 @@
 #include "config/train_opts.h"
 #include "engine/engine.h"
 #include "io/dataset.h"
+#include "monitor/comms.h"
 #include "optim/sched.h"
 
 /* Everything a run resolved from the two config files and the flags. */
@@ -28,6 +29,9 @@ struct ds_train_setup {
 	const char *csv_path, *csv_job, *tb_path, *tb_job;
 	const char *tag_validation;
 	char unimplemented[256];       /* --check: why the trainer would refuse the config ("" if not) */
+	/* comms_logger; prof_ops points into comms_ops (malloc'd, NULL-ended) */
+	struct ds_monitor_comms_opts comms;
+	const char **comms_ops;
 };
 
 /* Load and map both config files (world size W).  Fills s; release with
@@ -35,6 +39,19 @@ struct ds_train_setup {
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err);
 void ds_train_setup_release(struct ds_train_setup *s);
+
+/* The comms_logger of a run: records what the communicator reports when
+ * comms_logger.enabled (see commlog.c). */
+struct ds_train_commlog;
+/* Attach a logger to comm when s->comms.enabled (else *out = NULL and
+ * nothing is recorded).  Returns 0 or DS_ENOMEM. */
+int ds_train_commlog_start(struct ds_train_commlog **out, const struct ds_train_setup *s, struct ds_comm *comm,
+			   struct ds_err *err);
+/* Rank 0: print DeepSpeed's log_summary table to stdout.  Returns 0 or the
+ * first error a record met (an unknown op, out of memory). */
+int ds_train_commlog_summary(struct ds_train_commlog *l, struct ds_err *err);
+/* Detach from comm and free; accepts NULL. */
+void ds_train_commlog_stop(struct ds_train_commlog *l, struct ds_comm *comm);
 
 /* Progress of a run, saved in and restored from checkpoints. */
 struct ds_train_state {

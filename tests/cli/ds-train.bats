@@ -170,3 +170,30 @@ JSON
 	run -0 ds-train --deepspeed_config nock.json --model "$MODEL" --train-iters 2
 	refute_output --partial "activation checkpointing:"
 }
+
+@test "comms_logger at 1 rank: the summary is printed at the end, empty - a world of one issues no collectives" {
+	sed -i 's/"gradient_clipping": 1.0}/"gradient_clipping": 1.0, "comms_logger": {"enabled": true, "verbose": true}}/' cfg.json
+	run --separate-stderr train --train-iters 2
+	assert_success
+	# the header (seven columns, 20 characters each) after the last step line, and no rows
+	[ "$(echo "$output" | tail -1)" = "$(printf '%-20s' 'Comm. Op' 'Message Size' 'Count' 'Total Latency(ms)' \
+		'Avg Latency(ms)' 'tput_avg (Gbps)' 'busbw_avg (Gbps)')" ]
+	echo "$output" | tail -2 | head -1 | grep -q '^step 2/2'
+	[ -z "$(echo "$stderr" | grep 'comm op:')" ]
+	# off: no table
+	sed -i 's/"comms_logger": {"enabled": true, "verbose": true}/"comms_logger": {"enabled": false}/' cfg.json
+	run --separate-stderr train --train-iters 2
+	assert_success
+	[ -z "$(echo "$output" | grep 'Comm\. Op')" ]
+}
+
+@test "comms_logger.prof_ops: a non-string is refused naming the key; an op ds-train never issues is a warning" {
+	sed -i 's/"gradient_clipping": 1.0}/"gradient_clipping": 1.0, "comms_logger": {"enabled": true, "prof_all": false, "prof_ops": [3]}}/' cfg.json
+	run --separate-stderr train --train-iters 1
+	assert_failure 2
+	echo "$stderr" | grep -q 'cfg.json: comms_logger.prof_ops\[0\]: not a string'
+	sed -i 's/"prof_ops": \[3\]/"prof_ops": ["all_to_all_single"]/' cfg.json
+	run --separate-stderr train --train-iters 1
+	assert_success
+	echo "$stderr" | grep -q "comms_logger.prof_ops: ds-train issues no 'all_to_all_single'"
+}
