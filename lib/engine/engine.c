@@ -54,9 +54,29 @@ struct ds_engine {
 	int32_t *in, *tg;    /* one micro-batch of inputs and targets */
 	double *lamb_sums;   /* 2 per tensor */
 	int64_t steps;
-	/* stage 2-3 (W > 1): gather buffers for partitioned segments */
-	struct slot { int seg; float *buf; struct ds_comm_req *req; } ps[3], gs[2];
+	/* stage 2-3 (W > 1): gather buffers for partitioned segments; a
+	 * gradient slot under reduction (overlap_comm) keeps its segment until
+	 * finish_slot adds its result (recv) to the owned slice */
+	struct slot {
+		int seg;
+		float *buf;
+		struct ds_comm_req *req;
+		float *recv;
+		int reducing, done;
+		long seq;
+	} ps[3], gs[4];
+	int ngs;
 	int64_t maxpad, ptotal, gtotal;
+	/* overlap_comm at stages 0-1: bucket b covers [b*bucket, ...) of the
+	 * flat gradients; buckets ready_from.. are final in the last backward */
+	int overlap, last_micro, nbuckets, bnext, ready_seg;
+	unsigned char *seg_done;  /* per segment, in the last backward */
+	int64_t bucket, ready_from;
+	struct bucket_req { struct ds_comm_req *req; int done; } *breq;
+	/* gradient reductions in flight (t_red_flight / t_red_wait) */
+	int nflight;
+	long seq;
+	double flight_t0, red_flight, red_wait;
 	float grad_pre, grad_post;  /* spec §6 scaling around the reduction */
 	struct ds_err herr;         /* a hook's error, reported by the pass */
 	int fail_rank, fail_step;  /* DS_TEST_FAULT_FAIL_RANK (-1: off) */
@@ -102,7 +122,122 @@ static int64_t live_elems(const struct ds_engine *e)
 	return n;
 }
 
-/* wait for pending gathers and free every slot (start of a pass, errors) */
+/* ---- gradient reductions: timing and overlap_comm ---------------------
+ * red_begin/red_end bracket each reduction (the union of their spans is
+ * t_red_flight); progress() lets MPI move started reductions along (it
+ * does so only inside MPI calls) at every segment boundary. */
+
+static void red_begin(struct ds_engine *e)
+{
+	if (e->nflight++ == 0)
+		e->flight_t0 = ds_now();
+}
+
+static void red_end(struct ds_engine *e)
+{
+	if (--e->nflight == 0)
+		e->red_flight += ds_now() - e->flight_t0;
+}
+
+/* wait for a started reduction (blocked time is t_red_wait) */
+static int red_wait(struct ds_engine *e, struct ds_comm_req **req, int *done, struct ds_err *err)
+{
+	double t0 = ds_now();
+	int rc = ds_comm_wait(e->comm, *req, err);
+	*req = NULL;
+	e->red_wait += ds_now() - t0;
+	if (!*done) {
+		*done = 1;
+		red_end(e);
+	}
+	return rc;
+}
+
+static int test_done(struct ds_engine *e, struct ds_comm_req *req, int *done)
+{
+	int d = 0;
+	if (!req || *done)
+		return 0;
+	DS_TRY(ds_comm_test(e->comm, req, &d, &e->herr));
+	if (d) {
+		*done = 1;
+		red_end(e);
+	}
+	return 0;
+}
+
+static int progress(struct ds_engine *e)
+{
+	if (!e->nflight)
+		return 0;
+	for (int b = e->nbuckets - 1; b > e->bnext; b--)
+		DS_TRY(test_done(e, e->breq[b].req, &e->breq[b].done));
+	for (int k = 0; k < e->ngs; k++)
+		if (e->gs[k].reducing)
+			DS_TRY(test_done(e, e->gs[k].req, &e->gs[k].done));
+	return 0;
+}
+
+/* stages 0-1: prescale and start bucket b */
+static void scale_buf(float *p, int64_t n, float f);
+
+static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
+{
+	int64_t off = (int64_t)b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
+	scale_buf(e->grads + off, n, e->grad_pre);
+	e->breq[b].done = 0;
+	DS_TRY(ds_comm_iallreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req, err));
+	red_begin(e);
+	return 0;
+}
+
+/* stages 0-1, last backward: segment s is final; start every bucket that
+ * now lies wholly in final gradients (segments finish last to first) */
+static int buckets_after(struct ds_engine *e, int s)
+{
+	if (!e->overlap || !e->last_micro || e->o.zero_stage >= 2 || e->W == 1)
+		return 0;
+	e->seg_done[s] = 1;
+	while (e->ready_seg >= 0 && e->seg_done[e->ready_seg])
+		e->ready_from = e->seg[e->ready_seg--].off;
+	while (e->bnext >= 0 && (int64_t)e->bnext * e->bucket >= e->ready_from)
+		DS_TRY(start_bucket(e, e->bnext--, &e->herr));
+	return 0;
+}
+
+/* stages 2-3: the oldest reduction in flight: wait, add to the owned slice */
+static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
+{
+	const struct seg *sg = &e->seg[gl->seg];
+	DS_TRY(red_wait(e, &gl->req, &gl->done, err));
+	float *own = sg->g_own;
+	const float *rv = gl->recv;
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < sg->shard; i++)
+		own[i] += rv[i];
+	gl->reducing = 0;
+	gl->seg = -1;
+	return 0;
+}
+
+static struct slot *oldest_reducing(struct ds_engine *e)
+{
+	struct slot *o = NULL;
+	for (int k = 0; k < e->ngs; k++)
+		if (e->gs[k].reducing && (!o || e->gs[k].seq < o->seq))
+			o = &e->gs[k];
+	return o;
+}
+
+static int finish_all(struct ds_engine *e, struct ds_err *err)
+{
+	for (struct slot *gl; (gl = oldest_reducing(e));)
+		DS_TRY(finish_slot(e, gl, err));
+	return 0;
+}
+
+/* wait for pending gathers and reductions and free every slot (start of
+ * a pass, errors) */
 static void release_all(struct ds_engine *e)
 {
 	for (int k = 0; k < 3; k++) {
@@ -111,8 +246,20 @@ static void release_all(struct ds_engine *e)
 		e->ps[k].req = NULL;
 		e->ps[k].seg = -1;
 	}
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < e->ngs; k++) {
+		if (e->gs[k].req)
+			ds_comm_wait(e->comm, e->gs[k].req, NULL);
+		e->gs[k].req = NULL;
+		e->gs[k].reducing = 0;
 		e->gs[k].seg = -1;
+	}
+	for (int b = 0; b < e->nbuckets; b++) {
+		if (e->breq[b].req)
+			ds_comm_wait(e->comm, e->breq[b].req, NULL);
+		e->breq[b].req = NULL;
+	}
+	e->bnext = -1;
+	e->nflight = 0;
 }
 
 static int gather_seg(struct ds_engine *e, int s, int blocking)
@@ -159,7 +306,11 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 	if (sg->gfull) {
 		*grads = e->grads + sg->goff;
 	} else if (phase == DS_GPT_BACKWARD) {
-		struct slot *gl = slot_of(e->gs, 2, -1);
+		struct slot *gl = slot_of(e->gs, e->ngs, -1), *old;
+		if (!gl && (old = oldest_reducing(e))) {
+			DS_TRY(finish_slot(e, old, &e->herr));
+			gl = old;
+		}
 		if (!gl)
 			return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gradient buffer for segment %d", s);
 		gl->seg = s;
@@ -172,10 +323,8 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 	    e->seg[n].padded <= e->o.stage3_prefetch_bucket_size &&
 	    live_elems(e) + e->seg[n].padded <= e->o.stage3_max_live_parameters)
 		DS_TRY(gather_seg(e, n, 0));
-	return 0;
+	return progress(e);
 }
-
-static void scale_buf(float *p, int64_t n, float f);
 
 static int seg_post(void *ctx, int s, int phase)
 {
@@ -187,20 +336,41 @@ static int seg_post(void *ctx, int s, int phase)
 			sl->seg = -1;
 	}
 	if (phase == DS_GPT_BACKWARD && !sg->gfull) {
-		struct slot *gl = slot_of(e->gs, 2, s);
+		struct slot *gl = NULL;
+		for (int k = 0; k < e->ngs && !gl; k++)
+			if (e->gs[k].seg == s && !e->gs[k].reducing)
+				gl = &e->gs[k];
 		if (!gl)
 			return ds_err_set(&e->herr, DS_EINVAL, "engine: segment %d closed without gradients", s);
 		scale_buf(gl->buf, sg->padded, e->grad_pre);
-		DS_TRY(ds_comm_reduce_scatter(e->comm, gl->buf, e->scratch, (size_t)sg->shard, DS_F32, DS_SUM,
-					      &e->herr));
-		float *own = sg->g_own;
-		const float *sc = e->scratch;
+		if (e->overlap) {
+			/* finished by the next pre hook that needs the slot, or
+			 * by reduce_grads */
+			DS_TRY(ds_comm_ireduce_scatter(e->comm, gl->buf, gl->recv, (size_t)sg->shard, DS_F32,
+						       DS_SUM, &gl->req, &e->herr));
+			red_begin(e);
+			gl->reducing = 1;
+			gl->done = 0;
+			gl->seq = e->seq++;
+		} else {
+			red_begin(e);
+			double t0 = ds_now();
+			int rc = ds_comm_reduce_scatter(e->comm, gl->buf, e->scratch, (size_t)sg->shard, DS_F32,
+							DS_SUM, &e->herr);
+			e->red_wait += ds_now() - t0;
+			red_end(e);
+			DS_TRY(rc);
+			float *own = sg->g_own;
+			const float *sc = e->scratch;
 #pragma omp parallel for simd schedule(static)
-		for (int64_t i = 0; i < sg->shard; i++)
-			own[i] += sc[i];
-		gl->seg = -1;
+			for (int64_t i = 0; i < sg->shard; i++)
+				own[i] += sc[i];
+			gl->seg = -1;
+		}
 	}
-	return 0;
+	if (phase == DS_GPT_BACKWARD)
+		DS_TRY(buckets_after(e, s));
+	return progress(e);
 }
 
 /* a model pass failed: prefer the hook's own message */
@@ -302,11 +472,25 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		if (zp && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
 			slots_ok = 0;
 	}
-	for (int k = 0; k < 2; k++) {
+	/* overlap_comm: two more gradient slots, so that reductions stay in
+	 * flight while the next segments run backward (with tied weights the
+	 * embeddings hold one slot through the whole pass) */
+	e->overlap = opts->overlap_comm && e->W > 1;
+	e->ngs = zg && e->overlap ? 4 : 2;
+	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
 		if (zg && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
 			slots_ok = 0;
+		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
+			slots_ok = 0;
 	}
+	e->bucket = opts->reduce_bucket_size > 0 ? opts->reduce_bucket_size : e->total;
+	e->nbuckets = e->overlap && !zg ? (int)((e->total + e->bucket - 1) / e->bucket) : 0;
+	e->bnext = -1;
+	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
+	e->seg_done = calloc((size_t)e->nseg, 1);
+	if (!e->breq || !e->seg_done)
+		slots_ok = 0;
 	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
 		goto fail;
@@ -355,7 +539,7 @@ void ds_engine_destroy(struct ds_engine *e)
 {
 	if (!e)
 		return;
-	if (e->comm)
+	if (e->comm && e->breq)
 		release_all(e);
 	for (int s = 0; e->seg && s < e->nseg; s++) {
 		if (e->opt)
@@ -371,8 +555,12 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_free(e->scratch);
 	for (int k = 0; k < 3; k++)
 		ds_free(e->ps[k].buf);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < 4; k++) {
 		ds_free(e->gs[k].buf);
+		ds_free(e->gs[k].recv);
+	}
+	free(e->breq);
+	free(e->seg_done);
 	ds_free(e->in);
 	ds_free(e->tg);
 	ds_gpt_ws_destroy(e->ws);
@@ -404,15 +592,28 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 		return 0;
 	if (e->o.zero_stage >= 2) {
 		/* reduce-scattered (prescaled) per segment during backward */
+		DS_TRY(finish_all(e, err));
 		for (int s = 0; s < e->nseg; s++)
 			scale_buf(e->seg[s].g_own, e->seg[s].shard, e->grad_post);
 		return 0;
 	}
-	scale_buf(e->grads, e->total, e->grad_pre);
-	int64_t bucket = e->o.reduce_bucket_size > 0 ? e->o.reduce_bucket_size : e->total;
-	for (int64_t off = 0; off < e->total; off += bucket) {
-		int64_t n = e->total - off < bucket ? e->total - off : bucket;
-		DS_TRY(ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err));
+	if (e->overlap) {
+		/* started during the last backward; any bucket left starts now */
+		while (e->bnext >= 0)
+			DS_TRY(start_bucket(e, e->bnext--, err));
+		for (int b = e->nbuckets - 1; b >= 0; b--)
+			DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+	} else {
+		scale_buf(e->grads, e->total, e->grad_pre);
+		for (int64_t off = 0; off < e->total; off += e->bucket) {
+			int64_t n = e->total - off < e->bucket ? e->total - off : e->bucket;
+			red_begin(e);
+			double t0 = ds_now();
+			int rc = ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err);
+			e->red_wait += ds_now() - t0;
+			red_end(e);
+			DS_TRY(rc);
+		}
 	}
 	scale_buf(e->grads, e->total, e->grad_post);
 	return 0;
@@ -523,6 +724,7 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)step);
 	memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
+	e->red_flight = e->red_wait = 0;
 	int rc;
 	for (int a = 0; a < GA; a++) {
 		float loss;
@@ -532,6 +734,12 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		if ((rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, step, offset, 1, &loss, err)) < 0)
 			return pass_failed(e, rc, err);
 		res->t_fwd += ds_now() - t0;
+		if ((e->last_micro = a == GA - 1) && e->nbuckets) {
+			e->bnext = e->nbuckets - 1;
+			e->ready_seg = e->nseg - 1;
+			e->ready_from = e->total;
+			memset(e->seg_done, 0, (size_t)e->nseg);
+		}
 		t0 = ds_now();
 		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, 1.0f / (float)GA, err)) < 0)
 			return pass_failed(e, rc, err);
@@ -552,6 +760,8 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		lsum = v[2] / e->W;
 	}
 	res->t_reduce = ds_now() - t0;
+	res->t_red_flight = e->red_flight;
+	res->t_red_wait = e->red_wait;
 	res->loss = lsum;
 	res->grad_norm = sqrt(stat[0]);
 	res->lr = lr;

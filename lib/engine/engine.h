@@ -58,6 +58,12 @@ struct ds_engine_opts {
 	int64_t stage3_prefetch_bucket_size;
 	int64_t stage3_max_live_parameters;
 	int64_t stage3_param_persistence_threshold;
+	/* zero_optimization.overlap_comm (W > 1): start each gradient
+	 * reduction non-blocking as soon as backward has finished what it
+	 * covers - a bucket of the flat buffer (stages 0-1, last micro-step)
+	 * or a segment (stages 2-3, every micro-step) - and wait for it only
+	 * when its buffer or its result is needed.  Same sums, same losses. */
+	int overlap_comm;
 };
 
 /* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
@@ -71,6 +77,10 @@ struct ds_engine_step {
 	double lr;          /* learning rate used */
 	int skipped;        /* 1 if the step was skipped (non-finite gradients) */
 	double t_fwd, t_bwd, t_reduce, t_step;  /* seconds on this rank */
+	/* gradient reductions: wall time with at least one in flight (start to
+	 * the first test or wait that saw it finished) and time spent blocked
+	 * on them; equal without overlap_comm, the difference was hidden */
+	double t_red_flight, t_red_wait;
 };
 
 struct ds_engine;

@@ -234,6 +234,7 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	s->eng.allgather_bucket_size = cfg_int(s->cfg, "zero_optimization.allgather_bucket_size", 0);
 	s->eng.prescale_gradients = cfg_bool(s->cfg, "prescale_gradients");
 	s->eng.gradient_predivide_factor = cfg_double(s->cfg, "gradient_predivide_factor", 1.0);
+	s->eng.overlap_comm = cfg_bool(s->cfg, "zero_optimization.overlap_comm");
 	s->eng.seed = o->seed;
 	s->eng.checkpointing = ds_config_is_set(s->cfg, "activation_checkpointing.number_checkpoints") ||
 			       cfg_bool(s->cfg, "activation_checkpointing.partition_activations");

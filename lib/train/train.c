@@ -311,6 +311,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	double t_int = ds_now(), t_start = t_int;
 	long long int_steps = 0, run_steps = 0;
 	double int_bwd = 0, int_rec = ds_engine_recompute_seconds(e);  /* activation_checkpointing.profile */
+	double red_flight = 0, red_wait = 0;  /* since the last wall-clock line */
 	long long last_saved = resumed ? st.iteration : -1;
 	while (st.iteration < s.train_iters) {
 		struct ds_engine_step r;
@@ -344,6 +345,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		ds_monitor_wallclock_add(&wc, DS_WC_BWD_INNER, r.t_bwd);
 		ds_monitor_wallclock_add(&wc, DS_WC_BWD_ALLREDUCE, r.t_reduce);
 		ds_monitor_wallclock_add(&wc, DS_WC_STEP, r.t_step);
+		red_flight += r.t_red_flight;
+		red_wait += r.t_red_wait;
 		if (mon) {
 			/* DeepSpeed logs the lr after the step: the next step's value */
 			struct ds_sched_value nv;
@@ -367,6 +370,14 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		if (s.wall_clock && rank == 0 && st.iteration % log_every == 0) {
 			ds_monitor_wallclock_line(&wc, 0, line, sizeof line);
 			ds_log_info("%s", line);
+			/* dstk's own line: how much of the gradient reductions
+			 * backward hid (overlap_comm); DeepSpeed has no such timer */
+			if (W > 1)
+				ds_log_info("grad reduction (ms) | in_flight: %.2f | waited: %.2f | hidden: %.2f | overlap_comm: %s",
+					    red_flight * 1e3, red_wait * 1e3,
+					    (red_flight > red_wait ? red_flight - red_wait : 0) * 1e3,
+					    s.eng.overlap_comm ? "true" : "false");
+			red_flight = red_wait = 0;
 		}
 		if (rank == 0 && (st.iteration % log_every == 0 || st.iteration == s.train_iters)) {
 			double el = ds_now() - t_int;

@@ -157,6 +157,20 @@ expect_rows() {
 	grep -qx 'all_reduce | \[Caller Func: ds_train_run\]' "$BATS_TEST_TMPDIR/names"
 }
 
+@test "overlap_comm: the same collectives, now issued as segments finish backward" {
+	train2 0 1 ', "comms_logger": {"enabled": true, "debug": true}'
+	sed -i 's/"reduce_bucket_size"/"overlap_comm": true, "reduce_bucket_size"/' "$BATS_TEST_TMPDIR/ds.json"
+	local off
+	off=$(rows | sed 's/ | \[Caller Func: [a-z_]*\]//' | sort)
+	run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/ds.json" \
+		--model "$MODEL" --train-iters "$STEPS" --peak-gflops 1
+	assert_success
+	diff <(echo "$off") <(rows | sed 's/ | \[Caller Func: [a-z_]*\]//' | sort)
+	# the bucket reductions now start from the backward pass's segment hook
+	rows | grep -q '^all_reduce | \[Caller Func: start_bucket\]|'
+	[ -z "$(rows | grep 'Caller Func: reduce_grads')" ]
+}
+
 @test "comms_logger disabled (the default, or enabled false): no table, no per-call lines" {
 	for extra in '' ', "comms_logger": {"enabled": false}'; do
 		train2 2 1 "$extra"

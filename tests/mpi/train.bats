@@ -50,6 +50,39 @@ load train_helper
 	check_layout 4 3 2
 }
 
+@test "overlap_comm true at stages 0-2 and false at stage 3 (the other way round from the defaults): the 1-rank losses" {
+	OVERLAP_COMM=true
+	check_layout 2 0 2
+	check_layout 4 0 1
+	check_layout 2 1 1
+	check_layout 4 1 2
+	check_layout 2 2 2
+	check_layout 4 2 2
+	OVERLAP_COMM=false
+	check_layout 2 3 2
+	check_layout 4 3 1
+}
+
+@test "wall_clock_breakdown shows the gradient reductions: time in flight, time waited, hidden, and the setting" {
+	dir="$BATS_TEST_TMPDIR/wc"
+	mkdir -p "$dir"
+	for ov in true false; do
+		OVERLAP_COMM=$ov write_cfg "$dir/ds.json" 2 4 1 "$dir/csv"
+		sed -i 's/"steps_per_print": 1000/"steps_per_print": 2, "wall_clock_breakdown": true/' "$dir/ds.json"
+		run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$dir/ds.json" \
+			--model "$MODEL_DROPOUT" --train-iters 4 --peak-gflops 1
+		assert_success
+		lines=$(echo "$stderr" | grep '^grad reduction') || { echo "$stderr"; false; }
+		[ "$(echo "$lines" | wc -l)" -eq 2 ]
+		# every wait lies inside a reduction's flight, so waited <= in_flight
+		echo "$lines" | awk -v ov="$ov" '
+			!/^grad reduction \(ms\) \| in_flight: [0-9.]+ \| waited: [0-9.]+ \| hidden: [0-9.]+ \| overlap_comm: (true|false)$/ { print "bad line: " $0; bad = 1 }
+			{ split($0, f, / \| /); split(f[2], a, ": "); split(f[3], b, ": "); split(f[5], o, ": ")
+			  if (a[2] + 0 < b[2] + 0 || a[2] + 0 <= 0 || o[2] != ov) { print "wrong: " $0; bad = 1 } }
+			END { exit bad }'
+	done
+}
+
 @test "the comparison fails for another seed (it can fail)" {
 	ref=$(reference)
 	train_run "$BATS_TEST_TMPDIR/seed" 1 0 1 -- --seed 7

@@ -8,11 +8,14 @@ ITERS=20
 
 # write_cfg FILE STAGE MB GA CSVDIR: AdamW with clipping, small buckets so
 # the bucketed reductions really split, CSV monitor under CSVDIR/run.
+# OVERLAP_COMM=true|false sets zero_optimization.overlap_comm (unset: the
+# inferred default, true at stage 3 only).
 write_cfg() {
 	# stage 3: partition every segment; prefetch the embeddings and the
 	# final norm (< 30000 elements) but not the layers (~50000)
 	local s3=""
 	[ "$2" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 30000'
+	[ -n "${OVERLAP_COMM:-}" ] && s3="$s3, \"overlap_comm\": $OVERLAP_COMM"
 	cat >"$1" <<EOF
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
  "steps_per_print": 1000, "gradient_clipping": 1.0,
@@ -76,7 +79,7 @@ reference() {
 
 # check_layout N STAGE GA: train at that layout and compare with the reference
 check_layout() {
-	local ref dir="$BATS_TEST_TMPDIR/n$1-s$2-ga$3"
+	local ref dir="$BATS_TEST_TMPDIR/n$1-s$2-ga$3${OVERLAP_COMM:+-overlap-$OVERLAP_COMM}"
 	ref=$(reference) || return 1
 	if ! train_run "$dir" "$1" "$2" "$3"; then
 		echo "ds-train at $1 ranks, stage $2, GA $3 failed:" >&2
