@@ -71,6 +71,9 @@ int ds_train_commlog_summary(struct ds_train_commlog *l, struct ds_err *err)
 		return 0;
 	if (l->err.code < 0)
 		return ds_err_set(err, l->err.code, "comms_logger: %s", l->err.msg);
+	/* the table closes the log: what the run does after it (the memory
+	 * report) is neither counted nor printed per call */
+	l->o.enabled = 0;
 	if (l->rank != 0)
 		return 0;
 	char *text;

@@ -175,10 +175,12 @@ JSON
 	sed -i 's/"gradient_clipping": 1.0}/"gradient_clipping": 1.0, "comms_logger": {"enabled": true, "verbose": true}}/' cfg.json
 	run --separate-stderr train --train-iters 2
 	assert_success
-	# the header (seven columns, 20 characters each) after the last step line, and no rows
-	[ "$(echo "$output" | tail -1)" = "$(printf '%-20s' 'Comm. Op' 'Message Size' 'Count' 'Total Latency(ms)' \
-		'Avg Latency(ms)' 'tput_avg (Gbps)' 'busbw_avg (Gbps)')" ]
-	echo "$output" | tail -2 | head -1 | grep -q '^step 2/2'
+	# the header (seven columns, 20 characters each) right after the last
+	# step line, and no rows before the memory report
+	hdr=$(printf '%-20s' 'Comm. Op' 'Message Size' 'Count' 'Total Latency(ms)' 'Avg Latency(ms)' \
+		'tput_avg (Gbps)' 'busbw_avg (Gbps)')
+	echo "$output" | grep -A1 '^step 2/2' | tail -1 | grep -qxF "$hdr"
+	echo "$output" | grep -A1 -xF "$hdr" | tail -1 | grep -q '^memory per rank'
 	[ -z "$(echo "$stderr" | grep 'comm op:')" ]
 	# off: no table
 	sed -i 's/"comms_logger": {"enabled": true, "verbose": true}/"comms_logger": {"enabled": false}/' cfg.json
