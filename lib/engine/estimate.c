@@ -74,9 +74,13 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * F32;
 	m->bytes[DS_MEM_OPTIM] = optim;
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
-	 * slots (stage 3), 2 gradient gather slots (stages 2-3) */
+	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
+	 * keeps reductions in flight: 4 gradient slots, each with a receive
+	 * buffer of one shard */
+	const int ov = zg && o->overlap_comm;
 	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : 0) * (size_t)maxpad * F32 +
-				(size_t)(zg ? 2 : 0) * (size_t)maxpad * F32;
+				(size_t)(zg ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
+				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32;
 	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
@@ -117,7 +121,9 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		}
 		break;
 	case DS_MEM_COMM:
-		snprintf(buf, n, "reduce-scatter scratch%s%s", m->stage >= 2 && W > 1 ? " + 2 gradient gather buffers" : "",
+		snprintf(buf, n, "reduce-scatter scratch%s%s",
+			 m->stage >= 2 && W > 1 ? (o->overlap_comm ? " + 4 gradient gather buffers and shards (overlap_comm)"
+						  : " + 2 gradient gather buffers") : "",
 			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers" : "");
 		break;
 	case DS_MEM_ACT:

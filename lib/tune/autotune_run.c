@@ -270,6 +270,11 @@ static void trial_bytes(const struct ds_config *c, const struct ds_model_config 
 	}
 	eo.stage3_param_persistence_threshold =
 		cfg_int(c, "zero_optimization.stage3_param_persistence_threshold", eo.stage3_param_persistence_threshold);
+	/* overlap_comm keeps more gradient buffers (stages 2-3); unless the
+	 * file sets it, it follows the trial's stage as DeepSpeed infers it */
+	eo.overlap_comm = stage == 3;
+	if (ds_config_source(c, "zero_optimization.overlap_comm") == DS_SRC_FILE)
+		ds_config_get_bool(c, "zero_optimization.overlap_comm", &eo.overlap_comm);
 	/* a model the trainer cannot build fails its trial anyway; keep the formula for it */
 	struct ds_err ignored = DS_ERR_INIT;
 	if (!formula && ds_engine_mem_estimate(&eo, W, &m, &ignored) == 0) {
