@@ -116,6 +116,11 @@ int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
  * valid either way: ds_comm_wait still ends it (at once when done). */
 int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err);
 
+/* The MPI communicator behind c, for libraries that take one (parallel
+ * HDF5): a pointer to its MPI_Comm, or NULL for the self backend and in a
+ * build without MPI.  Borrowed; valid until ds_comm_destroy. */
+const void *ds_comm_mpi_handle(const struct ds_comm *c);
+
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */
 void ds_comm_abort(struct ds_comm *c, int code);

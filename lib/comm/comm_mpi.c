@@ -226,6 +226,12 @@ static void m_abort(struct ds_comm *c, int code)
 	MPI_Abort(s ? s->comm : MPI_COMM_WORLD, code);
 }
 
+const void *ds_comm_mpi_handle(const struct ds_comm *c)
+{
+	const struct mpi_state *s = c && c->ops == &ds_comm_mpi_ops ? c->priv : NULL;
+	return s ? &s->comm : NULL;
+}
+
 const struct ds_comm_ops ds_comm_mpi_ops = {
 	.name = "mpi",
 	.init = m_init,

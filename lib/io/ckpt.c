@@ -6,6 +6,12 @@
  * walks in row-major order, so one H5Dread/H5Dwrite moves it to or from a
  * contiguous buffer.  HDF5's own error stack is silenced and translated into
  * one line that names the file and the dataset.
+ *
+ * The parallel writer (ds_ckpt_create_comm with more than one rank) opens
+ * the one state.h5 of the save with the MPI-IO driver (ckpt_mpio.c):
+ * metadata calls are collective, every rank writes its own range of a
+ * tensor in one collective H5Dwrite, and commit gathers the CRC pieces,
+ * closes the file together and votes before rank 0 renames anything.
  */
 #include "config.h"
 
@@ -22,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/ckpt_int.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 
@@ -51,6 +58,13 @@ struct ds_ckpt {
 	char *m_dtype, *m_config, *m_model;  /* meta strings handed out by meta_get */
 	uint8_t *tmp;                        /* one chunk, for partial chunks */
 	size_t tmp_size;
+	/* writer: the ranks writing this file (comm NULL: this process alone) */
+	struct ds_comm *comm;
+	int par, rank;       /* par: more than one rank, MPI-IO */
+	hid_t dxpl;          /* collective transfer (par) or H5P_DEFAULT */
+	int wrc;             /* this rank's first failure while writing (0: none) */
+	struct ds_err werr;  /* and its message, for commit's vote */
+	int fault_rank;      /* DS_TEST_FAULT_CKPT_FAIL_RANK, -1 off */
 };
 
 static int reserve_pieces(struct wtensor *w, size_t n, struct ds_err *err);
@@ -306,23 +320,31 @@ static herr_t sel_rec(hid_t space, int ndim, const hsize_t *shape, int k, hsize_
 	return rc;
 }
 
-/* Move elements [b, e) of dset to (write) or from (read) buf. */
+/* Move elements [b, e) of dset to (write) or from (read) buf, with the
+ * transfer properties dxpl.  An empty range moves nothing, except that a
+ * collective write (dxpl not H5P_DEFAULT) still joins the other ranks' call
+ * with an empty selection. */
 static herr_t xfer(hid_t dset, hid_t mtype, int ndim, const hsize_t *shape, hsize_t b, hsize_t e, void *buf,
-		   int write)
+		   int write, hid_t dxpl)
 {
-	hsize_t start[DS_CKPT_MAX_DIMS] = { 0 }, n = e - b;
+	hsize_t start[DS_CKPT_MAX_DIMS] = { 0 }, n = e > b ? e - b : 0, one = 1;
 	hid_t fs, ms;
-	herr_t rc;
+	herr_t rc = 0;
 	int first = 1;
-	if (n == 0)
+	if (n == 0 && (dxpl == H5P_DEFAULT || !write))
 		return 0;
 	fs = H5Dget_space(dset);
 	if (fs < 0)
 		return -1;
-	rc = sel_rec(fs, ndim, shape, 0, start, b, e, &first);
-	ms = H5Screate_simple(1, &n, NULL);
+	if (n)
+		rc = sel_rec(fs, ndim, shape, 0, start, b, e, &first);
+	else
+		rc = H5Sselect_none(fs);
+	ms = H5Screate_simple(1, n ? &n : &one, NULL);
+	if (!n && ms >= 0 && H5Sselect_none(ms) < 0)
+		rc = -1;
 	if (rc >= 0 && ms >= 0)
-		rc = write ? H5Dwrite(dset, mtype, ms, fs, H5P_DEFAULT, buf) : H5Dread(dset, mtype, ms, fs, H5P_DEFAULT, buf);
+		rc = write ? H5Dwrite(dset, mtype, ms, fs, dxpl, buf) : H5Dread(dset, mtype, ms, fs, dxpl, buf);
 	else
 		rc = -1;
 	if (ms >= 0)
@@ -497,25 +519,67 @@ static int write_meta(struct ds_ckpt *c, const struct ds_ckpt_meta *m, struct ds
 	return 0;
 }
 
+/* Remember this rank's first failure as a parallel writer (commit's vote
+ * reports it; a serial caller simply stops at an error); returns rc. */
+static int note(struct ds_ckpt *c, int rc, const struct ds_err *err)
+{
+	if (rc < 0 && c->par && c->wrc == 0) {
+		c->wrc = rc;
+		if (err)
+			c->werr = *err;
+		else
+			ds_err_set(&c->werr, rc, "%s: a write failed", c->file);
+	}
+	return rc;
+}
+
+/* Every rank learns whether all succeeded: 1 all did, 0 one failed (then
+ * *bad is the lowest failing rank).  A failed collective counts as a failure. */
+static int all_ok(struct ds_ckpt *c, int ok, int *bad)
+{
+	int64_t v = ok ? INT64_MAX : c->rank;
+	if (!c->par) {
+		*bad = ok ? -1 : c->rank;
+		return ok;
+	}
+	if (ds_comm_allreduce(c->comm, &v, 1, DS_I64, DS_MIN, NULL) < 0)
+		v = c->rank;
+	*bad = v == INT64_MAX ? -1 : (int)v;
+	return v == INT64_MAX;
+}
+
 int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta, struct ds_err *err)
+{
+	return ds_ckpt_create_comm(out, save_dir, meta, NULL, err);
+}
+
+int ds_ckpt_create_comm(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta,
+			struct ds_comm *comm, struct ds_err *err)
 {
 	static const char *const groups[] = { "model", "optimizer", "scheduler", "loss_scaler", "data", "rng" };
 	struct ds_ckpt *c;
 	char tag[64], msg[160];
-	int rc = 0;
+	int rc = 0, bad;
 	*out = NULL;
 	h5_quiet();
 	if (!save_dir || !*save_dir)
 		return ds_err_set(err, DS_EINVAL, "no checkpoint directory given (--save DIR)");
 	if (meta->step < 0)
 		return ds_err_set(err, DS_EINVAL, "%s: step %lld is negative", save_dir, (long long)meta->step);
-	DS_TRY(mkdir_p(save_dir, err));
 	c = calloc(1, sizeof *c);
 	if (!c)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	c->writing = 1;
 	c->f = -1;
+	c->dxpl = H5P_DEFAULT;
 	c->chunk_bytes = DS_CKPT_CHUNK_BYTES;
+	c->comm = comm;
+	c->par = comm && ds_comm_size(comm) > 1;
+	c->rank = comm ? ds_comm_rank(comm) : 0;
+	{
+		const char *f = getenv("DS_TEST_FAULT_CKPT_FAIL_RANK");
+		c->fault_rank = f && *f ? atoi(f) : -1;
+	}
 	snprintf(tag, sizeof tag, "global_step%lld", (long long)meta->step);
 	c->save_dir = strdup(save_dir);
 	c->tag = strdup(tag);
@@ -526,13 +590,30 @@ int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_c
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (rm_rf(c->dir) != 0 || mkdir(c->dir, 0777) != 0) {
-		rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->dir, strerror(errno));
+	if (c->par && !ds_ckpt_mpio_built) {
+		rc = ds_ckpt_mpio_fapl(-1, comm, err);  /* says how to build it in */
+		goto out;
+	}
+	/* rank 0 alone prepares the directory; the others learn how it went */
+	if (c->rank == 0) {
+		rc = mkdir_p(save_dir, err);
+		if (rc == 0 && (rm_rf(c->dir) != 0 || mkdir(c->dir, 0777) != 0))
+			rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->dir, strerror(errno));
+	}
+	if (!all_ok(c, rc == 0, &bad)) {
+		if (rc == 0)
+			rc = ds_err_set(err, DS_EIO, "%s: rank %d could not create the checkpoint directory", c->dir, bad);
+		c->rank = -1;  /* nothing of ours to remove */
 		goto out;
 	}
 	{
 		hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = make_fapl(1);
 		H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+		if (c->par && (rc = ds_ckpt_mpio_fapl(fapl, comm, err)) < 0) {
+			H5Pclose(fcpl);
+			H5Pclose(fapl);
+			goto out;
+		}
 		c->f = H5Fcreate(c->file, H5F_ACC_TRUNC, fcpl, fapl);
 		H5Pclose(fcpl);
 		H5Pclose(fapl);
@@ -541,6 +622,8 @@ int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_c
 		rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->file, h5msg(msg));
 		goto out;
 	}
+	if (c->par)
+		c->dxpl = ds_ckpt_mpio_dxpl();
 	rc = write_meta(c, meta, err);
 	for (size_t i = 0; rc == 0 && i < sizeof groups / sizeof groups[0]; i++)
 		rc = ensure_groups(c, groups[i], strlen(groups[i]), err);
@@ -573,8 +656,8 @@ static struct wtensor *find_w(struct ds_ckpt *c, const char *name)
 	return NULL;
 }
 
-int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
-			  struct ds_err *err)
+static int tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
+			 struct ds_err *err)
 {
 	struct wtensor *w;
 	hid_t space, dcpl;
@@ -638,6 +721,51 @@ int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int nd
 	return 0;
 }
 
+int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
+			  struct ds_err *err)
+{
+	return note(c, tensor_create(c, name, dtype, ndim, shape, err), err);
+}
+
+/* The parallel write: CRC pieces of the whole range, then one collective
+ * H5Dwrite that every rank joins (with an empty selection when it has
+ * nothing to write, or when its range is bad or its test fault fires). */
+static int write_par(struct ds_ckpt *c, struct wtensor *w, uint64_t begin, uint64_t end, const void *data,
+		     struct ds_err *err)
+{
+	const uint8_t *p = data;
+	char msg[160];
+	int rc = 0;
+	if (begin > end || end > w->numel) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: /%s: slice [%llu, %llu) outside its %llu elements", c->file,
+				w->name, (unsigned long long)begin, (unsigned long long)end,
+				(unsigned long long)w->numel);
+	} else if (begin < end && c->fault_rank == c->rank && c->wrc == 0) {
+		rc = ds_err_set(err, DS_EIO, "%s: /%s: rank %d: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)",
+				c->file, w->name, c->rank);
+	} else if (begin < end) {
+		uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
+		size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
+		if ((rc = reserve_pieces(w, nnew, err)) == 0) {
+			#pragma omp parallel for schedule(dynamic, 1) if (nnew > 2)
+			for (size_t k = 0; k < nnew; k++) {
+				uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb;
+				uint64_t ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
+				w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs,
+							       ds_crc32c(0, p + (cs - bb), (size_t)(ce - cs)), 0 };
+			}
+			w->np += nnew;
+		}
+	}
+	if (rc < 0)
+		begin = end = 0;  /* still join the collective write */
+	if (xfer(w->dset, mem_type(w->dtype), w->ndim, w->shape, begin, end, (void *)(p ? p : (const uint8_t *)w),
+		 1, c->dxpl) < 0 && rc == 0)
+		rc = ds_err_set(err, DS_EIO, "%s: /%s: write of elements [%llu, %llu) failed: %s", c->file, w->name,
+				(unsigned long long)begin, (unsigned long long)end, h5msg(msg));
+	return note(c, rc, err);
+}
+
 int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, uint64_t end, const void *data,
 			 struct ds_err *err)
 {
@@ -648,12 +776,17 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 		return ds_err_set(err, DS_EINVAL, "%s: not open for writing", c->file);
 	w = find_w(c, name);
 	if (!w)
-		return ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name);
+		return note(c, ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name), err);
+	if (c->par)
+		return write_par(c, w, begin, end, data, err);
 	if (begin > end || end > w->numel)
 		return ds_err_set(err, DS_EINVAL, "%s: /%s: slice [%llu, %llu) outside its %llu elements", c->file, name,
 				  (unsigned long long)begin, (unsigned long long)end, (unsigned long long)w->numel);
 	if (begin == end)
 		return 0;
+	if (c->fault_rank == c->rank && c->wrc == 0)
+		return note(c, ds_err_set(err, DS_EIO, "%s: /%s: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)",
+					  c->file, name), err);
 	/* one piece per chunk the slice touches */
 	const uint8_t *p = data;
 	uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
@@ -679,7 +812,7 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 		uint64_t rb = w->p[k0 + k].chunk * cb + w->p[k0 + k].off;
 		uint64_t re = w->p[k0 + ke - 1].chunk * cb + w->p[k0 + ke - 1].off + w->p[k0 + ke - 1].len;
 		if (xfer(w->dset, mem_type(w->dtype), w->ndim, w->shape, rb / w->es, re / w->es,
-			 (void *)(p + (rb - bb)), 1) < 0)
+			 (void *)(p + (rb - bb)), 1, H5P_DEFAULT) < 0)
 			return ds_err_set(err, DS_EIO, "%s: /%s: write of elements [%llu, %llu) failed: %s", c->file,
 					  name, (unsigned long long)(rb / w->es), (unsigned long long)(re / w->es),
 					  h5msg(msg));
@@ -838,23 +971,12 @@ out:
 	return rc;
 }
 
-int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err)
+/* Rename the closed, synced SAVE/tag.tmp to SAVE/tag, then replace
+ * `latest` (c->committed is set once the tag directory is in place). */
+static int publish(struct ds_ckpt *c, struct ds_err *err)
 {
-	char msg[160], *fin = NULL, *old = NULL;
+	char *fin = NULL, *old = NULL;
 	int rc = 0, moved_old = 0;
-	if (!c->writing || c->committed)
-		return ds_err_set(err, DS_EINVAL, "%s: not an open checkpoint writer", c->file ? c->file : "checkpoint");
-	for (size_t i = 0; i < c->nt; i++)
-		DS_TRY(finish_tensor(c, &c->t[i], err));
-	for (size_t i = 0; i < c->nt; i++) {
-		H5Dclose(c->t[i].dset);
-		c->t[i].dset = -1;
-	}
-	if (H5Fclose(c->f) < 0) {
-		c->f = -1;
-		return ds_err_set(err, DS_EIO, "%s: close failed: %s", c->file, h5msg(msg));
-	}
-	c->f = -1;
 	if (fsync_path(c->file) != 0 || fsync_path(c->dir) != 0)
 		return ds_err_set(err, DS_EIO, "%s: fsync failed: %s", c->file, strerror(errno));
 	fin = join(c->save_dir, c->tag);
@@ -894,6 +1016,141 @@ out:
 	free(fin);
 	free(old);
 	return rc;
+}
+
+/* One record of the pieces exchange: a piece and the index of its tensor
+ * (the same on every rank, since tensor_create is collective). */
+struct xpiece { uint64_t tensor, chunk, off, len, crc; };
+
+/* Allgather every rank's CRC pieces so that each rank holds all of them. */
+static int gather_pieces(struct ds_ckpt *c, struct ds_err *err)
+{
+	int W = ds_comm_size(c->comm), rc;
+	int64_t *cnt = calloc((size_t)W, sizeof *cnt), n = 0, maxn = 0;
+	struct xpiece *mine = NULL, *all = NULL;
+	if (!cnt)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (size_t i = 0; i < c->nt; i++)
+		n += (int64_t)c->t[i].np;
+	cnt[c->rank] = n;
+	if ((rc = ds_comm_allgather(c->comm, &n, cnt, 1, DS_I64, err)) < 0)
+		goto out;
+	for (int r = 0; r < W; r++)
+		maxn = cnt[r] > maxn ? cnt[r] : maxn;
+	mine = calloc((size_t)(maxn ? maxn : 1), sizeof *mine);
+	all = calloc((size_t)(maxn ? maxn : 1) * (size_t)W, sizeof *all);
+	if (!mine || !all) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld CRC pieces", (long long)maxn * W);
+		goto out;
+	}
+	n = 0;
+	for (size_t i = 0; i < c->nt; i++)
+		for (size_t k = 0; k < c->t[i].np; k++, n++) {
+			const struct piece *q = &c->t[i].p[k];
+			mine[n] = (struct xpiece){ i, q->chunk, q->off, q->len, q->crc };
+		}
+	if (maxn && (rc = ds_comm_allgather(c->comm, mine, all, (size_t)maxn * sizeof *mine, DS_U8, err)) < 0)
+		goto out;
+	for (int r = 0; r < W && rc == 0; r++) {
+		if (r == c->rank)
+			continue;
+		for (int64_t k = 0; k < cnt[r] && rc == 0; k++) {
+			const struct xpiece *x = &all[(size_t)r * (size_t)maxn + (size_t)k];
+			struct piece q = { x->chunk, x->off, x->len, (uint32_t)x->crc, 0 };
+			if (x->tensor >= c->nt)
+				rc = ds_err_set(err, DS_EINVAL, "%s: rank %d sent CRC pieces of tensor %llu of %zu; the "
+						"ranks created different tensors", c->file, r,
+						(unsigned long long)x->tensor, c->nt);
+			else
+				rc = ds_ckpt_tensor_add_pieces(c, c->t[x->tensor].name, &q, 1, err);
+		}
+	}
+out:
+	free(cnt);
+	free(mine);
+	free(all);
+	return rc;
+}
+
+/* The parallel commit.  Every step is collective, so a rank that failed
+ * earlier still takes part and only the vote tells: all ranks gather the
+ * pieces and store the same checksums, flush and close the file together,
+ * then agree on success; only if every rank succeeded does rank 0 rename
+ * the tag directory and replace `latest`, and its outcome is shared. */
+static int commit_par(struct ds_ckpt *c, struct ds_err *err)
+{
+	struct ds_err e = DS_ERR_INIT;
+	char msg[160];
+	int rc = 0, bad;
+	/* checksums only when every rank wrote its part (otherwise the gaps a
+	 * failed rank left would be reported instead of its failure); then the
+	 * pieces are the same on every rank, and so is each outcome here */
+	if (all_ok(c, c->wrc == 0, &bad)) {
+		rc = gather_pieces(c, &e);
+		for (size_t i = 0; i < c->nt && rc == 0; i++)
+			rc = finish_tensor(c, &c->t[i], &e);
+		note(c, rc, &e);
+	}
+	for (size_t i = 0; i < c->nt; i++) {
+		H5Dclose(c->t[i].dset);
+		c->t[i].dset = -1;
+	}
+	if (H5Fflush(c->f, H5F_SCOPE_GLOBAL) < 0)  /* MPI_File_sync on every rank */
+		note(c, ds_err_set(&e, DS_EIO, "%s: flush failed: %s", c->file, h5msg(msg)), &e);
+	if (H5Fclose(c->f) < 0)
+		note(c, ds_err_set(&e, DS_EIO, "%s: close failed: %s", c->file, h5msg(msg)), &e);
+	c->f = -1;
+	ds_ckpt_mpio_dxpl_close(c->dxpl);
+	c->dxpl = H5P_DEFAULT;
+	if (!all_ok(c, c->wrc == 0, &bad)) {
+		if (c->wrc < 0) {
+			if (err)
+				*err = c->werr;
+			return c->wrc;
+		}
+		return ds_err_set(err, DS_EIO, "%s/%s not saved: rank %d failed writing its part (see its message); "
+				  "%s/latest is unchanged", c->save_dir, c->tag, bad, c->save_dir);
+	}
+	rc = 0;
+	if (c->rank == 0)
+		rc = publish(c, err);
+	/* {tag directory in place, everything done} as rank 0 saw it */
+	int64_t v[2] = { c->committed, rc == 0 };
+	if (ds_comm_broadcast(c->comm, v, 2, DS_I64, 0, &e) < 0 && rc == 0)
+		return ds_err_set(err, DS_EIO, "%s/%s: lost rank 0's outcome: %s", c->save_dir, c->tag, e.msg);
+	if (c->rank != 0) {
+		c->committed = (int)v[0];
+		if (!v[1])
+			rc = ds_err_set(err, DS_EIO, "%s/%s: rank 0 could not publish the checkpoint (see its message)",
+					c->save_dir, c->tag);
+	}
+	return rc;
+}
+
+int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err)
+{
+	char msg[160];
+	if (!c->writing || c->committed)
+		return ds_err_set(err, DS_EINVAL, "%s: not an open checkpoint writer", c->file ? c->file : "checkpoint");
+	if (c->par)
+		return commit_par(c, err);
+	if (c->wrc < 0) {
+		if (err)
+			*err = c->werr;
+		return c->wrc;
+	}
+	for (size_t i = 0; i < c->nt; i++)
+		DS_TRY(finish_tensor(c, &c->t[i], err));
+	for (size_t i = 0; i < c->nt; i++) {
+		H5Dclose(c->t[i].dset);
+		c->t[i].dset = -1;
+	}
+	if (H5Fclose(c->f) < 0) {
+		c->f = -1;
+		return ds_err_set(err, DS_EIO, "%s: close failed: %s", c->file, h5msg(msg));
+	}
+	c->f = -1;
+	return publish(c, err);
 }
 
 /* ---- reader ----------------------------------------------------------------- */
@@ -1249,7 +1506,7 @@ static int rt_read(struct ds_ckpt *c, struct rtensor *t, uint64_t b, uint64_t e,
 				run++;
 			}
 			uint8_t *dst = out + (cs - bb);
-			if (xfer(t->dset, mt, t->info.ndim, t->shape, cs / es, re / es, dst, 0) < 0)
+			if (xfer(t->dset, mt, t->info.ndim, t->shape, cs / es, re / es, dst, 0, H5P_DEFAULT) < 0)
 				return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s: read of bytes %llu..%llu failed (%s)",
 						  c->file, t->info.name, (unsigned long long)cs, (unsigned long long)re,
 						  h5msg(msg));
@@ -1268,7 +1525,7 @@ static int rt_read(struct ds_ckpt *c, struct rtensor *t, uint64_t b, uint64_t e,
 			ch = run;
 			continue;
 		}
-		if (xfer(t->dset, mt, t->info.ndim, t->shape, cs / es, ce / es, c->tmp, 0) < 0)
+		if (xfer(t->dset, mt, t->info.ndim, t->shape, cs / es, ce / es, c->tmp, 0, H5P_DEFAULT) < 0)
 			return ds_err_set(err, DS_ECORRUPT, "%s: dataset /%s: read of chunk %llu failed (%s)", c->file,
 					  t->info.name, (unsigned long long)ch, h5msg(msg));
 		uint32_t v = ds_crc32c(0, c->tmp, (size_t)(ce - cs));
@@ -1445,7 +1702,8 @@ static int attr_set(struct ds_ckpt *c, const char *group, const char *key, int k
 		rc = attr_put_str(o, key, v);
 	H5Oclose(o);
 	if (rc < 0)
-		return ds_err_set(err, DS_EIO, "%s: /%s: cannot set attribute %s: %s", c->file, g, key, h5msg(msg));
+		return note(c, ds_err_set(err, DS_EIO, "%s: /%s: cannot set attribute %s: %s", c->file, g, key,
+					  h5msg(msg)), err);
 	return 0;
 }
 
@@ -1530,10 +1788,14 @@ void ds_ckpt_close(struct ds_ckpt *c)
 		free(c->t[i].p);
 	}
 	free(c->t);
+	ds_ckpt_mpio_dxpl_close(c->dxpl);
 	if (c->f >= 0)
-		H5Fclose(c->f);
-	/* an abandoned save leaves nothing behind */
-	if (c->writing && !c->committed && c->dir)
+		H5Fclose(c->f);  /* collective for a parallel writer: every rank closes */
+	/* an abandoned save leaves nothing behind: rank 0 removes it once
+	 * every rank has let go of the file */
+	if (c->par)
+		ds_comm_barrier(c->comm, NULL);
+	if (c->writing && !c->committed && c->dir && c->rank == 0)
 		rm_rf(c->dir);
 	free(c->save_dir);
 	free(c->tag);

@@ -11,8 +11,29 @@
  * Writes take a flat element range [begin, end) of a tensor, so each rank can
  * write its ZeRO slice; each slice's CRC is kept as per-chunk pieces that
  * commit combines (ds_ckpt_crc_combine), so pieces from other ranks can join
- * them.  This build writes from one process with serial HDF5 calls (no MPI-IO
- * property lists); parallel HDF5 is a later step.
+ * them.
+ *
+ * Parallel saves (ds_ckpt_create_comm over an MPI communicator of more than
+ * one rank; MPI builds link parallel HDF5).  All ranks open the same
+ * state.h5 with the MPI-IO driver and write their own ranges of the same
+ * whole-tensor datasets, so the file is exactly what a serial save writes
+ * (any reader, any world size).  Checksums: a CRC chunk may have several
+ * writers (ZeRO slices do not follow chunk bounds), so no rank can checksum
+ * a chunk from the file.  Instead each rank CRCs the bytes it writes, one
+ * piece per chunk it touches, from its own buffer; commit allgathers the
+ * pieces, every rank joins them in offset order with ds_ckpt_crc_combine
+ * (exact: CRC(A||B) from CRC(A), CRC(B), |B|) and checks that they tile each
+ * chunk once, so every rank stores the same crc32c array collectively.
+ * Success is agreed collectively: after the file is flushed and closed by
+ * all, the ranks vote (allreduce); only when every rank succeeded does
+ * rank 0 rename global_step<N>.tmp and replace `latest`; otherwise the tmp
+ * directory is removed and the previous checkpoint stays `latest`.  A rank
+ * that failed keeps joining every collective call (empty writes), so no
+ * rank waits forever for it.
+ *
+ * Test-only: DS_TEST_FAULT_CKPT_FAIL_RANK=R makes rank R's first non-empty
+ * tensor_write fail (nothing written), as an I/O error would (rank 0 in a
+ * serial save).
  */
 #ifndef DS_IO_CKPT_H
 #define DS_IO_CKPT_H
@@ -20,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "util/err.h"
 
 #define DS_CKPT_FORMAT_VERSION 1
@@ -63,6 +85,18 @@ struct ds_ckpt;
  * DS_EIO/DS_EINVAL.  Finish with ds_ckpt_commit, then ds_ckpt_close. */
 int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta, struct ds_err *err);
 
+/* ds_ckpt_create by every rank of comm together.  comm NULL or of one rank:
+ * the same as ds_ckpt_create.  More ranks: a parallel save (top of this
+ * file) -- then every writer call below is collective: all ranks make the
+ * same calls in the same order with the same arguments, except that
+ * ds_ckpt_tensor_write takes each rank's own range (empty if it has none;
+ * ranges of different ranks must not overlap and together cover the
+ * tensor).  A call that fails on one rank returns its error there, but the
+ * rank must go on making the calls (commit reports the failure to all).
+ * Errors name the failing rank.  DS_ENOTSUP in a build without MPI. */
+int ds_ckpt_create_comm(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta,
+			struct ds_comm *comm, struct ds_err *err);
+
 /* CRC chunk size for tensors created after this call (a multiple of 8;
  * tests use small ones).  Returns 0 or DS_EINVAL. */
 int ds_ckpt_set_chunk_bytes(struct ds_ckpt *c, size_t bytes, struct ds_err *err);
@@ -103,7 +137,8 @@ int ds_ckpt_tensor_add_pieces(struct ds_ckpt *c, const char *name, const struct 
 /* Store the checksums (DS_EINVAL naming a tensor with elements never
  * written), close and fsync state.h5, rename global_step<N>.tmp to
  * global_step<N>, then replace `latest`.  On failure the previous checkpoint
- * and `latest` are untouched. */
+ * and `latest` are untouched.  Parallel: collective, and it fails on every
+ * rank if any rank failed a write (the others' message names that rank). */
 int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err);
 
 /* ---- reading ---------------------------------------------------------- */

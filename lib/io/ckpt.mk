@@ -1,8 +1,15 @@
 ## lib/io/ckpt.mk: HDF5 checkpoints (atomic save, chunk CRC-32C, slices,
-## latest/auto).  Serial HDF5 calls only, so the file builds against
-## hdf5-serial and hdf5-openmpi alike.
+## latest/auto).  ckpt.c uses serial HDF5 calls and builds against
+## hdf5-serial and hdf5-openmpi alike; the MPI-IO property lists of the
+## parallel writer come from ckpt_mpio.c (MPI builds) or its stub.
 noinst_LIBRARIES += lib/io/libds_ckpt.a
-lib_io_libds_ckpt_a_SOURCES = lib/io/ckpt.c lib/io/ckpt.h
+lib_io_libds_ckpt_a_SOURCES = lib/io/ckpt.c lib/io/ckpt.h lib/io/ckpt_int.h
+if HAVE_MPI
+lib_io_libds_ckpt_a_SOURCES += lib/io/ckpt_mpio.c
+else
+lib_io_libds_ckpt_a_SOURCES += lib/io/ckpt_mpio_stub.c
+endif
+EXTRA_DIST += lib/io/ckpt_mpio.c lib/io/ckpt_mpio_stub.c
 LIBDS += lib/io/libds_ckpt.a
 
 if HAVE_CMOCKA

@@ -3,18 +3,19 @@
  * of DESIGN.md (lib/io/ckpt).  Tensors are stored whole under their names,
  * so a checkpoint does not depend on the world size or ZeRO stage.
  *
- * This build writes from rank 0: it holds every tensor at stage 0, and at
- * stages >= 1 the other ranks' optimizer slices are gathered to it first
- * (collective parallel-HDF5 writes are the next step). */
+ * Every rank writes its ZeRO slice of every tensor (stage 0 included, where
+ * each holds all of it) into the same file with parallel HDF5; one rank
+ * writes serially.  Nothing is renamed unless every rank succeeded (see
+ * lib/io/ckpt.h). */
 #include "train/train_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "io/ckpt.h"
 #include "util/log.h"
-#include "util/mem.h"
 
 static void shape_of(const struct ds_gpt_tensor *t, uint64_t *shape)
 {
@@ -22,110 +23,121 @@ static void shape_of(const struct ds_gpt_tensor *t, uint64_t *shape)
 	shape[1] = (uint64_t)t->shape[1];
 }
 
-/* Write the elements [b, e) of tensor name held at src; ranks other than 0
- * send their slice to rank 0 (allgather of a tensor-sized buffer). */
-static int put_slices(struct ds_ckpt *ck, const char *name, const struct ds_gpt_tensor *t, const float *src,
-		      int64_t b, int64_t en, int gathered, struct ds_comm *comm, float *tmp, struct ds_err *err)
+/* Write this rank's part of tensor name: its checkpoint slice [sb, se)
+ * (ds_engine_save_slice: the ZeRO split of the segment, whatever the stage)
+ * out of the range [hb, he) it holds at src.  Every rank calls this for
+ * every tensor, even with nothing to write: the write is collective. */
+static int put_slice(struct ds_ckpt *ck, const char *name, const float *src, int64_t hb, int64_t he, int64_t sb,
+		     int64_t se, struct ds_err *err)
 {
+	int64_t b = sb > hb ? sb : hb, en = se < he ? se : he;
+	if (en <= b || !src)
+		return ds_ckpt_tensor_write(ck, name, 0, 0, src, err);
+	return ds_ckpt_tensor_write(ck, name, (uint64_t)b, (uint64_t)en, src + (b - hb), err);
+}
+
+/* FNV-1a of a string: all ranks compare tags by comparing these. */
+static uint64_t tag_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* checkpoint.tag_validation (DeepSpeed's meanings): with more than one
+ * rank, Warn and Fail compare every rank's tag (hash, allreduce min/max);
+ * a mismatch is logged (Warn) or fails the save before anything is
+ * written (Fail); Ignore compares nothing.  The ranks share one file, so
+ * the save then goes on under rank 0's step.  Test-only:
+ * DS_TEST_FAULT_CKPT_TAG_RANK=R gives rank R the tag of the next step. */
+static int agree_on_tag(const struct ds_train_setup *s, struct ds_comm *comm, int64_t *step, struct ds_err *err)
+{
+	const char *f = getenv("DS_TEST_FAULT_CKPT_TAG_RANK");
+	const char *mode = s->tag_validation ? s->tag_validation : "WARN";
 	int rank = ds_comm_rank(comm);
-	if (!gathered) {
-		if (rank == 0)
-			return ds_ckpt_tensor_write(ck, name, (uint64_t)b, (uint64_t)en, src, err);
+	char tag[64];
+	if (f && *f && atoi(f) == rank)
+		(*step)++;
+	if (s->W <= 1)
 		return 0;
+	snprintf(tag, sizeof tag, "global_step%lld", (long long)*step);
+	if (strcasecmp(mode, "IGNORE") != 0) {
+		int64_t h = (int64_t)(tag_hash(tag) >> 1), v[2] = { h, -h };  /* min and -max */
+		DS_TRY(ds_comm_allreduce(comm, v, 2, DS_I64, DS_MIN, err));
+		if (v[0] != -v[1]) {
+			if (strcasecmp(mode, "FAIL") == 0)
+				return ds_err_set(err, DS_EINVAL, "checkpoint tag %s of rank %d is not the same on all "
+						  "ranks (checkpoint.tag_validation is Fail); nothing was saved", tag, rank);
+			ds_log_warn("checkpoint tag %s (rank 0's) is not the same on all ranks; saving under it "
+				    "(checkpoint.tag_validation is Warn)", tag);
+		}
 	}
-	/* stages >= 1: every rank holds a different slice; sum a zero buffer */
-	memset(tmp, 0, sizeof(float) * (size_t)t->numel);
-	if (en > b)
-		memcpy(tmp + b, src, sizeof(float) * (size_t)(en - b));
-	DS_TRY(ds_comm_allreduce(comm, tmp, (size_t)t->numel, DS_F32, DS_SUM, err));
-	if (rank == 0)
-		return ds_ckpt_tensor_write(ck, name, 0, (uint64_t)t->numel, tmp, err);
-	return 0;
+	return ds_comm_broadcast(comm, step, 1, DS_I64, 0, err);
 }
 
 int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_setup *s,
 		  const struct ds_train_state *st, struct ds_comm *comm, struct ds_err *err)
 {
 	const struct ds_gpt *m = ds_engine_model(e);
-	int rank = ds_comm_rank(comm), sharded = s->eng.zero_stage >= 1 && s->W > 1;
-	int64_t pb, pe;
 	struct ds_ckpt *ck = NULL;
+	struct ds_err later = DS_ERR_INIT;  /* errors after the first one */
 	char *cfg_json = ds_config_to_json(s->cfg, 0);
 	char *model_json = ds_model_config_to_json(&s->model, 0);
-	float *tmp = NULL;
+	int64_t step = st->iteration;
 	int rc = 0;
 	if (!cfg_json || !model_json) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory serialising the configuration");
 		goto out;
 	}
-	if (sharded) {
-		int64_t maxn = 0;
-		for (int i = 0; i < ds_gpt_num_tensors(m); i++)
-			if (ds_gpt_tensor(m, i)->numel > maxn)
-				maxn = ds_gpt_tensor(m, i)->numel;
-		if (!(tmp = ds_alloc(sizeof(float) * (size_t)maxn))) {
-			rc = ds_err_set(err, DS_ENOMEM, "out of memory for a checkpoint buffer");
-			goto out;
-		}
-	}
-	if (rank == 0) {
-		struct ds_ckpt_meta meta = { .step = st->iteration, .consumed_samples = st->consumed,
-					     .world_size = s->W, .zero_stage = s->eng.zero_stage, .dtype = "fp32",
-					     .config_json = cfg_json, .model_json = model_json };
-		rc = ds_ckpt_create(&ck, dir, &meta, err);
-	}
-	/* every rank learns whether rank 0 could start the save */
-	int64_t ok = rc == 0;
-	if (s->W > 1)
-		ds_comm_allreduce(comm, &ok, 1, DS_I64, DS_MIN, NULL);
-	if (!ok) {
-		if (rc == 0)
-			rc = ds_err_set(err, DS_EIO, "rank 0 could not start the checkpoint in %s", dir);
+	if ((rc = agree_on_tag(s, comm, &step, err)) < 0)
 		goto out;
-	}
-	for (int i = 0; i < ds_gpt_num_tensors(m) && rc == 0; i++) {
+	struct ds_ckpt_meta meta = { .step = step, .consumed_samples = st->consumed, .world_size = s->W,
+				     .zero_stage = s->eng.zero_stage, .dtype = "fp32", .config_json = cfg_json,
+				     .model_json = model_json };
+	/* every rank writes its slices; one rank alone is a serial save */
+	if ((rc = ds_ckpt_create_comm(&ck, dir, &meta, s->W > 1 ? comm : NULL, err)) < 0)
+		goto out;
+	/* From here every call is collective for W > 1: keep making them after
+	 * a failure (the first error is kept) and let commit tell all ranks. */
+#define KEEP(call) do { int r_ = (call); if (r_ < 0 && rc == 0) rc = r_; } while (0)
+#define ERR (rc ? &later : err)
+	for (int i = 0; i < ds_gpt_num_tensors(m) && (rc == 0 || s->W > 1); i++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
 		char name[DS_CKPT_NAME_MAX];
 		uint64_t shape[2];
+		int64_t sb, se, hb, he;
 		shape_of(t, shape);
+		ds_engine_save_slice(e, i, &sb, &se);
 		snprintf(name, sizeof name, "model/%s", t->name);
-		if (rank == 0)
-			rc = ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, err);
-		/* stage 3: each rank holds a slice of the parameters too */
-		float *pp = ds_engine_param_range(e, i, &pb, &pe);
-		if (rc == 0)
-			rc = put_slices(ck, name, t, pp, pb, pe, ds_engine_param_partitioned(e, i), comm, tmp, err);
-		for (int k = 0; k < ds_engine_num_states(e) && rc == 0; k++) {
-			int64_t b, en;
+		KEEP(ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, ERR));
+		const float *pp = ds_engine_param_range(e, i, &hb, &he);
+		KEEP(put_slice(ck, name, pp, hb, he, sb, se, ERR));
+		for (int k = 0; k < ds_engine_num_states(e); k++) {
 			const char *sn = ds_engine_state_name(e, k);
-			float *p = ds_engine_state(e, i, sn, &b, &en);
+			const float *p = ds_engine_state(e, i, sn, &hb, &he);
 			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
-			if (rank == 0)
-				rc = ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, err);
-			if (rc == 0)
-				rc = put_slices(ck, name, t, p, b, en, sharded, comm, tmp, err);
+			KEEP(ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, ERR));
+			KEEP(put_slice(ck, name, p, hb, he, sb, se, ERR));
 		}
 	}
-	if (rank == 0 && rc == 0) {
-		rc = ds_ckpt_attr_set_i64(ck, "optimizer", "step", ds_engine_steps(e), err);
-		if (!rc) rc = ds_ckpt_attr_set_str(ck, "optimizer", "type", ds_optim_type_name(s->eng.optim.type), err);
-		if (!rc) rc = ds_ckpt_attr_set_i64(ck, "scheduler", "steps", st->sched_steps, err);
-		if (!rc) rc = ds_ckpt_attr_set_str(ck, "scheduler", "type", ds_sched_type_name(s->sched.type), err);
-		if (!rc) rc = ds_ckpt_attr_set_i64(ck, "data", "consumed_samples", st->consumed, err);
-		if (!rc) rc = ds_ckpt_attr_set_i64(ck, "data", "seed", (int64_t)s->eng.seed, err);
-		if (!rc) rc = ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", st->skipped, err);
-		if (!rc) rc = ds_ckpt_attr_set_i64(ck, "rng", "seed", (int64_t)s->eng.seed, err);
-		if (!rc) rc = ds_ckpt_commit(ck, err);
+	if (rc == 0 || s->W > 1) {
+		KEEP(ds_ckpt_attr_set_i64(ck, "optimizer", "step", ds_engine_steps(e), ERR));
+		KEEP(ds_ckpt_attr_set_str(ck, "optimizer", "type", ds_optim_type_name(s->eng.optim.type), ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "scheduler", "steps", st->sched_steps, ERR));
+		KEEP(ds_ckpt_attr_set_str(ck, "scheduler", "type", ds_sched_type_name(s->sched.type), ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "data", "consumed_samples", st->consumed, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "data", "seed", (int64_t)s->eng.seed, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", st->skipped, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "rng", "seed", (int64_t)s->eng.seed, ERR));
 	}
-	ok = rc == 0;
-	if (s->W > 1)
-		ds_comm_allreduce(comm, &ok, 1, DS_I64, DS_MIN, NULL);
-	if (!ok && rc == 0)
-		rc = ds_err_set(err, DS_EIO, "checkpoint %s/global_step%lld failed on another rank", dir,
-				st->iteration);
+	/* parallel: the vote; a rank that failed above gets its own error back */
+	if (rc == 0 || s->W > 1)
+		KEEP(ds_ckpt_commit(ck, ERR));
+#undef KEEP
+#undef ERR
 out:
 	ds_ckpt_close(ck);
-	ds_free(tmp);
 	free(cfg_json);
 	free(model_json);
 	return rc;
