@@ -19,3 +19,9 @@ tests_unit_test_ckpt_SOURCES = tests/unit/test_ckpt.c tests/unit/unit.h
 tests_unit_test_ckpt_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_ckpt_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+if HAVE_MPI
+check_PROGRAMS += tests/mpi/ckpt_check
+tests_mpi_ckpt_check_SOURCES = tests/mpi/ckpt_check.c
+tests_mpi_ckpt_check_LDADD = $(DS_LDADD)
+endif

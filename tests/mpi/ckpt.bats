@@ -42,3 +42,110 @@ resume_check() {
 	run same_losses_from "$(losses "$d/b")" "$(losses "$ref")"
 	assert_failure
 }
+
+# ---- parallel saves: one file, whole tensors, checksums of several writers
+
+@test "3 ranks writing uneven slices across 24-byte CRC chunks: the file a serial save writes (h5diff), every chunk verifies" {
+	d="$BATS_TEST_TMPDIR"
+	run mpirun_n 3 "$DS_BUILDDIR/tests/mpi/ckpt_check" "$d"
+	assert_success
+	# same datasets, values and attributes (crc32c arrays included)
+	run h5diff "$d/par/global_step7/state.h5" "$d/ser/global_step7/state.h5"
+	assert_success
+	run ds-ckpt-convert verify "$d/par"
+	assert_success
+	assert_output --partial "# 4 tensors, 0 bad checksums"
+}
+
+@test "ckpt_check: one of 4 ranks failing its write fails the commit on all 4, latest stays" {
+	d="$BATS_TEST_TMPDIR"
+	run mpirun_n 4 "$DS_BUILDDIR/tests/mpi/ckpt_check" "$d" fail 2
+	assert_success
+	[ "$(cat "$d/par/latest")" = global_step1 ]
+	[ ! -e "$d/par/global_step2" ] && [ ! -e "$d/par/global_step2.tmp" ]
+}
+
+@test "a 4-rank stage-1 save is one state.h5 of whole tensors whose chunk checksums verify" {
+	d="$BATS_TEST_TMPDIR"
+	# gpt-test's tensors are smaller than one CRC chunk (1 MiB): every
+	# chunk is written by several ranks, its CRC combined from their pieces
+	ITERS=4 train_run "$d/a" 4 1 1 -- --save "$d/ckpt" --save-interval 4 || { tail -5 "$d/a/err"; false; }
+	run ls "$d/ckpt/global_step4"
+	assert_output "state.h5"
+	run ds-ckpt-convert inspect "$d/ckpt"
+	assert_success
+	assert_line --regexp '^world size +4 \(at save\)'
+	assert_line --regexp '^zero stage +1 \(at save\)'
+	# the full logical shapes, never flat shards (wte is vocab x hidden)
+	assert_line --regexp '^ *model/transformer\.wte\.weight +\[256, 64\]'
+	assert_line --regexp '^ *optimizer/exp_avg_sq/transformer\.h\.1\.mlp\.c_proj\.weight +\[64, 256\]'
+	run ds-ckpt-convert verify "$d/ckpt"
+	assert_success
+	assert_output --partial ", 0 bad checksums"
+}
+
+@test "a rank failing during a parallel save: no rank renames, latest stays, the job names the rank" {
+	d="$BATS_TEST_TMPDIR"
+	ITERS=10 train_run "$d/a" 4 2 1 -- --save "$d/ckpt" --save-interval 10 || { tail -5 "$d/a/err"; false; }
+	[ "$(cat "$d/ckpt/latest")" = global_step10 ]
+	run train_run "$d/b" 4 2 1 DS_TEST_FAULT_CKPT_FAIL_RANK=2 -- --load "$d/ckpt" --save "$d/ckpt" --save-interval 10
+	assert_failure
+	run cat "$d/b/err"
+	assert_output --partial "[rank 2] error:"
+	assert_output --partial "rank 2: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)"
+	assert_output --partial "global_step20 not saved: rank 2 failed writing its part"
+	[ "$(cat "$d/ckpt/latest")" = global_step10 ]
+	[ ! -e "$d/ckpt/global_step20" ] && [ ! -e "$d/ckpt/global_step20.tmp" ]
+	run ds-ckpt-convert verify "$d/ckpt"
+	assert_success
+	# the same run without the fault saves step 20
+	train_run "$d/c" 4 2 1 -- --load "$d/ckpt" --save "$d/ckpt" --save-interval 10 || { tail -5 "$d/c/err"; false; }
+	[ "$(cat "$d/ckpt/latest")" = global_step20 ]
+}
+
+@test "the save of a single rank that fails leaves latest alone too" {
+	d="$BATS_TEST_TMPDIR"
+	ITERS=10 train_run "$d/a" 1 0 1 -- --save "$d/ckpt" --save-interval 10 || { tail -5 "$d/a/err"; false; }
+	run train_run "$d/b" 1 0 1 DS_TEST_FAULT_CKPT_FAIL_RANK=0 -- --load "$d/ckpt" --save "$d/ckpt" --save-interval 10
+	assert_failure
+	grep -q "planted write failure" "$d/b/err"
+	[ "$(cat "$d/ckpt/latest")" = global_step10 ]
+	[ ! -e "$d/ckpt/global_step20" ] && [ ! -e "$d/ckpt/global_step20.tmp" ]
+}
+
+# ---- checkpoint.tag_validation (DeepSpeed: Warn logs, Fail refuses, Ignore skips)
+
+@test "tag_validation Fail: a rank with another tag fails the save before anything is written" {
+	d="$BATS_TEST_TMPDIR"
+	CFG_EXTRA='"checkpoint": {"tag_validation": "Fail"}' run train_run "$d/a" 2 1 1 \
+		DS_TEST_FAULT_CKPT_TAG_RANK=1 -- --save "$d/ckpt" --save-interval 5
+	assert_failure
+	run cat "$d/a/err"
+	assert_output --partial "checkpoint tag global_step6 of rank 1 is not the same on all ranks (checkpoint.tag_validation is Fail); nothing was saved"
+	[ ! -e "$d/ckpt/latest" ]
+	[ -z "$(ls -A "$d/ckpt" 2>/dev/null)" ]
+	# agreeing ranks save as usual under Fail
+	CFG_EXTRA='"checkpoint": {"tag_validation": "FAIL"}' train_run "$d/b" 2 1 1 -- --save "$d/ck2" --save-interval 5 ||
+		{ tail -5 "$d/b/err"; false; }
+	[ "$(cat "$d/ck2/latest")" = global_step20 ]
+}
+
+@test "tag_validation Warn (the default): the mismatch is logged and rank 0's tag is saved" {
+	d="$BATS_TEST_TMPDIR"
+	ITERS=5 train_run "$d/a" 2 1 1 DS_TEST_FAULT_CKPT_TAG_RANK=1 -- --save "$d/ckpt" --save-interval 5 ||
+		{ tail -5 "$d/a/err"; false; }
+	run cat "$d/a/err"
+	assert_output --partial "warning: checkpoint tag global_step5 (rank 0's) is not the same on all ranks; saving under it (checkpoint.tag_validation is Warn)"
+	[ "$(cat "$d/ckpt/latest")" = global_step5 ]
+	run ds-ckpt-convert verify "$d/ckpt"
+	assert_success
+}
+
+@test "tag_validation Ignore: no comparison, no message, the save goes on" {
+	d="$BATS_TEST_TMPDIR"
+	CFG_EXTRA='"checkpoint": {"tag_validation": "ignore"}' ITERS=5 train_run "$d/a" 2 1 1 \
+		DS_TEST_FAULT_CKPT_TAG_RANK=1 -- --save "$d/ckpt" --save-interval 5 || { tail -5 "$d/a/err"; false; }
+	run grep -c "not the same on all ranks" "$d/a/err"
+	assert_output 0
+	[ "$(cat "$d/ckpt/latest")" = global_step5 ]
+}

@@ -9,7 +9,8 @@ ITERS=20
 # write_cfg FILE STAGE MB GA CSVDIR: AdamW with clipping, small buckets so
 # the bucketed reductions really split, CSV monitor under CSVDIR/run.
 # OVERLAP_COMM=true|false sets zero_optimization.overlap_comm (unset: the
-# inferred default, true at stage 3 only).
+# inferred default, true at stage 3 only); CFG_EXTRA (JSON members, e.g.
+# '"checkpoint": {...}') is added when set.
 write_cfg() {
 	# stage 3: partition every segment; prefetch the embeddings and the
 	# final norm (< 30000 elements) but not the layers (~50000)
@@ -21,7 +22,7 @@ write_cfg() {
  "steps_per_print": 1000, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
  "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000$s3},
- "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}}
+ "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}${CFG_EXTRA:+, $CFG_EXTRA}}
 EOF
 }
 
