@@ -73,6 +73,17 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	done
 }
 
+@test "a save that fails (planted write error) leaves the previous checkpoint latest and no .tmp" {
+	run -0 train --train-iters 6 --save ckpt --save-interval 3
+	[ "$(cat ckpt/latest)" = global_step6 ]
+	DS_TEST_FAULT_CKPT_FAIL_RANK=0 run train --train-iters 9 --load ckpt --save ckpt --save-interval 3
+	assert_failure 1
+	assert_output --partial "planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)"
+	[ "$(cat ckpt/latest)" = global_step6 ]
+	[ ! -e ckpt/global_step9 ] && [ ! -e ckpt/global_step9.tmp ]
+	run -0 ds-ckpt-convert verify ckpt
+}
+
 @test "a checkpoint whose checksum fails is refused naming the dataset; auto falls back" {
 	run -0 train --train-iters 4 --save ck --save-interval 2
 	[ -d ck/global_step2 ] && [ -d ck/global_step4 ]
