@@ -11,7 +11,8 @@
 #    lucky trial does not decide; the medians are compared.
 # Prints trials used by each and the chosen config's throughput as a fraction
 # of the grid's best.  A benchmark, not a test: it never fails on a ratio.
-# Needs jq.  Set DS_TOOLS to the build's tools/ directory.
+# Needs jq.  Set DS_TOOLS to the build's tools/ directory; KEEP=1 keeps the
+# work directory (both results dirs, summary.csv of each) and names it.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +25,7 @@ for t in jq "$tools/ds-autotune" "$tools/ds-train"; do
 	command -v "$t" >/dev/null || { echo "$0: $t not found (set DS_TOOLS)" >&2; exit 2; }
 done
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && echo "# work directory kept: $work" >&2 || trap 'rm -rf "$work"' EXIT
 
 cfg() { # tuner early_stop
 	cat <<-EOF

@@ -110,12 +110,13 @@ cfg_with() {
 	[[ $stderr == *"all 12 experiments were pruned before launch"*"raise --mem-per-rank"* ]]
 }
 
+# 10 s: the other trials (well under a second alone) must not time out on a loaded 2-core machine
 @test "ds-autotune: a hanging trial is killed at --trial-timeout, reported, and the search goes on" {
 	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -0 --separate-stderr \
-		ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 2
-	assert_output --regexp "z0_gas1_tmbspg4 .* failed .* timeout after 2 s"
+		ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 10
+	assert_output --regexp "z0_gas1_tmbspg4 .* failed .* timeout after 10 s"
 	assert_output --partial "# best: z"
-	[[ $stderr == *"failed: timeout after 2 s"*"going on"* ]]
+	[[ $stderr == *"failed: timeout after 10 s"*"going on"* ]]
 	[ "$(awk -F, 'NR > 1 && $8 == "ok"' "$R/summary.csv" | wc -l)" -ge 2 ]
 	[ "$(jq -r .status "$R/z0_gas1_tmbspg4/result.json")" = failed ]
 }
