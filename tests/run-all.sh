@@ -4,6 +4,10 @@
 #   build/      the full build (MPI, libaio, CUDA when present): make check
 #   build-min/  --without-mpi --without-libaio --without-cuda: make check,
 #               so the stubs stay honest
+# The full build's make check includes tests/slurm: as root with Slurm
+# installed (contrib/setup-debian.sh) each file starts a private one-node
+# cluster (tests/slurm/cluster.bash); otherwise its tests are skipped with
+# the reason, and counted as skipped below.
 # Exit status is non-zero when any test failed or a build broke.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
