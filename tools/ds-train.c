@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/cli.h"
 #include "config/config.h"
@@ -103,6 +104,17 @@ static int num(const char *s, uint64_t lo, uint64_t hi, const char *what, int64_
 	return 0;
 }
 
+/* The hang watchdog's report, from its thread while the main thread is
+ * stuck: print it and end this rank with status 5 so the job ends. */
+static void on_watchdog(void *ctx, const char *report, int first)
+{
+	(void)ctx;
+	(void)first;
+	fprintf(stderr, "%s: %s", TOOL, report);
+	fflush(stderr);
+	_exit(ds_exit_code(DS_ETIMEOUT));
+}
+
 int main(int argc, char **argv)
 {
 	struct ds_train_opts o;
@@ -154,6 +166,7 @@ int main(int argc, char **argv)
 	if (o.check)
 		return ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	struct ds_train_result res;
+	o.on_watchdog = on_watchdog;
 	if (ds_train_run(&o, &res, &err) < 0)
 		return ds_cli_fail(TOOL, &err);
 	return 0;

@@ -2,6 +2,7 @@
  * backend (world of one: every collective is a copy or nothing). */
 #include "comm/comm_int.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,6 +91,14 @@ void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
 	c->log_ctx = ctx;
 }
 
+/* what this process is blocked in, for the hang watchdog */
+static _Atomic(const char *) cur_op;
+static atomic_ullong ops_done;
+const char *ds_comm_current_op(void) { return atomic_load(&cur_op); }
+unsigned long long ds_comm_ops_done(void) { return atomic_load(&ops_done); }
+static void op_enter(const char *op) { atomic_store(&cur_op, op); }
+static void op_leave(void) { atomic_store(&cur_op, NULL); atomic_fetch_add(&ops_done, 1); }
+
 static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t bytes, double t0, double t1)
 {
 	if (c->log_fn) {
@@ -105,7 +114,9 @@ static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t
 #define TIMED(opname, bytes, call)                                  \
 	do {                                                        \
 		double t0_ = c->log_fn ? ds_now() : 0;              \
+		op_enter(opname);                                   \
 		int rc_ = (call);                                   \
+		op_leave();                                         \
 		if (rc_ == 0)                                       \
 			log_op(c, opname, caller, bytes, t0_, 0);   \
 		return rc_;                                         \
@@ -190,7 +201,9 @@ int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
 {
 	if (!req)
 		return 0;
+	op_enter(req->op);
 	int rc = c->ops->wait(c, req, err);
+	op_leave();
 	if (rc == 0)
 		log_op(c, req->op, req->caller, req->bytes, req->t0, req->t_done);
 	free(req);

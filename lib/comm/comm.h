@@ -121,6 +121,12 @@ int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct d
  * build without MPI.  Borrowed; valid until ds_comm_destroy. */
 const void *ds_comm_mpi_handle(const struct ds_comm *c);
 
+/* For the hang watchdog (lib/train/watchdog.c), safe from any thread: the
+ * blocking collective (or wait) this process is in, NULL outside one, and
+ * how many it has finished. */
+const char *ds_comm_current_op(void);
+unsigned long long ds_comm_ops_done(void);
+
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */
 void ds_comm_abort(struct ds_comm *c, int code);

@@ -21,7 +21,7 @@ endif
 
 if HAVE_MPI
 if HAVE_BATS
-TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats
+TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats
 endif
 endif
-EXTRA_DIST += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json
+EXTRA_DIST += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json

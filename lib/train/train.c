@@ -9,6 +9,7 @@
  */
 #include "train/train.h"
 #include "train/train_int.h"
+#include "train/watchdog.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/ceiling.h"
@@ -95,6 +97,30 @@ static void install_signals(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* Before saving on a signal: will the save fit in the time the job has
+ * left (SLURM_JOB_END_TIME, seconds since the epoch)?  last_save: seconds
+ * the last save of this run took, < 0 when none was timed. */
+static void check_save_fits(double last_save, int sig)
+{
+	const char *e = getenv("SLURM_JOB_END_TIME");
+	char *end = NULL;
+	double t_end = e ? strtod(e, &end) : 0;
+	if (!e || end == e || !(t_end > 0))
+		return;
+	double left = t_end - (double)time(NULL);
+	if (left < 0)
+		left = 0;
+	if (last_save < 0)
+		ds_log_info("signal %d: the job ends in %.0f s (SLURM_JOB_END_TIME); no save timed yet in this run", sig,
+			    left);
+	else if (last_save > left)
+		ds_log_warn("signal %d: the last save took %.1f s but the job ends in %.0f s (SLURM_JOB_END_TIME): this "
+			    "save may not finish; send the signal earlier (--signal=USR1@N with a larger N)", sig,
+			    last_save, left);
+	else
+		ds_log_info("signal %d: the last save took %.1f s, the job ends in %.0f s: saving", sig, last_save, left);
 }
 
 /* This rank's rows of one global batch: micro-step a, row b is global
@@ -202,6 +228,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	struct ds_monitor_metrics metrics = DS_MONITOR_METRICS_INIT;
 	struct ds_monitor_wallclock wc = DS_MONITOR_WALLCLOCK_INIT;
 	struct ds_train_state st = { 0 };
+	struct ds_watchdog *wd = NULL;
 	int32_t *rows = NULL;
 	json_t *memj = NULL;
 	int rc, have_setup = 0, have_data = 0;
@@ -306,6 +333,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	const size_t held_setup = ds_mem_held();
 	ds_mem_peak_reset();
 	install_signals();
+	if ((rc = ds_watchdog_from_config(&wd, s.cfg, comm, o->on_watchdog, o->watchdog_ctx, err)) < 0)
+		goto out;
 	const long long log_every = o->log_interval ? o->log_interval : s.steps_per_print;
 	const int bar = rank == 0 && isatty(2);
 	double t_int = ds_now(), t_start = t_int;
@@ -313,12 +342,14 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	double int_bwd = 0, int_rec = ds_engine_recompute_seconds(e);  /* activation_checkpointing.profile */
 	double red_flight = 0, red_wait = 0;  /* since the last wall-clock line */
 	long long last_saved = resumed ? st.iteration : -1;
+	double last_save_s = -1;
 	while (st.iteration < s.train_iters) {
 		struct ds_engine_step r;
 		struct ds_sched_value sv;
 		ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &sv);
 		int betas = sv.has_betas && s.eng.optim.type != DS_OPTIM_SGD;
 		double t0 = ds_now();
+		ds_watchdog_beat(wd, st.iteration + 1, "train_step");
 		if ((rc = fill_rows(&dd.train, &s, st.consumed, rows, T, err)) < 0)
 			goto out;
 		if ((rc = ds_engine_train_step(e, rows, st.consumed, st.iteration + 1, sv.lr, betas, sv.beta1, sv.beta2,
@@ -411,6 +442,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		}
 		if (o->eval_interval && st.iteration % o->eval_interval == 0 && dd.valid.count) {
 			double vl;
+			ds_watchdog_beat(wd, st.iteration, "eval");
 			if ((rc = evaluate(e, &s, &dd, o->eval_iters, rows, T, &vl, err)) < 0)
 				goto out;
 			if (rank == 0) {
@@ -423,18 +455,23 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		}
 		/* stop requests: every rank must agree, at a step boundary */
 		int64_t flag = stop_signal;
+		ds_watchdog_beat(wd, st.iteration, "stop_agreement");
 		if (W > 1 && (rc = ds_comm_allreduce(comm, &flag, 1, DS_I64, DS_MAX, err)) < 0)
 			goto out;
 		int exiting = o->exit_interval && run_steps % o->exit_interval == 0;
 		int save_now = o->save && ((o->save_interval && st.iteration % o->save_interval == 0) ||
 					   st.iteration == s.train_iters || flag || exiting);
 		if (save_now) {
+			if (flag && rank == 0)
+				check_save_fits(last_save_s, (int)flag);
+			ds_watchdog_beat(wd, st.iteration, "save");
 			double ts = ds_now();
 			if ((rc = ds_train_save(o->save, e, &s, &st, comm, err)) < 0)
 				goto out;
 			last_saved = st.iteration;
 			res->saved = 1;
-			ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st.iteration, ds_now() - ts);
+			last_save_s = ds_now() - ts;
+			ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st.iteration, last_save_s);
 		}
 		if (flag) {
 			if (bar)
@@ -470,6 +507,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	res->skipped = st.skipped;
 	rc = 0;
 out:
+	ds_watchdog_stop(wd);
 	if (rc < 0 && rc != DS_ESIGNAL && W > 1 && comm && (rc != DS_EINVAL || e)) {
 		/* a failing rank must not leave the others waiting in a collective */
 		ds_log_error("%s", err->msg);
