@@ -24,19 +24,18 @@ CONTRIB="$DS_SRCDIR/contrib/slurm"
 		"$CONTRIB/pipeline.sh" "$d/work" "$d/at.json" "$SHARE/models/gpt-test.json" "$d/nvme" \
 		--train-iters 6 --peak-gflops 1 >"$d/ids"
 	[ "$(awk '{print $1}' "$d/ids" | tr '\n' ' ')" = "nvme-tune autotune train convert " ]
-	# each later job waits on the one before
-	prev=
-	while read -r stage j; do
-		if [ -n "$prev" ]; then
-			scontrol show job "$j" 2>/dev/null | grep -q "Dependency=afterok:$prev" ||
-				slurm_jobcomp "$j" | grep -q . || fail "job $j ($stage) does not depend on $prev"
-		fi
-		prev=$j
-	done <"$d/ids"
+	# the last job cannot have started yet: it waits on the train job
+	j3=$(awk '$1 == "train" {print $2}' "$d/ids") j4=$(awk '$1 == "convert" {print $2}' "$d/ids")
+	scontrol show job "$j4" | grep -q "Dependency=afterok:$j3" || { scontrol show job "$j4" >&2; false; }
+	prev_end=
 	while read -r stage j; do
 		st=$(final_state "$j" 150)
 		echo "# $stage job $j: $st" >&3
 		[ "$st" = COMPLETED ] || { cat "$d"/work/*.out >&2; fail "$stage job $j: $st"; }
+		# each job started only once the one before had ended
+		start=$(slurm_jobcomp "$j" | tail -1 | sed -n 's/.* StartTime=\([^ ]*\).*/\1/p')
+		[ -z "$prev_end" ] || [[ ! "$start" < "$prev_end" ]] || fail "$stage job $j started $start, before $prev_end"
+		prev_end=$(slurm_jobcomp "$j" | tail -1 | sed -n 's/.* EndTime=\([^ ]*\).*/\1/p')
 	done <"$d/ids"
 	# what each stage handed on
 	jq -e '.aio.block_size == 1048576' "$d/work/ds_config_aio.json"
