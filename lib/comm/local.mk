@@ -25,3 +25,11 @@ TESTS += tests/mpi/comm.bats
 endif
 endif
 EXTRA_DIST += tests/mpi/comm.bats tests/mpi/helper.bash
+
+## Benchmark helper (not a test): raw MPI_Allreduce for bench/comm-busbw.sh;
+## built by `make check` or `make bench/comm-raw`, never run by it.
+if HAVE_MPI
+check_PROGRAMS += bench/comm-raw
+bench_comm_raw_SOURCES = bench/comm-raw.c
+bench_comm_raw_LDADD = $(DS_LDADD)
+endif
