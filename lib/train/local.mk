@@ -6,9 +6,9 @@ lib_train_libds_train_a_SOURCES = lib/train/train.c lib/train/train.h lib/train/
 LIBDS += lib/train/libds_train.a
 
 if HAVE_BATS
-TESTS += tests/cli/ds-train-memory.bats tests/cli/ds-train-deadline.bats
+TESTS += tests/cli/ds-train-memory.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats
 if HAVE_MPI
 TESTS += tests/mpi/memory.bats tests/mpi/comms.bats
 endif
 endif
-EXTRA_DIST += tests/cli/ds-train-memory.bats tests/mpi/memory.bats tests/mpi/comms.bats tests/cli/ds-train-deadline.bats
+EXTRA_DIST += tests/cli/ds-train-memory.bats tests/mpi/memory.bats tests/mpi/comms.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats

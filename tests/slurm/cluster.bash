@@ -14,7 +14,7 @@
 
 slurm_skip_reason() {
 	local b
-	[ "$(id -u)" -eq 0 ] || { echo "the Slurm suite runs as root (slurmd starts jobs as their user)"; return; }
+	[ "$(id -u 2>/dev/null)" = 0 ] || { echo "the Slurm suite runs as root (slurmd starts jobs as their user)"; return; }
 	for b in slurmctld slurmd munged sbatch srun scontrol; do
 		command -v "$b" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin" command -v "$b" >/dev/null 2>&1 ||
 			{ echo "$b not installed (contrib/setup-debian.sh installs Slurm)"; return; }
