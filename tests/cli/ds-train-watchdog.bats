@@ -11,7 +11,7 @@ setup() {
 	cat >ds.json <<-'EOF'
 	{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1,
 	 "optimizer": {"type": "AdamW", "params": {"lr": 0.002}},
-	 "dstk": {"watchdog_timeout_s": 1, "watchdog_dir": "hb"}}
+	 "dstk": {"watchdog_timeout_s": 3, "watchdog_dir": "hb"}}
 	EOF
 }
 
@@ -23,7 +23,8 @@ train() {
 @test "watchdog: a single rank that stalls exits 5, names itself and keeps the report" {
 	DS_TEST_WATCHDOG_STALL=0:3 run --separate-stderr train
 	[ "$status" -eq 5 ] || { echo "$stderr" >&2; fail "exit $status"; }
-	echo "$stderr" | grep -q "rank 0 on $(hostname) (pid [0-9]*): step 3, train_step(DS_TEST_WATCHDOG_STALL), not in a collective"
+	echo "$stderr" | grep -q "rank 0 on $(hostname) (pid [0-9]*): step 3, train_step(DS_TEST_WATCHDOG_STALL), not in a collective" ||
+		{ echo "$stderr" >&2; false; }
 	echo "$stderr" | grep -q "watchdog: stalled: rank 0 on $(hostname)"
 	# steps 1 and 2 ran, step 3 never finished
 	[[ "$output" == *"step 2/5"* ]] && [[ "$output" != *"step 3/5"* ]]
@@ -31,7 +32,7 @@ train() {
 }
 
 @test "watchdog: a stall at another rank or step does not fire; the run ends normally and removes its heartbeats" {
-	sed -i 's/"watchdog_timeout_s": 1/"watchdog_timeout_s": 30/' ds.json
+	sed -i 's/"watchdog_timeout_s": 3/"watchdog_timeout_s": 30/' ds.json
 	DS_TEST_WATCHDOG_STALL=1:3 run -0 --separate-stderr train
 	assert_output --partial "step 5/5"
 	echo "$stderr" | grep -q "watchdog: timeout 30 s, heartbeats in hb/ds-watchdog-"
