@@ -113,6 +113,24 @@ wait_losses() { # DIR N
 	same_losses "$(losses "$d/pre")" "$(losses "$d/straight")"
 }
 
+@test "train.sbatch: a USR1 to the batch shell only (as --signal=B:USR1@N sends) is passed on: save, exit 4, requeue, resume" {
+	d=$BATS_TEST_TMPDIR
+	iters=200
+	mkdir -p "$d/pre"
+	j=$(submit_train "$d/pre" $iters --job-name preempt-b)
+	wait_losses "$d/pre" 5 || { show "$d/pre/job.out"; fail "training never started"; }
+	scancel --batch --signal=USR1 "$j"
+	st=$(final_state "$j" 150)
+	echo "# job $j: $(slurm_jobcomp "$j" | sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' | tr '\n' ' ')" >&3
+	[ "$st" = COMPLETED ] || { show "$d/pre/job.out"; fail "job $j: $st"; }
+	out=$d/pre/job.out
+	grep -q "train.sbatch: USR1: passing it to the job step" "$out" || { show "$out"; false; }
+	grep -q "stopped by signal 10 at step [0-9]* after saving" "$out"
+	grep -q "train.sbatch: job $j, restart 1," "$out"
+	[ "$(cat "$d/pre/ckpt/latest")" = "global_step$iters" ]
+	[ "$(tail -n +2 "$(losses "$d/pre")" | wc -l)" -eq $iters ]
+}
+
 @test "sweep.sbatch: a job array trains one config per task, each COMPLETED with its own settings" {
 	d=$BATS_TEST_TMPDIR
 	write_cfg "$d/ds.json" 0 4 1 "$d/unused"
