@@ -205,14 +205,15 @@ static void *run(void *arg)
 		double now = mono_now();
 		unsigned long long beats = atomic_load(&wd->beats), done = ds_comm_ops_done();
 		const char *op = ds_comm_current_op();
+		/* a new collective (or the same op again after one finished) restarts op_age */
+		if (op != last_op || done != last_done) {
+			last_op = op;
+			t_op = now;
+		}
 		if (beats != last_beats || done != last_done) {
 			last_beats = beats;
 			last_done = done;
 			t_progress = now;
-		}
-		if (op != last_op || done != last_done) {
-			last_op = op;
-			t_op = now;
 		}
 		const char *ph = atomic_load(&wd->phase);
 		b.step = atomic_load(&wd->step);
