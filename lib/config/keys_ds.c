@@ -420,6 +420,7 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "dstk.nonfinite_policy", DS_KT_ENUM, "\"skip\"", "skip|abort", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "on a non-finite gradient (bf16/fp32): skip the step and log it, or abort" },
 	{ "dstk.nonfinite_max_consecutive", DS_KT_INT, "10", NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "skip policy: abort after this many consecutive non-finite steps" },
 	{ "dstk.watchdog_timeout_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "exit with status 5 when a step or collective stalls this long (0: off)" },
+	{ "dstk.signal_lead_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit" },
 	{ "dstk.watchdog_dir", DS_KT_STRING, NULL, NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)" },
 };
 

@@ -87,7 +87,15 @@ static int cfg_dump_state(const struct ds_train_setup *s)
 	return ds_config_get_bool(s->cfg, "dump_state", &v) == 0 && v;
 }
 
-static void on_signal(int sig) { stop_signal = sig; }
+static volatile sig_atomic_t signal_at;  /* CLOCK_MONOTONIC seconds of the first stop signal */
+
+static void on_signal(int sig)
+{
+	struct timespec t;
+	if (!stop_signal && clock_gettime(CLOCK_MONOTONIC, &t) == 0)
+		signal_at = (sig_atomic_t)t.tv_sec;
+	stop_signal = sig;
+}
 
 static void install_signals(void)
 {
@@ -100,27 +108,35 @@ static void install_signals(void)
 }
 
 /* Before saving on a signal: will the save fit in the time the job has
- * left (SLURM_JOB_END_TIME, seconds since the epoch)?  last_save: seconds
- * the last save of this run took, < 0 when none was timed. */
-static void check_save_fits(double last_save, int sig)
+ * left?  That is SLURM_JOB_END_TIME (seconds since the epoch) minus now, or
+ * else dstk.signal_lead_s (the N of --signal=USR1@N) minus the time since
+ * the signal came.  last_save: seconds the last save of this run took, < 0
+ * when none was timed. */
+static void check_save_fits(const struct ds_config *cfg, double last_save, int sig)
 {
-	const char *e = getenv("SLURM_JOB_END_TIME");
+	const char *e = getenv("SLURM_JOB_END_TIME"), *from = "SLURM_JOB_END_TIME";
 	char *end = NULL;
-	double t_end = e ? strtod(e, &end) : 0;
-	if (!e || end == e || !(t_end > 0))
+	double t_end = e ? strtod(e, &end) : 0, left, lead = 0;
+	if (e && end != e && t_end > 0) {
+		left = t_end - (double)time(NULL);
+	} else if (ds_config_get_double(cfg, "dstk.signal_lead_s", &lead) == 0 && lead > 0) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = lead - (signal_at ? (double)(t.tv_sec - signal_at) : 0);  /* 0: the signal reached another rank */
+		from = "dstk.signal_lead_s after the signal";
+	} else {
 		return;
-	double left = t_end - (double)time(NULL);
+	}
 	if (left < 0)
 		left = 0;
 	if (last_save < 0)
-		ds_log_info("signal %d: the job ends in %.0f s (SLURM_JOB_END_TIME); no save timed yet in this run", sig,
-			    left);
+		ds_log_info("signal %d: the job ends in %.0f s (%s); no save timed yet in this run", sig, left, from);
 	else if (last_save > left)
-		ds_log_warn("signal %d: the last save took %.1f s but the job ends in %.0f s (SLURM_JOB_END_TIME): this "
-			    "save may not finish; send the signal earlier (--signal=USR1@N with a larger N)", sig,
-			    last_save, left);
+		ds_log_warn("signal %d: the last save took %.1f s but the job ends in %.0f s (%s): this save may not "
+			    "finish; send the signal earlier (--signal=USR1@N with a larger N)", sig, last_save, left, from);
 	else
-		ds_log_info("signal %d: the last save took %.1f s, the job ends in %.0f s: saving", sig, last_save, left);
+		ds_log_info("signal %d: the last save took %.1f s, the job ends in %.0f s (%s): saving", sig, last_save,
+			    left, from);
 }
 
 /* This rank's rows of one global batch: micro-step a, row b is global
@@ -463,7 +479,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 					   st.iteration == s.train_iters || flag || exiting);
 		if (save_now) {
 			if (flag && rank == 0)
-				check_save_fits(last_save_s, (int)flag);
+				check_save_fits(s.cfg, last_save_s, (int)flag);
 			ds_watchdog_beat(wd, st.iteration, "save");
 			double ts = ds_now();
 			if ((rc = ds_train_save(o->save, e, &s, &st, comm, err)) < 0)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # ds-train-deadline.bats - before saving on SIGUSR1/SIGTERM, ds-train
 # compares the last save's duration with the time the job has left
-# (SLURM_JOB_END_TIME) and warns when the save cannot fit.
+# (SLURM_JOB_END_TIME, else dstk.signal_lead_s) and warns when the save
+# cannot fit.
 load helper
 
 setup() {
@@ -42,7 +43,7 @@ signalled() {
 
 @test "a save that fits in the time left is not warned about" {
 	signalled $(($(date +%s) + 100000)) --save-interval 1
-	grep -q "signal 10: the last save took [0-9.]* s, the job ends in [0-9]* s: saving" err.txt || { cat err.txt >&2; false; }
+	grep -q "signal 10: the last save took [0-9.]* s, the job ends in [0-9]* s (SLURM_JOB_END_TIME): saving" err.txt || { cat err.txt >&2; false; }
 	! grep -q "may not finish" err.txt
 }
 
@@ -53,7 +54,21 @@ signalled() {
 	! grep -q "may not finish" err.txt
 }
 
-@test "without SLURM_JOB_END_TIME nothing is compared" {
+@test "without SLURM_JOB_END_TIME, dstk.signal_lead_s is the time left: a tiny one warns, a large one does not" {
+	jq '.dstk.signal_lead_s = 0.001' cfg.json >c && mv c cfg.json
+	signalled "" --save-interval 1
+	grep -q "signal 10: the last save took [0-9.]* s but the job ends in 0 s (dstk.signal_lead_s after the signal): this save may not finish" err.txt ||
+		{ cat err.txt >&2; false; }
+	jq '.dstk.signal_lead_s = 100000' cfg.json >c && mv c cfg.json
+	signalled "" --save-interval 1
+	grep -q "signal 10: the last save took [0-9.]* s, the job ends in [0-9]* s (dstk.signal_lead_s after the signal): saving" err.txt ||
+		{ cat err.txt >&2; false; }
+	# SLURM_JOB_END_TIME, when set, wins
+	signalled $(($(date +%s) - 10)) --save-interval 1
+	grep -q "ends in 0 s (SLURM_JOB_END_TIME): this save may not finish" err.txt
+}
+
+@test "without SLURM_JOB_END_TIME or dstk.signal_lead_s nothing is compared" {
 	signalled "" --save-interval 1
 	! grep -q "SLURM_JOB_END_TIME\|the job ends in" err.txt
 }
