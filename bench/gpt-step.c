@@ -79,7 +79,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpt-step: %s\n", err.msg);
 		return 2;
 	}
-	struct ds_gpt_ws_opts o = { B, T, ckpt, 1 };
+	struct ds_gpt_ws_opts o = { B, T, ckpt, 1, 0 };
 	if (ds_gpt_ws_create(&ws, m, &o, &err)) {
 		fprintf(stderr, "gpt-step: %s\n", err.msg);
 		return 1;

@@ -2,7 +2,10 @@
  * sample order).  One step: zero gradients; GA micro-steps of forward and
  * backward (loss scaled by 1/GA); reduce gradients across ranks; global
  * norm, non-finite check and clipping on owned slices; the optimizer on
- * the slice this rank updates; allgather updated slices (stages >= 1). */
+ * the slice this rank updates; allgather updated slices (stages >= 1).
+ * Mixed precision (fp16/bf16, engine.h) adds a 16-bit model copy expanded
+ * per segment in the hooks, 16-bit gradient rounding, and the loss scaler
+ * around the step: see "mixed precision" below. */
 #include "engine/engine.h"
 
 #include <math.h>
@@ -17,7 +20,10 @@
  *       segment as starting one element late (stages >= 1, W > 1), so the
  *       partitioning is wrong and the losses must diverge from 1 rank's;
  *   DS_TEST_FAULT_FAIL_RANK=R[:S] rank R fails its optimizer step S
- *       (default 3) with an I/O error, as a rank dying mid-run would. */
+ *       (default 3) with an I/O error, as a rank dying mid-run would;
+ *   DS_TEST_INJECT_INF_STEP=S[:N] rank 0 writes +inf into its first held
+ *       gradient after backward in steps S .. S+N-1 (N default 1), as an
+ *       fp16 overflow would. */
 static int env_int(const char *name, int dflt)
 {
 	const char *v = getenv(name);
@@ -56,10 +62,12 @@ struct ds_engine {
 	int64_t steps;
 	/* stage 2-3 (W > 1): gather buffers for partitioned segments; a
 	 * gradient slot under reduction (overlap_comm) keeps its segment until
-	 * finish_slot adds its result (recv) to the owned slice */
+	 * finish_slot adds its result (recv) to the owned slice; h: a 16-bit
+	 * gather buffer (mixed precision, stage 3) */
 	struct slot {
 		int seg;
 		float *buf;
+		uint16_t *h;
 		struct ds_comm_req *req;
 		float *recv;
 		int reducing, done;
@@ -80,6 +88,12 @@ struct ds_engine {
 	float grad_pre, grad_post;  /* spec §6 scaling around the reduction */
 	struct ds_err herr;         /* a hook's error, reported by the pass */
 	int fail_rank, fail_step;  /* DS_TEST_FAULT_FAIL_RANK (-1: off) */
+	/* mixed precision */
+	enum ds_half_kind half;     /* DS_HALF_NONE: fp32 training */
+	int hdtype;                 /* DS_F16 / DS_BF16 for the 16-bit allgather */
+	uint16_t *p16;              /* 16-bit model copy, laid out as params (ptotal) */
+	struct ds_scaler scaler;
+	int inject_step, inject_n;  /* DS_TEST_INJECT_INF_STEP (0: off) */
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -93,6 +107,8 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
 	o->stage3_prefetch_bucket_size = 50000000;
 	o->stage3_max_live_parameters = 1000000000;
 	o->stage3_param_persistence_threshold = 100000;
+	o->half = DS_HALF_NONE;
+	ds_scaler_init_none(&o->scaler);
 }
 
 static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
@@ -215,6 +231,8 @@ static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
 #pragma omp parallel for simd schedule(static)
 	for (int64_t i = 0; i < sg->shard; i++)
 		own[i] += rv[i];
+	if (e->half && !e->o.grad_accum_fp32)
+		ds_half_round_n(e->half, own, (size_t)sg->shard);
 	gl->reducing = 0;
 	gl->seg = -1;
 	return 0;
@@ -269,10 +287,50 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 	if (!sl)
 		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
 	sl->seg = s;
+	if (e->half) {  /* the 16-bit slices travel; expand_seg widens them */
+		if (blocking)
+			return ds_comm_allgather(e->comm, e->p16 + sg->poff, sl->h, (size_t)sg->shard, e->hdtype,
+						 &e->herr);
+		return ds_comm_iallgather(e->comm, e->p16 + sg->poff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
+					  &e->herr);
+	}
 	if (blocking)
 		return ds_comm_allgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &e->herr);
 	return ds_comm_iallgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &sl->req,
 				  &e->herr);
+}
+
+/* ---- mixed precision ----------------------------------------------------
+ * The fp32 params are the master weights; the model reads a 16-bit copy
+ * (p16, same layout) widened to fp32 per segment into a ps[] slot just
+ * before the segment's pass.  In backward every segment's gradients go to
+ * a zeroed gs[] slot; the post hook rounds them to 16 bits (this
+ * micro-step's 16-bit gradient) and adds them to the held gradients,
+ * rounding the sum again unless accumulation is in fp32. */
+
+/* widen a gathered (stage 3) or resident 16-bit segment into its slot */
+static void expand_seg(struct ds_engine *e, struct slot *sl)
+{
+	const struct seg *sg = &e->seg[sl->seg];
+	const uint16_t *src = sg->pfull ? e->p16 + sg->poff : sl->h;
+	ds_half_unpack_n(e->half, sl->buf, src, (size_t)sg->padded);
+}
+
+/* the 16-bit model copy from the master weights (after init, step, load) */
+static void refresh_half(struct ds_engine *e)
+{
+	if (e->half)
+		ds_half_pack_n(e->half, e->p16, e->params, (size_t)e->ptotal);
+}
+
+/* add a micro-step's 16-bit gradients g[0..n) to the held acc[0..n) */
+static void accumulate_half(const struct ds_engine *e, float *acc, const float *g, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		acc[i] += g[i];
+	if (!e->o.grad_accum_fp32)
+		ds_half_round_n(e->half, acc, (size_t)n);
 }
 
 static int next_seg(const struct ds_engine *e, int s, int phase)
@@ -289,21 +347,34 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 {
 	struct ds_engine *e = ctx;
 	struct seg *sg = &e->seg[s];
-	if (sg->pfull) {
+	if (sg->pfull && !e->half) {
 		*params = e->params + sg->poff;
+	} else if (sg->pfull) {  /* resident 16-bit segment: widen it */
+		struct slot *sl = slot_of(e->ps, 3, s);
+		if (!sl) {
+			if (!(sl = slot_of(e->ps, 3, -1)))
+				return ds_err_set(&e->herr, DS_EINVAL, "engine: no free parameter buffer for segment %d", s);
+			sl->seg = s;
+			expand_seg(e, sl);
+		}
+		*params = sl->buf;
 	} else {
 		struct slot *sl = slot_of(e->ps, 3, s);
 		if (!sl) {
 			DS_TRY(gather_seg(e, s, 1));
 			sl = slot_of(e->ps, 3, s);
+			if (e->half)
+				expand_seg(e, sl);
 		} else if (sl->req) {
 			int rc = ds_comm_wait(e->comm, sl->req, &e->herr);
 			sl->req = NULL;
 			DS_TRY(rc);
+			if (e->half)
+				expand_seg(e, sl);
 		}
 		*params = sl->buf;
 	}
-	if (sg->gfull) {
+	if (sg->gfull && !e->half) {
 		*grads = e->grads + sg->goff;
 	} else if (phase == DS_GPT_BACKWARD) {
 		struct slot *gl = slot_of(e->gs, e->ngs, -1), *old;
@@ -330,18 +401,25 @@ static int seg_post(void *ctx, int s, int phase)
 {
 	struct ds_engine *e = ctx;
 	struct seg *sg = &e->seg[s];
-	if (!sg->pfull) {
+	if (!sg->pfull || e->half) {
 		struct slot *sl = slot_of(e->ps, 3, s);
 		if (sl)
 			sl->seg = -1;
 	}
-	if (phase == DS_GPT_BACKWARD && !sg->gfull) {
+	if (phase == DS_GPT_BACKWARD && (!sg->gfull || e->half)) {
 		struct slot *gl = NULL;
 		for (int k = 0; k < e->ngs && !gl; k++)
 			if (e->gs[k].seg == s && !e->gs[k].reducing)
 				gl = &e->gs[k];
 		if (!gl)
 			return ds_err_set(&e->herr, DS_EINVAL, "engine: segment %d closed without gradients", s);
+		if (e->half)
+			ds_half_round_n(e->half, gl->buf, (size_t)sg->padded);
+		if (sg->gfull) {  /* mixed precision: into the held gradients */
+			accumulate_half(e, e->grads + sg->goff, gl->buf, sg->padded);
+			gl->seg = -1;
+			goto done;
+		}
 		scale_buf(gl->buf, sg->padded, e->grad_pre);
 		if (e->overlap) {
 			/* finished by the next pre hook that needs the slot, or
@@ -365,9 +443,12 @@ static int seg_post(void *ctx, int s, int phase)
 #pragma omp parallel for simd schedule(static)
 			for (int64_t i = 0; i < sg->shard; i++)
 				own[i] += sc[i];
+			if (e->half && !e->o.grad_accum_fp32)
+				ds_half_round_n(e->half, own, (size_t)sg->shard);
 			gl->seg = -1;
 		}
 	}
+done:
 	if (phase == DS_GPT_BACKWARD)
 		DS_TRY(buckets_after(e, s));
 	return progress(e);
@@ -411,6 +492,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
 	e->o = *opts;
 	e->comm = comm;
+	e->half = opts->half;
+	e->hdtype = opts->half == DS_HALF_BF16 ? DS_BF16 : DS_F16;
+	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
 	if (opts->zero_stage < 0 || opts->zero_stage > 3) {
@@ -422,11 +506,16 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 				opts->micro_batch, opts->grad_accum);
 		goto fail;
 	}
+	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16) {
+		rc = ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
+				ds_half_name(opts->half));
+		goto fail;
+	}
 	if ((rc = ds_gpt_create(&e->model, &opts->model, err)) < 0)
 		goto fail;
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
-				     .dropout_seed = opts->seed };
+				     .dropout_seed = opts->seed, .half = opts->half };
 	if ((rc = ds_gpt_ws_create(&e->ws, e->model, &wo, err)) < 0)
 		goto fail;
 	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };
@@ -456,7 +545,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > maxshard)
 			maxshard = sg->shard;
-		if ((!sg->pfull || !sg->gfull) && sg->padded > e->maxpad)
+		if ((!sg->pfull || !sg->gfull || e->half) && sg->padded > e->maxpad)
 			e->maxpad = sg->padded;
 	}
 	e->params = ds_alloc((size_t)e->ptotal * sizeof(float));
@@ -469,7 +558,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	int slots_ok = 1;
 	for (int k = 0; k < 3; k++) {
 		e->ps[k].seg = -1;
-		if (zp && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+		if ((zp || e->half) && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+			slots_ok = 0;
+		if (zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
 			slots_ok = 0;
 	}
 	/* overlap_comm: two more gradient slots, so that reductions stay in
@@ -479,7 +570,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->ngs = zg && e->overlap ? 4 : 2;
 	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
-		if (zg && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+		if ((zg || e->half) && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
 			slots_ok = 0;
 		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
 			slots_ok = 0;
@@ -489,6 +580,8 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
+	if (e->half && !(e->p16 = ds_alloc((size_t)e->ptotal * sizeof(uint16_t))))
+		slots_ok = 0;
 	if (!e->breq || !e->seg_done)
 		slots_ok = 0;
 	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
@@ -528,6 +621,12 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	const char *fs = getenv("DS_TEST_FAULT_FAIL_RANK");
 	if (fs && strchr(fs, ':'))
 		e->fail_step = atoi(strchr(fs, ':') + 1);
+	e->inject_step = env_int("DS_TEST_INJECT_INF_STEP", 0);
+	e->inject_n = 1;
+	const char *is = getenv("DS_TEST_INJECT_INF_STEP");
+	if (is && strchr(is, ':'))
+		e->inject_n = atoi(strchr(is, ':') + 1);
+	refresh_half(e);
 	*out = e;
 	return 0;
 fail:
@@ -553,8 +652,11 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_free(e->params);
 	ds_free(e->grads);
 	ds_free(e->scratch);
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 3; k++) {
 		ds_free(e->ps[k].buf);
+		ds_free(e->ps[k].h);
+	}
+	ds_free(e->p16);
 	for (int k = 0; k < 4; k++) {
 		ds_free(e->gs[k].buf);
 		ds_free(e->gs[k].recv);
@@ -702,7 +804,14 @@ static int gather_params(struct ds_engine *e, struct ds_err *err)
 	return 0;
 }
 
-int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err) { return gather_params(e, err); }
+void ds_engine_params_loaded(struct ds_engine *e) { refresh_half(e); }
+
+int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
+{
+	DS_TRY(gather_params(e, err));
+	refresh_half(e);
+	return 0;
+}
 
 static void split_rows(struct ds_engine *e, const int32_t *rows, int n)
 {
@@ -718,6 +827,8 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 			 struct ds_err *err)
 {
 	const int MB = e->o.micro_batch, GA = e->o.grad_accum, T = e->T;
+	const int scaling = e->scaler.kind != DS_SCALER_NONE;
+	const double prev_scale = scaling ? e->scaler.cur_scale : 1.0;
 	double t0, loss_sum = 0;
 	memset(res, 0, sizeof *res);
 	if (e->rank == e->fail_rank && step == e->fail_step)
@@ -741,13 +852,18 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 			memset(e->seg_done, 0, (size_t)e->nseg);
 		}
 		t0 = ds_now();
-		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, 1.0f / (float)GA, err)) < 0)
+		/* fp16: the loss is multiplied by the scale before backward */
+		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, (float)(prev_scale / GA), err)) < 0)
 			return pass_failed(e, rc, err);
 		res->t_bwd += ds_now() - t0;
 		loss_sum += loss;
 	}
+	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0 && e->gtotal > 0)
+		e->grads[0] = INFINITY;  /* test-only, see the top of this file */
 	t0 = ds_now();
 	DS_TRY(reduce_grads(e, err));
+	if (e->half && !e->o.grad_accum_fp32 && e->W > 1)
+		ds_half_round_n(e->half, e->grads, (size_t)e->gtotal);  /* the reduced 16-bit gradients */
 	int bad;
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;
@@ -763,15 +879,34 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	res->t_red_flight = e->red_flight;
 	res->t_red_wait = e->red_wait;
 	res->loss = lsum;
-	res->grad_norm = sqrt(stat[0]);
 	res->lr = lr;
-	if (stat[1] > 0 || !isfinite(res->grad_norm)) {
+	const double scaled_norm = sqrt(stat[0]);
+	const int nonfinite = stat[1] > 0 || !isfinite(scaled_norm);
+	/* fp16: the scaler sees the global overflow flag before unscaling
+	 * (spec §5), so a growing scale divides these gradients by the new
+	 * scale; the norm is reported with the scale they were made with */
+	if (e->scaler.kind == DS_SCALER_DYNAMIC || e->scaler.kind == DS_SCALER_FP16_OPT) {
+		DS_TRY(ds_scaler_update(&e->scaler, nonfinite, err));
+		res->overflow = nonfinite;
+	}
+	res->loss_scale = scaling ? e->scaler.cur_scale : 1.0;
+	res->grad_norm = scaled_norm / prev_scale;
+	if (nonfinite) {
 		res->skipped = 1;
 		return 0;
 	}
-	/* clipping: coef = min(1, clip / (norm + 1e-6)) (spec §6) */
 	float grad_mul = 1.0f;
-	if (e->o.gradient_clipping > 0) {
+	if (scaling) {
+		/* unscale_and_clip_grads: divide by scale * max(1, (norm/scale + 1e-6) / clip) */
+		double combined = e->scaler.cur_scale;
+		if (e->o.gradient_clipping > 0) {
+			double c = (scaled_norm / e->scaler.cur_scale + 1e-6) / e->o.gradient_clipping;
+			if (c > 1)
+				combined *= c;
+		}
+		grad_mul = (float)(1.0 / combined);
+	} else if (e->o.gradient_clipping > 0) {
+		/* clipping: coef = min(1, clip / (norm + 1e-6)) (spec §6) */
 		double c = e->o.gradient_clipping / (res->grad_norm + 1e-6);
 		if (c < 1)
 			grad_mul = (float)c;
@@ -786,6 +921,7 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	}
 	DS_TRY(optimizer_step(e, grad_mul, err));
 	DS_TRY(gather_params(e, err));
+	refresh_half(e);
 	res->t_step = ds_now() - t0;
 	e->steps++;
 	return 0;
@@ -880,6 +1016,9 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 int ds_engine_num_states(const struct ds_engine *e) { return e->opt[0]->nstates; }
 const char *ds_engine_state_name(const struct ds_engine *e, int k) { return e->opt[0]->state_names[k]; }
 
+const struct ds_scaler *ds_engine_scaler(const struct ds_engine *e) { return &e->scaler; }
+void ds_engine_set_scaler(struct ds_engine *e, const struct ds_scaler *s) { e->scaler = *s; }
+
 void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 {
 	e->steps = steps;
@@ -890,6 +1029,8 @@ void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
 	size_t b = ((size_t)e->ptotal + (size_t)e->gtotal) * sizeof(float);
+	if (e->half)
+		b += (size_t)e->ptotal * sizeof(uint16_t);  /* the 16-bit model copy */
 	for (int s = 0; s < e->nseg; s++)
 		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
 	return b;

@@ -22,6 +22,20 @@
  * same losses whatever the world size and micro-batch split (to fp32
  * rounding of the reductions).
  *
+ * Mixed precision (opts.half = fp16 or bf16; engine_mixed comment in
+ * engine.c): the fp32 buffers above are the master weights and the
+ * optimizer works on them; the model's parameters are a 16-bit copy of
+ * them (same layout), refreshed after every step and expanded to fp32 per
+ * segment just before its forward or backward (at stage 3 the 16-bit
+ * slices are what is allgathered), so the passes see exactly 16-bit
+ * weights.  Each micro-step's gradients are rounded to 16 bits and
+ * accumulated in 16 bits (or in fp32 with grad_accum_fp32); reductions sum
+ * in fp32 and the result is rounded to 16 bits again.  fp16 multiplies the
+ * loss by the scaler's scale before backward; an overflow anywhere (inf or
+ * nan in any rank's gradients) skips the step and updates the scaler
+ * (spec §5: before unscaling); otherwise the gradients are divided by
+ * scale * max(1, clip factor) as DeepSpeed's unscale_and_clip_grads does.
+ *
  * The engine never touches files: checkpoints go through the accessors
  * below, driven by the layer above (lib/train).
  */
@@ -35,7 +49,9 @@
 #include "config/model.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "optim/scaler.h"
 #include "util/err.h"
+#include "util/half.h"
 
 struct ds_engine_opts {
 	struct ds_model_config model;  /* copied */
@@ -64,6 +80,13 @@ struct ds_engine_opts {
 	 * or a segment (stages 2-3, every micro-step) - and wait for it only
 	 * when its buffer or its result is needed.  Same sums, same losses. */
 	int overlap_comm;
+	/* mixed precision: the model's dtype (DS_HALF_NONE: fp32), whether
+	 * gradients accumulate in fp32 (data_types.grad_accum_dtype "fp32")
+	 * rather than in that dtype, and the fp16 loss scaler (copied; kind
+	 * DS_SCALER_NONE for fp32 and bf16) */
+	enum ds_half_kind half;
+	int grad_accum_fp32;
+	struct ds_scaler scaler;
 };
 
 /* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
@@ -76,6 +99,8 @@ struct ds_engine_step {
 	double grad_norm;   /* global L2 norm of the averaged gradient, before clipping */
 	double lr;          /* learning rate used */
 	int skipped;        /* 1 if the step was skipped (non-finite gradients) */
+	int overflow;       /* fp16 with a dynamic scaler: the skip was an overflow the scaler handled */
+	double loss_scale;  /* the scaler's scale after this step (1 without fp16) */
 	double t_fwd, t_bwd, t_reduce, t_step;  /* seconds on this rank */
 	/* gradient reductions: wall time with at least one in flight (start to
 	 * the first test or wait that saw it finished) and time spent blocked
@@ -143,12 +168,22 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 int ds_engine_num_states(const struct ds_engine *e);
 const char *ds_engine_state_name(const struct ds_engine *e, int k);
 
+/* The loss scaler (borrowed; a checkpoint saves it) and its replacement
+ * with a loaded state (copied). */
+const struct ds_scaler *ds_engine_scaler(const struct ds_engine *e);
+void ds_engine_set_scaler(struct ds_engine *e, const struct ds_scaler *s);
+
 /* Set the number of optimizer steps taken (after loading a checkpoint). */
 void ds_engine_set_steps(struct ds_engine *e, int64_t steps);
 
 /* After parameters were loaded slice by slice: make every rank's full
- * parameter copy whole again (allgather of the owned slices). */
+ * parameter copy whole again (allgather of the owned slices) and refresh
+ * the 16-bit model copy from the master weights. */
 int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err);
+
+/* After this rank wrote every parameter it holds (ds_engine_param_range):
+ * refresh the 16-bit model copy from them (no communication). */
+void ds_engine_params_loaded(struct ds_engine *e);
 
 /* Bytes of model state this rank holds (params, grads, optimizer states)
  * and of activations/workspace. */

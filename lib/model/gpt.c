@@ -4,7 +4,9 @@
  * with our loops; never called inside a parallel region); everything else
  * is in kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
  * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
- * Vp padded vocabulary, L layers, N = B*T.  Non-goals: fp16 storage, CUDA.
+ * Vp padded vocabulary, L layers, N = B*T.  Mixed precision rounds
+ * activations to 16 bits in place (gpt.h); non-goals: 16-bit activation
+ * storage, CUDA.
  */
 #include "model/gpt.h"
 
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "cpu/gpt_kernels.h"
+#include "util/half.h"
 #include "util/mem.h"
 #include "util/rng.h"
 #include "util/timer.h"
@@ -46,6 +49,7 @@ struct acts {
 
 struct ds_gpt_ws {
 	int Bmax, Tmax, ckpt;
+	enum ds_half_kind half;       /* round activations to this format */
 	uint64_t seed;
 	void *mem;
 	size_t bytes;
@@ -288,6 +292,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->Tmax = o->T;
 	ws->ckpt = o->checkpointing != 0;
 	ws->seed = o->dropout_seed;
+	ws->half = (enum ds_half_kind)o->half;
 	ws->ckpt_layer = -1;
 	ws->la = calloc(ws->ckpt ? 1 : (size_t)m->L, sizeof(*ws->la));
 	ws->gs = calloc((size_t)o->B, sizeof(*ws->gs));
@@ -339,6 +344,13 @@ void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
 	ws->has_hooks = h != NULL;
 	if (h)
 		ws->hooks = *h;
+}
+
+/* mixed precision: round n activations to the workspace's 16-bit format */
+static void rnd(const struct ds_gpt_ws *ws, float *x, int64_t n)
+{
+	if (ws->half != DS_HALF_NONE)
+		ds_half_round_n(ws->half, x, (size_t)n);
 }
 
 /* per-segment parameter and gradient base pointers live after the struct */
@@ -533,19 +545,26 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 	const int gptj = m->cfg.gpt_j_residual;
 
 	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
+	rnd(ws, a->ln1, N * C);
 	matmul_forward(a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
 	if (m->rd)
 		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 0);
+	rnd(ws, a->qkv, 3 * N * C);
 	attention_forward(m, ws, a, l, B, T);
+	rnd(ws, a->atty, N * C);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
 	matmul_forward(ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
 	ds_kernel_add_inplace(ab, x, N * C);
+	rnd(ws, ab, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
+	rnd(ws, a->ln2, N * C);
 	matmul_forward(a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
+	rnd(ws, a->fch, N * F2);
 	ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
+	rnd(ws, a->fcact, N * F);
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
 	matmul_forward(mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
@@ -555,6 +574,7 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 		memcpy(out, a->res2, (size_t)(N * C) * sizeof(float));
 		ds_kernel_add_inplace(out, mb, N * C);          /* out = res2 + mlp */
 	}
+	rnd(ws, out, N * C);   /* the layer boundary */
 }
 
 /* dres (N,C): on entry d loss / d out of layer l, on return d loss / d x
@@ -639,6 +659,7 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 		: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
 	ds_kernel_embed_forward(ws->resid, tokens, tp(m, P, m->wte), pos, B, T, C);
 	dropout_btc(ws, ws->resid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
+	rnd(ws, ws->resid, N * C);
 	if (!tied)
 		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
 
@@ -655,9 +676,11 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 	DS_TRY(hook_pre(m, ws, last, DS_GPT_FORWARD, params, NULL, err));
 	const float *xf = ws->resid + (int64_t)L * N * C;
 	norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
+	rnd(ws, ws->lnf, N * C);
 	const int V = m->V, Vp = m->Vp;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f, ws->lnf, C,
 		    tp(m, P, m->head), C, 0.0f, ws->logits, Vp);
+	rnd(ws, ws->logits, N * Vp);   /* the -inf padding columns stay -inf */
 	if (Vp > V) {
 #pragma omp parallel for schedule(static)
 		for (int64_t n = 0; n < N; n++)
@@ -695,6 +718,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
 	DS_TRY(hook_pre(m, ws, last, DS_GPT_BACKWARD, params, grads, err));
 	ds_kernel_xent_backward(ws->logits, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
+	rnd(ws, ws->logits, N * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
 	/* dlnf (N,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, V, 1.0f, ws->logits, Vp,
 		    tp(m, P, m->head), C, 0.0f, ws->dln, C);
@@ -703,6 +727,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
 	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
 		      ws->resid + (int64_t)L * N * C, tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);
+	rnd(ws, ws->dresid, N * C);
 	DS_TRY(hook_post(ws, last, DS_GPT_BACKWARD, err));
 
 	/* layers, last first; with checkpointing recompute each from its input */
@@ -718,6 +743,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 			ws->recompute_s += ds_now() - t0;
 		}
 		layer_backward(m, ws, l, a, ws->dresid, x, B, T);
+		rnd(ws, ws->dresid, N * C);   /* the layer boundary */
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
 	}
 

@@ -96,7 +96,16 @@ struct ds_gpt_ws_opts {
 	int B, T;                /* largest micro-batch and sequence length */
 	int checkpointing;       /* 1: keep only each layer's input, recompute in backward */
 	uint64_t dropout_seed;   /* key of the dropout streams */
+	int half;                /* enum ds_half_kind: round activations to 16 bits (0: fp32) */
 };
+
+/* Mixed precision (half != DS_HALF_NONE): activations are computed in fp32
+ * and rounded to the 16-bit format where a GPU would store them: the
+ * outputs of every norm and matrix product, the attention output, the
+ * activation function, the residual stream at each layer boundary and the
+ * logits; in backward the logits' gradient and the residual stream's
+ * gradient at each layer boundary.  Storage stays fp32 (the values are
+ * 16-bit representable; the memory is not halved). */
 
 /* Activation bytes a workspace for (B, T, checkpointing) holds, without
  * allocating (the memory estimator's figure; ds_gpt_ws_bytes of the real one

@@ -64,6 +64,8 @@ int ds_monitor_log_step(struct ds_monitor *m, const struct ds_monitor_step_event
 	DS_TRY(ds_monitor_write(m, DS_MONITOR_LR, e->lr, after, err));
 	if (e->fp16)
 		DS_TRY(ds_monitor_write(m, DS_MONITOR_LOSS_SCALE, e->loss_scale, after, err));
+	if (e->mixed)
+		DS_TRY(ds_monitor_write(m, DS_MONITOR_SKIPPED, (double)e->skipped, after, err));
 	for (int t = 0; e->wallclock && t < DS_WC_N; t++)
 		DS_TRY(ds_monitor_write(m, ds_monitor_wallclock_tag(t), ds_monitor_wallclock_ms(e->wallclock, t), after,
 					err));

@@ -7,7 +7,8 @@
  * DeepSpeed's x-axis, global samples (spec/deepspeed-tools.md §5):
  *   DS_MONITOR_TRAIN_LOSS at steps_done * train_batch_size (DeepSpeed logs
  *     it in backward, before the step counter moves),
- *   DS_MONITOR_LR, DS_MONITOR_LOSS_SCALE (fp16 only) and, with
+ *   DS_MONITOR_LR, DS_MONITOR_LOSS_SCALE (fp16 only), DS_MONITOR_SKIPPED
+ *     (fp16 and bf16 only; dstk's own tag) and, with
  *     wall_clock_breakdown, the five ds_monitor_wallclock_tag() timers at
  *     (steps_done + 1) * train_batch_size,
  * then flushes every sink.  ds_monitor_write is there for other tags.
@@ -22,6 +23,7 @@
 #define DS_MONITOR_LR "Train/Samples/lr"
 #define DS_MONITOR_LOSS_SCALE "Train/Samples/loss_scale"
 #define DS_MONITOR_EVAL_LOSS "Train/Samples/eval_loss"  /* dstk's own: DeepSpeed logs none */
+#define DS_MONITOR_SKIPPED "Train/Samples/skipped_steps"  /* dstk's own, fp16/bf16 runs */
 #define DS_MONITOR_JOB_NAME_DEFAULT "DeepSpeedJobName"
 
 /* One sink's section: {"enabled", "output_path" (default ""), "job_name"
@@ -54,6 +56,8 @@ struct ds_monitor_step_events {
 	int fp16;                    /* write loss_scale */
 	double loss_scale;
 	const struct ds_monitor_wallclock *wallclock; /* NULL: no elapsed_time_ms tags */
+	int mixed;                   /* fp16/bf16: write DS_MONITOR_SKIPPED, the cumulative count */
+	long long skipped;
 };
 
 struct ds_monitor;

@@ -117,21 +117,55 @@ static void map_scheduler(struct ds_train_setup *s)
 
 /* Keys the config accepts (ds-train --check passes them) that this trainer
  * cannot honour yet: refuse rather than train something else. */
+/* fp16/bf16: the model's dtype, gradient accumulation, the loss scaler
+ * (DeepSpeed's ZeRO path at stages >= 1, FP16_Optimizer for FusedAdam and
+ * FP16_UnfusedOptimizer for the others at stage 0) and the non-finite
+ * policy. */
+static int map_precision(struct ds_train_setup *s, struct ds_err *err)
+{
+	const struct ds_config *c = s->cfg;
+	int fp16 = cfg_bool(c, "fp16.enabled"), bf16 = cfg_bool(c, "bf16.enabled");
+	s->eng.half = fp16 ? DS_HALF_FP16 : bf16 ? DS_HALF_BF16 : DS_HALF_NONE;
+	const char *acc = cfg_str(c, "data_types.grad_accum_dtype", NULL);
+	s->eng.grad_accum_fp32 = acc && !strcmp(acc, "fp32");
+	s->nonfinite_abort = !strcmp(cfg_str(c, "dstk.nonfinite_policy", "skip"), "abort");
+	s->nonfinite_max = cfg_int(c, "dstk.nonfinite_max_consecutive", 10);
+	struct ds_fp16_cfg fc;
+	ds_fp16_cfg_init(&fc);
+	fc.loss_scale = cfg_double(c, "fp16.loss_scale", fc.loss_scale);
+	fc.initial_scale_power = (int)cfg_int(c, "fp16.initial_scale_power", fc.initial_scale_power);
+	fc.loss_scale_window = cfg_int(c, "fp16.loss_scale_window", fc.loss_scale_window);
+	fc.hysteresis = (int)cfg_int(c, "fp16.hysteresis", fc.hysteresis);
+	fc.consecutive_hysteresis = cfg_bool(c, "fp16.consecutive_hysteresis");
+	fc.min_loss_scale = cfg_double(c, "fp16.min_loss_scale", fc.min_loss_scale);
+	static const struct { const char *key; unsigned bit; } given[] = {
+		{ "fp16.initial_scale_power", DS_FP16_GIVEN_INITIAL_SCALE_POWER },
+		{ "fp16.loss_scale_window", DS_FP16_GIVEN_LOSS_SCALE_WINDOW },
+		{ "fp16.min_loss_scale", DS_FP16_GIVEN_MIN_LOSS_SCALE },
+		{ "fp16.hysteresis", DS_FP16_GIVEN_HYSTERESIS },
+		{ "fp16.consecutive_hysteresis", DS_FP16_GIVEN_CONSECUTIVE_HYSTERESIS },
+	};
+	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+		if (ds_config_is_set(c, given[i].key))
+			fc.given |= given[i].bit;
+	enum ds_scaler_path path = s->eng.zero_stage >= 1 ? DS_SCALER_PATH_ZERO
+		: s->eng.optim.type == DS_OPTIM_ADAM || s->eng.optim.type == DS_OPTIM_ADAMW ? DS_SCALER_PATH_FUSED
+		: DS_SCALER_PATH_UNFUSED;
+	int rc = ds_scaler_init_cfg(&s->eng.scaler, fp16, path, &fc, err);
+	return rc < 0 ? ds_err_prefix(err, "%s: fp16: ", ds_config_name(c)) : 0;
+}
+
 static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
 {
 	const char *f = ds_config_name(s->cfg);
-	if (cfg_bool(s->cfg, "fp16.enabled"))
-		return ds_err_set(err, DS_EINVAL,
-				  "%s: fp16.enabled: fp16 training is not implemented in this build yet; "
-				  "remove the fp16 section to train in fp32", f);
-	if (cfg_bool(s->cfg, "bf16.enabled"))
-		return ds_err_set(err, DS_EINVAL,
-				  "%s: bf16.enabled: bf16 training is not implemented in this build yet; "
-				  "remove the bf16 section to train in fp32", f);
+	/* reductions sum in fp32; a 16-bit model rounds the result to its own
+	 * dtype, so fp32 or the model's dtype are what this build can honour */
+	const char *model_dt = cfg_bool(s->cfg, "fp16.enabled") ? "fp16" : cfg_bool(s->cfg, "bf16.enabled") ? "bf16" : "fp32";
 	const char *cdt = cfg_str(s->cfg, "communication_data_type", NULL);
-	if (cdt && strcmp(cdt, "fp32"))
+	if (cdt && strcmp(cdt, "fp32") && strcmp(cdt, model_dt))
 		return ds_err_set(err, DS_EINVAL,
-				  "%s: communication_data_type '%s': only fp32 reductions in this build", f, cdt);
+				  "%s: communication_data_type '%s': reductions are in fp32 or the model's dtype (%s) "
+				  "in this build", f, cdt, model_dt);
 	const char *dev = cfg_str(s->cfg, "zero_optimization.offload_optimizer.device", "none");
 	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
 		return ds_err_set(err, DS_EINVAL,
@@ -228,6 +262,9 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	if ((rc = map_optimizer(s, err)) < 0)
 		goto fail;
 	map_scheduler(s);
+	s->eng.zero_stage = (int)cfg_int(s->cfg, "zero_optimization.stage", 0);
+	if ((rc = map_precision(s, err)) < 0)
+		goto fail;
 	s->eng.gradient_clipping = cfg_double(s->cfg, "gradient_clipping", 0);
 	s->eng.zero_stage = (int)cfg_int(s->cfg, "zero_optimization.stage", 0);
 	s->eng.reduce_bucket_size = cfg_int(s->cfg, "zero_optimization.reduce_bucket_size", 0);

@@ -130,6 +130,13 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 		KEEP(ds_ckpt_attr_set_i64(ck, "data", "seed", (int64_t)s->eng.seed, ERR));
 		KEEP(ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", st->skipped, ERR));
 		KEEP(ds_ckpt_attr_set_i64(ck, "rng", "seed", (int64_t)s->eng.seed, ERR));
+		const struct ds_scaler *sc = ds_engine_scaler(e);
+		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "kind", sc->kind, ERR));
+		KEEP(ds_ckpt_attr_set_f64(ck, "loss_scaler", "cur_scale", sc->cur_scale, ERR));
+		KEEP(ds_ckpt_attr_set_f64(ck, "loss_scaler", "prev_scale", sc->prev_scale, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_iter", sc->cur_iter, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "last_overflow_iter", sc->last_overflow_iter, ERR));
+		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_hysteresis", sc->cur_hysteresis, ERR));
 	}
 	/* parallel: the vote; a rank that failed above gets its own error back */
 	if (rc == 0 || s->W > 1)
@@ -205,11 +212,32 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 			st->sched_steps = v;
 		if (rc == 0 && (rc = ds_ckpt_attr_get_i64(ck, "data", "skipped_steps", &v, err)) == 0)
 			st->skipped = v;
+		/* the fp16 scaler resumes where it was when the checkpoint used the
+		 * same kind (older checkpoints have no loss_scaler attributes) */
+		struct ds_scaler sc = *ds_engine_scaler(e);
+		int64_t kind, it, last, hyst;
+		double cur, prev;
+		if (rc == 0 && ds_ckpt_attr_get_i64(ck, "loss_scaler", "kind", &kind, NULL) == 0 &&
+		    kind == (int64_t)sc.kind && sc.kind != DS_SCALER_NONE &&
+		    ds_ckpt_attr_get_f64(ck, "loss_scaler", "cur_scale", &cur, NULL) == 0 &&
+		    ds_ckpt_attr_get_f64(ck, "loss_scaler", "prev_scale", &prev, NULL) == 0 &&
+		    ds_ckpt_attr_get_i64(ck, "loss_scaler", "cur_iter", &it, NULL) == 0 &&
+		    ds_ckpt_attr_get_i64(ck, "loss_scaler", "last_overflow_iter", &last, NULL) == 0 &&
+		    ds_ckpt_attr_get_i64(ck, "loss_scaler", "cur_hysteresis", &hyst, NULL) == 0) {
+			sc.cur_scale = cur;
+			sc.prev_scale = prev;
+			sc.cur_iter = it;
+			sc.last_overflow_iter = last;
+			sc.cur_hysteresis = (int)hyst;
+			ds_engine_set_scaler(e, &sc);
+		}
 		if (rc == 0 && ds_ckpt_attr_get_i64(ck, "data", "seed", &v, NULL) == 0 && (uint64_t)v != s->eng.seed)
 			ds_log_warn("%s: saved with --seed %lld, resumed with %llu: the data order and dropout "
 				    "change from here", ds_ckpt_file(ck), (long long)v,
 				    (unsigned long long)s->eng.seed);
 	}
+	if (rc == 0)  /* the 16-bit model copy follows the loaded master weights */
+		ds_engine_params_loaded(e);
 	if (rc == 0 && tag_out)
 		*tag_out = strdup(ds_ckpt_tag(ck));
 	ds_ckpt_close(ck);

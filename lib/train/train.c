@@ -359,6 +359,9 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	double red_flight = 0, red_wait = 0;  /* since the last wall-clock line */
 	long long last_saved = resumed ? st.iteration : -1;
 	double last_save_s = -1;
+	long long nonfinite_run = 0;  /* consecutive non-finite steps outside the fp16 scaler */
+	const int fp16 = s.eng.half == DS_HALF_FP16;
+	double scale_before = ds_engine_scaler(e)->cur_scale;
 	while (st.iteration < s.train_iters) {
 		struct ds_engine_step r;
 		struct ds_sched_value sv;
@@ -376,13 +379,28 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		st.consumed += s.tb;
 		run_steps++;
 		int_steps++;
-		if (r.skipped) {
+		if (r.skipped && r.overflow) {
+			/* fp16 dynamic scaling: the scaler handles it (DeepSpeed's log line) */
 			st.skipped++;
+			ds_log_info("step %lld: fp16 gradient overflow, step skipped (%lld so far); loss scale %.0f -> %.0f",
+				    st.iteration, st.skipped, scale_before, r.loss_scale);
+		} else if (r.skipped) {
+			st.skipped++;
+			nonfinite_run++;
 			ds_log_warn("step %lld: non-finite gradients; step skipped (parameters and schedule unchanged)",
 				    st.iteration);
+			if (s.nonfinite_abort || nonfinite_run >= s.nonfinite_max) {
+				rc = ds_err_set(err, DS_EIO,
+						"step %lld: non-finite gradients %s; stopping (dstk.nonfinite_policy \"%s\")",
+						st.iteration, s.nonfinite_abort ? "" : "in too many consecutive steps",
+						s.nonfinite_abort ? "abort" : "skip, nonfinite_max_consecutive reached");
+				goto out;
+			}
 		} else {
+			nonfinite_run = 0;
 			st.sched_steps++;
 		}
+		scale_before = r.loss_scale;
 		if (run_steps == 1)
 			res->first_loss = r.loss;
 		res->last_loss = r.loss;
@@ -399,7 +417,9 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 			struct ds_sched_value nv;
 			ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &nv);
 			struct ds_monitor_step_events ev = { .steps_done = st.iteration - 1, .train_batch_size = s.tb,
-							     .loss = r.loss, .lr = nv.lr,
+							     .loss = r.loss, .lr = nv.lr, .fp16 = fp16,
+							     .loss_scale = r.loss_scale, .mixed = s.eng.half != DS_HALF_NONE,
+							     .skipped = st.skipped,
 							     .wallclock = s.wall_clock ? &wc : NULL };
 			if ((rc = ds_monitor_log_step(mon, &ev, err)) < 0)
 				goto out;
@@ -432,6 +452,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 			struct ds_monitor_step ls = { .step = st.iteration, .total_steps = s.train_iters,
 						      .consumed_samples = st.consumed, .loss = r.loss, .lr = r.lr,
 						      .grad_norm = r.grad_norm, .skipped = st.skipped,
+						      .fp16 = fp16, .loss_scale = r.loss_scale,
 						      .samples_per_s = sps, .tokens_per_s = sps * T,
 						      .tflops = ct.train_flops_step * int_steps / el * 1e-12,
 						      .mfu = peak > 0 ? ct.train_flops_step * int_steps / el / W / (peak * 1e9) : 0,

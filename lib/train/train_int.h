@@ -32,6 +32,8 @@ struct ds_train_setup {
 	/* comms_logger; prof_ops points into comms_ops (malloc'd, NULL-ended) */
 	struct ds_monitor_comms_opts comms;
 	const char **comms_ops;
+	int nonfinite_abort;           /* dstk.nonfinite_policy "abort" */
+	long long nonfinite_max;       /* dstk.nonfinite_max_consecutive (skip policy) */
 };
 
 /* Load and map both config files (world size W).  Fills s; release with

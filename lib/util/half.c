@@ -94,3 +94,37 @@ void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n)
 	for (size_t i = 0; i < n; i++)
 		dst[i] = ds_bf16_to_fp32(src[i]);
 }
+
+const char *ds_half_name(enum ds_half_kind k)
+{
+	return k == DS_HALF_FP16 ? "fp16" : k == DS_HALF_BF16 ? "bf16" : "fp32";
+}
+
+void ds_half_round_n(enum ds_half_kind k, float *x, size_t n)
+{
+	if (k == DS_HALF_FP16) {
+#pragma omp parallel for simd if (n > 65536) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			x[i] = ds_fp16_to_fp32(ds_fp32_to_fp16(x[i]));
+	} else if (k == DS_HALF_BF16) {
+#pragma omp parallel for simd if (n > 65536) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			x[i] = ds_bf16_to_fp32(ds_fp32_to_bf16(x[i]));
+	}
+}
+
+void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t n)
+{
+	if (k == DS_HALF_FP16)
+		ds_fp32_to_fp16_n(dst, src, n);
+	else
+		ds_fp32_to_bf16_n(dst, src, n);
+}
+
+void ds_half_unpack_n(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n)
+{
+	if (k == DS_HALF_FP16)
+		ds_fp16_to_fp32_n(dst, src, n);
+	else
+		ds_bf16_to_fp32_n(dst, src, n);
+}

@@ -54,7 +54,7 @@ static int resume(const char *dir, struct ds_err *err)
 	struct ds_monitor_opts o = { { 0, NULL, NULL }, { 1, dir, "J" }, 1, 128 };
 	struct ds_monitor *m;
 	DS_TRY(ds_monitor_create(&m, &o, err));
-	struct ds_monitor_step_events e = { 2, 64, 3.5, 0.001, 1, 32768, NULL };
+	struct ds_monitor_step_events e = { 2, 64, 3.5, 0.001, 1, 32768, NULL, 0, 0 };
 	int rc = ds_monitor_log_step(m, &e, err);
 	if (!rc)
 		printf("%s\n", ds_monitor_tb_file(m));

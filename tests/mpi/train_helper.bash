@@ -11,18 +11,25 @@ ITERS=20
 # OVERLAP_COMM=true|false sets zero_optimization.overlap_comm (unset: the
 # inferred default, true at stage 3 only); CFG_EXTRA (JSON members, e.g.
 # '"checkpoint": {...}') is added when set.
+# PRECISION=fp16|bf16 in the environment adds that section (fp16: dynamic
+# scaling from 2^12, so the first steps overflow and skip on every layout).
 write_cfg() {
 	# stage 3: partition every segment; prefetch the embeddings and the
 	# final norm (< 30000 elements) but not the layers (~50000)
 	local s3=""
 	[ "$2" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 30000'
 	[ -n "${OVERLAP_COMM:-}" ] && s3="$s3, \"overlap_comm\": $OVERLAP_COMM"
+	local mixed=""
+	case "${PRECISION:-fp32}" in
+	fp16) mixed=', "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 5}' ;;
+	bf16) mixed=', "bf16": {"enabled": true}' ;;
+	esac
 	cat >"$1" <<EOF
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
  "steps_per_print": 1000, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
  "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000$s3},
- "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}${CFG_EXTRA:+, $CFG_EXTRA}}
+ "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}$mixed${CFG_EXTRA:+, $CFG_EXTRA}}
 EOF
 }
 
@@ -47,10 +54,11 @@ train_run() {
 
 losses() { echo "$1/csv/run/Train_Samples_train_loss.csv"; }
 
-# same_losses A B: the same steps, each loss within 1e-5 relative of B's
-# (B is the reference); prints the first disagreements and fails.
+# same_losses A B: the same steps, each loss within RTOL (default 1e-5)
+# relative of B's (B is the reference); prints the first disagreements and
+# fails.
 same_losses() {
-	awk -F, -v rtol=1e-5 '
+	awk -F, -v rtol="${RTOL:-1e-5}" '
 	NR == FNR { step[FNR] = $1; ref[FNR] = $2; n = FNR; next }
 	FNR > 1 {
 		m = FNR
@@ -69,19 +77,25 @@ same_losses() {
 	}' "$2" "$1"
 }
 
-# reference: the 1-rank, stage-0, no-accumulation run (made once per file)
+# reference [STAGE]: the 1-rank, no-accumulation run at STAGE (default 0;
+# made once per file, stage and PRECISION)
 reference() {
-	local dir="$BATS_FILE_TMPDIR/ref"
+	local stage=${1:-0}
+	local dir="$BATS_FILE_TMPDIR/ref-s$stage${PRECISION:+-$PRECISION}"
 	if [ ! -s "$(losses "$dir")" ]; then
-		train_run "$dir" 1 0 1 || { cat "$dir/err" >&2; return 1; }
+		train_run "$dir" 1 "$stage" 1 || { cat "$dir/err" >&2; return 1; }
 	fi
 	echo "$dir"
 }
 
-# check_layout N STAGE GA: train at that layout and compare with the reference
+# check_layout N STAGE GA: train at that layout and compare with the
+# reference.  fp16 compares stages >= 1 with the 1-rank stage-1 run: its
+# loss scaler follows DeepSpeed's ZeRO path there and FP16_Optimizer's at
+# stage 0, so the two skip different steps.
 check_layout() {
-	local ref dir="$BATS_TEST_TMPDIR/n$1-s$2-ga$3${OVERLAP_COMM:+-overlap-$OVERLAP_COMM}"
-	ref=$(reference) || return 1
+	local ref dir="$BATS_TEST_TMPDIR/n$1-s$2-ga$3${OVERLAP_COMM:+-overlap-$OVERLAP_COMM}${PRECISION:+-$PRECISION}" rs=0
+	[ "${PRECISION:-}" = fp16 ] && [ "$2" -ge 1 ] && rs=1
+	ref=$(reference $rs) || return 1
 	if ! train_run "$dir" "$1" "$2" "$3"; then
 		echo "ds-train at $1 ranks, stage $2, GA $3 failed:" >&2
 		tail -5 "$dir/err" >&2

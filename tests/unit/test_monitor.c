@@ -530,9 +530,9 @@ static void test_monitor_log_step(void **state)
 	struct ds_monitor_wallclock w = DS_MONITOR_WALLCLOCK_INIT;
 	ds_monitor_wallclock_add(&w, DS_WC_FWD, 0.012);
 	/* third step (2 done) of 64 samples: loss at 128, the rest at 192 */
-	struct ds_monitor_step_events e = { 2, 64, 3.5, 0.001, 1, 32768, &w };
+	struct ds_monitor_step_events e = { 2, 64, 3.5, 0.001, 1, 32768, &w, 0, 0 };
 	assert_int_equal(ds_monitor_log_step(m, &e, &err), 0);
-	e = (struct ds_monitor_step_events){ 3, 64, 3.25, 0.002, 0, 0, NULL };
+	e = (struct ds_monitor_step_events){ 3, 64, 3.25, 0.002, 0, 0, NULL, 0, 0 };
 	assert_int_equal(ds_monitor_log_step(m, &e, &err), 0);
 	static const struct { const char *file, *text; } want[] = {
 		{ "Train_Samples_train_loss", "step,train_loss\r\n128,3.5\r\n192,3.25\r\n" },
