@@ -12,3 +12,9 @@ TESTS += tests/mpi/memory.bats tests/mpi/comms.bats
 endif
 endif
 EXTRA_DIST += tests/cli/ds-train-memory.bats tests/mpi/memory.bats tests/mpi/comms.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats
+
+## fp16/bf16 training runs (issue 5)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-mixed.bats
+endif
+EXTRA_DIST += tests/cli/ds-train-mixed.bats

@@ -119,9 +119,12 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 }
 
 @test "a config the trainer cannot honour yet is refused, not ignored" {
-	echo '{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}}' > f16.json
-	run -2 --separate-stderr ds-train --deepspeed_config f16.json --model "$MODEL" --train-iters 1
-	[[ "$stderr" == *"f16.json"* && "$stderr" == *"fp16.enabled"* ]]
+	echo '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}' > nv.json
+	run -2 --separate-stderr ds-train --deepspeed_config nv.json --model "$MODEL" --train-iters 1
+	[[ "$stderr" == *"nv.json"* && "$stderr" == *"offload_optimizer.device"* ]] || fail "$stderr"
+	echo '{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}, "communication_data_type": "bf16"}' > cd.json
+	run -2 --separate-stderr ds-train --deepspeed_config cd.json --model "$MODEL" --train-iters 1
+	[[ "$stderr" == *"cd.json"* && "$stderr" == *"communication_data_type"* ]] || fail "$stderr"
 }
 
 @test "TensorBoard events decode with protoc; --metrics-json has DeepSpeed's keys" {
@@ -137,9 +140,9 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	head -1 csv/run/Train_Samples_lr.csv | grep -q '^step,lr'
 }
 
-@test "SGD, Lamb and every scheduler train a few steps" {
+@test "SGD, Lamb, every scheduler, fp16 and bf16 train a few steps" {
 	for f in "$SHARE"/configs/*.json; do
-		grep -q '"fp16"\|"bf16"\|"offload' "$f" && grep -q '"enabled": *true\|"device"' "$f" && continue
+		grep -q '"offload' "$f" && grep -q '"device"' "$f" && continue
 		run ds-train --deepspeed_config "$f" --model "$MODEL" --train-iters 2 --log-interval 1
 		[ "$status" -eq 0 ] || fail "$f: $output"
 		assert_output --partial "step 2/2"
