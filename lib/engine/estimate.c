@@ -45,6 +45,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	const int T = o->seq_length ? o->seq_length : cfg->seq_length;
 	const int sharded = o->zero_stage >= 1 && W > 1;
 	const int zg = o->zero_stage >= 2 && W > 1, zp = o->zero_stage >= 3 && W > 1;
+	const int half = o->half != DS_HALF_NONE;
 	const int64_t align = (int64_t)W * 16;
 	const int ns = optim_states(&o->optim);
 	int64_t ptotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
@@ -65,22 +66,25 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 		gtotal += gfull ? padded : shard;
 		if (shard > maxshard)
 			maxshard = shard;
-		if ((!pfull || !gfull) && padded > maxpad)
+		if ((!pfull || !gfull || half) && padded > maxpad)
 			maxpad = padded;
 		int64_t un = sharded ? shard : padded;  /* the range this rank's optimizer updates */
 		optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
 	}
-	m->bytes[DS_MEM_PARAMS] = (size_t)ptotal * F32;
+	m->bytes[DS_MEM_PARAMS] = (size_t)ptotal * F32 + (half ? (size_t)ptotal * sizeof(uint16_t) : 0);
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * F32;
 	m->bytes[DS_MEM_OPTIM] = optim;
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
 	 * keeps reductions in flight: 4 gradient slots, each with a receive
-	 * buffer of one shard */
+	 * buffer of one shard.  fp16/bf16 widen every segment through the
+	 * parameter and gradient slots (so they exist at every stage) and add
+	 * 3 16-bit gather slots at stage 3 */
 	const int ov = zg && o->overlap_comm;
-	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : 0) * (size_t)maxpad * F32 +
-				(size_t)(zg ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
-				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32;
+	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp || half ? 3 : 0) * (size_t)maxpad * F32 +
+				(size_t)(zg || half ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
+				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32 +
+				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t);
 	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
@@ -108,6 +112,10 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 				 m->nseg_partitioned, m->nseg - m->nseg_partitioned);
 		else
 			snprintf(buf, n, "fp32, every segment whole");
+		if (o->half != DS_HALF_NONE) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " + a %s copy", ds_half_name(o->half));
+		}
 		break;
 	case DS_MEM_GRADS:
 		snprintf(buf, n, m->stage >= 2 && W > 1 ? "fp32, owned 1/%d slices" : "fp32, every segment whole", W);
@@ -124,7 +132,8 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		snprintf(buf, n, "reduce-scatter scratch%s%s",
 			 m->stage >= 2 && W > 1 ? (o->overlap_comm ? " + 4 gradient gather buffers and shards (overlap_comm)"
 						  : " + 2 gradient gather buffers") : "",
-			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers" : "");
+			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers"
+			 : o->half != DS_HALF_NONE ? " + 3 parameter and 2 gradient widening buffers" : "");
 		break;
 	case DS_MEM_ACT:
 		snprintf(buf, n, "micro batch %d x seq %d%s", o->micro_batch, T,

@@ -13,8 +13,11 @@
  * stages 0-1 run in place on the flat buffers, so reduce_bucket_size and
  * allgather_bucket_size cost no memory here.  Transient buffers (Lamb's
  * partial norms, a checkpoint's staging tensor) and what MPI or the C
- * library allocate themselves are not counted.  fp32 training only: the
- * engine keeps no 16-bit copies.
+ * library allocate themselves are not counted.  fp16/bf16 (o->half) add
+ * the 16-bit model copy (2 bytes per held parameter, under parameters),
+ * and the fp32 widening buffers every segment passes through: 3 parameter
+ * and 2 gradient slots of the largest segment (plus 3 16-bit gather slots
+ * at stage 3), under communication.
  */
 #ifndef DS_ENGINE_ESTIMATE_H
 #define DS_ENGINE_ESTIMATE_H

@@ -40,8 +40,8 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
 	char h[32], note[160];
-	fprintf(out, "# memory per rank: ZeRO stage %d, world size %d, %s, fp32\n", m->stage, m->world_size,
-		ds_optim_type_name(s->eng.optim.type));
+	fprintf(out, "# memory per rank: ZeRO stage %d, world size %d, %s, %s\n", m->stage, m->world_size,
+		ds_optim_type_name(s->eng.optim.type), ds_half_name(s->eng.half));
 	fprintf(out, "# %lld parameters, %lld after padding each of %d segments to a multiple of %d\n",
 		(long long)m->num_params, (long long)m->padded, m->nseg, 16 * m->world_size);
 	if (s->unimplemented[0])

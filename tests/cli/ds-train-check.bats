@@ -195,6 +195,14 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 	run -0 ds-train --check --deepspeed_config "$SHARE/configs/default.json" --model "$SHARE/models/bert-large.json"
 	assert_line --partial "# memory per rank: not available: "
 	assert_output --partial "only gpt models train"
+	echo '{"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}}' > "$BATS_TEST_TMPDIR/nvme.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/nvme.json" "${MODEL_ARGS[@]}"
+	assert_line --regexp '^# note: .*offload_param\.device .*; the estimate is for fp32 training$'
+}
+
+@test "--check: bf16 adds a 16-bit copy of the parameters to the estimate" {
 	run -0 ds-train --check --deepspeed_config "$SHARE/configs/bf16.json" "${MODEL_ARGS[@]}"
-	assert_line --regexp '^# note: .*bf16\.enabled: .*; the estimate is for fp32 training$'
+	assert_line "# memory per rank: ZeRO stage 0, world size 1, adamw, bf16"
+	[ "$(mem_row parameters)" -eq $((118528 * (4 + 2))) ]
+	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
 }

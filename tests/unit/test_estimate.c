@@ -172,6 +172,9 @@ static void test_matches_engine(void **state)
 	for (int stage = 0; stage <= 3; stage++) {
 		opts_test_model(&o, stage, 2, 3);
 		check_engine(&o);
+		/* fp16/bf16: the 16-bit model copy and the widening buffers */
+		o.half = stage % 2 ? DS_HALF_BF16 : DS_HALF_FP16;
+		check_engine(&o);
 	}
 	opts_test_model(&o, 0, 4, 1);
 	o.checkpointing = 1;
