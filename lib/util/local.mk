@@ -18,3 +18,9 @@ tests_unit_test_util_SOURCES = tests/unit/test_util.c tests/unit/unit.h
 tests_unit_test_util_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_util_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+
+## Benchmark (not a test): bf16 vs fp32 matrix products (issue 5); built by
+## `make check` or `make bench/bf16-gemm`, never run by it.
+check_PROGRAMS += bench/bf16-gemm
+bench_bf16_gemm_SOURCES = bench/bf16-gemm.c
+bench_bf16_gemm_LDADD = $(DS_LDADD) -ldl
