@@ -22,8 +22,8 @@
  *   DS_TEST_FAULT_FAIL_RANK=R[:S] rank R fails its optimizer step S
  *       (default 3) with an I/O error, as a rank dying mid-run would;
  *   DS_TEST_INJECT_INF_STEP=S[:N] rank 0 writes +inf into its first held
- *       gradient after backward in steps S .. S+N-1 (N default 1), as an
- *       fp16 overflow would. */
+ *       (reduced) gradient in steps S .. S+N-1 (N default 1), as an fp16
+ *       overflow would. */
 static int env_int(const char *name, int dflt)
 {
 	const char *v = getenv(name);
@@ -858,12 +858,12 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		res->t_bwd += ds_now() - t0;
 		loss_sum += loss;
 	}
-	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0 && e->gtotal > 0)
-		e->grads[0] = INFINITY;  /* test-only, see the top of this file */
 	t0 = ds_now();
 	DS_TRY(reduce_grads(e, err));
 	if (e->half && !e->o.grad_accum_fp32 && e->W > 1)
 		ds_half_round_n(e->half, e->grads, (size_t)e->gtotal);  /* the reduced 16-bit gradients */
+	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0)
+		e->grads[0] = INFINITY;  /* test-only (rank 0 owns element 0), see the top of this file */
 	int bad;
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;

@@ -117,6 +117,18 @@ load train_helper
 	[ "$(tail -1 "$BATS_FILE_TMPDIR/ref-s1-fp16/csv/run/Train_Samples_skipped_steps.csv" | cut -d, -f2)" != 0 ]
 }
 
+@test "fp16 and bf16 with overlap_comm the other way round from the defaults: the 1-rank 16-bit losses" {
+	export RTOL
+	for PRECISION in bf16 fp16; do
+		export PRECISION
+		[ $PRECISION = bf16 ] && RTOL=2e-3 || RTOL=1e-4
+		OVERLAP_COMM=true check_layout 2 0 2 || fail "$PRECISION overlap stage 0"
+		OVERLAP_COMM=true check_layout 4 1 1 || fail "$PRECISION overlap stage 1"
+		OVERLAP_COMM=true check_layout 4 2 2 || fail "$PRECISION overlap stage 2"
+		OVERLAP_COMM=false check_layout 2 3 2 || fail "$PRECISION no overlap stage 3"
+	done
+}
+
 @test "16-bit runs differ from fp32's, and a shifted ZeRO slice breaks the 16-bit comparison" {
 	ref32=$(reference)
 	ref16=$(PRECISION=bf16 reference)
