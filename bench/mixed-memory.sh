@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# mixed-memory.sh - what fp16/bf16 storage costs or saves per rank, next to
+# fp32, measured by ds-train itself (issue 5).
+#
+# For each precision it trains a few steps of MODEL at ZeRO stage STAGE on
+# one rank and prints, from ds-train's own memory line: libds's allocator
+# at its peak (alloc_peak), the process's peak RSS and the model states,
+# and, from `ds-train --check`, the parameter and activation rows; each as
+# a ratio to fp32.  The machine's memory (MemTotal) is the ceiling line.
+# The parameters the forward/backward read are the 16-bit copy (2 bytes per
+# parameter instead of 4) plus fp32 widening buffers of the segments in
+# use, but the fp32 master weights stay; activations are rounded to 16 bits
+# but stored in fp32 buffers, so their bytes do not change (see README).
+#
+# Usage: bench/mixed-memory.sh [MODEL] [STAGE] [MICRO_BATCH]
+#   MODEL default share/models/gpt-tiny.json, STAGE 0, MICRO_BATCH 8;
+#   DS_BUILDDIR (default .) is where tools/ds-train lives.
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+model=${1:-$here/share/models/gpt-tiny.json}
+stage=${2:-0}
+mb=${3:-8}
+train=${DS_BUILDDIR:-.}/tools/ds-train
+[ -x "$train" ] || { echo "mixed-memory.sh: $train not found; set DS_BUILDDIR" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "# machine ceiling: MemTotal $(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo) bytes"
+echo "# model $model, ZeRO stage $stage, micro batch $mb, 1 rank"
+printf '# %-6s %14s %14s %14s %14s %14s %8s %8s %8s\n' precision alloc_peak peak_rss model_state params_row act_row \
+	alloc/32 params/32 act/32
+for p in fp32 fp16 bf16; do
+	sec=""
+	[ $p = fp16 ] && sec=', "fp16": {"enabled": true}'
+	[ $p = bf16 ] && sec=', "bf16": {"enabled": true}'
+	cat >"$tmp/$p.json" <<JSON
+{"train_micro_batch_size_per_gpu": $mb, "steps_per_print": 1000,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": $stage} $sec}
+JSON
+	line=$(OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$train" --deepspeed_config "$tmp/$p.json" --model "$model" \
+		--train-iters 3 --peak-gflops 1 2>&1 | grep '^memory per rank')
+	chk=$("$train" --check --deepspeed_config "$tmp/$p.json" --model "$model")
+	get() { sed -n "s/.*| $1 \([0-9]*\).*/\1/p" <<<"$line"; }
+	row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$chk"; }
+	a=$(get alloc_peak) r=$(get peak_rss) m=$(get model_state) pr=$(row parameters) ar=$(row activations)
+	[ $p = fp32 ] && { a0=$a p0=$pr r0=$ar; }
+	printf '  %-6s %14s %14s %14s %14s %14s %8.3f %8.3f %8.3f\n' $p "$a" "$r" "$m" "$pr" "$ar" \
+		"$(awk -v x="$a" -v y="$a0" 'BEGIN { print x / y }')" "$(awk -v x="$pr" -v y="$p0" 'BEGIN { print x / y }')" \
+		"$(awk -v x="$ar" -v y="$r0" 'BEGIN { print x / y }')"
+done
