@@ -224,6 +224,73 @@ static void test_state_accessors(void **state)
 	ds_engine_destroy(e);
 }
 
+/* Mixed precision: an fp16 scaler at 2^32 overflows the first step, which
+ * is skipped with the parameters unchanged and the scale halved (hysteresis
+ * 1); at 2^10 the step goes through and reports the unscaled norm, close to
+ * fp32's.  bf16 keeps fp32 master weights that move by less than a bf16
+ * ulp, and its loss is near fp32's but not equal.  A scaler needs fp16. */
+static void test_mixed_precision(void **state)
+{
+	(void)state;
+	struct ds_engine_opts o;
+	struct ds_engine_step r32, r;
+	struct ds_err err = DS_ERR_INIT;
+	int32_t tok[4 * 17];
+	rows(tok, 4, 16, 50, 6);
+	opts_base(&o, 4, 1);
+	struct ds_engine *e32 = mk(&o);
+	assert_int_equal(ds_engine_train_step(e32, tok, 0, 1, 1e-4, 0, 0, 0, &r32, &err), 0);
+	ds_engine_destroy(e32);
+
+	opts_base(&o, 4, 1);
+	o.half = DS_HALF_FP16;
+	ds_scaler_init_dynamic(&o.scaler, 4294967296.0, 1000, 1, 0, 1, 1);
+	struct ds_engine *e = mk(&o);
+	const struct ds_gpt *m = ds_engine_model(e);
+	int w = ds_gpt_find(m, "transformer.h.1.mlp.c_fc.weight");
+	float keep[8];
+	memcpy(keep, ds_engine_param(e, w), sizeof keep);
+	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_true(r.skipped && r.overflow);
+	assert_true(r.loss_scale == 2147483648.0);
+	assert_int_equal(ds_engine_steps(e), 0);
+	assert_memory_equal(ds_engine_param(e, w), keep, sizeof keep);
+	struct ds_scaler sc;
+	ds_scaler_init_dynamic(&sc, 1024, 1000, 1, 0, 1, 1);
+	ds_engine_set_scaler(e, &sc);
+	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_false(r.skipped);
+	assert_true(r.loss_scale == 1024);
+	assert_true(fabs(r.grad_norm - r32.grad_norm) <= 0.01 * r32.grad_norm);
+	assert_true(fabs(r.loss - r32.loss) <= 1e-2 * r32.loss);
+	assert_int_equal(ds_engine_steps(e), 1);
+	assert_memory_not_equal(ds_engine_param(e, w), keep, sizeof keep);
+	ds_engine_destroy(e);
+
+	opts_base(&o, 4, 1);
+	o.half = DS_HALF_BF16;
+	e = mk(&o);
+	m = ds_engine_model(e);
+	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_false(r.skipped);
+	assert_true(r.loss_scale == 1.0);
+	assert_true(r.loss != r32.loss && fabs(r.loss - r32.loss) <= 1e-2 * r32.loss);
+	/* the master weights are fp32: after a 1e-4 step most are no longer bf16 values */
+	const float *p = ds_engine_param(e, w);
+	int64_t n = ds_gpt_tensor(m, w)->numel, off16 = 0;
+	for (int64_t i = 0; i < n; i++)
+		off16 += ds_bf16_to_fp32(ds_fp32_to_bf16(p[i])) != p[i];
+	assert_true(off16 > n / 2);
+	ds_engine_destroy(e);
+
+	opts_base(&o, 4, 1);
+	o.half = DS_HALF_BF16;
+	ds_scaler_init_static(&o.scaler, 128);
+	e = NULL;
+	assert_int_equal(ds_engine_create(&e, &o, comm, &err), DS_EINVAL);
+	assert_null(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -232,6 +299,7 @@ int main(void)
 		cmocka_unit_test(test_clipping_bounds_sgd_update),
 		cmocka_unit_test(test_nonfinite_skips),
 		cmocka_unit_test(test_state_accessors),
+		cmocka_unit_test(test_mixed_precision),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -119,6 +119,46 @@ static void test_fp16_bits(void **state)
 	}
 }
 
+/* in-place rounding and the bulk pack/unpack used by mixed precision */
+static void test_half_round_n(void **state)
+{
+	(void)state;
+	float x[] = { 65504.0f, 65519.0f, 65520.0f, 1.0f + ldexpf(1, -11), 1.0f + ldexpf(1, -11) + ldexpf(1, -20),
+		      1e-8f, -3.0f };
+	const float want16[] = { 65504.0f, 65504.0f, INFINITY, 1.0f, 1.0f + ldexpf(1, -10), 0.0f, -3.0f };
+	float y[7];
+	memcpy(y, x, sizeof x);
+	ds_half_round_n(DS_HALF_NONE, y, 7);
+	assert_memory_equal(y, x, sizeof x);
+	ds_half_round_n(DS_HALF_FP16, y, 7);
+	for (int i = 0; i < 7; i++)
+		assert_true(y[i] == want16[i]);
+	float z[] = { 1.0f + ldexpf(1, -8), 3.14159265f, 1e-30f, f(0x7F7FFFFF) };
+	ds_half_round_n(DS_HALF_BF16, z, 4);
+	assert_true(z[0] == 1.0f);
+	assert_true(z[1] == ds_bf16_to_fp32(0x4049));
+	assert_true(z[2] == ds_bf16_to_fp32(ds_fp32_to_bf16(1e-30f)));
+	assert_true(isinf(z[3]));
+	/* bulk pack/unpack give the scalar functions' bits */
+	enum { N = 1000 };
+	float src[N], back[N];
+	uint16_t h[N];
+	for (int i = 0; i < N; i++)
+		src[i] = ldexpf((float)(i - 500) * 1.37f, i % 40 - 20);
+	for (int k = DS_HALF_FP16; k <= DS_HALF_BF16; k++) {
+		ds_half_pack_n((enum ds_half_kind)k, h, src, N);
+		ds_half_unpack_n((enum ds_half_kind)k, back, h, N);
+		for (int i = 0; i < N; i++) {
+			uint16_t w = k == DS_HALF_FP16 ? ds_fp32_to_fp16(src[i]) : ds_fp32_to_bf16(src[i]);
+			assert_int_equal(h[i], w);
+			float r = src[i];
+			ds_half_round_n((enum ds_half_kind)k, &r, 1);
+			assert_memory_equal(&back[i], &r, sizeof r);
+		}
+	}
+	assert_string_equal(ds_half_name(DS_HALF_BF16), "bf16");
+}
+
 static void test_bf16_bits(void **state)
 {
 	assert_int_equal(ds_fp32_to_bf16(1.0f), 0x3F80);
@@ -202,6 +242,7 @@ int main(void)
 		cmocka_unit_test(test_rng_streams),
 		cmocka_unit_test(test_fp16_bits),
 		cmocka_unit_test(test_bf16_bits),
+		cmocka_unit_test(test_half_round_n),
 		cmocka_unit_test(test_parse_and_errors),
 		cmocka_unit_test(test_alloc_accounting),
 	};
