@@ -32,7 +32,7 @@ train() {
 }
 
 @test "watchdog: rank 1 stalls at step 5 of 2: exit 5, the report names rank 1 and its host, rank 0 waits in a collective" {
-	write_cfg 3
+	write_cfg 3 ', "watchdog_dir": "."'
 	run --separate-stderr train 2 DS_TEST_WATCHDOG_STALL=1:5
 	[ "$status" -eq 5 ] || { echo "$stderr" >&2; fail "exit $status"; }
 	echo "$stderr" | grep -q "watchdog: stalled: rank 1 on $HOST (outside any collective" || { echo "$stderr" >&2; false; }
@@ -43,7 +43,7 @@ train() {
 }
 
 @test "watchdog: rank 0 stalls at step 3 of 4: exit 5 naming rank 0 only" {
-	write_cfg 3
+	write_cfg 3 ', "watchdog_dir": "."'
 	run --separate-stderr train 4 DS_TEST_WATCHDOG_STALL=0:3
 	[ "$status" -eq 5 ] || { echo "$stderr" >&2; fail "exit $status"; }
 	echo "$stderr" | grep -q "watchdog: stalled: rank 0 on $HOST (" || { echo "$stderr" >&2; false; }

@@ -58,8 +58,9 @@ load ../mpi/train_helper
 	d=$BATS_TEST_TMPDIR
 	cat >"$d/ds.json" <<-'JSON'
 	{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1000,
-	 "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}, "dstk": {"watchdog_timeout_s": 3}}
+	 "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}, "dstk": {"watchdog_timeout_s": 3, "watchdog_dir": "DIR"}}
 	JSON
+	sed -i "s|DIR|$d|" "$d/ds.json"
 	j=$(DS_TEST_WATCHDOG_STALL=1:4 sbatch --parsable --ntasks 2 --job-name watchdog --output "$d/job.out" --wrap \
 		"srun ds-train --deepspeed_config $d/ds.json --model $SHARE/models/gpt-test.json --train-iters 1000 \
 		 --peak-gflops 1")
@@ -70,4 +71,5 @@ load ../mpi/train_helper
 	grep -q "watchdog: stalled: rank 1 on $(hostname) (outside any collective" "$d/job.out" || { show "$d/job.out"; false; }
 	grep -q "Exited with exit code 5" "$d/job.out"
 	! grep -q "step 1000/1000" "$d/job.out"
+	grep -q "watchdog: stalled: rank 1" "$d"/ds-watchdog-*/report
 }
