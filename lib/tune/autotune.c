@@ -213,8 +213,15 @@ int ds_autotune_search(struct ds_autotune_space *s, const struct ds_autotune_sea
 		}
 		p->status = DS_AT_OK;
 		p->metric = m;
-		if (r->best < 0 || ds_autotune_better(o->metric, m, s->p[r->best].metric))
-			r->best = i, best_trial = r->trials;
+		if (r->best < 0 || ds_autotune_better(o->metric, m, s->p[r->best].metric)) {
+			/* only a gain beyond the noise restarts the early-stopping count */
+			double b = r->best < 0 ? NAN : s->p[r->best].metric;
+			double margin = o->metric == DS_AT_LATENCY ? b * (1 - DS_AUTOTUNE_MIN_GAIN)
+								    : b * (1 + DS_AUTOTUNE_MIN_GAIN);
+			if (r->best < 0 || ds_autotune_better(o->metric, m, margin))
+				best_trial = r->trials;
+			r->best = i;
+		}
 	}
 	return 0;
 }

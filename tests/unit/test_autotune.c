@@ -128,6 +128,52 @@ static void test_grid_early_stop(void **st)
 	assert_int_equal(s.p[r.best].order, 1);
 }
 
+/* Metrics by trial number, whatever the point. */
+static const double *seq_metrics;
+static int seq_eval(void *ctx, struct ds_autotune_space *s, int i, double *metric, struct ds_err *err)
+{
+	(void)ctx, (void)err;
+	*metric = seq_metrics[s->p[i].order - 1];
+	return 0;
+}
+
+static void test_early_stop_noise(void **st)
+{
+	(void)st;
+	static struct ds_autotune_space s;
+	struct ds_autotune_search_res r;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_autotune_search_opts o = { DS_AT_GRID, DS_AT_THROUGHPUT, 50, 3, 1 };
+	/* trial 2 is 1% better: it becomes the best, but the count of 3 runs
+	 * from trial 1, so the search stops after trial 4 */
+	static const double small[] = { 10, 10.1, 9, 9, 9, 9, 9, 9 };
+	make_space(&s, 2);
+	seq_metrics = small;
+	assert_int_equal(ds_autotune_search(&s, &o, seq_eval, NULL, &r, &err), 0);
+	assert_int_equal(r.trials, 4);
+	assert_true(r.stopped_early);
+	assert_int_equal(s.p[r.best].order, 2);
+	/* 5% better restarts the count: trials 3-5 after it, stop after 5 */
+	static const double big[] = { 10, 10.5, 9, 9, 9, 9, 9, 9 };
+	make_space(&s, 2);
+	seq_metrics = big;
+	assert_int_equal(ds_autotune_search(&s, &o, seq_eval, NULL, &r, &err), 0);
+	assert_int_equal(r.trials, 5);
+	assert_int_equal(s.p[r.best].order, 2);
+	/* latency: 1% lower does not restart it, 5% lower does */
+	o.metric = DS_AT_LATENCY;
+	static const double lsmall[] = { 10, 9.9, 11, 11, 11, 11, 11, 11 }, lbig[] = { 10, 9.5, 11, 11, 11, 11, 11 };
+	make_space(&s, 2);
+	seq_metrics = lsmall;
+	assert_int_equal(ds_autotune_search(&s, &o, seq_eval, NULL, &r, &err), 0);
+	assert_int_equal(r.trials, 4);
+	assert_int_equal(s.p[r.best].order, 2);
+	make_space(&s, 2);
+	seq_metrics = lbig;
+	assert_int_equal(ds_autotune_search(&s, &o, seq_eval, NULL, &r, &err), 0);
+	assert_int_equal(r.trials, 5);
+}
+
 static void test_failure_goes_on(void **st)
 {
 	(void)st;
@@ -249,6 +295,7 @@ int main(void)
 		cmocka_unit_test(test_better),
 		cmocka_unit_test(test_order),
 		cmocka_unit_test(test_grid_early_stop),
+		cmocka_unit_test(test_early_stop_noise),
 		cmocka_unit_test(test_failure_goes_on),
 		cmocka_unit_test(test_latency_minimised),
 		cmocka_unit_test(test_random_same_points),
