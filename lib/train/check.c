@@ -54,6 +54,19 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 		"what libds allocates per rank (ds-train reports the real figure)");
 	fprintf(out, "# model states (parameters + gradients + optimizer states): %zu bytes (%s) per rank\n",
 		m->model_state, ds_fmt_bytes((double)m->model_state, h, sizeof h));
+	/* offload to cpu: on a CPU build every buffer above is host memory
+	 * already; say so rather than pretend something moved */
+	const char *od = NULL, *pd = NULL;
+	if (ds_config_get_str(s->cfg, "zero_optimization.offload_optimizer.device", &od) != 0)
+		od = NULL;
+	if (ds_config_get_str(s->cfg, "zero_optimization.offload_param.device", &pd) != 0)
+		pd = NULL;
+	if ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu")))
+		fprintf(out, "# offload %s to cpu: on this CPU build every row above is already host memory; "
+			"nothing moves and no device memory is saved\n",
+			od && !strcmp(od, "cpu") ? (pd && !strcmp(pd, "cpu") ? "of optimizer states and parameters"
+									: "of optimizer states")
+						 : "of parameters");
 }
 
 int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *err)

@@ -206,3 +206,13 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 	[ "$(mem_row parameters)" -eq $((118528 * (4 + 2))) ]
 	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
 }
+
+@test "--check: offload to cpu is said to change nothing on a CPU build (the estimate is the same)" {
+	run -0 ds-train --check --deepspeed_config "$SHARE/configs/zero2-offload.json" "${MODEL_ARGS[@]}" --world-size 2
+	assert_output --partial "# offload of optimizer states to cpu: on this CPU build every row above is already host memory"
+	with=$(echo "$output" | grep '^total ')
+	jq 'del(.zero_optimization.offload_optimizer)' "$SHARE/configs/zero2-offload.json" > "$BATS_TEST_TMPDIR/plain.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/plain.json" "${MODEL_ARGS[@]}" --world-size 2
+	refute_output --partial "# offload"
+	[ "$(echo "$output" | grep '^total ')" = "$with" ]
+}
