@@ -68,6 +68,7 @@ struct ds_engine {
 		int seg;
 		float *buf;
 		uint16_t *h;
+		uint16_t *c16;  /* communication_data_type 16-bit: maxpad to send, maxshard received */
 		struct ds_comm_req *req;
 		float *recv;
 		int reducing, done;
@@ -93,6 +94,12 @@ struct ds_engine {
 	int hdtype;                 /* DS_F16 / DS_BF16 for the 16-bit allgather */
 	uint16_t *p16;              /* 16-bit model copy, laid out as params (ptotal) */
 	struct ds_scaler scaler;
+	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
+	 * off): stages 0-1 cast each bucket into c16 (total elements, so that
+	 * every bucket can be in flight), stages 2-3 into their slot's c16 */
+	enum ds_half_kind chalf;
+	int cdtype;
+	uint16_t *c16;
 	int inject_step, inject_n;  /* DS_TEST_INJECT_INF_STEP (0: off) */
 };
 
@@ -197,12 +204,30 @@ static int progress(struct ds_engine *e)
 /* stages 0-1: prescale and start bucket b */
 static void scale_buf(float *p, int64_t n, float f);
 
+/* communication_data_type 16-bit: cast g[0..n) to the 16-bit type, apply
+ * the prescale factor there (DeepSpeed casts first, then scales the
+ * 16-bit tensor) and pack the result into h; g is clobbered */
+static void cast_prescale(const struct ds_engine *e, float *g, uint16_t *h, int64_t n)
+{
+	if (e->grad_pre != 1.0f) {
+		ds_half_round_n(e->chalf, g, (size_t)n);
+		scale_buf(g, n, e->grad_pre);
+	}
+	ds_half_pack_n(e->chalf, h, g, (size_t)n);
+}
+
 static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
 {
 	int64_t off = (int64_t)b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
-	scale_buf(e->grads + off, n, e->grad_pre);
 	e->breq[b].done = 0;
-	DS_TRY(ds_comm_iallreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req, err));
+	if (e->chalf) {
+		cast_prescale(e, e->grads + off, e->c16 + off, n);
+		DS_TRY(ds_comm_iallreduce(e->comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
+	} else {
+		scale_buf(e->grads + off, n, e->grad_pre);
+		DS_TRY(ds_comm_iallreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req,
+					  err));
+	}
 	red_begin(e);
 	return 0;
 }
@@ -226,6 +251,8 @@ static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
 {
 	const struct seg *sg = &e->seg[gl->seg];
 	DS_TRY(red_wait(e, &gl->req, &gl->done, err));
+	if (e->chalf)  /* back to fp32 */
+		ds_half_unpack_n(e->chalf, gl->recv, gl->c16 + e->maxpad, (size_t)sg->shard);
 	float *own = sg->g_own;
 	const float *rv = gl->recv;
 #pragma omp parallel for simd schedule(static)
@@ -420,12 +447,24 @@ static int seg_post(void *ctx, int s, int phase)
 			gl->seg = -1;
 			goto done;
 		}
-		scale_buf(gl->buf, sg->padded, e->grad_pre);
+		/* communication_data_type 16-bit: the slot's c16 holds the cast
+		 * segment and, after it, the received 16-bit shard */
+		const void *snd = gl->buf;
+		void *rcv = e->overlap ? (void *)gl->recv : (void *)e->scratch;
+		int dt = DS_F32;
+		if (e->chalf) {
+			cast_prescale(e, gl->buf, gl->c16, sg->padded);
+			snd = gl->c16;
+			rcv = gl->c16 + e->maxpad;
+			dt = e->cdtype;
+		} else {
+			scale_buf(gl->buf, sg->padded, e->grad_pre);
+		}
 		if (e->overlap) {
 			/* finished by the next pre hook that needs the slot, or
 			 * by reduce_grads */
-			DS_TRY(ds_comm_ireduce_scatter(e->comm, gl->buf, gl->recv, (size_t)sg->shard, DS_F32,
-						       DS_SUM, &gl->req, &e->herr));
+			DS_TRY(ds_comm_ireduce_scatter(e->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &gl->req,
+						       &e->herr));
 			red_begin(e);
 			gl->reducing = 1;
 			gl->done = 0;
@@ -433,11 +472,12 @@ static int seg_post(void *ctx, int s, int phase)
 		} else {
 			red_begin(e);
 			double t0 = ds_now();
-			int rc = ds_comm_reduce_scatter(e->comm, gl->buf, e->scratch, (size_t)sg->shard, DS_F32,
-							DS_SUM, &e->herr);
+			int rc = ds_comm_reduce_scatter(e->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &e->herr);
 			e->red_wait += ds_now() - t0;
 			red_end(e);
 			DS_TRY(rc);
+			if (e->chalf)
+				ds_half_unpack_n(e->chalf, e->scratch, gl->c16 + e->maxpad, (size_t)sg->shard);
 			float *own = sg->g_own;
 			const float *sc = e->scratch;
 #pragma omp parallel for simd schedule(static)
@@ -494,6 +534,8 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->comm = comm;
 	e->half = opts->half;
 	e->hdtype = opts->half == DS_HALF_BF16 ? DS_BF16 : DS_F16;
+	e->chalf = opts->half == DS_HALF_NONE ? opts->comm_half : DS_HALF_NONE;
+	e->cdtype = e->chalf == DS_HALF_BF16 ? DS_BF16 : DS_F16;
 	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
@@ -574,7 +616,12 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 			slots_ok = 0;
 		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
 			slots_ok = 0;
+		if (zg && e->chalf &&
+		    !(e->gs[k].c16 = ds_alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
+			slots_ok = 0;
 	}
+	if (!zg && e->chalf && e->W > 1 && !(e->c16 = ds_alloc((size_t)e->total * sizeof(uint16_t))))
+		slots_ok = 0;
 	e->bucket = opts->reduce_bucket_size > 0 ? opts->reduce_bucket_size : e->total;
 	e->nbuckets = e->overlap && !zg ? (int)((e->total + e->bucket - 1) / e->bucket) : 0;
 	e->bnext = -1;
@@ -657,9 +704,11 @@ void ds_engine_destroy(struct ds_engine *e)
 		ds_free(e->ps[k].h);
 	}
 	ds_free(e->p16);
+	ds_free(e->c16);
 	for (int k = 0; k < 4; k++) {
 		ds_free(e->gs[k].buf);
 		ds_free(e->gs[k].recv);
+		ds_free(e->gs[k].c16);
 	}
 	free(e->breq);
 	free(e->seg_done);
@@ -690,8 +739,20 @@ static void scale_buf(float *p, int64_t n, float f)
  * keeps only its slice. */
 static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 {
-	if (e->W == 1)
+	if (e->W == 1) {
+		/* nothing to sum, but DeepSpeed still casts to the communication
+		 * type, scales by 1/f and f there, and casts back */
+		if (e->chalf) {
+			ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+			if (e->grad_pre != 1.0f) {
+				scale_buf(e->grads, e->gtotal, e->grad_pre);
+				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+				scale_buf(e->grads, e->gtotal, e->grad_post);
+				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+			}
+		}
 		return 0;
+	}
 	if (e->o.zero_stage >= 2) {
 		/* reduce-scattered (prescaled) per segment during backward */
 		DS_TRY(finish_all(e, err));
@@ -705,19 +766,30 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 			DS_TRY(start_bucket(e, e->bnext--, err));
 		for (int b = e->nbuckets - 1; b >= 0; b--)
 			DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+		if (e->chalf)
+			ds_half_unpack_n(e->chalf, e->grads, e->c16, (size_t)e->total);
 	} else {
-		scale_buf(e->grads, e->total, e->grad_pre);
+		if (!e->chalf)
+			scale_buf(e->grads, e->total, e->grad_pre);
 		for (int64_t off = 0; off < e->total; off += e->bucket) {
 			int64_t n = e->total - off < e->bucket ? e->total - off : e->bucket;
+			if (e->chalf)
+				cast_prescale(e, e->grads + off, e->c16 + off, n);
 			red_begin(e);
 			double t0 = ds_now();
-			int rc = ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err);
+			int rc = e->chalf ? ds_comm_allreduce(e->comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, err)
+					  : ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err);
 			e->red_wait += ds_now() - t0;
 			red_end(e);
 			DS_TRY(rc);
+			if (e->chalf)
+				ds_half_unpack_n(e->chalf, e->grads + off, e->c16 + off, (size_t)n);
 		}
 	}
 	scale_buf(e->grads, e->total, e->grad_post);
+	/* communication_data_type 16-bit: the postscale happened in that type */
+	if (e->chalf && e->grad_post != 1.0f)
+		ds_half_round_n(e->chalf, e->grads, (size_t)e->total);
 	return 0;
 }
 

@@ -86,6 +86,12 @@ struct ds_engine_opts {
 	 * DS_SCALER_NONE for fp32 and bf16) */
 	enum ds_half_kind half;
 	int grad_accum_fp32;
+	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
+	 * reduce in fp32; ignored for a 16-bit model): each gradient
+	 * reduction casts to that type, scales and sums there (the 16-bit sum
+	 * ops of lib/comm) and casts the result back to fp32, as DeepSpeed's
+	 * allreduce_bucket does; at W = 1 the same casts round the gradients */
+	enum ds_half_kind comm_half;
 	struct ds_scaler scaler;
 };
 

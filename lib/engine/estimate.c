@@ -85,6 +85,13 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 				(size_t)(zg || half ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
 				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32 +
 				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t);
+	/* communication_data_type fp16/bf16 of an fp32 model (W > 1): the
+	 * 16-bit copy of the flat gradients that the buckets reduce in
+	 * (stages 0-1), or per gradient slot a 16-bit segment to send and a
+	 * 16-bit shard to receive (stages 2-3) */
+	if (!half && o->comm_half != DS_HALF_NONE && W > 1)
+		m->bytes[DS_MEM_COMM] += zg ? (size_t)(ov ? 4 : 2) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
+					    : (size_t)gtotal * sizeof(uint16_t);
 	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
@@ -134,6 +141,11 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 						  : " + 2 gradient gather buffers") : "",
 			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers"
 			 : o->half != DS_HALF_NONE ? " + 3 parameter and 2 gradient widening buffers" : "");
+		if (o->half == DS_HALF_NONE && o->comm_half != DS_HALF_NONE && W > 1) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " + %s reduction buffers (communication_data_type)",
+				 ds_half_name(o->comm_half));
+		}
 		break;
 	case DS_MEM_ACT:
 		snprintf(buf, n, "micro batch %d x seq %d%s", o->micro_batch, T,

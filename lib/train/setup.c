@@ -128,6 +128,12 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	s->eng.half = fp16 ? DS_HALF_FP16 : bf16 ? DS_HALF_BF16 : DS_HALF_NONE;
 	const char *acc = cfg_str(c, "data_types.grad_accum_dtype", NULL);
 	s->eng.grad_accum_fp32 = acc && !strcmp(acc, "fp32");
+	/* communication_data_type fp16/bf16 with an fp32 model: the gradient
+	 * reductions travel and sum in that type (a 16-bit model already
+	 * reduces in its own dtype) */
+	const char *cdt = cfg_str(c, "communication_data_type", "fp32");
+	s->eng.comm_half = s->eng.half != DS_HALF_NONE ? DS_HALF_NONE
+			   : !strcmp(cdt, "fp16") ? DS_HALF_FP16 : !strcmp(cdt, "bf16") ? DS_HALF_BF16 : DS_HALF_NONE;
 	s->nonfinite_abort = !strcmp(cfg_str(c, "dstk.nonfinite_policy", "skip"), "abort");
 	s->nonfinite_max = cfg_int(c, "dstk.nonfinite_max_consecutive", 10);
 	struct ds_fp16_cfg fc;
@@ -158,14 +164,15 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
 {
 	const char *f = ds_config_name(s->cfg);
-	/* reductions sum in fp32; a 16-bit model rounds the result to its own
-	 * dtype, so fp32 or the model's dtype are what this build can honour */
+	/* an fp32 model reduces in fp32, fp16 or bf16; a 16-bit model sums in
+	 * fp32 and rounds the result to its own dtype, so the other 16-bit
+	 * type is what this build cannot honour */
 	const char *model_dt = cfg_bool(s->cfg, "fp16.enabled") ? "fp16" : cfg_bool(s->cfg, "bf16.enabled") ? "bf16" : "fp32";
 	const char *cdt = cfg_str(s->cfg, "communication_data_type", NULL);
-	if (cdt && strcmp(cdt, "fp32") && strcmp(cdt, model_dt))
+	if (cdt && strcmp(model_dt, "fp32") && strcmp(cdt, "fp32") && strcmp(cdt, model_dt))
 		return ds_err_set(err, DS_EINVAL,
-				  "%s: communication_data_type '%s': reductions are in fp32 or the model's dtype (%s) "
-				  "in this build", f, cdt, model_dt);
+				  "%s: communication_data_type '%s': a %s model reduces in fp32 or %s in this build; "
+				  "use one of those", f, cdt, model_dt, model_dt);
 	const char *dev = cfg_str(s->cfg, "zero_optimization.offload_optimizer.device", "none");
 	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
 		return ds_err_set(err, DS_EINVAL,

@@ -125,6 +125,11 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	echo '{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}, "communication_data_type": "bf16"}' > cd.json
 	run -2 --separate-stderr ds-train --deepspeed_config cd.json --model "$MODEL" --train-iters 1
 	[[ "$stderr" == *"cd.json"* && "$stderr" == *"communication_data_type"* ]] || fail "$stderr"
+	# an fp32 model may reduce in either 16-bit type (tests/mpi/train.bats)
+	for t in fp16 BF16; do
+		echo '{"train_micro_batch_size_per_gpu": 2, "communication_data_type": "'$t'"}' > cd32.json
+		run -0 --separate-stderr ds-train --deepspeed_config cd32.json --model "$MODEL" --train-iters 1
+	done
 }
 
 @test "TensorBoard events decode with protoc; --metrics-json has DeepSpeed's keys" {

@@ -65,3 +65,35 @@ check_stage() {
 @test "stage 1: optimizer states / N" { check_stage 1; }
 @test "stage 2: gradients and optimizer states / N" { check_stage 2; }
 @test "stage 3: parameters, gradients and optimizer states / N" { check_stage 3; }
+
+# communication_data_type fp16 of an fp32 model at 2 ranks: the 16-bit
+# reduction buffers are counted exactly - stage 0 a 16-bit copy of the flat
+# gradients (2 bytes x P), stage 2 per gradient slot a 16-bit segment and
+# shard (2 bytes x (49984 + 24992): the largest padded segment and its half;
+# 2 slots, 4 with overlap_comm) - and the allocator holds the estimate.
+@test "communication_data_type fp16: the 16-bit reduction buffers are in the estimate, byte for byte" {
+	local st ov cdt want slots
+	for st in 0 2; do
+		for ov in false true; do
+			[ "$st" -eq 0 ] && [ "$ov" = true ] && continue
+			local base=""
+			for cdt in fp32 fp16; do
+				cfg="$BATS_TEST_TMPDIR/cdt-$cdt-s$st-$ov.json"
+				printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "communication_data_type": "%s", "zero_optimization": {"stage": %d, "overlap_comm": %s}}' \
+					"$cdt" "$st" "$ov" >"$cfg"
+				run -0 --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$cfg" \
+					--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
+				line=$(grep '^memory per rank' <<<"$output") || fail "no memory line: $output $stderr"
+				[ "$(field "$line" alloc_setup)" -eq "$(field "$line" estimate)" ] || fail "$cdt stage $st overlap $ov: $line"
+				[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "$cdt stage $st overlap $ov: $line"
+				[ -z "$base" ] && base=$(field "$line" estimate)
+			done
+			want=$((2 * P))
+			slots=2
+			[ "$ov" = true ] && slots=4
+			[ "$st" -eq 2 ] && want=$((slots * 2 * (49984 + 24992)))
+			[ $(( $(field "$line" estimate) - base )) -eq "$want" ] ||
+				fail "stage $st overlap $ov: fp16 adds $(( $(field "$line" estimate) - base )) bytes, want $want"
+		done
+	done
+}
