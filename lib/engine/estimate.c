@@ -92,7 +92,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	if (!half && o->comm_half != DS_HALF_NONE && W > 1)
 		m->bytes[DS_MEM_COMM] += zg ? (size_t)(ov ? 4 : 2) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
 					    : (size_t)gtotal * sizeof(uint16_t);
-	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing);
+	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
 	 * optimizer header (ds_optim_create allocates it with ds_alloc) */

@@ -47,14 +47,25 @@ struct acts {
 	float *fcact;                 /* (N,F) activation output */
 };
 
+/* one layer's saved activations in 16 bits (mixed precision without
+ * checkpointing): the big buffers of struct acts packed, the norms'
+ * statistics in fp32 */
+struct hacts {
+	uint16_t *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fcact;
+	float *ln1_a, *ln1_b, *ln2_a, *ln2_b;
+};
+
 struct ds_gpt_ws {
 	int Bmax, Tmax, ckpt;
 	enum ds_half_kind half;       /* round activations to this format */
 	uint64_t seed;
 	void *mem;
 	size_t bytes;
-	float *resid;                 /* (L+1, N, C): layer inputs, resid[L] final */
-	struct acts *la;              /* L entries, or 1 with checkpointing */
+	float *resid;                 /* (L+1, N, C): layer inputs, resid[L] final (fp32 runs) */
+	uint16_t *resid16;            /* (L+1, N, C): the same in 16 bits (mixed precision) */
+	float *xw[2];                 /* forward's fp32 layer input/output with resid16: dA and dln */
+	struct acts *la;              /* L entries, or 1 with checkpointing or mixed precision */
+	struct hacts *ha;             /* L entries: mixed precision without checkpointing */
 	float *lnf, *lnf_a, *lnf_b;   /* (N,C), (N), (N) */
 	float *logits;                /* (N,Vp) */
 	float *lse;                   /* (N) */
@@ -191,10 +202,10 @@ void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begi
 
 struct dims {
 	int64_t B, T, N, C, NH, F, F2, Vp, L, rd;
-	int ckpt, sinus, adrop;
+	int ckpt, sinus, adrop, half;
 };
 
-static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int T, int ckpt)
+static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int T, int ckpt, int half)
 {
 	int Vp = c->padded_vocab_size;
 	if (Vp <= 0) {
@@ -216,6 +227,7 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int 
 	d->ckpt = ckpt;
 	d->sinus = c->pos_emb == DS_POS_SINUSOIDAL;
 	d->adrop = c->attention_dropout > 0;
+	d->half = half != DS_HALF_NONE;
 }
 
 /* Carve the workspace out of base (NULL: only measure); returns bytes. */
@@ -224,10 +236,32 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 	size_t off = 0;
 #define TAKE(ptr, n) do { size_t b_ = ((size_t)(n) * 4 + 63) & ~(size_t)63; \
 	if (base) { (ptr) = (void *)(base + off); } off += b_; } while (0)
+#define TAKE16(ptr, n) do { size_t b_ = ((size_t)(n) * 2 + 63) & ~(size_t)63; \
+	if (base) { (ptr) = (void *)(base + off); } off += b_; } while (0)
 	float *dummy;
+	uint16_t *dummy16;
 	const int64_t N = d->N, C = d->C;
-	int nl = d->ckpt ? 1 : (int)d->L;
-	TAKE(*(ws ? &ws->resid : &dummy), (d->L + 1) * N * C);
+	int nl = d->ckpt || d->half ? 1 : (int)d->L;
+	if (d->half) {   /* 16-bit layer inputs (fp32 copies in scratch: resid_in) */
+		TAKE16(*(ws ? &ws->resid16 : &dummy16), (d->L + 1) * N * C);
+	} else {
+		TAKE(*(ws ? &ws->resid : &dummy), (d->L + 1) * N * C);
+	}
+	for (int l = 0; d->half && !d->ckpt && l < d->L; l++) {
+		struct hacts tmp, *h = ws ? &ws->ha[l] : &tmp;
+		TAKE16(h->ln1, N * C);
+		TAKE(h->ln1_a, N);
+		TAKE(h->ln1_b, N);
+		TAKE16(h->qkv, 3 * N * C);
+		TAKE16(h->att, d->B * d->NH * d->T * d->T);
+		TAKE16(h->atty, N * C);
+		TAKE16(h->res2, N * C);
+		TAKE16(h->ln2, N * C);
+		TAKE(h->ln2_a, N);
+		TAKE(h->ln2_b, N);
+		TAKE16(h->fch, N * d->F2);
+		TAKE16(h->fcact, N * d->F);
+	}
 	for (int l = 0; l < nl; l++) {
 		struct acts tmp, *a = ws ? &ws->la[l] : &tmp;
 		TAKE(a->ln1, N * C);
@@ -265,13 +299,14 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 	TAKE(w->tok, N);
 	TAKE(w->tgt, N);
 #undef TAKE
+#undef TAKE16
 	return off;
 }
 
-size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing)
+size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
 {
 	struct dims d;
-	dims_of(&d, cfg, B, T, checkpointing);
+	dims_of(&d, cfg, B, T, checkpointing, half);
 	return layout(&d, NULL, NULL);
 }
 
@@ -294,18 +329,23 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->seed = o->dropout_seed;
 	ws->half = (enum ds_half_kind)o->half;
 	ws->ckpt_layer = -1;
-	ws->la = calloc(ws->ckpt ? 1 : (size_t)m->L, sizeof(*ws->la));
+	const int hp = ws->half != DS_HALF_NONE;
+	ws->la = calloc(ws->ckpt || hp ? 1 : (size_t)m->L, sizeof(*ws->la));
+	if (hp && !ws->ckpt)
+		ws->ha = calloc((size_t)m->L > 0 ? (size_t)m->L : 1, sizeof(*ws->ha));
 	ws->gs = calloc((size_t)o->B, sizeof(*ws->gs));
 	struct dims d;
-	dims_of(&d, &m->cfg, o->B, o->T, ws->ckpt);
+	dims_of(&d, &m->cfg, o->B, o->T, ws->ckpt, ws->half);
 	ws->bytes = layout(&d, NULL, NULL);
 	ws->mem = ds_alloc(ws->bytes);
-	if (!ws->la || !ws->gs || !ws->mem) {
+	if (!ws->la || !ws->gs || !ws->mem || (hp && !ws->ckpt && !ws->ha)) {
 		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for %zu bytes of activations", ws->bytes);
 		ds_gpt_ws_destroy(ws);
 		return rc;
 	}
 	layout(&d, ws, ws->mem);
+	ws->xw[0] = ws->dA;
+	ws->xw[1] = ws->dln;
 	/* rotary and sinusoidal tables, angles in double */
 	const int half = m->rd / 2;
 	for (int t = 0; t < o->T; t++)
@@ -331,6 +371,7 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 		return;
 	ds_free(ws->mem);
 	free(ws->la);
+	free(ws->ha);
 	free(ws->gs);
 	free(ws);
 }
@@ -394,6 +435,57 @@ static int hook_post(struct ds_gpt_ws *ws, int seg, int phase, struct ds_err *er
 					  phase ? "backward" : "forward");
 	}
 	return 0;
+}
+
+/* ---- 16-bit activation storage (mixed precision) ----------------------- */
+
+/* backward's layer input l (NC values): fp32 runs point into resid; mixed
+ * precision unpacks resid16[l] into lnf, free once the head's gradient is
+ * taken (forward keeps its fp32 layer inputs and outputs in dA and dln,
+ * which only backward uses) */
+static float *resid_in(struct ds_gpt_ws *ws, int l, int64_t NC)
+{
+	if (ws->half == DS_HALF_NONE)
+		return ws->resid + (int64_t)l * NC;
+	ds_half_unpack_n(ws->half, ws->lnf, ws->resid16 + (int64_t)l * NC, (size_t)NC);
+	return ws->lnf;
+}
+
+/* the activations layer l works in: its own (fp32 runs), the one working
+ * set la[0] (checkpointing), or la[0] with layer l's fp32 statistics */
+static struct acts layer_acts(const struct ds_gpt_ws *ws, int l)
+{
+	if (!ws->ha)
+		return ws->la[ws->ckpt ? 0 : l];
+	struct acts a = ws->la[0];
+	a.ln1_a = ws->ha[l].ln1_a;
+	a.ln1_b = ws->ha[l].ln1_b;
+	a.ln2_a = ws->ha[l].ln2_a;
+	a.ln2_b = ws->ha[l].ln2_b;
+	return a;
+}
+
+/* pack (dir 0) the working activations into layer l's 16-bit copy, or
+ * unpack them back (dir 1); every buffer is already 16-bit representable */
+static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
+			int B, int T, int dir)
+{
+	const struct hacts *h = &ws->ha[l];
+	const int64_t N = (int64_t)B * T, C = m->C;
+	struct { uint16_t *p; float *f; int64_t n; } v[] = {
+		{ h->ln1, a->ln1, N * C }, { h->qkv, a->qkv, 3 * N * C },
+		{ h->att, a->att, (int64_t)B * m->NH * T * T }, { h->atty, a->atty, N * C },
+		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C }, { h->ln2, a->ln2, N * C },
+		{ h->fch, a->fch, N * m->F2 }, { h->fcact, a->fcact, N * m->F },
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		if (!v[i].n)
+			continue;
+		if (dir)
+			ds_half_unpack_n(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
+		else
+			ds_half_pack_n(ws->half, v[i].p, v[i].f, (size_t)v[i].n);
+	}
 }
 
 /* per-sample dropout streams for (layer id, site) */
@@ -480,6 +572,7 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 				    0.0f, a->att + ((int64_t)b * NH + h) * T * T, T);
 		}
 	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
+	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
 		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
@@ -657,24 +750,35 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 	DS_TRY(hook_pre(m, ws, 0, DS_GPT_FORWARD, params, NULL, err));
 	const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
 		: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
-	ds_kernel_embed_forward(ws->resid, tokens, tp(m, P, m->wte), pos, B, T, C);
-	dropout_btc(ws, ws->resid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
-	rnd(ws, ws->resid, N * C);
+	const int hp = ws->half != DS_HALF_NONE;
+	const int64_t NC = N * C;
+	float *x0 = hp ? ws->xw[0] : ws->resid;
+	ds_kernel_embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
+	dropout_btc(ws, x0, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
+	rnd(ws, x0, NC);
+	if (hp)
+		ds_half_pack_n(ws->half, ws->resid16, x0, (size_t)NC);
 	if (!tied)
 		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
 
 	/* layers */
 	for (int l = 0; l < L; l++) {
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_FORWARD, params, NULL, err));
-		struct acts *a = &ws->la[ws->ckpt ? 0 : l];
-		layer_forward(m, ws, l, a, ws->resid + (int64_t)(l + 1) * N * C, ws->resid + (int64_t)l * N * C, B, T);
+		struct acts a = layer_acts(ws, l);
+		float *x = hp ? ws->xw[l & 1] : ws->resid + (int64_t)l * NC;
+		float *out = hp ? ws->xw[(l + 1) & 1] : ws->resid + (int64_t)(l + 1) * NC;
+		layer_forward(m, ws, l, &a, out, x, B, T);
+		if (hp)
+			ds_half_pack_n(ws->half, ws->resid16 + (int64_t)(l + 1) * NC, out, (size_t)NC);
+		if (ws->ha && l < L - 1)   /* the last layer stays in la[0] for backward */
+			layer_store(m, ws, l, &a, B, T, 0);
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_FORWARD, err));
 	}
-	ws->ckpt_layer = ws->ckpt ? L - 1 : -1;
+	ws->ckpt_layer = ws->ckpt || ws->ha ? L - 1 : -1;
 
 	/* final norm and head */
 	DS_TRY(hook_pre(m, ws, last, DS_GPT_FORWARD, params, NULL, err));
-	const float *xf = ws->resid + (int64_t)L * N * C;
+	const float *xf = hp ? ws->xw[L & 1] : ws->resid + (int64_t)L * NC;
 	norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
 	rnd(ws, ws->lnf, N * C);
 	const int V = m->V, Vp = m->Vp;
@@ -726,23 +830,27 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		    ws->lnf, C, 1.0f, tp(m, G, m->head), C);
 	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
 	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
-		      ws->resid + (int64_t)L * N * C, tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);
+		      resid_in(ws, L, N * C), tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);
 	rnd(ws, ws->dresid, N * C);
 	DS_TRY(hook_post(ws, last, DS_GPT_BACKWARD, err));
 
-	/* layers, last first; with checkpointing recompute each from its input */
+	/* layers, last first; with checkpointing recompute each from its input,
+	 * with 16-bit storage unpack each into the working set */
 	for (int l = L - 1; l >= 0; l--) {
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_BACKWARD, params, grads, err));
-		const float *x = ws->resid + (int64_t)l * N * C;
-		struct acts *a = &ws->la[ws->ckpt ? 0 : l];
+		const float *x = resid_in(ws, l, N * C);
+		struct acts a = layer_acts(ws, l);
 		if (ws->ckpt && ws->ckpt_layer != l) {
 			double t0 = ds_now();
 			/* the output goes to scratch: resid[l+1] is no longer needed */
-			layer_forward(m, ws, l, a, ws->dqkv, x, B, T);
+			layer_forward(m, ws, l, &a, ws->dqkv, x, B, T);
 			ws->ckpt_layer = l;
 			ws->recompute_s += ds_now() - t0;
+		} else if (ws->ha && ws->ckpt_layer != l) {
+			layer_store(m, ws, l, &a, B, T, 1);
+			ws->ckpt_layer = l;
 		}
-		layer_backward(m, ws, l, a, ws->dresid, x, B, T);
+		layer_backward(m, ws, l, &a, ws->dresid, x, B, T);
 		rnd(ws, ws->dresid, N * C);   /* the layer boundary */
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
 	}

@@ -110,7 +110,7 @@ struct ds_gpt_ws_opts {
 /* Activation bytes a workspace for (B, T, checkpointing) holds, without
  * allocating (the memory estimator's figure; ds_gpt_ws_bytes of the real one
  * is the same number). */
-size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing);
+size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);
 
 /* Allocate (ds_alloc) a workspace.  Returns 0, DS_EINVAL (T > max positions
  * for learned, B or T < 1) or DS_ENOMEM.  Free with ds_gpt_ws_destroy. */

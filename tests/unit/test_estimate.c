@@ -83,7 +83,7 @@ static void test_hand_count(void **state)
 	/* rows: in + tg = 2 * 2*32 int32, the step's 2*2 rows of 33 tokens,
 	 * and 4 optimizer headers */
 	assert_int_equal(m.bytes[DS_MEM_OTHER], 512 + 528 + 4 * sizeof(struct ds_optim));
-	assert_int_equal(m.bytes[DS_MEM_ACT], ds_gpt_activation_bytes(&o.model, 2, 32, 0));
+	assert_int_equal(m.bytes[DS_MEM_ACT], ds_gpt_activation_bytes(&o.model, 2, 32, 0, 0));
 	size_t sum = 0;
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		sum += m.bytes[c];

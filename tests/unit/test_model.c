@@ -47,16 +47,21 @@ static struct ds_gpt *mk(const struct ds_model_config *c)
 	return m;
 }
 
-static struct ds_gpt_ws *mkws(const struct ds_gpt *m, int B, int T, int ckpt, uint64_t seed)
+static struct ds_gpt_ws *mkws_half(const struct ds_gpt *m, int B, int T, int ckpt, uint64_t seed, int half)
 {
 	struct ds_gpt_ws *ws = NULL;
 	struct ds_err err = DS_ERR_INIT;
-	struct ds_gpt_ws_opts o = { B, T, ckpt, seed, 0 };
+	struct ds_gpt_ws_opts o = { B, T, ckpt, seed, half };
 	int rc = ds_gpt_ws_create(&ws, m, &o, &err);
 	if (rc)
 		fprintf(stderr, "# %s\n", err.msg);
 	assert_int_equal(rc, 0);
 	return ws;
+}
+
+static struct ds_gpt_ws *mkws(const struct ds_gpt *m, int B, int T, int ckpt, uint64_t seed)
+{
+	return mkws_half(m, B, T, ckpt, seed, 0);
 }
 
 static float run_fwd(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p, const int32_t *tok,
@@ -519,8 +524,8 @@ static void test_checkpointing_bitwise(void **state)
 	rand_tokens(tgt, B * T, 20, 6);
 	struct ds_gpt_ws *a = mkws(m, B, T, 0, 3), *b = mkws(m, B, T, 1, 3);
 	assert_true(ds_gpt_ws_bytes(b) < ds_gpt_ws_bytes(a));
-	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0));
-	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1));
+	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, 0));
+	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, 0));
 	/* checkpointing keeps one layer's activations instead of L: by hand,
 	 * each buffer rounded to 64 bytes, N = 24, C = 16, F = 64, F' = 128:
 	 * ln1, atty, res2, ln2 (N,C); 4 row stats (N); qkv (N,3C); att (B,NH,T,T);
@@ -542,6 +547,66 @@ static void test_checkpointing_bitwise(void **state)
 	assert_true(ds_gpt_ws_recompute_seconds(b) > 0);
 	ds_gpt_ws_destroy(a);
 	ds_gpt_ws_destroy(b);
+	free(p);
+	free(g0);
+	free(g1);
+	ds_gpt_destroy(m);
+}
+
+/* 16-bit activation storage (fp16, bf16): the saved activations and the
+ * layer inputs are packed to 16 bits, which loses nothing because they are
+ * 16-bit values already, so the run equals the checkpointing one (that
+ * recomputes each layer from its 16-bit input) bit for bit; the bytes are
+ * the fp32 workspace's with the (L+1) layer inputs and L layers' big
+ * buffers at 2 bytes per value, plus one fp32 working layer, counted by
+ * hand. */
+static void test_half_storage_bitwise(void **state)
+{
+	(void)state;
+	struct ds_gpt *m = mk_dropout_model();
+	const int B = 3, T = 8;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float));
+	float *g0 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
+	ds_gpt_init(m, 1, p, 0, n);
+	int32_t tok[24], tgt[24];
+	rand_tokens(tok, B * T, 20, 5);
+	rand_tokens(tgt, B * T, 20, 6);
+#define R64(nf) ((((size_t)(nf) * 4) + 63) / 64 * 64)
+#define R16(nh) ((((size_t)(nh) * 2) + 63) / 64 * 64)
+	const size_t N = (size_t)B * T, C = 16, F = 64, L = 2;
+	const size_t layer = 4 * R64(N * C) + 4 * R64(N) + R64(3 * N * C) + R64((size_t)B * 2 * T * T) +
+			     R64(N * 2 * F) + R64(N * F);
+	const size_t layer16 = 4 * R16(N * C) + 4 * R64(N) + R16(3 * N * C) + R16((size_t)B * 2 * T * T) +
+			       R16(N * 2 * F) + R16(N * F);
+	const size_t fp32 = ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, 0);
+	const size_t want = fp32 - R64((L + 1) * N * C) - L * layer + R16((L + 1) * N * C) + layer + L * layer16;
+	const size_t fp32_ckpt = ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, 0);
+	const size_t want_ckpt = fp32_ckpt - R64((L + 1) * N * C) + R16((L + 1) * N * C);
+#undef R64
+#undef R16
+	for (int half = 1; half <= 2; half++) {
+		struct ds_gpt_ws *a = mkws_half(m, B, T, 0, 3, half), *b = mkws_half(m, B, T, 1, 3, half);
+		assert_int_equal(ds_gpt_ws_bytes(a), want);
+		assert_int_equal(ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, half), want);
+		assert_int_equal(ds_gpt_ws_bytes(b), want_ckpt);
+		assert_int_equal(ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, half), want_ckpt);
+		assert_true(want < fp32);
+		assert_true(want_ckpt < fp32_ckpt);
+		for (int step = 0; step < 2; step++) {
+			memset(g0, 0, (size_t)n * sizeof(float));
+			memset(g1, 0, (size_t)n * sizeof(float));
+			float la = run_fwd(m, a, p, tok, tgt, B, T, step, 10, 1);
+			float lb = run_fwd(m, b, p, tok, tgt, B, T, step, 10, 1);
+			assert_true(isfinite(la));
+			assert_memory_equal(&la, &lb, sizeof(float));
+			run_bwd(m, a, p, g0, 0.5f);
+			run_bwd(m, b, p, g1, 0.5f);
+			assert_memory_equal(g0, g1, (size_t)n * sizeof(float));
+		}
+		ds_gpt_ws_destroy(a);
+		ds_gpt_ws_destroy(b);
+	}
 	free(p);
 	free(g0);
 	free(g1);
@@ -780,6 +845,7 @@ int main(void)
 		cmocka_unit_test(test_fd_gpt2_variant),
 		cmocka_unit_test(test_fd_neox_variant),
 		cmocka_unit_test(test_checkpointing_bitwise),
+		cmocka_unit_test(test_half_storage_bitwise),
 		cmocka_unit_test(test_dropout_layout),
 		cmocka_unit_test(test_hooks),
 		cmocka_unit_test(test_learns_sequence),
