@@ -9,8 +9,9 @@
 # a ratio to fp32.  The machine's memory (MemTotal) is the ceiling line.
 # The parameters the forward/backward read are the 16-bit copy (2 bytes per
 # parameter instead of 4) plus fp32 widening buffers of the segments in
-# use, but the fp32 master weights stay; activations are rounded to 16 bits
-# but stored in fp32 buffers, so their bytes do not change (see README).
+# use, but the fp32 master weights stay; the saved activations and layer
+# inputs are stored in 16 bits (one fp32 working layer and the fp32
+# logits/backward scratch remain), so the activation row shrinks (README).
 #
 # Usage: bench/mixed-memory.sh [MODEL] [STAGE] [MICRO_BATCH]
 #   MODEL default share/models/gpt-tiny.json, STAGE 0, MICRO_BATCH 8;

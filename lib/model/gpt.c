@@ -5,8 +5,8 @@
  * is in kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
  * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
  * Vp padded vocabulary, L layers, N = B*T.  Mixed precision rounds
- * activations to 16 bits in place (gpt.h); non-goals: 16-bit activation
- * storage, CUDA.
+ * activations to 16 bits in place and stores the saved ones in 16 bits
+ * (gpt.h); non-goal: CUDA.
  */
 #include "model/gpt.h"
 

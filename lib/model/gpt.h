@@ -103,11 +103,16 @@ struct ds_gpt_ws_opts {
  * and rounded to the 16-bit format where a GPU would store them: the
  * outputs of every norm and matrix product, the attention output, the
  * activation function, the residual stream at each layer boundary and the
- * logits; in backward the logits' gradient and the residual stream's
- * gradient at each layer boundary.  Storage stays fp32 (the values are
- * 16-bit representable; the memory is not halved). */
+ * logits and the attention probabilities; in backward the logits'
+ * gradient and the residual stream's gradient at each layer boundary.
+ * The layer inputs are stored in 16 bits, and without checkpointing every
+ * layer's saved activations too (its norms' row statistics stay fp32):
+ * layers compute in one fp32 working set, packed after forward and
+ * unpacked before backward, losslessly since the values are 16-bit
+ * already.  The final norm, logits and backward scratch stay fp32. */
 
-/* Activation bytes a workspace for (B, T, checkpointing) holds, without
+/* Activation bytes a workspace for (B, T, checkpointing, half: enum
+ * ds_half_kind) holds, without
  * allocating (the memory estimator's figure; ds_gpt_ws_bytes of the real one
  * is the same number). */
 size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);

@@ -282,7 +282,8 @@ static void trial_bytes(const struct ds_config *c, const struct ds_model_config 
 		return;
 	}
 	*out = ds_autotune_model_state_bytes(P, half, stage, W) +
-	       (double)ds_gpt_activation_bytes(mc, mb, mc->seq_length, ckpt, half ? DS_HALF_FP16 : DS_HALF_NONE) + DS_AUTOTUNE_MEM_OVERHEAD;
+	       (double)ds_gpt_activation_bytes(mc, mb, mc->seq_length, ckpt, half ? DS_HALF_FP16 : DS_HALF_NONE) +
+	       DS_AUTOTUNE_MEM_OVERHEAD;
 }
 
 static int build_space(struct ctx *x, const struct ds_config *c, const struct ds_model_config *mc,
