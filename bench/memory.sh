@@ -7,6 +7,10 @@
 #
 #   bench/memory.sh [MODEL] [STEPS]   (defaults: share/models/gpt2-124m.json, 2)
 #
+# Environment: DTYPE=fp16|bf16 trains in that precision (default fp32);
+# STAGES and NS (space-separated) restrict the stages and rank counts
+# (defaults "0 1 2 3" and "1 2 4").
+#
 # The model runs at sequence 32 (its parameters do not depend on it) with
 # one sample per rank per step, so a step is cheap; the figures are the
 # model's state, the comm/gather buffers and the small activations.  The
@@ -36,19 +40,26 @@ mem_total=$(kib MemTotal) mem_avail=$(kib MemAvailable)
 gib() { awk -v b="$1" 'BEGIN { printf "%.3f", b / 1073741824 }'; }
 
 params=$("$tools/ds-train" --check --json --model "$work/model.json" | jq '.memory.num_params')
-echo "# ds-train memory per rank: $(basename "$model_in") ($params parameters, seq 32, 1 sample per rank, $steps steps, AdamW fp32)"
+dtype=${DTYPE:-fp32}
+mixed=""
+case $dtype in
+fp32) ;;
+fp16 | bf16) mixed=", \"$dtype\": {\"enabled\": true}" ;;
+*) echo "$0: DTYPE $dtype: must be fp32, fp16 or bf16" >&2; exit 2 ;;
+esac
+echo "# ds-train memory per rank: $(basename "$model_in") ($params parameters, seq 32, 1 sample per rank, $steps steps, AdamW $dtype)"
 echo "# machine: MemTotal $(gib "$mem_total") GiB, MemAvailable $(gib "$mem_avail") GiB at start"
 printf '# %-5s %2s %4s %11s %11s %11s %11s %11s %9s %9s %9s\n' stage N rank model_GiB est_GiB alloc_GiB peak_GiB rss_GiB \
 	alloc/est rss/est avail/N
-for stage in 0 1 2 3; do
-	for n in 1 2 4; do
+for stage in ${STAGES:-0 1 2 3}; do
+	for n in ${NS:-1 2 4}; do
 		s3=""
 		[ "$stage" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0'
 		cfg="$work/z$stage-n$n.json"
 		cat >"$cfg" <<-EOF
 		{"train_batch_size": $n, "train_micro_batch_size_per_gpu": 1,
 		 "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-		 "zero_optimization": {"stage": $stage$s3},
+		 "zero_optimization": {"stage": $stage$s3}$mixed,
 		 "autotuning": {"start_profile_step": 1, "end_profile_step": $steps}}
 		EOF
 		est=$("$tools/ds-train" --check --json --deepspeed_config "$cfg" --model "$work/model.json" --world-size "$n" |

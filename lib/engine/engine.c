@@ -17,8 +17,10 @@
 
 /* Test-only fault injection (tests/mpi/train.bats; never set in production):
  *   DS_TEST_FAULT_SHARD_SHIFT=1  rank 0 treats its ZeRO slice of every
- *       segment as starting one element late (stages >= 1, W > 1), so the
- *       partitioning is wrong and the losses must diverge from 1 rank's;
+ *       segment as starting one element late (stages >= 1, W > 1; in
+ *       16-bit runs at stages 1-2 its updated master slice lands one
+ *       element late in the 16-bit copy), so the partitioning is wrong and
+ *       the losses must diverge from 1 rank's;
  *   DS_TEST_FAULT_FAIL_RANK=R[:S] rank R fails its optimizer step S
  *       (default 3) with an I/O error, as a rank dying mid-run would;
  *   DS_TEST_INJECT_INF_STEP=S[:N] rank 0 writes +inf into its first held
@@ -37,7 +39,10 @@ struct seg {
 	int64_t shard;    /* padded / W */
 	int64_t u0, un;   /* range this rank updates, segment-local */
 	int pfull, gfull; /* params / grads of the whole segment held here (else the owned slice) */
+	int mfull;        /* the fp32 params (master weights) whole here: pfull, except in fp16/bf16
+			   * runs with W > 1 at stages >= 1, which keep the owned slice only */
 	int64_t poff, goff;  /* first element in e->params / e->grads */
+	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
 	float *g_own;          /* grads of the owned W-slice */
 	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
@@ -75,7 +80,7 @@ struct ds_engine {
 		long seq;
 	} ps[3], gs[4];
 	int ngs;
-	int64_t maxpad, ptotal, gtotal;
+	int64_t maxpad, ptotal, gtotal, htotal;
 	/* overlap_comm at stages 0-1: bucket b covers [b*bucket, ...) of the
 	 * flat gradients; buckets ready_from.. are final in the last backward */
 	int overlap, last_micro, nbuckets, bnext, ready_seg;
@@ -92,7 +97,8 @@ struct ds_engine {
 	/* mixed precision */
 	enum ds_half_kind half;     /* DS_HALF_NONE: fp32 training */
 	int hdtype;                 /* DS_F16 / DS_BF16 for the 16-bit allgather */
-	uint16_t *p16;              /* 16-bit model copy, laid out as params (ptotal) */
+	uint16_t *p16;              /* 16-bit model copy (htotal): whole segments, or the owned
+				     * slices of stage 3's partitioned ones */
 	struct ds_scaler scaler;
 	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
 	 * off): stages 0-1 cast each bucket into c16 (total elements, so that
@@ -316,9 +322,9 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 	sl->seg = s;
 	if (e->half) {  /* the 16-bit slices travel; expand_seg widens them */
 		if (blocking)
-			return ds_comm_allgather(e->comm, e->p16 + sg->poff, sl->h, (size_t)sg->shard, e->hdtype,
+			return ds_comm_allgather(e->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype,
 						 &e->herr);
-		return ds_comm_iallgather(e->comm, e->p16 + sg->poff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
+		return ds_comm_iallgather(e->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
 					  &e->herr);
 	}
 	if (blocking)
@@ -339,15 +345,25 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 static void expand_seg(struct ds_engine *e, struct slot *sl)
 {
 	const struct seg *sg = &e->seg[sl->seg];
-	const uint16_t *src = sg->pfull ? e->p16 + sg->poff : sl->h;
+	const uint16_t *src = sg->pfull ? e->p16 + sg->hoff : sl->h;
 	ds_half_unpack_n(e->half, sl->buf, src, (size_t)sg->padded);
 }
 
-/* the 16-bit model copy from the master weights (after init, step, load) */
+/* the 16-bit model copy from the master weights this rank holds (after
+ * init, step, load): whole segments, or the owned slice into its place in
+ * the 16-bit segment (stages 1-2: gather_half completes it) */
 static void refresh_half(struct ds_engine *e)
 {
-	if (e->half)
-		ds_half_pack_n(e->half, e->p16, e->params, (size_t)e->ptotal);
+	if (!e->half)
+		return;
+	for (int s = 0; s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		if (sg->mfull)
+			ds_half_pack_n(e->half, e->p16 + sg->hoff, e->params + sg->poff, (size_t)sg->padded);
+		else
+			ds_half_pack_n(e->half, e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0), e->params + sg->poff,
+				       (size_t)sg->shard);
+	}
 }
 
 /* add a micro-step's 16-bit gradients g[0..n) to the held acc[0..n) */
@@ -581,9 +597,12 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		/* stage 3: segments below the persistence threshold stay whole */
 		sg->pfull = !zp || sg->numel < opts->stage3_param_persistence_threshold;
 		sg->gfull = !zg;
+		sg->mfull = sg->pfull && !(opts->half != DS_HALF_NONE && opts->zero_stage >= 1 && e->W > 1);
 		sg->poff = e->ptotal;
 		sg->goff = e->gtotal;
-		e->ptotal += sg->pfull ? sg->padded : sg->shard;
+		sg->hoff = e->htotal;
+		e->ptotal += sg->mfull ? sg->padded : sg->shard;
+		e->htotal += sg->pfull ? sg->padded : sg->shard;
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > maxshard)
 			maxshard = sg->shard;
@@ -627,7 +646,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
-	if (e->half && !(e->p16 = ds_alloc((size_t)e->ptotal * sizeof(uint16_t))))
+	if (e->half && !(e->p16 = ds_alloc((size_t)e->htotal * sizeof(uint16_t))))
 		slots_ok = 0;
 	if (!e->breq || !e->seg_done)
 		slots_ok = 0;
@@ -640,7 +659,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
 		/* initialisation is a pure function of (seed, name, index): each
 		 * rank fills what it holds (the segment, or its slice) alone */
-		if (sg->pfull) {
+		if (sg->mfull) {
 			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
 		} else {
 			int64_t lo = (int64_t)e->rank * sg->shard, hi = lo + sg->shard;
@@ -653,7 +672,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
 			sg->u0 = 1;  /* test-only fault: see the top of this file */
 		sg->un = sharded(e) ? sg->shard : sg->padded;
-		sg->p_upd = e->params + sg->poff + (sg->pfull ? sg->u0 : 0);
+		sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
 		sg->g_upd = e->grads + sg->goff + (sg->gfull ? sg->u0 : 0);
 		sg->g_own = e->grads + sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
 		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
@@ -674,6 +693,19 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	if (is && strchr(is, ':'))
 		e->inject_n = atoi(strchr(is, ':') + 1);
 	refresh_half(e);
+	/* a whole 16-bit segment over a partitioned master (stages 1-2): the
+	 * other ranks' slices, initialised here in fp32 (init is a pure
+	 * function of the element) and rounded, as gather_half would bring */
+	for (int s = 0; s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		if (sg->mfull || !sg->pfull)
+			continue;
+		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
+		float *tmp = e->ps[0].buf;
+		memset(tmp, 0, (size_t)sg->padded * sizeof(float));
+		ds_gpt_init(e->model, opts->seed, tmp, ms->offset, ms->offset + ms->numel);
+		ds_half_pack_n(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
+	}
 	*out = e;
 	return 0;
 fail:
@@ -861,7 +893,8 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 	return 0;
 }
 
-/* Stages >= 1: every rank updated its slice; gather the full parameters. */
+/* Stages >= 1: every rank updated its slice; gather the full parameters
+ * (fp32 runs; a partitioned master has nothing to gather here). */
 static int gather_params(struct ds_engine *e, struct ds_err *err)
 {
 	if (!sharded(e))
@@ -869,20 +902,40 @@ static int gather_params(struct ds_engine *e, struct ds_err *err)
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		float *base = e->params + sg->poff;
-		if (!sg->pfull)
-			continue;  /* stage 3: the slice is all this rank keeps */
+		if (!sg->mfull)
+			continue;  /* the slice is all this rank keeps */
 		DS_TRY(ds_comm_allgather(e->comm, base + sg->u0, base, (size_t)sg->shard, DS_F32, err));
 	}
 	return 0;
 }
 
-void ds_engine_params_loaded(struct ds_engine *e) { refresh_half(e); }
+/* fp16/bf16 at stages 1-2 (W > 1): refresh_half rounded the owned master
+ * slice into its place in the whole 16-bit segment; gather the other
+ * ranks' 16-bit slices (half the bytes of an fp32 allgather) */
+static int gather_half(struct ds_engine *e, struct ds_err *err)
+{
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		uint16_t *base = e->p16 + sg->hoff;
+		if (sg->mfull || !sg->pfull)
+			continue;
+		DS_TRY(ds_comm_allgather(e->comm, base + (int64_t)e->rank * sg->shard, base, (size_t)sg->shard,
+					 e->hdtype, err));
+	}
+	return 0;
+}
+
+int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err)
+{
+	refresh_half(e);
+	return e->half ? gather_half(e, err) : 0;
+}
 
 int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
 {
 	DS_TRY(gather_params(e, err));
 	refresh_half(e);
-	return 0;
+	return e->half ? gather_half(e, err) : 0;
 }
 
 static void split_rows(struct ds_engine *e, const int32_t *rows, int n)
@@ -994,6 +1047,8 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	DS_TRY(optimizer_step(e, grad_mul, err));
 	DS_TRY(gather_params(e, err));
 	refresh_half(e);
+	if (e->half)
+		DS_TRY(gather_half(e, err));
 	res->t_step = ds_now() - t0;
 	e->steps++;
 	return 0;
@@ -1034,19 +1089,19 @@ float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return sg->pfull ? e->params + sg->poff + a : NULL;
+	return sg->mfull ? e->params + sg->poff + a : NULL;
 }
 
 int ds_engine_param_partitioned(const struct ds_engine *e, int i)
 {
-	return !e->seg[ds_gpt_tensor(e->model, i)->segment].pfull;
+	return !e->seg[ds_gpt_tensor(e->model, i)->segment].mfull;
 }
 
 float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	if (sg->pfull) {
+	if (sg->mfull) {
 		*begin = 0;
 		*end = ds_gpt_tensor(e->model, i)->numel;
 		return e->params + sg->poff + a;
@@ -1102,7 +1157,7 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
 	size_t b = ((size_t)e->ptotal + (size_t)e->gtotal) * sizeof(float);
 	if (e->half)
-		b += (size_t)e->ptotal * sizeof(uint16_t);  /* the 16-bit model copy */
+		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
 	for (int s = 0; s < e->nseg; s++)
 		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
 	return b;

@@ -25,10 +25,13 @@
  * Mixed precision (opts.half = fp16 or bf16; engine_mixed comment in
  * engine.c): the fp32 buffers above are the master weights and the
  * optimizer works on them; the model's parameters are a 16-bit copy of
- * them (same layout), refreshed after every step and expanded to fp32 per
- * segment just before its forward or backward (at stage 3 the 16-bit
- * slices are what is allgathered), so the passes see exactly 16-bit
- * weights.  Each micro-step's gradients are rounded to 16 bits and
+ * them, refreshed after every step and expanded to fp32 per segment just
+ * before its forward or backward, so the passes see exactly 16-bit
+ * weights.  With W > 1 at stages >= 1 the fp32 master is kept only for the
+ * owned slices (as DeepSpeed's fp32 partitions): at stages 1-2 the updated
+ * slice is rounded into the whole 16-bit copy and the 16-bit slices are
+ * allgathered after the step; at stage 3 the 16-bit slices are what is
+ * allgathered before each pass.  Each micro-step's gradients are rounded to 16 bits and
  * accumulated in 16 bits (or in fp32 with grad_accum_fp32); reductions sum
  * in fp32 and the result is rounded to 16 bits again.  fp16 multiplies the
  * loss by the scaler's scale before backward; an overflow anywhere (inf or
@@ -147,11 +150,13 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 /* ---- state for checkpoints --------------------------------------------- */
 
 /* Pointer to tensor i's parameters (the whole tensor), or NULL when this
- * rank holds only a slice of it (stage 3: use ds_engine_param_range). */
+ * rank holds only a slice of it (stage 3, or a 16-bit run at stages 1-2
+ * with W > 1: use ds_engine_param_range). */
 float *ds_engine_param(struct ds_engine *e, int i);
 
-/* 1 when tensor i's parameters are partitioned across ranks (stage 3, the
- * same answer on every rank), else 0. */
+/* 1 when tensor i's fp32 parameters are partitioned across ranks (stage
+ * 3; fp16/bf16 at stages 1-2 with W > 1; the same answer on every rank),
+ * else 0. */
 int ds_engine_param_partitioned(const struct ds_engine *e, int i);
 
 /* The parameters of tensor i this rank holds: a pointer to element *begin
@@ -188,8 +193,10 @@ void ds_engine_set_steps(struct ds_engine *e, int64_t steps);
 int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err);
 
 /* After this rank wrote every parameter it holds (ds_engine_param_range):
- * refresh the 16-bit model copy from them (no communication). */
-void ds_engine_params_loaded(struct ds_engine *e);
+ * refresh the 16-bit model copy from them.  Collective in fp16/bf16 runs
+ * (W > 1, stages >= 1): the owned master slices are rounded and the 16-bit
+ * slices allgathered into the whole 16-bit segments. */
+int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err);
 
 /* Bytes of model state this rank holds (params, grads, optimizer states)
  * and of activations/workspace. */

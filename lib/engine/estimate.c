@@ -48,7 +48,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	const int half = o->half != DS_HALF_NONE;
 	const int64_t align = (int64_t)W * 16;
 	const int ns = optim_states(&o->optim);
-	int64_t ptotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
+	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
 	size_t optim = 0;
 
 	m->stage = o->zero_stage;
@@ -60,9 +60,12 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 		int64_t numel = ds_gpt_segment(model, s)->numel;
 		int64_t padded = (numel + align - 1) / align * align, shard = padded / W;
 		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !zg;
+		/* the fp32 master: the owned slice only in 16-bit runs at stages >= 1 */
+		int mfull = pfull && !(half && sharded);
 		m->padded += padded;
 		m->nseg_partitioned += !pfull;
-		ptotal += pfull ? padded : shard;
+		mtotal += mfull ? padded : shard;
+		htotal += pfull ? padded : shard;
 		gtotal += gfull ? padded : shard;
 		if (shard > maxshard)
 			maxshard = shard;
@@ -71,9 +74,12 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 		int64_t un = sharded ? shard : padded;  /* the range this rank's optimizer updates */
 		optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
 	}
-	m->bytes[DS_MEM_PARAMS] = (size_t)ptotal * F32 + (half ? (size_t)ptotal * sizeof(uint16_t) : 0);
+	/* fp16/bf16: the parameters are the 16-bit model copy; the fp32 master
+	 * weights count with the optimizer states, as DeepSpeed and the ZeRO
+	 * paper count them (K = 12 bytes per element with Adam) */
+	m->bytes[DS_MEM_PARAMS] = half ? (size_t)htotal * sizeof(uint16_t) : (size_t)mtotal * F32;
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * F32;
-	m->bytes[DS_MEM_OPTIM] = optim;
+	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
 	 * keeps reductions in flight: 4 gradient slots, each with a receive
@@ -113,17 +119,19 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 	const int sharded = m->stage >= 1 && W > 1;
 	const int T = o->seq_length ? o->seq_length : o->model.seq_length;
 	switch (cat) {
-	case DS_MEM_PARAMS:
+	case DS_MEM_PARAMS: {
+		const char *dt = o->half != DS_HALF_NONE ? ds_half_name(o->half) : "fp32";
 		if (m->nseg_partitioned)
-			snprintf(buf, n, "fp32; 1/%d of %d segments, %d whole (below the persistence threshold)", W,
+			snprintf(buf, n, "%s; 1/%d of %d segments, %d whole (below the persistence threshold)", dt, W,
 				 m->nseg_partitioned, m->nseg - m->nseg_partitioned);
 		else
-			snprintf(buf, n, "fp32, every segment whole");
+			snprintf(buf, n, "%s, every segment whole", dt);
 		if (o->half != DS_HALF_NONE) {
 			size_t l = strlen(buf);
-			snprintf(buf + l, n - l, " + a %s copy", ds_half_name(o->half));
+			snprintf(buf + l, n - l, " (the fp32 master weights are under optimizer_states)");
 		}
 		break;
+	}
 	case DS_MEM_GRADS:
 		snprintf(buf, n, m->stage >= 2 && W > 1 ? "fp32, owned 1/%d slices" : "fp32, every segment whole", W);
 		break;
@@ -133,6 +141,10 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		if (sharded) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " (1/%d)", W);
+		}
+		if (o->half != DS_HALF_NONE) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " + the fp32 master weights, %s", sharded ? "owned slices" : "whole model");
 		}
 		break;
 	case DS_MEM_COMM:

@@ -13,9 +13,12 @@
  * stages 0-1 run in place on the flat buffers, so reduce_bucket_size and
  * allgather_bucket_size cost no memory here.  Transient buffers (Lamb's
  * partial norms, a checkpoint's staging tensor) and what MPI or the C
- * library allocate themselves are not counted.  fp16/bf16 (o->half) add
- * the 16-bit model copy (2 bytes per held parameter, under parameters),
- * and the fp32 widening buffers every segment passes through: 3 parameter
+ * library allocate themselves are not counted.  fp16/bf16 (o->half): the
+ * parameters row is the 16-bit model copy (2 bytes per held parameter) and
+ * the fp32 master weights count under optimizer_states, as DeepSpeed and
+ * the ZeRO paper count them; with W > 1 at stages >= 1 the master is kept
+ * for the owned slices only.  They also add the fp32 widening buffers
+ * every segment passes through: 3 parameter
  * and 2 gradient slots of the largest segment (plus 3 16-bit gather slots
  * at stage 3), under communication.
  */
@@ -29,9 +32,9 @@
 #include "util/err.h"
 
 enum ds_engine_mem_cat {
-	DS_MEM_PARAMS = 0,  /* fp32 parameters held (whole or the owned slices) */
+	DS_MEM_PARAMS = 0,  /* parameters held (whole or the owned slices): fp32, or fp16/bf16 copy */
 	DS_MEM_GRADS,       /* fp32 gradients held */
-	DS_MEM_OPTIM,       /* optimizer states (exp_avg, exp_avg_sq / momentum) */
+	DS_MEM_OPTIM,       /* optimizer states (exp_avg, exp_avg_sq / momentum); + fp32 master in 16-bit runs */
 	DS_MEM_COMM,        /* reduce-scatter scratch, stage-2/3 gather buffers */
 	DS_MEM_ACT,         /* the model's activation workspace (ds_gpt_activation_bytes) */
 	DS_MEM_OTHER,       /* input/target rows, ds-train's batch, optimizer headers */

@@ -237,7 +237,7 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 				    (unsigned long long)s->eng.seed);
 	}
 	if (rc == 0)  /* the 16-bit model copy follows the loaded master weights */
-		ds_engine_params_loaded(e);
+		rc = ds_engine_params_loaded(e, err);
 	if (rc == 0 && tag_out)
 		*tag_out = strdup(ds_ckpt_tag(ck));
 	ds_ckpt_close(ck);

@@ -200,11 +200,26 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 	assert_line --regexp '^# note: .*offload_param\.device .*; the estimate is for fp32 training$'
 }
 
-@test "--check: bf16 adds a 16-bit copy of the parameters to the estimate" {
+@test "--check: bf16 counts the 16-bit copy as parameters and the fp32 master with the optimizer states" {
+	# as DeepSpeed and the ZeRO paper count them: 2 bytes of 16-bit
+	# parameters, 4 of gradients (dstk keeps them in fp32), 12 of fp32
+	# master + Adam states per parameter
 	run -0 ds-train --check --deepspeed_config "$SHARE/configs/bf16.json" "${MODEL_ARGS[@]}"
 	assert_line "# memory per rank: ZeRO stage 0, world size 1, adamw, bf16"
-	[ "$(mem_row parameters)" -eq $((118528 * (4 + 2))) ]
+	[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
 	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
+	[ "$(mem_row optimizer_states)" -eq $((118528 * 12)) ]
+	assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, whole model'
+	# stages 1-2 at 4 ranks: the whole 16-bit copy, the master with the
+	# states for the owned quarter only (stage 2 also the gradients)
+	for st in 1 2; do
+		jq --argjson s $st '.zero_optimization.stage = $s' "$SHARE/configs/bf16.json" > "$BATS_TEST_TMPDIR/b$st.json"
+		run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b$st.json" "${MODEL_ARGS[@]}" --world-size 4
+		[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
+		[ "$(mem_row optimizer_states)" -eq $((118528 * 12 / 4)) ]
+		[ "$(mem_row gradients)" -eq $((st == 2 ? 118528 : 118528 * 4)) ]
+		assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, owned slices'
+	done
 }
 
 @test "--check: offload to cpu is said to change nothing on a CPU build (the estimate is the same)" {

@@ -34,6 +34,29 @@ resume_check() {
 	resume_check 4 3 2 1
 }
 
+# bf16 at stages 1-2 keeps the fp32 master for the owned slice only: a save
+# at 2 ranks stage 1 writes the full fp32 tensors from the slices, and a
+# resume at the same layout continues the continuous 2-rank run exactly; at
+# 4 ranks stage 2 it follows the 1-rank bf16 run to bf16's layout tolerance
+# (2e-3, as tests/mpi/train.bats).  A 16-bit copy not refreshed whole after
+# the load (other ranks' slices stale) fails both.
+@test "bf16: saved at 2 ranks stage 1, resumed at 2 ranks stage 1 (exact) and at 4 ranks stage 2" {
+	export PRECISION=bf16
+	local d="$BATS_TEST_TMPDIR" ref
+	train_run "$d/cont" 2 1 1 || { tail -5 "$d/cont/err"; fail "continuous 2-rank run failed"; }
+	ITERS=10 train_run "$d/a" 2 1 1 -- --save "$d/ckpt" --save-interval 10 || { tail -5 "$d/a/err"; fail "save run failed"; }
+	[ -f "$d/ckpt/global_step10/state.h5" ] || fail "no checkpoint at step 10"
+	train_run "$d/b" 2 1 1 -- --load "$d/ckpt" || { tail -5 "$d/b/err"; fail "resume at 2 ranks failed"; }
+	[ "$(tail -n +2 "$(losses "$d/b")" | wc -l)" -eq 10 ] || fail "$(cat "$(losses "$d/b")")"
+	run same_losses_from "$(losses "$d/b")" "$(losses "$d/cont")"
+	assert_success
+	train_run "$d/c" 4 2 1 -- --load "$d/ckpt" || { tail -5 "$d/c/err"; fail "resume at 4 ranks failed"; }
+	grep -q "loaded $d/ckpt/global_step10: step 10" "$d/c/err" || fail "$(cat "$d/c/err")"
+	ref=$(reference) || fail "1-rank bf16 reference failed"
+	RTOL=2e-3 run same_losses_from "$(losses "$d/c")" "$(losses "$ref")"
+	assert_success
+}
+
 @test "resuming without the optimizer state does not give the continuous run's losses (the check can fail)" {
 	ref=$(reference)
 	d="$BATS_TEST_TMPDIR"

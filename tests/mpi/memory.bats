@@ -97,3 +97,28 @@ check_stage() {
 		done
 	done
 }
+
+# bf16 at stages 1 and 2 on 2 and 4 ranks: each rank keeps the whole 16-bit
+# model copy (2 bytes x P) but the fp32 master weights and the Adam states
+# for its own 1/N slice only (12 bytes x P / N, as DeepSpeed's fp32
+# partitions), plus fp32 gradients (4 x P, stage 2 4 x P / N); the
+# allocator holds the estimate byte for byte, at setup and at its peak.
+@test "bf16 stages 1-2: 16-bit copy whole, fp32 master + Adam states / N, allocator equal to the estimate" {
+	local st n cfg ms want
+	for st in 1 2; do
+		for n in 2 4; do
+			cfg="$BATS_TEST_TMPDIR/bf16-s$st-n$n.json"
+			printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": %d, "bf16": {"enabled": true}, "zero_optimization": {"stage": %d}}' \
+				$((8 / n)) "$st" >"$cfg"
+			run -0 --separate-stderr mpirun_n "$n" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$cfg" \
+				--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
+			line=$(grep '^memory per rank' <<<"$output") || fail "no memory line: $output $stderr"
+			want=$((2 * P + 12 * P / n + (st == 2 ? 4 * P / n : 4 * P)))
+			ms=$(field "$line" model_state)
+			[ "$ms" -eq "$want" ] || fail "stage $st N $n: model state $ms, want $want: $line"
+			[ "$(field "$line" model_state_estimate)" -eq "$ms" ] || fail "stage $st N $n: $line"
+			[ "$(field "$line" alloc_setup)" -eq "$(field "$line" estimate)" ] || fail "stage $st N $n: $line"
+			[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "stage $st N $n: $line"
+		done
+	done
+}

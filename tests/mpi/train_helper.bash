@@ -106,9 +106,10 @@ check_layout() {
 }
 
 # same_losses_from A B: every step A logged (at least one) is in B with a
-# loss within 1e-5 relative; for a resumed run A against a continuous B.
+# loss within RTOL (default 1e-5) relative; for a resumed run A against a
+# continuous B.
 same_losses_from() {
-	awk -F, -v rtol=1e-5 '
+	awk -F, -v rtol="${RTOL:-1e-5}" '
 	NR == FNR { if (FNR > 1) ref[$1] = $2; next }
 	FNR > 1 {
 		m++
