@@ -893,6 +893,46 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 	return 0;
 }
 
+/* Allgather a padded segment of W equal shards at base (rank r's shard at
+ * r * shard, element size es) in rounds of allgather_bucket_size elements
+ * (DeepSpeed: each round moves bucket / W elements of every shard).  A
+ * round lands back to back in a staging buffer and is copied into place;
+ * the staging buffer is gradient memory, free between the optimizer step
+ * and the next step's zeroing: the whole gradients at stage 1, a gradient
+ * gather slot at stage 2.  Without a bucket smaller than the segment (or
+ * without staging room), one allgather in place.  This rank sends from
+ * element send_off (its shard; moved by the test-only shard-shift fault). */
+static int gather_chunked(struct ds_engine *e, void *base, int64_t shard, int64_t send_off, int dtype, size_t es,
+			  struct ds_err *err)
+{
+	const int W = e->W;
+	char *b = base, *stage = NULL;
+	int64_t c = e->o.allgather_bucket_size > 0 ? e->o.allgather_bucket_size / W : shard, cap = 0;
+	if (c < 1)
+		c = 1;
+	if (c < shard) {
+		int whole = 1;
+		for (int s = 0; s < e->nseg; s++)
+			whole &= e->seg[s].gfull;
+		if (whole)
+			stage = (char *)e->grads, cap = e->gtotal * (int64_t)sizeof(float);
+		else if (e->gs[0].buf)
+			stage = (char *)e->gs[0].buf, cap = e->maxpad * (int64_t)sizeof(float);
+		if ((int64_t)W * c * (int64_t)es > cap)
+			stage = NULL;
+	}
+	if (!stage)
+		return ds_comm_allgather(e->comm, b + (size_t)send_off * es, b, (size_t)shard, dtype, err);
+	for (int64_t o = 0; o < shard; o += c) {
+		int64_t n = shard - o < c ? shard - o : c;
+		DS_TRY(ds_comm_allgather(e->comm, b + (size_t)(send_off + o) * es, stage, (size_t)n, dtype, err));
+		for (int r = 0; r < W; r++)
+			if (r != e->rank)
+				memcpy(b + (size_t)(r * shard + o) * es, stage + (size_t)(r * n) * es, (size_t)n * es);
+	}
+	return 0;
+}
+
 /* Stages >= 1: every rank updated its slice; gather the full parameters
  * (fp32 runs; a partitioned master has nothing to gather here). */
 static int gather_params(struct ds_engine *e, struct ds_err *err)
@@ -901,10 +941,9 @@ static int gather_params(struct ds_engine *e, struct ds_err *err)
 		return 0;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
-		float *base = e->params + sg->poff;
 		if (!sg->mfull)
 			continue;  /* the slice is all this rank keeps */
-		DS_TRY(ds_comm_allgather(e->comm, base + sg->u0, base, (size_t)sg->shard, DS_F32, err));
+		DS_TRY(gather_chunked(e, e->params + sg->poff, sg->shard, sg->u0, DS_F32, sizeof(float), err));
 	}
 	return 0;
 }
@@ -919,8 +958,7 @@ static int gather_half(struct ds_engine *e, struct ds_err *err)
 		uint16_t *base = e->p16 + sg->hoff;
 		if (sg->mfull || !sg->pfull)
 			continue;
-		DS_TRY(ds_comm_allgather(e->comm, base + (int64_t)e->rank * sg->shard, base, (size_t)sg->shard,
-					 e->hdtype, err));
+		DS_TRY(gather_chunked(e, base, sg->shard, (int64_t)e->rank * sg->shard, e->hdtype, sizeof(uint16_t), err));
 	}
 	return 0;
 }

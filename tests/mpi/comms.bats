@@ -105,6 +105,35 @@ expect_rows() {
 		"all_reduce|$(size 8)|$STEPS"
 }
 
+@test "stage 1, allgather_bucket_size 10000: each shard gathered in rounds of 5000 elements, same losses" {
+	cd "$BATS_TEST_TMPDIR"
+	train2 1 1 ', "comms_logger": {"enabled": true}'
+	grep '^step ' <<<"$output" | cut -d'|' -f1,3 > whole.txt
+	cfg "$BATS_TEST_TMPDIR/ds.json" 1 1 ', "comms_logger": {"enabled": true}'
+	jq '.zero_optimization.allgather_bucket_size = 10000' "$BATS_TEST_TMPDIR/ds.json" > "$BATS_TEST_TMPDIR/ag.json"
+	run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/ag.json" \
+		--model "$MODEL" --train-iters "$STEPS" --peak-gflops 1
+	assert_success
+	grep '^step ' <<<"$output" | cut -d'|' -f1,3 > rounds.txt
+	[ -s whole.txt ] && diff whole.txt rounds.txt
+	# DeepSpeed's rounds: bucket / W = 5000 elements of every shard per
+	# all_gather; a shard of at most 5000 goes in one call
+	local want=() sh n sz
+	declare -A cnt=()
+	for sh in $(($(pad $SEG_EMB 2) / 2)) $(for _ in $(seq $L); do echo $(($(pad $SEG_LAYER 2) / 2)); done) \
+		  $(($(pad $SEG_FINAL 2) / 2)); do
+		for ((n = 0; n < sh; n += 5000)); do
+			sz=$((sh - n < 5000 ? sh - n : 5000))
+			cnt[$sz]=$((${cnt[$sz]:-0} + STEPS))
+		done
+	done
+	for sz in "${!cnt[@]}"; do want+=("all_gather|$(size $((sz * 4)))|${cnt[$sz]}"); done
+	rows | grep '^all_gather' | sort > got.txt
+	printf '%s\n' "${want[@]}" | sort > want.txt
+	diff got.txt want.txt
+	[ "$(wc -l < want.txt)" -ge 3 ]  # full rounds and partial ones
+}
+
 @test "stage 3: every segment gathered before its forward and its backward, none after the step" {
 	train2 3 1 ', "comms_logger": {"enabled": true}'
 	local e l f
