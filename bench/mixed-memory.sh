@@ -26,7 +26,7 @@ train=${DS_BUILDDIR:-.}/tools/ds-train
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-echo "# machine ceiling: MemTotal $(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo) bytes"
+echo "# machine ceiling: MemTotal $(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo) bytes"
 echo "# model $model, ZeRO stage $stage, micro batch $mb, 1 rank"
 printf '# %-6s %14s %14s %14s %14s %14s %8s %8s %8s\n' precision alloc_peak peak_rss model_state params_row act_row \
 	alloc/32 params/32 act/32
