@@ -509,48 +509,83 @@ static struct ds_gpt *mk_dropout_model(void)
 	return mk(&c);
 }
 
-/* Checkpointing on and off give bitwise identical loss and gradients. */
+/* Bytes of n values of es bytes, rounded to 64 as the workspace lays them
+ * out, and of one layer's saved activations of the dropout model (N = B*T
+ * rows, C = 16, F = 64, F' = 128, NH = 2): ln1, atty, res2, ln2 (N,C) and
+ * qkv (N,3C), att (B,NH,T,T), c_fc out (N,F'), activation out (N,F) at es
+ * bytes; the 4 row statistics (N) always fp32. */
+static size_t r64(size_t n, size_t es) { return (n * es + 63) / 64 * 64; }
+static size_t layer_bytes(int B, int T, size_t es)
+{
+	const size_t N = (size_t)B * T, C = 16, F = 64;
+	return 4 * r64(N * C, es) + 4 * r64(N, 4) + r64(3 * N * C, es) + r64((size_t)B * 2 * T * T, es) +
+	       r64(N * 2 * F, es) + r64(N * F, es);
+}
+
+/* The dropout model, its parameters and two gradient buffers, and a batch. */
+struct pair_fx {
+	struct ds_gpt *m;
+	int64_t n;
+	float *p, *g0, *g1;
+	int32_t tok[24], tgt[24];
+};
+enum { FX_B = 3, FX_T = 8 };
+
+static void pair_fx_init(struct pair_fx *f)
+{
+	f->m = mk_dropout_model();
+	f->n = ds_gpt_num_params(f->m);
+	f->p = malloc((size_t)f->n * sizeof(float));
+	f->g0 = calloc((size_t)f->n, sizeof(float));
+	f->g1 = calloc((size_t)f->n, sizeof(float));
+	assert_non_null(f->p);
+	ds_gpt_init(f->m, 1, f->p, 0, f->n);
+	rand_tokens(f->tok, FX_B * FX_T, 20, 5);
+	rand_tokens(f->tgt, FX_B * FX_T, 20, 6);
+}
+
+static void pair_fx_free(struct pair_fx *f)
+{
+	free(f->p);
+	free(f->g0);
+	free(f->g1);
+	ds_gpt_destroy(f->m);
+}
+
+/* Two steps (dropout on) in workspaces a and b give bitwise equal, finite
+ * losses and gradients. */
+static void assert_same_runs(struct pair_fx *f, struct ds_gpt_ws *a, struct ds_gpt_ws *b)
+{
+	for (int step = 0; step < 2; step++) {
+		memset(f->g0, 0, (size_t)f->n * sizeof(float));
+		memset(f->g1, 0, (size_t)f->n * sizeof(float));
+		float la = run_fwd(f->m, a, f->p, f->tok, f->tgt, FX_B, FX_T, step, 10, 1);
+		float lb = run_fwd(f->m, b, f->p, f->tok, f->tgt, FX_B, FX_T, step, 10, 1);
+		assert_true(isfinite(la));
+		assert_memory_equal(&la, &lb, sizeof(float));
+		run_bwd(f->m, a, f->p, f->g0, 0.5f);
+		run_bwd(f->m, b, f->p, f->g1, 0.5f);
+		assert_memory_equal(f->g0, f->g1, (size_t)f->n * sizeof(float));
+	}
+}
+
+/* Checkpointing on and off give bitwise identical loss and gradients;
+ * checkpointing keeps one layer's activations instead of L (= 2). */
 static void test_checkpointing_bitwise(void **state)
 {
 	(void)state;
-	struct ds_gpt *m = mk_dropout_model();
-	const int B = 3, T = 8;
-	const int64_t n = ds_gpt_num_params(m);
-	float *p = malloc((size_t)n * sizeof(float));
-	float *g0 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
-	ds_gpt_init(m, 1, p, 0, n);
-	int32_t tok[24], tgt[24];
-	rand_tokens(tok, B * T, 20, 5);
-	rand_tokens(tgt, B * T, 20, 6);
-	struct ds_gpt_ws *a = mkws(m, B, T, 0, 3), *b = mkws(m, B, T, 1, 3);
-	assert_true(ds_gpt_ws_bytes(b) < ds_gpt_ws_bytes(a));
-	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, 0));
-	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, 0));
-	/* checkpointing keeps one layer's activations instead of L: by hand,
-	 * each buffer rounded to 64 bytes, N = 24, C = 16, F = 64, F' = 128:
-	 * ln1, atty, res2, ln2 (N,C); 4 row stats (N); qkv (N,3C); att (B,NH,T,T);
-	 * c_fc out (N,F'); activation out (N,F) */
-#define R64(nf) ((((size_t)(nf) * 4) + 63) / 64 * 64)
-	const size_t N = (size_t)B * T, C = 16, F = 64;
-	size_t layer = 4 * R64(N * C) + 4 * R64(N) + R64(3 * N * C) + R64((size_t)B * 2 * T * T) +
-		       R64(N * 2 * F) + R64(N * F);
-#undef R64
-	assert_int_equal(ds_gpt_ws_bytes(a) - ds_gpt_ws_bytes(b), (2 - 1) * layer);
-	for (int step = 0; step < 2; step++) {
-		float la = run_fwd(m, a, p, tok, tgt, B, T, step, 10, 1);
-		float lb = run_fwd(m, b, p, tok, tgt, B, T, step, 10, 1);
-		assert_memory_equal(&la, &lb, sizeof(float));
-		run_bwd(m, a, p, g0, 0.5f);
-		run_bwd(m, b, p, g1, 0.5f);
-		assert_memory_equal(g0, g1, (size_t)n * sizeof(float));
-	}
+	struct pair_fx f;
+	pair_fx_init(&f);
+	const struct ds_model_config *cfg = ds_gpt_config(f.m);
+	struct ds_gpt_ws *a = mkws(f.m, FX_B, FX_T, 0, 3), *b = mkws(f.m, FX_B, FX_T, 1, 3);
+	assert_int_equal(ds_gpt_ws_bytes(a), ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, 0));
+	assert_int_equal(ds_gpt_ws_bytes(b), ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, 0));
+	assert_int_equal(ds_gpt_ws_bytes(a) - ds_gpt_ws_bytes(b), (2 - 1) * layer_bytes(FX_B, FX_T, 4));
+	assert_same_runs(&f, a, b);
 	assert_true(ds_gpt_ws_recompute_seconds(b) > 0);
 	ds_gpt_ws_destroy(a);
 	ds_gpt_ws_destroy(b);
-	free(p);
-	free(g0);
-	free(g1);
-	ds_gpt_destroy(m);
+	pair_fx_free(&f);
 }
 
 /* 16-bit activation storage (fp16, bf16): the saved activations and the
@@ -563,54 +598,28 @@ static void test_checkpointing_bitwise(void **state)
 static void test_half_storage_bitwise(void **state)
 {
 	(void)state;
-	struct ds_gpt *m = mk_dropout_model();
-	const int B = 3, T = 8;
-	const int64_t n = ds_gpt_num_params(m);
-	float *p = malloc((size_t)n * sizeof(float));
-	float *g0 = calloc((size_t)n, sizeof(float)), *g1 = calloc((size_t)n, sizeof(float));
-	ds_gpt_init(m, 1, p, 0, n);
-	int32_t tok[24], tgt[24];
-	rand_tokens(tok, B * T, 20, 5);
-	rand_tokens(tgt, B * T, 20, 6);
-#define R64(nf) ((((size_t)(nf) * 4) + 63) / 64 * 64)
-#define R16(nh) ((((size_t)(nh) * 2) + 63) / 64 * 64)
-	const size_t N = (size_t)B * T, C = 16, F = 64, L = 2;
-	const size_t layer = 4 * R64(N * C) + 4 * R64(N) + R64(3 * N * C) + R64((size_t)B * 2 * T * T) +
-			     R64(N * 2 * F) + R64(N * F);
-	const size_t layer16 = 4 * R16(N * C) + 4 * R64(N) + R16(3 * N * C) + R16((size_t)B * 2 * T * T) +
-			       R16(N * 2 * F) + R16(N * F);
-	const size_t fp32 = ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, 0);
-	const size_t want = fp32 - R64((L + 1) * N * C) - L * layer + R16((L + 1) * N * C) + layer + L * layer16;
-	const size_t fp32_ckpt = ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, 0);
-	const size_t want_ckpt = fp32_ckpt - R64((L + 1) * N * C) + R16((L + 1) * N * C);
-#undef R64
-#undef R16
+	struct pair_fx f;
+	pair_fx_init(&f);
+	const struct ds_model_config *cfg = ds_gpt_config(f.m);
+	const size_t N = (size_t)FX_B * FX_T, C = 16, L = 2;
+	const size_t layer = layer_bytes(FX_B, FX_T, 4), layer16 = layer_bytes(FX_B, FX_T, 2);
+	const size_t fp32 = ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, 0);
+	const size_t want = fp32 - r64((L + 1) * N * C, 4) - L * layer + r64((L + 1) * N * C, 2) + layer + L * layer16;
+	const size_t fp32_ckpt = ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, 0);
+	const size_t want_ckpt = fp32_ckpt - r64((L + 1) * N * C, 4) + r64((L + 1) * N * C, 2);
 	for (int half = 1; half <= 2; half++) {
-		struct ds_gpt_ws *a = mkws_half(m, B, T, 0, 3, half), *b = mkws_half(m, B, T, 1, 3, half);
+		struct ds_gpt_ws *a = mkws_half(f.m, FX_B, FX_T, 0, 3, half), *b = mkws_half(f.m, FX_B, FX_T, 1, 3, half);
 		assert_int_equal(ds_gpt_ws_bytes(a), want);
-		assert_int_equal(ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 0, half), want);
+		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, half), want);
 		assert_int_equal(ds_gpt_ws_bytes(b), want_ckpt);
-		assert_int_equal(ds_gpt_activation_bytes(ds_gpt_config(m), B, T, 1, half), want_ckpt);
+		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, half), want_ckpt);
 		assert_true(want < fp32);
 		assert_true(want_ckpt < fp32_ckpt);
-		for (int step = 0; step < 2; step++) {
-			memset(g0, 0, (size_t)n * sizeof(float));
-			memset(g1, 0, (size_t)n * sizeof(float));
-			float la = run_fwd(m, a, p, tok, tgt, B, T, step, 10, 1);
-			float lb = run_fwd(m, b, p, tok, tgt, B, T, step, 10, 1);
-			assert_true(isfinite(la));
-			assert_memory_equal(&la, &lb, sizeof(float));
-			run_bwd(m, a, p, g0, 0.5f);
-			run_bwd(m, b, p, g1, 0.5f);
-			assert_memory_equal(g0, g1, (size_t)n * sizeof(float));
-		}
+		assert_same_runs(&f, a, b);
 		ds_gpt_ws_destroy(a);
 		ds_gpt_ws_destroy(b);
 	}
-	free(p);
-	free(g0);
-	free(g1);
-	ds_gpt_destroy(m);
+	pair_fx_free(&f);
 }
 
 /* A sample gets the same dropout masks whatever its position in the
