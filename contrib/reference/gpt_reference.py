@@ -8,6 +8,19 @@ vocabulary, the mean cross-entropy loss, every gradient and the parameters
 after one torch.optim.AdamW step.  tests/unit/test_model.c loads the
 parameters by name and compares; it never needs torch.
 
+It also writes ref_<name>_fp16.h5 and ref_<name>_bf16.h5: the same model and
+batch run the way a GPU mixed-precision run does it (DeepSpeed's fp16 / bf16:
+the model cast to the 16-bit type).  Parameters are the float32 weights
+rounded to the 16-bit type; every op reads 16-bit tensors, computes in
+float32 and stores its output in the 16-bit type (what a CUDA kernel with a
+float accumulator does; torch 1.13 has no CPU fp16 matmul, so each op is
+emulated as float32 compute + cast); statistics, softmax and the
+cross-entropy are float32 inside their op.  Autograd does the backward, so
+every op's input gradients and every parameter gradient are 16-bit too.
+fp16 runs backward on the loss times a static loss scale (attribute
+loss_scale); the stored gradients are unscaled (grad / loss_scale, in
+float32).  bf16 uses no loss scale (loss_scale 1).
+
 Usage: /usr/bin/python3 contrib/reference/gpt_reference.py [OUTDIR]
 (default OUTDIR: tests/data next to this repository's contrib/).
 Needs Debian's python3-torch and python3-h5py.
@@ -96,112 +109,155 @@ def make_params(c, reg):
     return P
 
 
-def norm(c, x, w, b):
+def exact(fn, *xs):
+    """float64 reference: an op is just its computation."""
+    return fn(*xs)
+
+
+def rounding(dt):
+    """16-bit run: an op reads its dt inputs as float32, computes in float32
+    and stores its output as dt (autograd then rounds the gradients it hands
+    back to the inputs to dt as well)."""
+    def op(fn, *xs):
+        return fn(*[x.float() if torch.is_tensor(x) and x.dtype == dt else x for x in xs]).to(dt)
+    return op
+
+
+# The forward below is written as ops k(fn, inputs...): one k per kernel a
+# GPU run launches (linear = addmm with its bias, layernorm, scaled Q K^T =
+# baddbmm, masked softmax, gelu and silu are single kernels; NeoX's RMSNorm,
+# rotary and the residual adds are the separate elementwise ops of their
+# Python code).  With k = exact it is the float64 reference.
+
+def layernorm(eps, x, w, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+def norm(c, k, x, w, b):
     if c["norm"] == "layernorm":
-        mu = x.mean(-1, keepdim=True)
-        var = ((x - mu) ** 2).mean(-1, keepdim=True)
-        return (x - mu) / torch.sqrt(var + c["layernorm_epsilon"]) * w + b
+        return k(lambda x, w, b: layernorm(c["layernorm_epsilon"], x, w, b), x, w, b)
     # GPT-NeoX RMSNorm: x / (||x|| / sqrt(C) + eps) * w
-    rms = x.norm(2, dim=-1, keepdim=True) / math.sqrt(x.shape[-1])
-    return w * (x / (rms + c["rms_norm_epsilon"]))
+    C = x.shape[-1]
+    nx = k(lambda x: x.norm(2, dim=-1, keepdim=True), x)
+    rms = k(lambda n: n / math.sqrt(C), nx)
+    d = k(lambda r: r + c["rms_norm_epsilon"], rms)
+    xn = k(lambda x, d: x / d, x, d)
+    return k(lambda w, xn: w * xn, w, xn)
 
 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def rotary(c, x):
-    """x (B, NH, T, hs): NeoX rotate-half on the first rd dims."""
+def rotary(c, k, x):
+    """x (B, NH, T, hs): NeoX rotate-half on the first rd dims (cos and sin
+    in x's type, as the buffers of a model cast to 16 bits)."""
     hs = x.shape[-1]
     rd = int(hs * c["rotary_pct"]) // 2 * 2
     T = x.shape[2]
     inv = c["rotary_emb_base"] ** (-torch.arange(0, rd, 2, dtype=torch.float64) / rd)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat([ang, ang], -1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     xr, xp = x[..., :rd], x[..., rd:]
     x1, x2 = xr[..., :rd // 2], xr[..., rd // 2:]
     rot = torch.cat([-x2, x1], -1)
-    return torch.cat([xr * cos + rot * sin, xp], -1)
+    mul = lambda a, b: a * b  # noqa: E731
+    return torch.cat([k(lambda a, b: a + b, k(mul, xr, cos), k(mul, rot, sin)), xp], -1)
 
 
-def forward(c, P, tok, tgt):
+def forward(c, P, tok, tgt, k=exact):
     B, T = tok.shape
     C, NH = c["hidden_size"], c["num_attention_heads"]
     hs = C // NH
     V = c["vocab_size"]
     ln = c["norm"] == "layernorm"
-    x = P["transformer.wte.weight"][tok]
+    x = k(lambda w: w[tok], P["transformer.wte.weight"])
     if c["pos_emb"] == "learned":
-        x = x + P["transformer.wpe.weight"][:T]
+        x = k(lambda x, w: x + w[:T], x, P["transformer.wpe.weight"])
     elif c["pos_emb"] == "sinusoidal":
         inv = 10000.0 ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-        x = x + torch.cat([ang.sin(), ang.cos()], -1)
+        x = k(lambda x: x + torch.cat([ang.sin(), ang.cos()], -1).to(x.dtype), x)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for i in range(c["num_layers"]):
         p = "transformer.h.%d." % i
 
         def nrm(n, h):
-            return norm(c, h, P[p + n + ".weight"], P[p + n + ".bias"] if ln else None)
+            return norm(c, k, h, P[p + n + ".weight"], P[p + n + ".bias"] if ln else None)
 
         def lin(n, h):
-            return h @ P[p + n + ".weight"].T + P[p + n + ".bias"]
+            return k(lambda h, w, b: h @ w.T + b, h, P[p + n + ".weight"], P[p + n + ".bias"])
 
         def attn(h):
             qkv = lin("attn.c_attn", h)
-            q, k, v = qkv.split(C, -1)
-            q, k, v = [z.view(B, T, NH, hs).transpose(1, 2) for z in (q, k, v)]
+            q, kk, v = qkv.split(C, -1)
+            q, kk, v = [z.view(B, T, NH, hs).transpose(1, 2) for z in (q, kk, v)]
             if c["pos_emb"] == "rotary":
-                q, k = rotary(c, q), rotary(c, k)
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(hs)
-            s = s.masked_fill(~mask, float("-inf"))
-            y = torch.softmax(s, -1) @ v
+                q, kk = rotary(c, k, q), rotary(c, k, kk)
+            s = k(lambda q, kk: (q @ kk.transpose(-1, -2)) / math.sqrt(hs), q, kk)
+            a = k(lambda s: torch.softmax(s.masked_fill(~mask, float("-inf")), -1), s)
+            y = k(lambda a, v: a @ v, a, v)
             return lin("attn.c_proj", y.transpose(1, 2).reshape(B, T, C))
 
         def mlp(h):
             u = lin("mlp.c_fc", h)
             if c["activation"] == "gelu":
-                a = gelu_tanh(u)
+                a = k(gelu_tanh, u)
             else:
                 a1, b1 = u.chunk(2, -1)
-                a = (gelu_tanh(a1) if c["activation"] == "geglu" else torch.nn.functional.silu(a1)) * b1
+                g = k(gelu_tanh if c["activation"] == "geglu" else torch.nn.functional.silu, a1)
+                a = k(lambda g, b: g * b, g, b1)
             return lin("mlp.c_proj", a)
 
+        add = lambda a, b: a + b  # noqa: E731
         if c["gpt_j_residual"]:
-            x = x + attn(nrm("ln_1", x)) + mlp(nrm("ln_2", x))
+            x = k(add, k(add, x, attn(nrm("ln_1", x))), mlp(nrm("ln_2", x)))
         else:
-            x = x + attn(nrm("ln_1", x))
-            x = x + mlp(nrm("ln_2", x))
-    x = norm(c, x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"] if ln else None)
+            x = k(add, x, attn(nrm("ln_1", x)))
+            x = k(add, x, mlp(nrm("ln_2", x)))
+    x = norm(c, k, x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"] if ln else None)
     head = P["lm_head.weight"] if c["no_weight_tying"] else P["transformer.wte.weight"]
-    logits = x @ head.T
+    logits = k(lambda x, w: x @ w.T, x, head)
     logits = logits[..., :V]          # padded columns take no part
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    # the loss in float32 (float64 for the reference), as Megatron / NeoX
+    # call the cross-entropy on logits.float()
+    lf = logits if logits.dtype == torch.float64 else logits.float()
+    loss = torch.nn.functional.cross_entropy(lf.reshape(-1, V), tgt.reshape(-1))
     return logits, loss
+
+
+def batch(c):
+    g = torch.Generator().manual_seed(c["seed"] + 1)
+    tok = torch.randint(0, c["vocab_size"], (c["batch"], c["seq_length"]), generator=g)
+    tgt = torch.randint(0, c["vocab_size"], (c["batch"], c["seq_length"]), generator=g)
+    return tok, tgt
+
+
+def write_config(f, c, Vp, tok, tgt, kind):
+    for k, v in c.items():
+        if k in ("pos_emb", "norm", "activation"):
+            f.attrs[k] = {"pos_emb": POS, "norm": NORM, "activation": ACT}[k][v]
+            f.attrs[k + "_name"] = v
+        else:
+            f.attrs[k] = v
+    f.attrs["padded_vocab_size"] = Vp
+    f.attrs["generator"] = "contrib/reference/gpt_reference.py (torch %s, %s)" % (torch.__version__, kind)
+    f["inputs/tokens"] = tok.numpy().astype(np.int32)
+    f["inputs/targets"] = tgt.numpy().astype(np.int32)
 
 
 def write(name, c, outdir):
     reg, Vp = registry(c)
     P = make_params(c, reg)
-    B, T, V = c["batch"], c["seq_length"], c["vocab_size"]
-    g = torch.Generator().manual_seed(c["seed"] + 1)
-    tok = torch.randint(0, V, (B, T), generator=g)
-    tgt = torch.randint(0, V, (B, T), generator=g)
+    tok, tgt = batch(c)
     logits, loss = forward(c, P, tok, tgt)
     loss.backward()
     path = os.path.join(outdir, "ref_%s.h5" % name)
     with h5py.File(path, "w") as f:
-        for k, v in c.items():
-            if k in ("pos_emb", "norm", "activation"):
-                f.attrs[k] = {"pos_emb": POS, "norm": NORM, "activation": ACT}[k][v]
-                f.attrs[k + "_name"] = v
-            else:
-                f.attrs[k] = v
-        f.attrs["padded_vocab_size"] = Vp
-        f.attrs["generator"] = "contrib/reference/gpt_reference.py (torch %s, float64)" % torch.__version__
-        f["inputs/tokens"] = tok.numpy().astype(np.int32)
-        f["inputs/targets"] = tgt.numpy().astype(np.int32)
+        write_config(f, c, Vp, tok, tgt, "float64")
         f["logits"] = logits.detach().numpy().astype(np.float32)
         f["loss"] = np.array([loss.item()], dtype=np.float32)
         for n, _, _ in reg:
@@ -219,6 +275,49 @@ def write(name, c, outdir):
         for n, _, _ in reg:
             grp[n] = P[n].detach().numpy().astype(np.float32)
     print("%s: loss %.6f, %d tensors" % (path, loss.item(), len(reg)))
+    return P, logits, loss
+
+
+def relerr(a, b):
+    """max|a-b| / max|b|, the tests' measure"""
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+# the 16-bit runs: (file suffix, torch dtype, static loss scale)
+HALF = [("fp16", torch.float16, 1024.0), ("bf16", torch.bfloat16, 1.0)]
+
+
+def write16(name, c, outdir, tag, dt, scale, ref):
+    """ref_<name>_<tag>.h5: the run of the model cast to dt (see the top)."""
+    reg, Vp = registry(c)
+    P = {n: v.detach().to(dt).requires_grad_(True) for n, v in make_params(c, reg).items()}
+    tok, tgt = batch(c)
+    logits, loss = forward(c, P, tok, tgt, rounding(dt))
+    (loss * scale).backward()
+    grads = {}
+    for n, _, _ in reg:
+        g = P[n].grad
+        if not torch.isfinite(g).all():
+            sys.exit("gpt_reference.py: %s %s: gradient of %s overflowed at loss scale %g" % (name, tag, n, scale))
+        grads[n] = g.float() / scale   # unscaled; exact: the scale is a power of two
+    path = os.path.join(outdir, "ref_%s_%s.h5" % (name, tag))
+    with h5py.File(path, "w") as f:
+        write_config(f, c, Vp, tok, tgt, "%s mixed precision, float32 ops" % tag)
+        f.attrs["dtype"] = tag
+        f.attrs["loss_scale"] = scale
+        f.attrs["grads_note"] = "d loss / d param, unscaled: the backward ran on loss * loss_scale"
+        f["logits"] = logits.detach().float().numpy()
+        f["loss"] = np.array([loss.item()], dtype=np.float32)
+        for n, _, _ in reg:
+            f["params/" + n] = P[n].detach().float().numpy()
+            f["grads/" + n] = grads[n].numpy()
+    # how far the 16-bit run is from the float64 one (README's table)
+    P64, lg64, l64 = ref
+    worst = max((relerr(grads[n], P64[n].grad), n) for n, _, _ in reg)
+    print("%s: loss %.6f (float64 %.6f), vs float64: logits %.2g, loss %.2g, worst gradient %.2g (%s)"
+          % (path, loss.item(), l64.item(), relerr(logits, lg64), abs(loss.item() - l64.item()) / abs(l64.item()),
+             worst[0], worst[1]))
 
 
 def main():
@@ -226,7 +325,9 @@ def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tests", "data")
     torch.set_num_threads(1)
     for name, c in CONFIGS.items():
-        write(name, c, outdir)
+        ref = write(name, c, outdir)
+        for tag, dt, scale in HALF:
+            write16(name, c, outdir, tag, dt, scale, ref)
 
 
 if __name__ == "__main__":
