@@ -99,6 +99,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 		m->bytes[DS_MEM_COMM] += zg ? (size_t)(ov ? 4 : 2) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
 					    : (size_t)gtotal * sizeof(uint16_t);
 	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
+	m->act_saved = ds_gpt_activation_saved_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
 	 * optimizer header (ds_optim_create allocates it with ds_alloc) */
@@ -159,10 +160,13 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 				 ds_half_name(o->comm_half));
 		}
 		break;
-	case DS_MEM_ACT:
-		snprintf(buf, n, "micro batch %d x seq %d%s", o->micro_batch, T,
-			 o->checkpointing ? ", activation checkpointing" : "");
+	case DS_MEM_ACT: {
+		const size_t sv = m->act_saved;
+		snprintf(buf, n, "micro batch %d x seq %d%s; %.1f MiB kept for backward (%s), the rest fp32 working buffers",
+			 o->micro_batch, T, o->checkpointing ? ", activation checkpointing" : "", (double)sv / 1048576.0,
+			 o->half != DS_HALF_NONE ? ds_half_name(o->half) : "fp32");
 		break;
+	}
 	case DS_MEM_OTHER:
 		snprintf(buf, n, "token rows (%d x %d micro-batches), optimizer headers", o->micro_batch, o->grad_accum);
 		break;

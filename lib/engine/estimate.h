@@ -50,6 +50,7 @@ struct ds_engine_mem {
 	int nstates;                 /* optimizer states per element */
 	size_t bytes[DS_MEM_NCAT];
 	size_t model_state;          /* params + grads + optimizer states */
+	size_t act_saved;     /* of bytes[DS_MEM_ACT], what forward keeps for backward (ds_gpt_activation_saved_bytes) */
 	size_t total;                /* sum of every category */
 };
 

@@ -56,7 +56,7 @@ struct hacts {
 };
 
 struct ds_gpt_ws {
-	int Bmax, Tmax, ckpt;
+	int Bmax, Tmax, ckpt, Vp;
 	enum ds_half_kind half;       /* round activations to this format */
 	uint64_t seed;
 	void *mem;
@@ -67,7 +67,10 @@ struct ds_gpt_ws {
 	struct acts *la;              /* L entries, or 1 with checkpointing or mixed precision */
 	struct hacts *ha;             /* L entries: mixed precision without checkpointing */
 	float *lnf, *lnf_a, *lnf_b;   /* (N,C), (N), (N) */
-	float *logits;                /* (N,Vp) */
+	float *logits;                /* (N,Vp) (fp32 runs) */
+	uint16_t *logits16;           /* (N,Vp) the same in 16 bits (mixed precision) */
+	float *hchunk;                /* mixed precision: hrows fp32 logit rows, aliasing dqkv.. */
+	int64_t hrows;
 	float *lse;                   /* (N) */
 	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
 	float *datt;                  /* (B,NH,T,T) attention gradient scratch */
@@ -230,10 +233,16 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int 
 	d->half = half != DS_HALF_NONE;
 }
 
-/* Carve the workspace out of base (NULL: only measure); returns bytes. */
-static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
+/* the fewest logit rows mixed precision's head works on at once (16-bit
+ * logits are unpacked hrows at a time into backward scratch) */
+#define HEAD_MIN_ROWS 8
+
+/* Carve the workspace out of base (NULL: only measure); returns bytes and,
+ * in *saved, those of what forward keeps for backward (the layer inputs,
+ * the layers' saved activations, the logits): the rest is working memory. */
+static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, size_t *saved)
 {
-	size_t off = 0;
+	size_t off = 0, s0;
 #define TAKE(ptr, n) do { size_t b_ = ((size_t)(n) * 4 + 63) & ~(size_t)63; \
 	if (base) { (ptr) = (void *)(base + off); } off += b_; } while (0)
 #define TAKE16(ptr, n) do { size_t b_ = ((size_t)(n) * 2 + 63) & ~(size_t)63; \
@@ -242,6 +251,7 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 	uint16_t *dummy16;
 	const int64_t N = d->N, C = d->C;
 	int nl = d->ckpt || d->half ? 1 : (int)d->L;
+	s0 = off;
 	if (d->half) {   /* 16-bit layer inputs (fp32 copies in scratch: resid_in) */
 		TAKE16(*(ws ? &ws->resid16 : &dummy16), (d->L + 1) * N * C);
 	} else {
@@ -262,6 +272,8 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 		TAKE16(h->fch, N * d->F2);
 		TAKE16(h->fcact, N * d->F);
 	}
+	if (d->ckpt || d->half)   /* la[0] is a working layer */
+		*saved = off - s0;
 	for (int l = 0; l < nl; l++) {
 		struct acts tmp, *a = ws ? &ws->la[l] : &tmp;
 		TAKE(a->ln1, N * C);
@@ -277,20 +289,38 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base)
 		TAKE(a->fch, N * d->F2);
 		TAKE(a->fcact, N * d->F);
 	}
+	if (!d->ckpt && !d->half)
+		*saved = off - s0;
 	struct ds_gpt_ws tw, *w = ws ? ws : &tw;
 	TAKE(w->lnf, N * C);
 	TAKE(w->lnf_a, N);
 	TAKE(w->lnf_b, N);
-	TAKE(w->logits, N * d->Vp);
+	s0 = off;
+	if (d->half) {   /* 16-bit logits, handled hrows at a time in fp32 */
+		TAKE16(w->logits16, N * d->Vp);
+	} else {
+		TAKE(w->logits, N * d->Vp);
+	}
+	*saved += off - s0;
 	TAKE(w->lse, N);
 	TAKE(w->dresid, N * C);
 	TAKE(w->dA, N * C);
 	TAKE(w->dM, N * C);
 	TAKE(w->dln, N * C);
+	const size_t r0 = off;   /* dqkv..dfcact are free while the head runs */
 	TAKE(w->dqkv, 3 * N * C);
 	TAKE(w->datty, N * C);
 	TAKE(w->dfch, N * d->F2);
 	TAKE(w->dfcact, N * d->F);
+	if (d->half) {   /* the head's fp32 rows: that span, grown to HEAD_MIN_ROWS rows if short */
+		int64_t fl = (int64_t)(off - r0) / 4, want = (N < HEAD_MIN_ROWS ? N : HEAD_MIN_ROWS) * d->Vp;
+		if (fl < want)
+			TAKE(dummy, want - fl);
+		w->hrows = (int64_t)(off - r0) / 4 / d->Vp;
+		if (w->hrows > N)
+			w->hrows = N;
+		w->hchunk = w->dqkv;
+	}
 	TAKE(w->datt, d->B * d->NH * d->T * d->T);
 	TAKE(w->attd, d->adrop ? d->B * d->NH * d->T * d->T : 0);
 	TAKE(w->rcos, d->T * (d->rd / 2));
@@ -307,7 +337,17 @@ size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, 
 {
 	struct dims d;
 	dims_of(&d, cfg, B, T, checkpointing, half);
-	return layout(&d, NULL, NULL);
+	size_t saved;
+	return layout(&d, NULL, NULL, &saved);
+}
+
+size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
+{
+	struct dims d;
+	dims_of(&d, cfg, B, T, checkpointing, half);
+	size_t saved;
+	layout(&d, NULL, NULL, &saved);
+	return saved;
 }
 
 int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
@@ -325,6 +365,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		return ds_err_set(err, DS_ENOMEM, "model workspace: out of memory");
 	ws->Bmax = o->B;
 	ws->Tmax = o->T;
+	ws->Vp = m->Vp;
 	ws->ckpt = o->checkpointing != 0;
 	ws->seed = o->dropout_seed;
 	ws->half = (enum ds_half_kind)o->half;
@@ -336,14 +377,15 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->gs = calloc((size_t)o->B, sizeof(*ws->gs));
 	struct dims d;
 	dims_of(&d, &m->cfg, o->B, o->T, ws->ckpt, ws->half);
-	ws->bytes = layout(&d, NULL, NULL);
+	size_t saved;
+	ws->bytes = layout(&d, NULL, NULL, &saved);
 	ws->mem = ds_alloc(ws->bytes);
 	if (!ws->la || !ws->gs || !ws->mem || (hp && !ws->ckpt && !ws->ha)) {
 		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for %zu bytes of activations", ws->bytes);
 		ds_gpt_ws_destroy(ws);
 		return rc;
 	}
-	layout(&d, ws, ws->mem);
+	layout(&d, ws, ws->mem, &saved);
 	ws->xw[0] = ws->dA;
 	ws->xw[1] = ws->dln;
 	/* rotary and sinusoidal tables, angles in double */
@@ -378,6 +420,15 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 
 size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws) { return ws->bytes; }
 const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws) { return ws->logits; }
+
+void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst)
+{
+	const size_t cnt = (size_t)ws->B * (size_t)ws->T * (size_t)ws->Vp;
+	if (ws->logits)
+		memcpy(dst, ws->logits, cnt * sizeof(float));
+	else
+		ds_half_unpack_n(ws->half, dst, ws->logits16, cnt);
+}
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws) { return ws->recompute_s; }
 
 void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
@@ -716,6 +767,23 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
 }
 
+/* logits rows [r0, r0+n) into out (n,Vp) = lnf @ head^T, rounded to 16
+ * bits in mixed precision; the padding columns are -inf */
+static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *out, int64_t r0,
+		      int64_t n, const float *head)
+{
+	const int V = m->V, Vp = m->Vp, C = m->C;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, V, C, 1.0f, ws->lnf + r0 * C, C,
+		    head, C, 0.0f, out, Vp);
+	rnd(ws, out, n * Vp);
+	if (Vp > V) {
+#pragma omp parallel for schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			for (int j = V; j < Vp; j++)
+				out[i * Vp + j] = -INFINITY;
+	}
+}
+
 /* ---- whole model ------------------------------------------------------- */
 
 int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
@@ -782,14 +850,24 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 	norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
 	rnd(ws, ws->lnf, N * C);
 	const int V = m->V, Vp = m->Vp;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, V, C, 1.0f, ws->lnf, C,
-		    tp(m, P, m->head), C, 0.0f, ws->logits, Vp);
-	rnd(ws, ws->logits, N * Vp);   /* the -inf padding columns stay -inf */
-	if (Vp > V) {
-#pragma omp parallel for schedule(static)
-		for (int64_t n = 0; n < N; n++)
-			for (int i = V; i < Vp; i++)
-				ws->logits[n * Vp + i] = -INFINITY;
+	const float *head = tp(m, P, m->head);
+	double sum = 0;
+	if (!hp) {
+		head_rows(m, ws, ws->logits, 0, N, head);
+		if (targets)
+			sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
+	}
+	for (int64_t r0 = 0; hp && r0 < N; r0 += ws->hrows) {
+		/* 16-bit logits: hrows at a time in fp32, the loss's terms
+		 * added in the unchunked kernel's order */
+		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
+		head_rows(m, ws, ws->hchunk, r0, n, head);
+		if (targets) {
+			ds_kernel_xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
+			for (int64_t i = 0; i < n; i++)
+				sum += (double)ws->lse[r0 + i] - (double)ws->hchunk[i * Vp + targets[r0 + i]];
+		}
+		ds_half_pack_n(ws->half, ws->logits16 + r0 * Vp, ws->hchunk, (size_t)(n * Vp));
 	}
 	DS_TRY(hook_post(ws, last, DS_GPT_FORWARD, err));
 	if (tied)
@@ -797,7 +875,6 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 
 	if (targets) {
 		memcpy(ws->tgt, targets, (size_t)N * sizeof(int32_t));
-		double sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
 		if (loss)
 			*loss = (float)(sum / (double)N);
 		ws->have_fwd = 1;
@@ -821,13 +898,21 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	if (tied)
 		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
 	DS_TRY(hook_pre(m, ws, last, DS_GPT_BACKWARD, params, grads, err));
-	ds_kernel_xent_backward(ws->logits, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
-	rnd(ws, ws->logits, N * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
-	/* dlnf (N,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, C, V, 1.0f, ws->logits, Vp,
-		    tp(m, P, m->head), C, 0.0f, ws->dln, C);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)N, 1.0f, ws->logits, Vp,
-		    ws->lnf, C, 1.0f, tp(m, G, m->head), C);
+	const int hp = ws->half != DS_HALF_NONE;
+	const int64_t R = hp ? ws->hrows : N;   /* 16-bit logits: hrows at a time */
+	for (int64_t r0 = 0; r0 < N; r0 += R) {
+		const int64_t n = N - r0 < R ? N - r0 : R;
+		float *dl = hp ? ws->hchunk : ws->logits;
+		if (hp)
+			ds_half_unpack_n(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
+		ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
+		rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
+		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
+			    tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
+			    ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
+	}
 	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
 	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
 		      resid_in(ws, L, N * C), tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);

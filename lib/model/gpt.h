@@ -109,13 +109,20 @@ struct ds_gpt_ws_opts {
  * layer's saved activations too (its norms' row statistics stay fp32):
  * layers compute in one fp32 working set, packed after forward and
  * unpacked before backward, losslessly since the values are 16-bit
- * already.  The final norm, logits and backward scratch stay fp32. */
+ * already.  The logits are stored in 16 bits too; the head computes them
+ * (and in backward their gradient) a few rows at a time in fp32 scratch
+ * that backward's layer buffers lend it.  The final norm, one working layer
+ * and the backward scratch stay fp32: the compute is fp32. */
 
 /* Activation bytes a workspace for (B, T, checkpointing, half: enum
  * ds_half_kind) holds, without
  * allocating (the memory estimator's figure; ds_gpt_ws_bytes of the real one
  * is the same number). */
 size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);
+/* Of those, the bytes forward keeps for backward: the layer inputs, the
+ * saved activations of every layer (without checkpointing) and the logits.
+ * The rest is working memory of one layer at a time (fp32 compute). */
+size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);
 
 /* Allocate (ds_alloc) a workspace.  Returns 0, DS_EINVAL (T > max positions
  * for learned, B or T < 1) or DS_ENOMEM.  Free with ds_gpt_ws_destroy. */
@@ -124,8 +131,11 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 void ds_gpt_ws_destroy(struct ds_gpt_ws *ws);   /* accepts NULL */
 size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws);
 /* Logits of the last forward, (B, T, Vp) row-major; columns >= vocab_size are
- * -inf.  Valid until the next backward (which turns them into dlogits). */
+ * -inf.  Valid until the next backward (which turns them into dlogits).
+ * NULL in mixed precision, whose logits are stored in 16 bits: use
+ * ds_gpt_ws_logits_copy, which works in both (dst holds B*T*Vp floats). */
 const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws);
+void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst);
 /* Seconds spent recomputing layers in backward so far (activation
  * checkpointing's `profile` figure); 0 without checkpointing. */
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws);

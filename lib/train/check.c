@@ -31,6 +31,7 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 	json_object_set_new(j, "padded_params", json_integer(m->padded));
 	json_object_set_new(j, "bytes_per_rank", b);
 	json_object_set_new(j, "model_state_bytes", json_integer((json_int_t)m->model_state));
+	json_object_set_new(j, "activations_saved_bytes", json_integer((json_int_t)m->act_saved));
 	json_object_set_new(j, "total_bytes", json_integer((json_int_t)m->total));
 	if (s->unimplemented[0])
 		json_object_set_new(j, "note", json_string(s->unimplemented));

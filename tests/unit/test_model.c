@@ -304,8 +304,12 @@ static void half_errors(hid_t f, const struct ds_gpt *m, const float *p, int B, 
 
 	struct ds_gpt_ws *ws = mkws_half(m, B, T, 0, 7, half);
 	float loss = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+	float *all = malloc((size_t)N * Vp * sizeof(float));   /* 16-bit runs store them packed */
+	assert_non_null(all);
+	ds_gpt_ws_logits_copy(ws, all);
 	for (int64_t n = 0; n < N; n++)
-		memcpy(glog + n * V, ds_gpt_ws_logits(ws) + n * Vp, (size_t)V * sizeof(float));
+		memcpy(glog + n * V, all + n * Vp, (size_t)V * sizeof(float));
+	free(all);
 	ds_test_close(glog, wlog, (long)N * V, 0, &e->logits);
 	ds_test_close(&loss, &wloss, 1, 0, &e->loss);
 	memset(g, 0, (size_t)np * sizeof(float));
@@ -745,8 +749,8 @@ static void test_checkpointing_bitwise(void **state)
  * 16-bit values already, so the run equals the checkpointing one (that
  * recomputes each layer from its 16-bit input) bit for bit; the bytes are
  * the fp32 workspace's with the (L+1) layer inputs and L layers' big
- * buffers at 2 bytes per value, plus one fp32 working layer, counted by
- * hand. */
+ * buffers at 2 bytes per value, plus one fp32 working layer, and the
+ * logits at 2 bytes, counted by hand. */
 static void test_half_storage_bitwise(void **state)
 {
 	(void)state;
@@ -756,10 +760,22 @@ static void test_half_storage_bitwise(void **state)
 	const size_t N = (size_t)FX_B * FX_T, C = 16, L = 2;
 	const size_t layer = layer_bytes(FX_B, FX_T, 4), layer16 = layer_bytes(FX_B, FX_T, 2);
 	const size_t fp32 = ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, 0);
-	const size_t want = fp32 - r64((L + 1) * N * C, 4) - L * layer + r64((L + 1) * N * C, 2) + layer + L * layer16;
+	/* the logits (N,Vp=20) in 16 bits too; their fp32 rows borrow
+	 * backward's scratch, which holds 3NC+NC+NF'+NF = 256 N values, more
+	 * than 8 rows of 20: no extra bytes */
+	const size_t lg = r64(N * 20, 2) - r64(N * 20, 4);
+	const size_t want = fp32 - r64((L + 1) * N * C, 4) - L * layer + r64((L + 1) * N * C, 2) + layer + L * layer16 + lg;
 	const size_t fp32_ckpt = ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, 0);
-	const size_t want_ckpt = fp32_ckpt - r64((L + 1) * N * C, 4) + r64((L + 1) * N * C, 2);
+	const size_t want_ckpt = fp32_ckpt - r64((L + 1) * N * C, 4) + r64((L + 1) * N * C, 2) + lg;
+	/* what forward keeps for backward: layer inputs, L layers, logits */
+	assert_int_equal(ds_gpt_activation_saved_bytes(cfg, FX_B, FX_T, 0, 0),
+			 r64((L + 1) * N * C, 4) + L * layer + r64(N * 20, 4));
+	assert_int_equal(ds_gpt_activation_saved_bytes(cfg, FX_B, FX_T, 1, 0), r64((L + 1) * N * C, 4) + r64(N * 20, 4));
 	for (int half = 1; half <= 2; half++) {
+		assert_int_equal(ds_gpt_activation_saved_bytes(cfg, FX_B, FX_T, 0, half),
+				 r64((L + 1) * N * C, 2) + L * layer16 + r64(N * 20, 2));
+		assert_int_equal(ds_gpt_activation_saved_bytes(cfg, FX_B, FX_T, 1, half),
+				 r64((L + 1) * N * C, 2) + r64(N * 20, 2));
 		struct ds_gpt_ws *a = mkws_half(f.m, FX_B, FX_T, 0, 3, half), *b = mkws_half(f.m, FX_B, FX_T, 1, 3, half);
 		assert_int_equal(ds_gpt_ws_bytes(a), want);
 		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, half), want);
@@ -772,6 +788,77 @@ static void test_half_storage_bitwise(void **state)
 		ds_gpt_ws_destroy(b);
 	}
 	pair_fx_free(&f);
+}
+
+/* 16-bit logits with a vocabulary too big for one pass: the dropout model
+ * with V = 1000 (Vp 1000) leaves 256 N values of backward scratch, so the
+ * head works N/4 rows at a time (4 passes at N = 24).  Checked against
+ * independent figures: the loss equals the cross-entropy recomputed here
+ * in double from the stored logits (ds_gpt_ws_logits_copy), every row's
+ * logits are finite (a pass that skipped rows leaves zeros or garbage, and
+ * its loss terms missing), and the gradients are within bf16 rounding of
+ * the fp32 run's (a missed pass zeroes rows of dlnf and leaves gradients
+ * wrong by O(1)); checkpointing gives the same bits. */
+static void test_half_logits_chunked(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.pos_emb = DS_POS_ROTARY;
+	c.rotary_pct = 0.5;
+	c.activation = DS_ACT_SWIGLU;
+	c.init_method_std = 0.2;
+	c.vocab_size = 1000;
+	c.make_vocab_size_divisible_by = 8;
+	struct ds_gpt *m = mk(&c);
+	const int B = FX_B, T = FX_T, N = B * T, V = 1000;
+	assert_int_equal(ds_gpt_config(m)->padded_vocab_size, V);
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float)), *g32 = calloc((size_t)n, sizeof(float));
+	float *gh = calloc((size_t)n, sizeof(float)), *gc = calloc((size_t)n, sizeof(float));
+	float *lg = malloc((size_t)N * V * sizeof(float));
+	assert_non_null(lg);
+	ds_gpt_init(m, 1, p, 0, n);
+	ds_half_round_n(DS_HALF_BF16, p, (size_t)n);   /* the 16-bit parameter copy */
+	int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
+	rand_tokens(tok, N, V, 7);
+	rand_tokens(tgt, N, V, 8);
+	struct ds_gpt_ws *w32 = mkws(m, B, T, 0, 3), *wh = mkws_half(m, B, T, 0, 3, DS_HALF_BF16),
+		*wc = mkws_half(m, B, T, 1, 3, DS_HALF_BF16);
+	const float l32 = run_fwd(m, w32, p, tok, tgt, B, T, 0, 0, 1);
+	const float lh = run_fwd(m, wh, p, tok, tgt, B, T, 0, 0, 1);
+	assert_null(ds_gpt_ws_logits(wh));
+	ds_gpt_ws_logits_copy(wh, lg);
+	double sum = 0;
+	for (int r = 0; r < N; r++) {
+		double mx = -INFINITY, se = 0;
+		for (int v = 0; v < V; v++) {
+			assert_true(isfinite(lg[(size_t)r * V + v]));
+			mx = fmax(mx, lg[(size_t)r * V + v]);
+		}
+		for (int v = 0; v < V; v++)
+			se += exp(lg[(size_t)r * V + v] - mx);
+		sum += mx + log(se) - lg[(size_t)r * V + tgt[r]];
+	}
+	assert_true(fabs(sum / N - lh) <= 1e-5 * fabs(lh));
+	assert_true(fabs(lh - l32) <= 2e-2 * fabs(l32));
+	run_bwd(m, w32, p, g32, 1.0f);
+	run_bwd(m, wh, p, gh, 1.0f);
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+		double e;
+		if (!ds_test_close(gh + x->offset, g32 + x->offset, (long)x->numel, 0.1, &e))
+			fail_msg("gradient %s: bf16 vs fp32 rel err %.3g > 0.1", x->name, e);
+	}
+	const float lc = run_fwd(m, wc, p, tok, tgt, B, T, 0, 0, 1);
+	assert_memory_equal(&lc, &lh, sizeof(float));
+	run_bwd(m, wc, p, gc, 1.0f);
+	assert_memory_equal(gc, gh, (size_t)n * sizeof(float));
+	ds_gpt_ws_destroy(w32);
+	ds_gpt_ws_destroy(wh);
+	ds_gpt_ws_destroy(wc);
+	free(p), free(g32), free(gh), free(gc), free(lg);
+	ds_gpt_destroy(m);
 }
 
 /* A sample gets the same dropout masks whatever its position in the
@@ -1011,6 +1098,7 @@ int main(void)
 		cmocka_unit_test(test_fd_neox_variant),
 		cmocka_unit_test(test_checkpointing_bitwise),
 		cmocka_unit_test(test_half_storage_bitwise),
+		cmocka_unit_test(test_half_logits_chunked),
 		cmocka_unit_test(test_dropout_layout),
 		cmocka_unit_test(test_hooks),
 		cmocka_unit_test(test_learns_sequence),
