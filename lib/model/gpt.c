@@ -660,8 +660,10 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
 				    (drop ? ws->attd : P) + bh, T, dy, C, 0.0f, dv, C3);
 		}
+	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
 	ds_kernel_causal_softmax_backward(ws->datt, P, B, NH, T, scale, drop ? pa : 0.0f,
 					  drop ? streams(ws, B, l + 1, 1) : NULL);
+	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < NH; h++) {
 			const int64_t bh = ((int64_t)b * NH + h) * T * T;
@@ -735,34 +737,47 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
 
+	/* mixed precision: every activation gradient is rounded to 16 bits
+	 * where an op of a GPU run would store it, so a scaled fp16 gradient
+	 * overflows inside the layer where it would there */
 	/* out = h + drop(mlp): dM = drop(dout) */
 	memcpy(ws->dM, dres, nc);
 	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
+	rnd(ws, ws->dM, N * C);
 	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
 		memcpy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
+		rnd(ws, ws->dA, N * C);
 	}
 	/* mlp: fcact @ c_proj, act, ln2 @ c_fc, norm2 */
 	matmul_backward(ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
 			tp(m, P, ix->fcpw), N, F, C);
+	rnd(ws, ws->dfcact, N * F);
 	ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
+	rnd(ws, ws->dfch, N * F2);
 	matmul_backward(ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
 			tp(m, P, ix->fcw), N, C, F2);
+	rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_backward(m, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
 		      tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N);
+	rnd(ws, dres, N * C);
 	if (!gptj) {  /* res2 = x + drop(attn): dA = drop(dres2) */
 		memcpy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
+		rnd(ws, ws->dA, N * C);
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
 	matmul_backward(ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
 			tp(m, P, ix->projw), N, C, C);
+	rnd(ws, ws->datty, N * C);
 	attention_backward(m, ws, a, l, B, T);
 	if (m->rd)
 		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 1);
+	rnd(ws, ws->dqkv, 3 * N * C);
 	matmul_backward(ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
 			tp(m, P, ix->qkvw), N, C, 3 * C);
+	rnd(ws, ws->dln, N * C);
 	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
 }
@@ -913,6 +928,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
 			    ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
 	}
+	rnd(ws, ws->dln, N * C);
 	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
 	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
 		      resid_in(ws, L, N * C), tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);

@@ -103,8 +103,11 @@ struct ds_gpt_ws_opts {
  * and rounded to the 16-bit format where a GPU would store them: the
  * outputs of every norm and matrix product, the attention output, the
  * activation function, the residual stream at each layer boundary and the
- * logits and the attention probabilities; in backward the logits'
- * gradient and the residual stream's gradient at each layer boundary.
+ * logits and the attention probabilities; in backward every activation
+ * gradient an op produces (the logits', each matrix product's input
+ * gradient, the activation function's, the attention probabilities' and
+ * scores', q/k/v's, the residual stream's after each norm), so a scaled
+ * fp16 gradient overflows where it would on a GPU.
  * The layer inputs are stored in 16 bits, and without checkpointing every
  * layer's saved activations too (its norms' row statistics stay fp32):
  * layers compute in one fp32 working set, packed after forward and
