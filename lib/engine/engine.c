@@ -4,8 +4,9 @@
  * norm, non-finite check and clipping on owned slices; the optimizer on
  * the slice this rank updates; allgather updated slices (stages >= 1).
  * Mixed precision (fp16/bf16, engine.h) adds a 16-bit model copy expanded
- * per segment in the hooks, 16-bit gradient rounding, and the loss scaler
- * around the step: see "mixed precision" below. */
+ * per segment in the hooks, 16-bit gradients (stored in 16 bits unless
+ * they accumulate in fp32) and the loss scaler around the step: see "mixed
+ * precision" below. */
 #include "engine/engine.h"
 
 #include <math.h>
@@ -45,6 +46,7 @@ struct seg {
 	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
 	float *g_own;          /* grads of the owned W-slice */
+	uint16_t *h_upd, *h_own;  /* the same in e->gh (16-bit gradients; g_upd, g_own NULL) */
 	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
 	int *lamb_tensor;       /* tensor index of each piece */
 	int nlamb;
@@ -59,7 +61,7 @@ struct ds_engine {
 	int nseg;
 	struct seg *seg;
 	int64_t total;       /* padded elements */
-	float *params, *grads;
+	float *params, *grads;  /* grads: fp32 gradients (NULL with 16-bit ones, see gh) */
 	float *scratch;      /* max shard, for reduce-scatter */
 	struct ds_optim **opt;
 	int32_t *in, *tg;    /* one micro-batch of inputs and targets */
@@ -73,7 +75,8 @@ struct ds_engine {
 		int seg;
 		float *buf;
 		uint16_t *h;
-		uint16_t *c16;  /* communication_data_type 16-bit: maxpad to send, maxshard received */
+		uint16_t *c16;  /* 16-bit reductions: maxpad to send, maxshard received (16-bit
+				 * gradients: buf itself, packed in place, no allocation) */
 		struct ds_comm_req *req;
 		float *recv;
 		int reducing, done;
@@ -106,6 +109,19 @@ struct ds_engine {
 	enum ds_half_kind chalf;
 	int cdtype;
 	uint16_t *c16;
+	/* 16-bit gradients (a 16-bit model whose gradients accumulate in its
+	 * dtype): gh (gtotal elements, the model's format) replaces grads.
+	 * The reductions sum in chalf (= half: in place, through lib/comm's
+	 * 16-bit sum ops) or, with communication_data_type "fp32" (chalf
+	 * NONE), in fp32: stages 0-1 widen one bucket at a time into gstage
+	 * (gstage_b: the bucket it holds, -1 none), stages 2-3 send the fp32
+	 * gather slot as fp32 models do; either way the sum is rounded into
+	 * gh once */
+	int g16;
+	uint16_t *gh;
+	float *gstage;
+	int64_t gstage_n;
+	int gstage_b;
 	int inject_step, inject_n;  /* DS_TEST_INJECT_INF_STEP (0: off) */
 };
 
@@ -210,23 +226,126 @@ static int progress(struct ds_engine *e)
 /* stages 0-1: prescale and start bucket b */
 static void scale_buf(float *p, int64_t n, float f);
 
+/* 16-bit work in chunks of HCH elements widened on the stack */
+#define HCH 2048
+
+/* pack g[0..n) as kind k into the same memory, 2 bytes per element from
+ * its start: chunk by chunk in order, so that every element is read before
+ * its bytes are overwritten (hence no threads) */
+static void pack_inplace(enum ds_half_kind k, float *g, int64_t n)
+{
+	for (int64_t c = 0; c < n; c += HCH) {
+		float t[HCH];
+		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
+		memcpy(t, g + c, m * sizeof(float));
+		ds_half_pack_n(k, (uint16_t *)(void *)g + c, t, m);
+	}
+}
+
 /* communication_data_type 16-bit: cast g[0..n) to the 16-bit type, apply
  * the prescale factor there (DeepSpeed casts first, then scales the
- * 16-bit tensor) and pack the result into h; g is clobbered */
+ * 16-bit tensor) and pack the result into h (which may be g itself); g is
+ * clobbered */
 static void cast_prescale(const struct ds_engine *e, float *g, uint16_t *h, int64_t n)
 {
 	if (e->grad_pre != 1.0f) {
 		ds_half_round_n(e->chalf, g, (size_t)n);
 		scale_buf(g, n, e->grad_pre);
 	}
-	ds_half_pack_n(e->chalf, h, g, (size_t)n);
+	if ((void *)h == (void *)g)
+		pack_inplace(e->chalf, g, n);
+	else
+		ds_half_pack_n(e->chalf, h, g, (size_t)n);
+}
+
+/* ---- 16-bit gradients (e->g16) -----------------------------------------
+ * Chunks of HCH elements widened on the stack, so that no fp32 copy of the
+ * gradients exists. */
+
+/* acc[0..n) (16-bit, kind k) = acc + g, added in fp32 and rounded once (as
+ * accumulate_half does for fp32-held gradients) */
+static void hadd(enum ds_half_kind k, uint16_t *acc, const float *g, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (int64_t c = 0; c < n; c += HCH) {
+		float t[HCH];
+		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
+		ds_half_unpack_n(k, t, acc + c, m);
+		for (size_t i = 0; i < m; i++)
+			t[i] += g[c + (int64_t)i];
+		ds_half_pack_n(k, acc + c, t, m);
+	}
+}
+
+/* p[0..n) in place: widen from `from`; unless f is 1, round to `cast`
+ * (DS_HALF_NONE: fp32, no rounding), multiply by f and round to `cast`
+ * again; pack as `to`.  The 16-bit reduction's pre- and postscale and
+ * casts: DeepSpeed casts to the communication type, then scales there. */
+static void hrecast(uint16_t *p, int64_t n, enum ds_half_kind from, enum ds_half_kind cast, float f,
+		    enum ds_half_kind to)
+{
+	if (from == to && f == 1.0f)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (int64_t c = 0; c < n; c += HCH) {
+		float t[HCH];
+		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
+		ds_half_unpack_n(from, t, p + c, m);
+		if (f != 1.0f) {
+			ds_half_round_n(cast, t, m);
+			for (size_t i = 0; i < m; i++)
+				t[i] *= f;
+			ds_half_round_n(cast, t, m);
+		}
+		ds_half_pack_n(to, p + c, t, m);
+	}
+}
+
+/* 16-bit gradients h[0..n) widened to fp32 in the first gradient slot
+ * (maxpad elements, free between the backward and the next one): how the
+ * step reads them, one segment at a time */
+static const float *hwiden(const struct ds_engine *e, const uint16_t *h, int64_t n)
+{
+	float *out = e->gs[0].buf;
+	ds_half_unpack_n(e->half, out, h, (size_t)n);
+	return out;
+}
+
+/* communication_data_type "fp32" at stages 0-1: the bucket in gstage has
+ * been summed; postscale it in fp32 and round it into gh once */
+static void gstage_finish(struct ds_engine *e)
+{
+	if (e->gstage_b < 0)
+		return;
+	int64_t off = (int64_t)e->gstage_b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
+	scale_buf(e->gstage, n, e->grad_post);
+	ds_half_pack_n(e->half, e->gh + off, e->gstage, (size_t)n);
+	e->gstage_b = -1;
+}
+
+/* ... and widen bucket b into gstage, prescaled in fp32 */
+static void gstage_load(struct ds_engine *e, int b, int64_t off, int64_t n)
+{
+	ds_half_unpack_n(e->half, e->gstage, e->gh + off, (size_t)n);
+	scale_buf(e->gstage, n, e->grad_pre);
+	e->gstage_b = b;
 }
 
 static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
 {
 	int64_t off = (int64_t)b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
 	e->breq[b].done = 0;
-	if (e->chalf) {
+	if (e->g16 && e->chalf) {  /* in place, in the 16-bit communication type */
+		hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
+		DS_TRY(ds_comm_iallreduce(e->comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
+	} else if (e->g16) {  /* fp32 through gstage: one bucket in flight at a time */
+		if (e->gstage_b >= 0) {
+			DS_TRY(red_wait(e, &e->breq[e->gstage_b].req, &e->breq[e->gstage_b].done, err));
+			gstage_finish(e);
+		}
+		gstage_load(e, b, off, n);
+		DS_TRY(ds_comm_iallreduce(e->comm, e->gstage, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req, err));
+	} else if (e->chalf) {
 		cast_prescale(e, e->grads + off, e->c16 + off, n);
 		DS_TRY(ds_comm_iallreduce(e->comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
 	} else {
@@ -252,6 +371,19 @@ static int buckets_after(struct ds_engine *e, int s)
 	return 0;
 }
 
+/* stages 2-3: add a reduce-scattered shard (fp32) to the owned slice */
+static void add_owned(struct ds_engine *e, const struct seg *sg, const float *rv)
+{
+	if (e->g16) {
+		hadd(e->half, sg->h_own, rv, sg->shard);
+		return;
+	}
+	float *own = sg->g_own;
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < sg->shard; i++)
+		own[i] += rv[i];
+}
+
 /* stages 2-3: the oldest reduction in flight: wait, add to the owned slice */
 static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
 {
@@ -259,13 +391,7 @@ static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
 	DS_TRY(red_wait(e, &gl->req, &gl->done, err));
 	if (e->chalf)  /* back to fp32 */
 		ds_half_unpack_n(e->chalf, gl->recv, gl->c16 + e->maxpad, (size_t)sg->shard);
-	float *own = sg->g_own;
-	const float *rv = gl->recv;
-#pragma omp parallel for simd schedule(static)
-	for (int64_t i = 0; i < sg->shard; i++)
-		own[i] += rv[i];
-	if (e->half && !e->o.grad_accum_fp32)
-		ds_half_round_n(e->half, own, (size_t)sg->shard);
+	add_owned(e, sg, gl->recv);
 	gl->reducing = 0;
 	gl->seg = -1;
 	return 0;
@@ -311,6 +437,7 @@ static void release_all(struct ds_engine *e)
 	}
 	e->bnext = -1;
 	e->nflight = 0;
+	e->gstage_b = -1;
 }
 
 static int gather_seg(struct ds_engine *e, int s, int blocking)
@@ -338,8 +465,9 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
  * (p16, same layout) widened to fp32 per segment into a ps[] slot just
  * before the segment's pass.  In backward every segment's gradients go to
  * a zeroed gs[] slot; the post hook rounds them to 16 bits (this
- * micro-step's 16-bit gradient) and adds them to the held gradients,
- * rounding the sum again unless accumulation is in fp32. */
+ * micro-step's 16-bit gradient) and adds them to the held gradients:
+ * 16-bit ones (gh, hadd: widened, added in fp32, rounded once) or, when
+ * accumulation is in fp32, fp32 ones (accumulate_half). */
 
 /* widen a gathered (stage 3) or resident 16-bit segment into its slot */
 static void expand_seg(struct ds_engine *e, struct slot *sl)
@@ -459,7 +587,10 @@ static int seg_post(void *ctx, int s, int phase)
 		if (e->half)
 			ds_half_round_n(e->half, gl->buf, (size_t)sg->padded);
 		if (sg->gfull) {  /* mixed precision: into the held gradients */
-			accumulate_half(e, e->grads + sg->goff, gl->buf, sg->padded);
+			if (e->g16)
+				hadd(e->half, e->gh + sg->goff, gl->buf, sg->padded);
+			else
+				accumulate_half(e, e->grads + sg->goff, gl->buf, sg->padded);
 			gl->seg = -1;
 			goto done;
 		}
@@ -494,13 +625,7 @@ static int seg_post(void *ctx, int s, int phase)
 			DS_TRY(rc);
 			if (e->chalf)
 				ds_half_unpack_n(e->chalf, e->scratch, gl->c16 + e->maxpad, (size_t)sg->shard);
-			float *own = sg->g_own;
-			const float *sc = e->scratch;
-#pragma omp parallel for simd schedule(static)
-			for (int64_t i = 0; i < sg->shard; i++)
-				own[i] += sc[i];
-			if (e->half && !e->o.grad_accum_fp32)
-				ds_half_round_n(e->half, own, (size_t)sg->shard);
+			add_owned(e, sg, e->scratch);
 			gl->seg = -1;
 		}
 	}
@@ -550,7 +675,12 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->comm = comm;
 	e->half = opts->half;
 	e->hdtype = opts->half == DS_HALF_BF16 ? DS_BF16 : DS_F16;
-	e->chalf = opts->half == DS_HALF_NONE ? opts->comm_half : DS_HALF_NONE;
+	/* 16-bit gradients: a 16-bit model accumulating in its own dtype; they
+	 * reduce in that dtype unless communication_data_type is fp32 */
+	e->g16 = opts->half != DS_HALF_NONE && !opts->grad_accum_fp32;
+	e->chalf = opts->half == DS_HALF_NONE ? opts->comm_half
+		   : e->g16 && !opts->comm_fp32 ? opts->half : DS_HALF_NONE;
+	e->gstage_b = -1;
 	e->cdtype = e->chalf == DS_HALF_BF16 ? DS_BF16 : DS_F16;
 	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
@@ -610,7 +740,10 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 			e->maxpad = sg->padded;
 	}
 	e->params = ds_alloc((size_t)e->ptotal * sizeof(float));
-	e->grads = ds_alloc((size_t)e->gtotal * sizeof(float));
+	if (e->g16)
+		e->gh = ds_alloc((size_t)e->gtotal * sizeof(uint16_t));
+	else
+		e->grads = ds_alloc((size_t)e->gtotal * sizeof(float));
 	e->scratch = ds_alloc((size_t)maxshard * sizeof(float));
 	e->in = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->tg = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
@@ -635,13 +768,19 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 			slots_ok = 0;
 		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
 			slots_ok = 0;
-		if (zg && e->chalf &&
-		    !(e->gs[k].c16 = ds_alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
+		if (zg && e->chalf && e->g16)
+			e->gs[k].c16 = (uint16_t *)(void *)e->gs[k].buf;  /* 4 x maxpad bytes hold both */
+		else if (zg && e->chalf &&
+			 !(e->gs[k].c16 = ds_alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
 			slots_ok = 0;
 	}
-	if (!zg && e->chalf && e->W > 1 && !(e->c16 = ds_alloc((size_t)e->total * sizeof(uint16_t))))
+	if (!zg && e->chalf && !e->g16 && e->W > 1 && !(e->c16 = ds_alloc((size_t)e->total * sizeof(uint16_t))))
 		slots_ok = 0;
 	e->bucket = opts->reduce_bucket_size > 0 ? opts->reduce_bucket_size : e->total;
+	/* 16-bit gradients reduced in fp32 at stages 0-1: one fp32 bucket */
+	e->gstage_n = e->bucket < e->total ? e->bucket : e->total;
+	if (!zg && e->g16 && !e->chalf && e->W > 1 && !(e->gstage = ds_alloc((size_t)e->gstage_n * sizeof(float))))
+		slots_ok = 0;
 	e->nbuckets = e->overlap && !zg ? (int)((e->total + e->bucket - 1) / e->bucket) : 0;
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
@@ -650,7 +789,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		slots_ok = 0;
 	if (!e->breq || !e->seg_done)
 		slots_ok = 0;
-	if (!e->params || !e->grads || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
+	if (!e->params || (!e->grads && !e->gh) || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
 		goto fail;
 	}
@@ -673,8 +812,11 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 			sg->u0 = 1;  /* test-only fault: see the top of this file */
 		sg->un = sharded(e) ? sg->shard : sg->padded;
 		sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
-		sg->g_upd = e->grads + sg->goff + (sg->gfull ? sg->u0 : 0);
-		sg->g_own = e->grads + sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
+		int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
+		sg->g_upd = e->grads ? e->grads + gu : NULL;
+		sg->g_own = e->grads ? e->grads + go : NULL;
+		sg->h_upd = e->gh ? e->gh + gu : NULL;
+		sg->h_own = e->gh ? e->gh + go : NULL;
 		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
 			goto fail;
 		if ((rc = build_lamb_ranges(e, sg, s, err)) < 0)
@@ -730,6 +872,8 @@ void ds_engine_destroy(struct ds_engine *e)
 	free(e->lamb_sums);
 	ds_free(e->params);
 	ds_free(e->grads);
+	ds_free(e->gh);
+	ds_free(e->gstage);
 	ds_free(e->scratch);
 	for (int k = 0; k < 3; k++) {
 		ds_free(e->ps[k].buf);
@@ -740,7 +884,8 @@ void ds_engine_destroy(struct ds_engine *e)
 	for (int k = 0; k < 4; k++) {
 		ds_free(e->gs[k].buf);
 		ds_free(e->gs[k].recv);
-		ds_free(e->gs[k].c16);
+		if ((void *)e->gs[k].c16 != (void *)e->gs[k].buf)
+			ds_free(e->gs[k].c16);
 	}
 	free(e->breq);
 	free(e->seg_done);
@@ -769,8 +914,12 @@ static void scale_buf(float *p, int64_t n, float f)
  * prescale when asked; predivide factor f).  Stages 0-1 allreduce every
  * segment in buckets; stages 2-3 reduce-scatter each segment so that a rank
  * keeps only its slice. */
+static int reduce_grads_16(struct ds_engine *e, struct ds_err *err);
+
 static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 {
+	if (e->g16)
+		return reduce_grads_16(e, err);
 	if (e->W == 1) {
 		/* nothing to sum, but DeepSpeed still casts to the communication
 		 * type, scales by 1/f and f there, and casts back */
@@ -825,6 +974,58 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 	return 0;
 }
 
+/* reduce_grads for 16-bit gradients (e->g16): in the model's dtype (chalf,
+ * in place, postscaled there) or, with communication_data_type fp32, in
+ * fp32 with one rounding back to 16 bits */
+static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
+{
+	if (e->W == 1) {
+		/* as for fp32 models: the 16-bit reduction still scales by 1/f
+		 * and f in 16 bits (a no-op unless f != 1); an fp32 one is skipped */
+		if (e->chalf && e->grad_pre != 1.0f) {
+			hrecast(e->gh, e->gtotal, e->half, e->chalf, e->grad_pre, e->chalf);
+			hrecast(e->gh, e->gtotal, e->chalf, e->chalf, e->grad_post, e->half);
+		}
+		return 0;
+	}
+	if (e->o.zero_stage >= 2) {
+		DS_TRY(finish_all(e, err));
+		for (int s = 0; s < e->nseg; s++)
+			hrecast(e->seg[s].h_own, e->seg[s].shard, e->half, e->chalf, e->grad_post, e->half);
+		return 0;
+	}
+	if (e->overlap) {
+		while (e->bnext >= 0)
+			DS_TRY(start_bucket(e, e->bnext--, err));
+		for (int b = e->nbuckets - 1; b >= 0; b--)
+			DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+		if (e->chalf)
+			hrecast(e->gh, e->total, e->chalf, e->chalf, e->grad_post, e->half);
+		else
+			gstage_finish(e);
+		return 0;
+	}
+	for (int64_t off = 0; off < e->total; off += e->bucket) {
+		int64_t n = e->total - off < e->bucket ? e->total - off : e->bucket;
+		if (e->chalf)
+			hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
+		else
+			gstage_load(e, (int)(off / e->bucket), off, n);
+		red_begin(e);
+		double t0 = ds_now();
+		int rc = e->chalf ? ds_comm_allreduce(e->comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, err)
+				  : ds_comm_allreduce(e->comm, e->gstage, (size_t)n, DS_F32, DS_SUM, err);
+		e->red_wait += ds_now() - t0;
+		red_end(e);
+		DS_TRY(rc);
+		if (e->chalf)
+			hrecast(e->gh + off, n, e->chalf, e->chalf, e->grad_post, e->half);
+		else
+			gstage_finish(e);
+	}
+	return 0;
+}
+
 /* Sum of squares over this rank's W-slice of every segment (every stage
  * holds at least that slice reduced), and whether any element is not
  * finite. */
@@ -834,7 +1035,7 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 	int bad = 0;
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
-		const float *g = sg->g_own;
+		const float *g = e->g16 ? hwiden(e, sg->h_own, sg->shard) : sg->g_own;
 #pragma omp parallel for reduction(+ : ss) reduction(| : bad) schedule(static)
 		for (int64_t i = 0; i < sg->shard; i++) {
 			double v = g[i];
@@ -851,7 +1052,8 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 	if (e->o.optim.type != DS_OPTIM_LAMB) {
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
-			DS_TRY(ds_optim_step(e->opt[s], sg->p_upd, sg->g_upd, grad_mul, NULL, 0, err));
+			const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
+			DS_TRY(ds_optim_step(e->opt[s], sg->p_upd, g, grad_mul, NULL, 0, err));
 		}
 		return 0;
 	}
@@ -864,8 +1066,8 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
 		if (!sums)
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
-		int rc = ds_lamb_partial_norms(e->opt[s], sg->p_upd, sg->g_upd, grad_mul, sg->lamb, sg->nlamb, sums,
-					       err);
+		const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
+		int rc = ds_lamb_partial_norms(e->opt[s], sg->p_upd, g, grad_mul, sg->lamb, sg->nlamb, sums, err);
 		for (int k = 0; rc == 0 && k < sg->nlamb; k++) {
 			e->lamb_sums[2 * sg->lamb_tensor[k]] += sums[2 * k];
 			e->lamb_sums[2 * sg->lamb_tensor[k] + 1] += sums[2 * k + 1];
@@ -914,7 +1116,9 @@ static int gather_chunked(struct ds_engine *e, void *base, int64_t shard, int64_
 		int whole = 1;
 		for (int s = 0; s < e->nseg; s++)
 			whole &= e->seg[s].gfull;
-		if (whole)
+		if (whole && e->g16)
+			stage = (char *)e->gh, cap = e->gtotal * (int64_t)sizeof(uint16_t);
+		else if (whole)
 			stage = (char *)e->grads, cap = e->gtotal * (int64_t)sizeof(float);
 		else if (e->gs[0].buf)
 			stage = (char *)e->gs[0].buf, cap = e->maxpad * (int64_t)sizeof(float);
@@ -997,7 +1201,10 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	if (e->rank == e->fail_rank && step == e->fail_step)
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)step);
-	memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
+	if (e->g16)
+		memset(e->gh, 0, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
+	else
+		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
 	e->red_flight = e->red_wait = 0;
 	int rc;
 	for (int a = 0; a < GA; a++) {
@@ -1023,10 +1230,15 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	}
 	t0 = ds_now();
 	DS_TRY(reduce_grads(e, err));
-	if (e->half && !e->o.grad_accum_fp32 && e->W > 1)
-		ds_half_round_n(e->half, e->grads, (size_t)e->gtotal);  /* the reduced 16-bit gradients */
-	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0)
-		e->grads[0] = INFINITY;  /* test-only (rank 0 owns element 0), see the top of this file */
+	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0) {
+		/* test-only (rank 0 owns element 0), see the top of this file */
+		if (e->g16) {
+			const float inf = INFINITY;
+			ds_half_pack_n(e->half, e->gh, &inf, 1);
+		} else {
+			e->grads[0] = INFINITY;
+		}
+	}
 	int bad;
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;
@@ -1193,7 +1405,7 @@ void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 
 size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
-	size_t b = ((size_t)e->ptotal + (size_t)e->gtotal) * sizeof(float);
+	size_t b = (size_t)e->ptotal * sizeof(float) + (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
 	if (e->half)
 		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
 	for (int s = 0; s < e->nseg; s++)

@@ -31,9 +31,19 @@
  * owned slices (as DeepSpeed's fp32 partitions): at stages 1-2 the updated
  * slice is rounded into the whole 16-bit copy and the 16-bit slices are
  * allgathered after the step; at stage 3 the 16-bit slices are what is
- * allgathered before each pass.  Each micro-step's gradients are rounded to 16 bits and
- * accumulated in 16 bits (or in fp32 with grad_accum_fp32); reductions sum
- * in fp32 and the result is rounded to 16 bits again.  fp16 multiplies the
+ * allgathered before each pass.  Each micro-step's gradients are rounded to
+ * 16 bits and accumulated in 16 bits, held as 2-byte values in the model's
+ * format (the whole flat buffer, or the owned slices at stages 2-3): the
+ * model's backward writes fp32 into a per-segment widening buffer and the
+ * post hook adds it to the held gradients in fp32, rounding the sum once.
+ * With grad_accum_fp32 the held gradients are fp32 instead (4 bytes).
+ * 16-bit gradients are reduced in the model's dtype by default (DeepSpeed's
+ * communication_data_type default: pre/postscale and every pairwise sum
+ * rounded to 16 bits, lib/comm's 16-bit sum ops), or with comm_fp32 widened
+ * to fp32, summed there and rounded back once; fp32-held gradients are
+ * reduced in fp32.  The step (norm, non-finite check, unscaling, clipping,
+ * the optimizer) reads the 16-bit gradients widened to fp32 one segment at
+ * a time through a gradient slot.  fp16 multiplies the
  * loss by the scaler's scale before backward; an overflow anywhere (inf or
  * nan in any rank's gradients) skips the step and updates the scaler
  * (spec §5: before unscaling); otherwise the gradients are divided by
@@ -89,6 +99,10 @@ struct ds_engine_opts {
 	 * DS_SCALER_NONE for fp32 and bf16) */
 	enum ds_half_kind half;
 	int grad_accum_fp32;
+	/* a 16-bit model with 16-bit gradients: reduce them in fp32
+	 * (communication_data_type "fp32") rather than in the model's dtype
+	 * (DeepSpeed's default); ignored otherwise */
+	int comm_fp32;
 	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
 	 * reduce in fp32; ignored for a 16-bit model): each gradient
 	 * reduction casts to that type, scales and sums there (the 16-bit sum

@@ -29,6 +29,17 @@ static int optim_states(const struct ds_optim_params *p)
 	return 2;
 }
 
+/* ds_engine_create's choices: 16-bit gradients (a 16-bit model accumulating
+ * in its dtype) and the 16-bit type the reductions sum in (NONE: fp32) */
+static int grads16(const struct ds_engine_opts *o) { return o->half != DS_HALF_NONE && !o->grad_accum_fp32; }
+
+static enum ds_half_kind comm_kind(const struct ds_engine_opts *o)
+{
+	if (o->half == DS_HALF_NONE)
+		return o->comm_half;
+	return grads16(o) && !o->comm_fp32 ? o->half : DS_HALF_NONE;
+}
+
 int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err)
 {
 	struct ds_gpt *model = NULL;
@@ -45,7 +56,8 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	const int T = o->seq_length ? o->seq_length : cfg->seq_length;
 	const int sharded = o->zero_stage >= 1 && W > 1;
 	const int zg = o->zero_stage >= 2 && W > 1, zp = o->zero_stage >= 3 && W > 1;
-	const int half = o->half != DS_HALF_NONE;
+	const int half = o->half != DS_HALF_NONE, g16 = grads16(o);
+	const enum ds_half_kind chalf = comm_kind(o);
 	const int64_t align = (int64_t)W * 16;
 	const int ns = optim_states(&o->optim);
 	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
@@ -78,7 +90,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	 * weights count with the optimizer states, as DeepSpeed and the ZeRO
 	 * paper count them (K = 12 bytes per element with Adam) */
 	m->bytes[DS_MEM_PARAMS] = half ? (size_t)htotal * sizeof(uint16_t) : (size_t)mtotal * F32;
-	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * F32;
+	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * (g16 ? sizeof(uint16_t) : F32);
 	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
@@ -94,10 +106,19 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	/* communication_data_type fp16/bf16 of an fp32 model (W > 1): the
 	 * 16-bit copy of the flat gradients that the buckets reduce in
 	 * (stages 0-1), or per gradient slot a 16-bit segment to send and a
-	 * 16-bit shard to receive (stages 2-3) */
-	if (!half && o->comm_half != DS_HALF_NONE && W > 1)
+	 * 16-bit shard to receive (stages 2-3).  16-bit gradients reduce in
+	 * place (stages 0-1) or pack the segment and receive the shard inside
+	 * the fp32 gradient slot (stages 2-3): nothing more */
+	if (chalf != DS_HALF_NONE && W > 1 && !g16)
 		m->bytes[DS_MEM_COMM] += zg ? (size_t)(ov ? 4 : 2) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
 					    : (size_t)gtotal * sizeof(uint16_t);
+	/* 16-bit gradients reduced in fp32 at stages 0-1 (W > 1): one fp32
+	 * bucket of reduce_bucket_size elements (at most the whole buffer) */
+	if (g16 && chalf == DS_HALF_NONE && W > 1 && !zg) {
+		int64_t b = o->reduce_bucket_size > 0 && o->reduce_bucket_size < m->padded ? o->reduce_bucket_size
+											   : m->padded;
+		m->bytes[DS_MEM_COMM] += (size_t)b * F32;
+	}
 	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
 	m->act_saved = ds_gpt_activation_saved_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
@@ -133,9 +154,14 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		}
 		break;
 	}
-	case DS_MEM_GRADS:
-		snprintf(buf, n, m->stage >= 2 && W > 1 ? "fp32, owned 1/%d slices" : "fp32, every segment whole", W);
+	case DS_MEM_GRADS: {
+		const char *dt = grads16(o) ? ds_half_name(o->half) : "fp32";
+		if (m->stage >= 2 && W > 1)
+			snprintf(buf, n, "%s, owned 1/%d slices", dt, W);
+		else
+			snprintf(buf, n, "%s, every segment whole", dt);
 		break;
+	}
 	case DS_MEM_OPTIM:
 		snprintf(buf, n, "%d fp32 state%s per element, %s", m->nstates, m->nstates == 1 ? "" : "s",
 			 sharded ? "owned slices" : "whole model");
@@ -154,10 +180,14 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 						  : " + 2 gradient gather buffers") : "",
 			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers"
 			 : o->half != DS_HALF_NONE ? " + 3 parameter and 2 gradient widening buffers" : "");
-		if (o->half == DS_HALF_NONE && o->comm_half != DS_HALF_NONE && W > 1) {
+		if (comm_kind(o) != DS_HALF_NONE && W > 1 && !grads16(o)) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " + %s reduction buffers (communication_data_type)",
-				 ds_half_name(o->comm_half));
+				 ds_half_name(comm_kind(o)));
+		}
+		if (grads16(o) && comm_kind(o) == DS_HALF_NONE && W > 1 && m->stage < 2) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " + an fp32 reduction bucket (communication_data_type fp32)");
 		}
 		break;
 	case DS_MEM_ACT: {

@@ -14,7 +14,10 @@
  * allgather_bucket_size cost no memory here.  Transient buffers (Lamb's
  * partial norms, a checkpoint's staging tensor) and what MPI or the C
  * library allocate themselves are not counted.  fp16/bf16 (o->half): the
- * parameters row is the 16-bit model copy (2 bytes per held parameter) and
+ * parameters row is the 16-bit model copy (2 bytes per held parameter), the
+ * gradients row 2 bytes per held element unless they accumulate in fp32
+ * (plus one fp32 bucket under communication when 16-bit gradients reduce
+ * in fp32 at stages 0-1), and
  * the fp32 master weights count under optimizer_states, as DeepSpeed and
  * the ZeRO paper count them; with W > 1 at stages >= 1 the master is kept
  * for the owned slices only.  They also add the fp32 widening buffers
@@ -33,7 +36,7 @@
 
 enum ds_engine_mem_cat {
 	DS_MEM_PARAMS = 0,  /* parameters held (whole or the owned slices): fp32, or fp16/bf16 copy */
-	DS_MEM_GRADS,       /* fp32 gradients held */
+	DS_MEM_GRADS,       /* gradients held: fp32, or 16-bit in 16-bit runs */
 	DS_MEM_OPTIM,       /* optimizer states (exp_avg, exp_avg_sq / momentum); + fp32 master in 16-bit runs */
 	DS_MEM_COMM,        /* reduce-scatter scratch, stage-2/3 gather buffers */
 	DS_MEM_ACT,         /* the model's activation workspace (ds_gpt_activation_bytes) */

@@ -129,11 +129,14 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	const char *acc = cfg_str(c, "data_types.grad_accum_dtype", NULL);
 	s->eng.grad_accum_fp32 = acc && !strcmp(acc, "fp32");
 	/* communication_data_type fp16/bf16 with an fp32 model: the gradient
-	 * reductions travel and sum in that type (a 16-bit model already
-	 * reduces in its own dtype) */
+	 * reductions travel and sum in that type.  A 16-bit model's 16-bit
+	 * gradients reduce in its own dtype (the inferred default) or, with
+	 * "fp32", in fp32 (comm_fp32); gradients accumulated in fp32 reduce
+	 * in fp32 */
 	const char *cdt = cfg_str(c, "communication_data_type", "fp32");
 	s->eng.comm_half = s->eng.half != DS_HALF_NONE ? DS_HALF_NONE
 			   : !strcmp(cdt, "fp16") ? DS_HALF_FP16 : !strcmp(cdt, "bf16") ? DS_HALF_BF16 : DS_HALF_NONE;
+	s->eng.comm_fp32 = s->eng.half != DS_HALF_NONE && !strcmp(cdt, "fp32");
 	s->nonfinite_abort = !strcmp(cfg_str(c, "dstk.nonfinite_policy", "skip"), "abort");
 	s->nonfinite_max = cfg_int(c, "dstk.nonfinite_max_consecutive", 10);
 	struct ds_fp16_cfg fc;
@@ -164,9 +167,9 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
 {
 	const char *f = ds_config_name(s->cfg);
-	/* an fp32 model reduces in fp32, fp16 or bf16; a 16-bit model sums in
-	 * fp32 and rounds the result to its own dtype, so the other 16-bit
-	 * type is what this build cannot honour */
+	/* an fp32 model reduces in fp32, fp16 or bf16; a 16-bit model in its
+	 * own dtype or in fp32, so the other 16-bit type is what this build
+	 * cannot honour */
 	const char *model_dt = cfg_bool(s->cfg, "fp16.enabled") ? "fp16" : cfg_bool(s->cfg, "bf16.enabled") ? "bf16" : "fp32";
 	const char *cdt = cfg_str(s->cfg, "communication_data_type", NULL);
 	if (cdt && strcmp(model_dt, "fp32") && strcmp(cdt, "fp32") && strcmp(cdt, model_dt))

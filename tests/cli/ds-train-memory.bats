@@ -32,6 +32,29 @@ within10() { awk -v a="$1" -v b="$2" 'BEGIN { r = a / b; exit !(b > 0 && r >= 0.
 	done
 }
 
+# fp16 and bf16 at 1 rank (ZeRO's mixed-precision count): 2 bytes of 16-bit
+# parameters, K = 12 of fp32 master weights and Adam states, and 2 bytes of
+# 16-bit gradients when they accumulate in the model's dtype (fp16's
+# default, bf16's under ZeRO) - 16 per parameter - or 4 when they
+# accumulate in fp32 (bf16's default at stage 0) - 18; the allocator holds
+# the estimate byte for byte.
+@test "fp16 and bf16 at 1 rank: model states 2 + 2 + 12 bytes per parameter, 2 + 4 + 12 with fp32 accumulation" {
+	local dt st want
+	for dt in fp16 bf16; do
+		for st in 0 1; do
+			printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "%s": {"enabled": true}, "zero_optimization": {"stage": %d}}' \
+				"$dt" "$st" >"$BATS_TEST_TMPDIR/h.json"
+			run -0 --separate-stderr ds-train --deepspeed_config "$BATS_TEST_TMPDIR/h.json" \
+				--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
+			line=$(grep '^memory per rank' <<<"$output") || fail "$dt stage $st: no memory line: $output"
+			want=$((16 * P))
+			[ $dt = bf16 ] && [ $st -eq 0 ] && want=$((18 * P))
+			[ "$(field "$line" model_state)" -eq "$want" ] || fail "$dt stage $st: want $want: $line"
+			[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "$dt stage $st: $line"
+		done
+	done
+}
+
 @test "--metrics-json carries the memory figures" {
 	command -v jq >/dev/null || skip "jq not installed"
 	cd "$BATS_TEST_TMPDIR"

@@ -101,8 +101,9 @@ check_stage() {
 # bf16 at stages 1 and 2 on 2 and 4 ranks: each rank keeps the whole 16-bit
 # model copy (2 bytes x P) but the fp32 master weights and the Adam states
 # for its own 1/N slice only (12 bytes x P / N, as DeepSpeed's fp32
-# partitions), plus fp32 gradients (4 x P, stage 2 4 x P / N); the
-# allocator holds the estimate byte for byte, at setup and at its peak.
+# partitions), plus bf16 gradients (grad_accum_dtype defaults to bf16 under
+# ZeRO: 2 x P, stage 2 2 x P / N); the allocator holds the estimate byte
+# for byte, at setup and at its peak.
 @test "bf16 stages 1-2: 16-bit copy whole, fp32 master + Adam states / N, allocator equal to the estimate" {
 	local st n cfg ms want
 	for st in 1 2; do
@@ -113,7 +114,7 @@ check_stage() {
 			run -0 --separate-stderr mpirun_n "$n" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$cfg" \
 				--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
 			line=$(grep '^memory per rank' <<<"$output") || fail "no memory line: $output $stderr"
-			want=$((2 * P + 12 * P / n + (st == 2 ? 4 * P / n : 4 * P)))
+			want=$((2 * P + 12 * P / n + (st == 2 ? 2 * P / n : 2 * P)))
 			ms=$(field "$line" model_state)
 			[ "$ms" -eq "$want" ] || fail "stage $st N $n: model state $ms, want $want: $line"
 			[ "$(field "$line" model_state_estimate)" -eq "$ms" ] || fail "stage $st N $n: $line"
@@ -121,4 +122,50 @@ check_stage() {
 			[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "stage $st N $n: $line"
 		done
 	done
+}
+
+# fp16 at stages 0-3 on 1, 2 and 4 ranks: the ZeRO paper's mixed-precision
+# model states, 2 bytes of fp16 parameters + 2 of fp16 gradients + K = 12
+# of fp32 master weights and Adam states per parameter - 16 x P at stage 0,
+# (4 + 12/N) x P at stage 1, (2 + 14/N) x P at stage 2, 16 x P / N at stage
+# 3 - and the allocator holds the estimate byte for byte.  With
+# communication_data_type "fp32" the 16-bit gradients are summed in fp32
+# one bucket at a time: at stage 0 (2 ranks, the default reduce_bucket_size
+# is larger than the model) that adds one fp32 copy of the gradients,
+# 4 x P bytes, to the estimate and to what the allocator holds.
+@test "fp16: model states 2 + 2 + 12 bytes per parameter as in ZeRO, allocator equal to the estimate" {
+	local st n cfg ms want s3 base
+	for st in 0 1 2 3; do
+		for n in 1 2 4; do
+			s3=""
+			[ "$st" -eq 3 ] && s3=', "stage3_param_persistence_threshold": 0'
+			cfg="$BATS_TEST_TMPDIR/fp16-s$st-n$n.json"
+			printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": %d, "fp16": {"enabled": true}, "zero_optimization": {"stage": %d%s}}' \
+				$((8 / n)) "$st" "$s3" >"$cfg"
+			run -0 --separate-stderr mpirun_n "$n" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$cfg" \
+				--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
+			line=$(grep '^memory per rank' <<<"$output") || fail "no memory line: $output $stderr"
+			case $st in
+			0) want=$((16 * P)) ;;
+			1) want=$((4 * P + 12 * P / n)) ;;
+			2) want=$((2 * P + 14 * P / n)) ;;
+			3) want=$((16 * P / n)) ;;
+			esac
+			[ "$n" -eq 1 ] && want=$((16 * P))
+			ms=$(field "$line" model_state)
+			[ "$ms" -eq "$want" ] || fail "stage $st N $n: model state $ms, want $want: $line"
+			[ "$(field "$line" model_state_estimate)" -eq "$ms" ] || fail "stage $st N $n: $line"
+			[ "$(field "$line" alloc_setup)" -eq "$(field "$line" estimate)" ] || fail "stage $st N $n: $line"
+			[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "stage $st N $n: $line"
+			[ "$st" -eq 0 ] && [ "$n" -eq 2 ] && base=$(field "$line" estimate)
+		done
+	done
+	cfg="$BATS_TEST_TMPDIR/fp16-cdt32.json"
+	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true}, "communication_data_type": "fp32", "zero_optimization": {"stage": 0}}' >"$cfg"
+	run -0 --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$cfg" \
+		--model "$SHARE/models/gpt-test.json" --train-iters 2 --peak-gflops 1
+	line=$(grep '^memory per rank' <<<"$output") || fail "no memory line: $output $stderr"
+	[ "$(field "$line" alloc_peak)" -eq "$(field "$line" estimate)" ] || fail "fp32 reduction: $line"
+	[ $(( $(field "$line" estimate) - base )) -eq $((4 * P)) ] ||
+		fail "communication_data_type fp32 adds $(( $(field "$line" estimate) - base )) bytes, want $((4 * P))"
 }

@@ -1,7 +1,8 @@
 /* test_estimate.c - the memory estimator against numbers worked out by hand
  * from the ZeRO formulas (spec §7: 4 bytes of fp32 parameters, 4 of
  * gradients, 8 of Adam states per element; stage 1 divides the optimizer
- * states by W, stage 2 also the gradients, stage 3 also the parameters) and
+ * states by W, stage 2 also the gradients, stage 3 also the parameters;
+ * mixed precision 2 + 2 + 12, as in the ZeRO paper) and
  * the engine's padding of each segment to W*16 elements, and against what a
  * real engine allocates through ds_alloc in this process (1 rank; the MPI
  * ranks are tests/mpi/memory.bats's). */
@@ -144,6 +145,84 @@ static void test_zero_formulas(void **state)
 	assert_int_equal(est(&o, 2).bytes[DS_MEM_OPTIM], 118528 / 2 * 4);
 }
 
+/* fp16/bf16 with Adam, the ZeRO paper's mixed-precision count: 2 bytes of
+ * 16-bit parameters, 2 of 16-bit gradients and K = 12 of fp32 master
+ * weights and Adam states per element - 16 at stage 0, stage 1 dividing
+ * the 12 by W, stage 2 also the gradients (2 + 14/W), stage 3 everything
+ * (16/W).  Gradients accumulated in fp32 (data_types.grad_accum_dtype
+ * "fp32") hold 4 bytes instead: 18, 6 + 12/W, 2 + 16/W, 18/W. */
+static void test_zero_formulas_half(void **state)
+{
+	(void)state;
+	const double P = 118528;
+	for (int acc32 = 0; acc32 <= 1; acc32++)
+		for (int W = 1; W <= 4; W *= 2)
+			for (int stage = 0; stage <= 3; stage++) {
+				struct ds_engine_opts o;
+				opts_test_model(&o, stage, 1, 1);
+				o.stage3_param_persistence_threshold = 0;
+				o.half = stage % 2 ? DS_HALF_BF16 : DS_HALF_FP16;
+				o.grad_accum_fp32 = acc32;
+				struct ds_engine_mem m = est(&o, W);
+				double g = acc32 ? 4 : 2;
+				double per = stage == 0 ? 2 + g + 12 : stage == 1 ? 2 + g + 12.0 / W
+					   : stage == 2 ? 2 + (g + 12) / W : (2 + g + 12) / W;
+				if (W == 1)
+					per = 2 + g + 12;
+				assert_int_equal(m.model_state, (size_t)(per * P));
+				assert_int_equal(m.bytes[DS_MEM_GRADS], (size_t)(g * P / (stage >= 2 ? W : 1)));
+			}
+}
+
+/* The communication row of 16-bit gradients at W = 2 (largest padded
+ * segment a layer, 49984 elements; its shard 24992): reduced in the model's
+ * dtype, stages 0-1 sum in place and stage 2 packs the segment to send and
+ * receives the 16-bit shard inside the fp32 gradient slot (2 x 49984 +
+ * 2 x 24992 bytes fit in its 4 x 49984), so nothing is added - unlike an
+ * fp32 model's communication_data_type fp16 (2 x 2 x (49984 + 24992)
+ * bytes more at stage 2); communication_data_type fp32 (comm_fp32) adds
+ * one fp32 bucket at stages 0-1 - reduce_bucket_size elements, at most the
+ * whole model - and nothing at stage 2, whose fp32 gradient slots are sent
+ * as they are. */
+static void test_half_comm_buffers(void **state)
+{
+	(void)state;
+	struct ds_engine_opts o;
+	const size_t P = 118528, widen = 24992 * 4 + 5 * 49984 * 4;  /* scratch, 3 + 2 fp32 slots */
+	opts_test_model(&o, 0, 1, 1);
+	o.half = DS_HALF_FP16;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen);
+	o.comm_fp32 = 1;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen + P * 4);
+	o.reduce_bucket_size = 5000;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen + 5000 * 4);
+	opts_test_model(&o, 2, 1, 1);
+	o.comm_half = DS_HALF_BF16;  /* the fp32 model's 16-bit reduction buffers */
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], 24992 * 4 + 2 * 49984 * 4 + 2 * 2 * (49984 + 24992));
+	o.comm_half = DS_HALF_NONE;
+	o.half = DS_HALF_BF16;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen);
+	o.comm_fp32 = 1;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen);
+	/* gradients accumulated in fp32 reduce in fp32 with no extra buffer */
+	o.comm_fp32 = 0;
+	o.grad_accum_fp32 = 1;
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen);
+	assert_int_equal(est(&o, 2).bytes[DS_MEM_GRADS], P / 2 * 4);
+	/* the notes name the gradients' dtype */
+	char buf[256];
+	o.grad_accum_fp32 = 0;
+	struct ds_engine_mem m = est(&o, 2);
+	assert_string_equal(ds_engine_mem_cat_note(&m, &o, DS_MEM_GRADS, buf, sizeof buf), "bf16, owned 1/2 slices");
+	o.grad_accum_fp32 = 1;
+	m = est(&o, 2);
+	assert_string_equal(ds_engine_mem_cat_note(&m, &o, DS_MEM_GRADS, buf, sizeof buf), "fp32, owned 1/2 slices");
+	opts_test_model(&o, 0, 1, 1);
+	o.half = DS_HALF_FP16;
+	m = est(&o, 1);
+	assert_string_equal(ds_engine_mem_cat_note(&m, &o, DS_MEM_GRADS, buf, sizeof buf), "fp16, every segment whole");
+}
+
 /* A real engine at 1 rank holds, through ds_alloc, exactly the estimate
  * less ds-train's batch rows (the trainer's, not the engine's). */
 static void check_engine(const struct ds_engine_opts *o)
@@ -172,10 +251,17 @@ static void test_matches_engine(void **state)
 	for (int stage = 0; stage <= 3; stage++) {
 		opts_test_model(&o, stage, 2, 3);
 		check_engine(&o);
-		/* fp16/bf16: the 16-bit model copy and the widening buffers */
+		/* fp16/bf16: the 16-bit model copy, 16-bit gradients and the
+		 * widening buffers; then gradients accumulated in fp32 */
 		o.half = stage % 2 ? DS_HALF_BF16 : DS_HALF_FP16;
 		check_engine(&o);
+		o.grad_accum_fp32 = 1;
+		check_engine(&o);
 	}
+	opts_test_model(&o, 1, 1, 1);
+	o.half = DS_HALF_FP16;
+	ds_optim_params_init(&o.optim, DS_OPTIM_LAMB);
+	check_engine(&o);
 	opts_test_model(&o, 0, 4, 1);
 	o.checkpointing = 1;
 	check_engine(&o);
@@ -216,6 +302,8 @@ int main(void)
 		cmocka_unit_test(test_hand_count),
 		cmocka_unit_test(test_hand_count_padded_stage3),
 		cmocka_unit_test(test_zero_formulas),
+		cmocka_unit_test(test_zero_formulas_half),
+		cmocka_unit_test(test_half_comm_buffers),
 		cmocka_unit_test(test_matches_engine),
 		cmocka_unit_test(test_bad_input),
 	};
