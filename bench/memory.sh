@@ -7,7 +7,11 @@
 #
 #   bench/memory.sh [MODEL] [STEPS]   (defaults: share/models/gpt2-124m.json, 2)
 #
-# Environment: DTYPE=fp16|bf16 trains in that precision (default fp32);
+# Environment: DTYPE=fp16|bf16 trains in that precision (default fp32;
+# model_GiB is then ZeRO's 2 + 2 + 12 bytes per parameter at stage 0 -
+# 16-bit parameters and gradients, fp32 master weights and AdamW states -
+# 2 + 2 + 12/N, 2 + 14/N, 16/N at stages 1-3, and for bf16 at stage 0,
+# which accumulates gradients in fp32 by default, 2 + 4 + 12);
 # STAGES and NS (space-separated) restrict the stages and rank counts
 # (defaults "0 1 2 3" and "1 2 4").
 #

@@ -9,7 +9,10 @@
 # a ratio to fp32.  The machine's memory (MemTotal) is the ceiling line.
 # The parameters the forward/backward read are the 16-bit copy (2 bytes per
 # parameter instead of 4) plus fp32 widening buffers of the segments in
-# use, but the fp32 master weights stay.  Of the activation row, what
+# use, but the fp32 master weights stay; the gradients are stored in 16
+# bits too (2 bytes instead of 4: model states 2 + 2 + 12 bytes per
+# parameter with AdamW, as fp32's 4 + 4 + 8) except bf16 at stage 0, which
+# accumulates them in fp32 by default (2 + 4 + 12).  Of the activation row, what
 # forward keeps for backward (layer inputs, every layer's saved
 # activations, the logits: act_saved, from `--check --json`) is stored in
 # 16 bits; the rest is the fp32 working memory of one layer at a time
