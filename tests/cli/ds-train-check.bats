@@ -202,12 +202,15 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 
 @test "--check: bf16 counts the 16-bit copy as parameters and the fp32 master with the optimizer states" {
 	# as DeepSpeed and the ZeRO paper count them: 2 bytes of 16-bit
-	# parameters, 4 of gradients (dstk keeps them in fp32), 12 of fp32
-	# master + Adam states per parameter
+	# parameters, 12 of fp32 master + Adam states per parameter, and the
+	# gradients: 4 bytes at stage 0, where bf16 accumulates them in fp32 by
+	# default (data_types.grad_accum_dtype, as in DeepSpeed), 2 (bf16)
+	# under ZeRO
 	run -0 ds-train --check --deepspeed_config "$SHARE/configs/bf16.json" "${MODEL_ARGS[@]}"
 	assert_line "# memory per rank: ZeRO stage 0, world size 1, adamw, bf16"
 	[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
 	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
+	assert_output --regexp $'\ngradients .* fp32, every segment whole'
 	[ "$(mem_row optimizer_states)" -eq $((118528 * 12)) ]
 	assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, whole model'
 	# stages 1-2 at 4 ranks: the whole 16-bit copy, the master with the
@@ -217,7 +220,8 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 		run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b$st.json" "${MODEL_ARGS[@]}" --world-size 4
 		[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
 		[ "$(mem_row optimizer_states)" -eq $((118528 * 12 / 4)) ]
-		[ "$(mem_row gradients)" -eq $((st == 2 ? 118528 : 118528 * 4)) ]
+		[ "$(mem_row gradients)" -eq $((st == 2 ? 118528 * 2 / 4 : 118528 * 2)) ]
+		assert_output --regexp $'\ngradients .* bf16, '
 		assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, owned slices'
 	done
 }
