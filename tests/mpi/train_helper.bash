@@ -12,7 +12,8 @@ ITERS=20
 # inferred default, true at stage 3 only); CFG_EXTRA (JSON members, e.g.
 # '"checkpoint": {...}') is added when set.
 # PRECISION=fp16|bf16 in the environment adds that section (fp16: dynamic
-# scaling from 2^12, so the first steps overflow and skip on every layout).
+# scaling from 2^12, doubling every 5 clean steps; no step of these runs
+# overflows).
 write_cfg() {
 	# stage 3: partition every segment; prefetch the embeddings and the
 	# final norm (< 30000 elements) but not the layers (~50000)
