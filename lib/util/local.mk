@@ -24,3 +24,9 @@ endif
 check_PROGRAMS += bench/bf16-gemm
 bench_bf16_gemm_SOURCES = bench/bf16-gemm.c
 bench_bf16_gemm_LDADD = $(DS_LDADD) -ldl
+
+## Benchmark (not a test): AMX bf16 products (oneDNN) vs sgemm on the GPT
+## step's shapes (issue 5); built by `make check`, never run by it.
+check_PROGRAMS += bench/amx-gemm
+bench_amx_gemm_SOURCES = bench/amx-gemm.c
+bench_amx_gemm_LDADD = $(DS_LDADD)

@@ -1,14 +1,19 @@
 /* test_kernels.c - the per-element math (kernels/common) and the CPU kernels
  * (kernels/cpu) against hand-computed values and double-precision
- * derivatives.
+ * derivatives; the AMX bf16 products against a double-precision product of
+ * the bf16-rounded inputs.
  */
 #include "unit.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/gpt_math.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/gpt_kernels.h"
+#include "util/half.h"
 
 /* gelu tanh approximation at hand-computed points (GPT-2 / torch 'tanh'). */
 static void test_gelu_values(void **state)
@@ -154,6 +159,100 @@ static void test_dropout(void **state)
 	assert_true(memcmp(a, b + 4, 400 * sizeof(float)) == 0);
 }
 
+/* x[i*ld + j] for i < rows, j < cols: values that bf16 cannot hold */
+static void fill(float *x, int rows, int cols, int ld, unsigned seed)
+{
+	for (int i = 0; i < rows; i++)
+		for (int j = 0; j < cols; j++) {
+			seed = seed * 1664525u + 1013904223u;
+			x[(size_t)i * ld + j] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 2.0f + 1e-4f;
+		}
+}
+
+static float bf(float x) { return ds_bf16_to_fp32(ds_fp32_to_bf16(x)); }
+
+/* ds_gemm_bf16 = alpha op(bf16(A)) op(bf16(B)) + beta C for the layouts the
+ * model uses (NT forward, NN and TN backward, and TT), sizes that are not
+ * multiples of AMX's 16x32 tiles, strided lda/ldb/ldc, alpha/beta; the
+ * reference is the exact (double) product of the bf16-rounded inputs and
+ * the bound fp32 accumulation order allows, 4(K+2) u sum|terms| (u = 2^-24).
+ * The same bound rejects the product of the unrounded inputs (so a kernel
+ * that skipped the rounding fails), beta 0 must not read C (NaN there), and
+ * C's padding columns stay untouched.  Sizes start above oneDNN 2.6's AMX
+ * minimum (about M, N > 8 and K > 16; smaller products answer -1 and stay on
+ * sgemm).  Skipped where AMX is not usable. */
+static void test_gemm_bf16(void **state)
+{
+	(void)state;
+	if (!ds_gemm_bf16_usable()) {
+		printf("# skipped: %s\n", ds_gemm_bf16_describe());
+		skip();
+	}
+	static const int sz[][3] = { { 17, 18, 33 }, { 17, 33, 45 }, { 37, 19, 71 }, { 64, 48, 96 }, { 130, 77, 300 } };
+	static const float ab[][2] = { { 1.0f, 0.0f }, { 0.5f, 1.0f }, { -1.25f, 0.75f } };
+	int checked = 0, sensitive = 0;
+	for (int lay = 0; lay < 4; lay++)
+		for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+			for (size_t q = 0; q < sizeof ab / sizeof ab[0]; q++) {
+				const int ta = lay == 2 || lay == 3, tb = lay == 0 || lay == 3;
+				const int M = sz[s][0], N = sz[s][1], K = sz[s][2];
+				const float alpha = ab[q][0], beta = ab[q][1];
+				const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+				const int lda = ac + 3, ldb = bc + 5, ldc = N + 7;
+				float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
+				float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
+				assert_non_null(A); assert_non_null(B); assert_non_null(C); assert_non_null(C0);
+				fill(A, ar, ac, lda, 11u + (unsigned)s);
+				fill(B, br, bc, ldb, 97u + (unsigned)q);
+				fill(C0, M, ldc, ldc, 5u);
+				if (beta == 0.0f)
+					for (int i = 0; i < M; i++)
+						for (int j = 0; j < N; j++)
+							C0[(size_t)i * ldc + j] = NAN;
+				memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+				if (ds_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+					fail_msg("%s%s M%d N%d K%d alpha %g beta %g: not run on AMX", ta ? "T" : "N",
+						 tb ? "T" : "N", M, N, K, alpha, beta);
+				for (int i = 0; i < M; i++) {
+					for (int j = 0; j < N; j++) {
+						double r = 0, r32 = 0, mag = 0;
+						for (int k = 0; k < K; k++) {
+							float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+							float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+							r += (double)bf(a) * bf(b);
+							r32 += (double)a * b;
+							mag += fabs((double)bf(a) * bf(b));
+						}
+						double c0 = beta == 0.0f ? 0.0 : (double)C0[(size_t)i * ldc + j];
+						double want = alpha * r + beta * c0, want32 = alpha * r32 + beta * c0;
+						double tol = 4.0 * (K + 2) * ldexp(1.0, -24) * (fabs(alpha) * mag + fabs(beta * c0));
+						double got = C[(size_t)i * ldc + j];
+						if (!(fabs(got - want) <= tol))
+							fail_msg("%s%s M%d N%d K%d alpha %g beta %g: C[%d,%d] = %.9g, want %.9g +- %.3g",
+								 ta ? "T" : "N", tb ? "T" : "N", M, N, K, alpha, beta, i, j, got, want, tol);
+						sensitive += fabs(want32 - want) > tol;
+						checked++;
+					}
+					for (int j = N; j < ldc; j++)
+						assert_true(memcmp(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], sizeof(float)) == 0);
+				}
+				free(A); free(B); free(C); free(C0);
+			}
+	assert_true(sensitive > checked / 2);
+	/* round to nearest even: 1 + 2^-8 is a tie that rounds to 1, 1 + 3 2^-8
+	 * one that rounds up to 1 + 2^-6 (a (32,32) @ (32,32)^T product with
+	 * one nonzero column) */
+	float a[32 * 32] = { 0 }, b[32 * 32] = { 0 }, c[32 * 32];
+	a[0] = 1.0f + 0x1p-8f;
+	a[32] = 1.0f + 0x3p-8f;
+	for (int j = 0; j < 32; j++)
+		b[j * 32] = 1.0f;
+	assert_int_equal(ds_gemm_bf16(0, 1, 32, 32, 32, 1.0f, a, 32, b, 32, 0.0f, c, 32), 0);
+	for (int j = 0; j < 32; j++)
+		assert_true(c[j] == 1.0f && c[32 + j] == 1.0f + 0x1p-6f && c[64 + j] == 0.0f);
+	printf("# %d elements checked (%s)\n", checked, ds_gemm_bf16_describe());
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -165,6 +264,7 @@ int main(void)
 		cmocka_unit_test(test_xent_padding),
 		cmocka_unit_test(test_causal_softmax),
 		cmocka_unit_test(test_dropout),
+		cmocka_unit_test(test_gemm_bf16),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
