@@ -319,6 +319,13 @@ EXTRA = [
      "skip policy: abort after this many consecutive non-finite steps"),
     ("dstk.watchdog_timeout_s", "float", 0.0, None, 0, None, IMPL,
      "exit with status 5 when a step or collective stalls this long (0: off)"),
+    ("dstk.signal_lead_s", "float", 0.0, None, 0, None, IMPL,
+     "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), "
+     "when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit"),
+    ("dstk.watchdog_dir", "string", None, None, None, None, IMPL,
+     "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)"),
+    ("dstk.bf16_matmul", "enum", "auto", ["auto", "fp32"], None, None, IMPL,
+     "bf16 runs: matrix products in bf16 on Intel AMX when this CPU and build have it (auto), or always fp32 sgemm (fp32)"),
 ]
 
 TYPE = {"integer": "int", "boolean": "bool", "string": "string", "number": "float",

@@ -1,7 +1,7 @@
 /* gemm_bf16.c - bf16 matrix products on AMX through oneDNN (gemm_bf16.h).
  *
- * Each call rounds op(A) and op(B) into one bf16 scratch buffer (dense,
- * in their stored orientation: the transposition is left to oneDNN's
+ * Each call rounds op(A) and op(B) into bf16 scratch buffers (dense, in
+ * their stored orientation: the transposition is left to oneDNN's
  * strides) and runs a oneDNN matmul primitive with bf16 src/weights and a
  * dense fp32 destination (C itself, or a dense copy when ldc != N: oneDNN
  * 2.6 picks no AMX kernel for a strided destination); alpha is the output
@@ -43,8 +43,11 @@ static dnnl_engine_t eng;
 static dnnl_stream_t strm;
 static struct prim cache[NCACHE];
 static unsigned long tick;
-static uint16_t *scratch;       /* bf16 A and B */
-static size_t scratch_n;
+static uint16_t *abuf, *bbuf;   /* bf16 A and B */
+static size_t abuf_n, bbuf_n;
+static uint16_t *kbuf;          /* bf16 B of ds_gemm_bf16_reuse_b, kept */
+static size_t kbuf_n;
+static struct { const float *src; int rows, cols, ld; } kept;   /* what kbuf holds (src NULL: nothing) */
 static float *cdense;           /* C when ldc != N (oneDNN's AMX matmul wants a dense one) */
 static size_t cdense_n;
 
@@ -213,31 +216,41 @@ static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, 
 		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
 }
 
-int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		 int ldb, float beta, float *C, int ldc)
+static int gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+		float beta, float *C, int ldc, int reuse)
 {
 	if (!ds_gemm_bf16_usable() || M <= 0 || N <= 0 || K <= 0 || ldc < N)
 		return -1;
 	ta = ta != 0;
 	tb = tb != 0;
-	size_t na = (size_t)M * (size_t)K, nb = (size_t)K * (size_t)N;
-	size_t boff = (na + 31) & ~(size_t)31;   /* B's panel 64-byte aligned too */
+	const int br = tb ? N : K, bc = tb ? K : N;
 	int rc = -1, dense = ldc == N;
 	pthread_mutex_lock(&lock);
-	if (grow((void **)&scratch, &scratch_n, boff + nb, 2) ||
+	if (grow((void **)&abuf, &abuf_n, (size_t)M * (size_t)K, 2) ||
+	    grow(reuse ? (void **)&kbuf : (void **)&bbuf, reuse ? &kbuf_n : &bbuf_n, (size_t)K * (size_t)N, 2) ||
 	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
 		goto out;
 	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta);
 	if (!e || !e->amx)
 		goto out;
-	uint16_t *ah = scratch, *bh = scratch + boff;
+	uint16_t *bh = reuse ? kbuf : bbuf;
 	float *cd = dense ? C : cdense;
-	to_bf16(ah, A, ta ? K : M, ta ? M : K, lda);
-	to_bf16(bh, B, tb ? N : K, tb ? K : N, ldb);
+	to_bf16(abuf, A, ta ? K : M, ta ? M : K, lda);
+	if (!reuse || kept.src != B || kept.rows != br || kept.cols != bc || kept.ld != ldb) {
+		if (reuse)
+			kept.src = NULL;   /* until the copy is complete */
+		to_bf16(bh, B, br, bc, ldb);
+		if (reuse) {
+			kept.src = B;
+			kept.rows = br;
+			kept.cols = bc;
+			kept.ld = ldb;
+		}
+	}
 	if (!dense && beta != 0.0f)
 		copy_rows(cd, N, C, ldc, M, N);
 	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
-	if (dnnl_memory_set_data_handle(e->a, ah) || dnnl_memory_set_data_handle(e->b, bh) ||
+	if (dnnl_memory_set_data_handle(e->a, abuf) || dnnl_memory_set_data_handle(e->b, bh) ||
 	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
 	    dnnl_stream_wait(strm))
 		goto out;
@@ -247,6 +260,23 @@ int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *
 out:
 	pthread_mutex_unlock(&lock);
 	return rc;
+}
+
+int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+		 int ldb, float beta, float *C, int ldc)
+{
+	return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
+}
+
+int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+			const float *B, int ldb, float beta, float *C, int ldc)
+{
+	if (!same) {
+		pthread_mutex_lock(&lock);
+		kept.src = NULL;
+		pthread_mutex_unlock(&lock);
+	}
+	return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);
 }
 
 #else /* !HAVE_DNNL */
@@ -260,6 +290,12 @@ const char *ds_gemm_bf16_describe(void)
 
 int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
 		 int ldb, float beta, float *C, int ldc)
+{
+	return -1;
+}
+
+int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+			const float *B, int ldb, float beta, float *C, int ldc)
 {
 	return -1;
 }

@@ -4,10 +4,11 @@
  * the same arguments, except that A and B are first rounded to bf16 (round
  * to nearest even, as ds_fp32_to_bf16) and the products are accumulated in
  * fp32 by AMX's TDPBF16PS in oneDNN's order: the result equals an fp32
- * product of the bf16-rounded inputs up to the accumulation order.  On this
- * project's CPUs with AMX it is 2-4x faster than OpenBLAS's sgemm on the GPT
- * shapes (bench/amx-gemm).  AMX-FP16 (Granite Rapids) is not used: fp16
- * products stay on sgemm.
+ * product of the bf16-rounded inputs up to the accumulation order (and
+ * TDPBF16PS's treatment of bf16 subnormal inputs as zero).  On the 2-core
+ * AMX machine it was written on it is 3-4.8x OpenBLAS's sgemm on the GPT
+ * linear and head shapes, conversion included (bench/amx-gemm).  AMX-FP16
+ * (Granite Rapids) is not used: fp16 products stay on sgemm.
  *
  * Built on oneDNN 2.x (Debian 12's libdnnl-dev, configure --with-dnnl);
  * without it every call reports "not usable" and callers keep sgemm.  Like
@@ -32,5 +33,15 @@ const char *ds_gemm_bf16_describe(void);
  * when not usable or out of memory (C untouched: the caller runs sgemm). */
 int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
 		 int ldb, float beta, float *C, int ldc);
+
+/* ds_gemm_bf16 with B's bf16 copy kept for the next call: same = 0
+ * converts B (and keeps the copy), same = 1 promises that B holds the same
+ * values as in the previous ds_gemm_bf16_keep_b call and reuses the copy if
+ * that call had the same B pointer, orientation, size and ldb.  For a
+ * product split into row chunks against one weight matrix (the model's
+ * head: converting its (V, C) embedding per chunk would cost more than the
+ * product).  One kept copy per process; ds_gemm_bf16 calls do not touch it. */
+int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+			const float *B, int ldb, float beta, float *C, int ldc);
 
 #endif

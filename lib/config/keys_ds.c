@@ -422,6 +422,7 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "dstk.watchdog_timeout_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "exit with status 5 when a step or collective stalls this long (0: off)" },
 	{ "dstk.signal_lead_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit" },
 	{ "dstk.watchdog_dir", DS_KT_STRING, NULL, NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)" },
+	{ "dstk.bf16_matmul", DS_KT_ENUM, "\"auto\"", "auto|fp32", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "bf16 runs: matrix products in bf16 on Intel AMX when this CPU and build have it (auto), or always fp32 sgemm (fp32)" },
 };
 
 const int ds_config_nkeys = (int)(sizeof(ds_config_keys) / sizeof(ds_config_keys[0]));

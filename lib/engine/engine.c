@@ -703,7 +703,8 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		goto fail;
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
-				     .dropout_seed = opts->seed, .half = opts->half };
+				     .dropout_seed = opts->seed, .half = opts->half,
+				     .fp32_matmul = opts->fp32_matmul };
 	if ((rc = ds_gpt_ws_create(&e->ws, e->model, &wo, err)) < 0)
 		goto fail;
 	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };

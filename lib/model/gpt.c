@@ -1,7 +1,8 @@
 /* gpt.c - GPT forward and backward on CPU over one flat buffer (gpt.h).
  *
- * Matrix products go to cblas_sgemm (the OpenMP OpenBLAS, one thread pool
- * with our loops; never called inside a parallel region); everything else
+ * Matrix products go through gemm(): cblas_sgemm (the OpenMP OpenBLAS, one
+ * thread pool with our loops; never called inside a parallel region), or in
+ * bf16 runs AMX bf16 products (kernels/cpu/gemm_bf16); everything else
  * is in kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
  * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
  * Vp padded vocabulary, L layers, N = B*T.  Mixed precision rounds
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_bf16.h"
 #include "cpu/gpt_kernels.h"
 #include "util/half.h"
 #include "util/mem.h"
@@ -58,6 +60,7 @@ struct hacts {
 struct ds_gpt_ws {
 	int Bmax, Tmax, ckpt, Vp;
 	enum ds_half_kind half;       /* round activations to this format */
+	int mm_bf16;                  /* matrix products in bf16 on AMX (gemm) */
 	uint64_t seed;
 	void *mem;
 	size_t bytes;
@@ -369,6 +372,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->ckpt = o->checkpointing != 0;
 	ws->seed = o->dropout_seed;
 	ws->half = (enum ds_half_kind)o->half;
+	ws->mm_bf16 = ws->half == DS_HALF_BF16 && !o->fp32_matmul && ds_gemm_bf16_usable();
 	ws->ckpt_layer = -1;
 	const int hp = ws->half != DS_HALF_NONE;
 	ws->la = calloc(ws->ckpt || hp ? 1 : (size_t)m->L, sizeof(*ws->la));
@@ -429,6 +433,8 @@ void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst)
 	else
 		ds_half_unpack_n(ws->half, dst, ws->logits16, cnt);
 }
+
+int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws) { return ws->mm_bf16; }
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws) { return ws->recompute_s; }
 
 void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
@@ -560,25 +566,53 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
 		ds_kernel_dropout(x + (int64_t)b * T * C, (int64_t)T * C, &g[b], p);
 }
 
-/* ---- matmuls (cblas_sgemm) --------------------------------------------- */
+/* ---- matmuls ------------------------------------------------------------ */
+
+/* Every matrix product: cblas_sgemm's row-major arguments.  A bf16
+ * workspace on a CPU with AMX (ws->mm_bf16) rounds A and B to bf16 and
+ * accumulates in fp32 (ds_gemm_bf16), as a GPU's bf16 GEMM does; forward's
+ * inputs are bf16 values already (rounded activations, the bf16 parameter
+ * copy), so only the accumulation order changes there; backward's output
+ * gradients are rounded on entry.  Anything else, or a shape oneDNN runs
+ * without AMX, is cblas_sgemm. */
+static void gemm(const struct ds_gpt_ws *ws, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
+		 int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	if (ws->mm_bf16 && ds_gemm_bf16(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+					 C, ldc) == 0)
+		return;
+	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* gemm() for the head's row chunks against its one weight matrix B: same
+ * says B is unchanged since the previous chunk, so on AMX its bf16 copy is
+ * reused (converting GPT-2's (V, C) embedding per chunk would cost more
+ * than the chunk's product).  Chunks only shrink, so a first chunk left to
+ * sgemm leaves every later one there too. */
+static void gemm_kb(const struct ds_gpt_ws *ws, int same, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+		    int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+		    float *C, int ldc)
+{
+	if (ws->mm_bf16 && ds_gemm_bf16_keep_b(same, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+				ldc) == 0)
+		return;
+	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) */
-static void matmul_forward(float *out, const float *inp, const float *w, const float *b,
-			   int64_t N, int IC, int OC)
+static void matmul_forward(const struct ds_gpt_ws *ws, float *out, const float *inp, const float *w,
+			   const float *b, int64_t N, int IC, int OC)
 {
 	ds_kernel_bias_fill(out, b, N, OC);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC,
-		    1.0f, out, OC);
+	gemm(ws, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
 }
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum dout */
-static void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-			    const float *w, int64_t N, int IC, int OC)
+static void matmul_backward(const struct ds_gpt_ws *ws, float *dinp, float *dw, float *db, const float *dout,
+			    const float *inp, const float *w, int64_t N, int IC, int OC)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1.0f, dout, OC, w, IC,
-		    0.0f, dinp, IC);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1.0f, dout, OC, inp, IC,
-		    1.0f, dw, IC);
+	gemm(ws, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+	gemm(ws, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 	if (db)
 		ds_kernel_bias_backward(db, dout, N, OC);
 }
@@ -619,7 +653,7 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 		for (int h = 0; h < NH; h++) {
 			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
 			/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C, C3,
+			gemm(ws, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C, C3,
 				    0.0f, a->att + ((int64_t)b * NH + h) * T * T, T);
 		}
 	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
@@ -630,7 +664,7 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < NH; h++) {
 			/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+			gemm(ws, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
 				    P + ((int64_t)b * NH + h) * T * T, T,
 				    a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs, C3, 0.0f,
 				    a->atty + (int64_t)b * T * C + h * hs, C);
@@ -655,9 +689,9 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 			const float *v = a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs;
 			float *dv = ws->dqkv + (int64_t)b * T * C3 + 2 * C + h * hs;
 			/* datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
+			gemm(ws, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
 				    0.0f, ws->datt + bh, T);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
+			gemm(ws, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
 				    (drop ? ws->attd : P) + bh, T, dy, C, 0.0f, dv, C3);
 		}
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
@@ -670,9 +704,9 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
 			float *dq = ws->dqkv + (int64_t)b * T * C3 + h * hs;
 			/* dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
+			gemm(ws, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
 				    q + C, C3, 0.0f, dq, C3);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
+			gemm(ws, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
 				    q, C3, 0.0f, dq + C, C3);
 		}
 }
@@ -692,7 +726,7 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 
 	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
 	rnd(ws, a->ln1, N * C);
-	matmul_forward(a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
+	matmul_forward(ws, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
 	if (m->rd)
 		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 0);
 	rnd(ws, a->qkv, 3 * N * C);
@@ -700,19 +734,19 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 	rnd(ws, a->atty, N * C);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
-	matmul_forward(ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
+	matmul_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
 	ds_kernel_add_inplace(ab, x, N * C);
 	rnd(ws, ab, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
 	rnd(ws, a->ln2, N * C);
-	matmul_forward(a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
+	matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
 	rnd(ws, a->fch, N * F2);
 	ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
 	rnd(ws, a->fcact, N * F);
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
-	matmul_forward(mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
+	matmul_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	if (gptj) {
 		ds_kernel_add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
@@ -750,12 +784,12 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 		rnd(ws, ws->dA, N * C);
 	}
 	/* mlp: fcact @ c_proj, act, ln2 @ c_fc, norm2 */
-	matmul_backward(ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
+	matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
 			tp(m, P, ix->fcpw), N, F, C);
 	rnd(ws, ws->dfcact, N * F);
 	ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
 	rnd(ws, ws->dfch, N * F2);
-	matmul_backward(ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
+	matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
 			tp(m, P, ix->fcw), N, C, F2);
 	rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
@@ -768,14 +802,14 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 		rnd(ws, ws->dA, N * C);
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	matmul_backward(ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
+	matmul_backward(ws, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
 			tp(m, P, ix->projw), N, C, C);
 	rnd(ws, ws->datty, N * C);
 	attention_backward(m, ws, a, l, B, T);
 	if (m->rd)
 		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 1);
 	rnd(ws, ws->dqkv, 3 * N * C);
-	matmul_backward(ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
+	matmul_backward(ws, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
 			tp(m, P, ix->qkvw), N, C, 3 * C);
 	rnd(ws, ws->dln, N * C);
 	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
@@ -788,7 +822,7 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 		      int64_t n, const float *head)
 {
 	const int V = m->V, Vp = m->Vp, C = m->C;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, V, C, 1.0f, ws->lnf + r0 * C, C,
+	gemm_kb(ws, r0 > 0, CblasNoTrans, CblasTrans, (int)n, V, C, 1.0f, ws->lnf + r0 * C, C,
 		    head, C, 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V) {
@@ -923,9 +957,9 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
 		rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
 		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
+		gemm_kb(ws, r0 > 0, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
 			    tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
+		gemm(ws, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
 			    ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
 	}
 	rnd(ws, ws->dln, N * C);

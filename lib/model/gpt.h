@@ -97,6 +97,7 @@ struct ds_gpt_ws_opts {
 	int checkpointing;       /* 1: keep only each layer's input, recompute in backward */
 	uint64_t dropout_seed;   /* key of the dropout streams */
 	int half;                /* enum ds_half_kind: round activations to 16 bits (0: fp32) */
+	int fp32_matmul;         /* bf16: keep the matrix products on fp32 sgemm (dstk.bf16_matmul "fp32") */
 };
 
 /* Mixed precision (half != DS_HALF_NONE): activations are computed in fp32
@@ -115,7 +116,15 @@ struct ds_gpt_ws_opts {
  * already.  The logits are stored in 16 bits too; the head computes them
  * (and in backward their gradient) a few rows at a time in fp32 scratch
  * that backward's layer buffers lend it.  The final norm, one working layer
- * and the backward scratch stay fp32: the compute is fp32. */
+ * and the backward scratch stay fp32: the compute is fp32, except that
+ * bf16 on a CPU with AMX (ds_gemm_bf16_usable), unless fp32_matmul, runs
+ * every matrix product of at least DS_GEMM_BF16_MIN_MNK multiply-adds with
+ * both inputs rounded to bf16 and fp32 accumulation (a GPU's bf16 GEMM):
+ * forward's inputs are bf16 values already, so only the accumulation order
+ * differs from sgemm; backward's output gradients are bf16 values too now,
+ * except attention's probabilities' gradient, rounded on entry as on a GPU.
+ * fp16 keeps fp32 sgemm (rounding fp16 to bf16 would drop 3 mantissa bits;
+ * the CPUs here have no AMX-FP16). */
 
 /* Activation bytes a workspace for (B, T, checkpointing, half: enum
  * ds_half_kind) holds, without
@@ -142,6 +151,8 @@ void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst);
 /* Seconds spent recomputing layers in backward so far (activation
  * checkpointing's `profile` figure); 0 without checkpointing. */
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws);
+/* 1 when the workspace's matrix products run in bf16 on AMX (see above). */
+int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws);
 
 /* ---- per-segment hooks (ZeRO-3) ---------------------------------------- */
 

@@ -137,6 +137,7 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	s->eng.comm_half = s->eng.half != DS_HALF_NONE ? DS_HALF_NONE
 			   : !strcmp(cdt, "fp16") ? DS_HALF_FP16 : !strcmp(cdt, "bf16") ? DS_HALF_BF16 : DS_HALF_NONE;
 	s->eng.comm_fp32 = s->eng.half != DS_HALF_NONE && !strcmp(cdt, "fp32");
+	s->eng.fp32_matmul = !strcmp(cfg_str(c, "dstk.bf16_matmul", "auto"), "fp32");
 	s->nonfinite_abort = !strcmp(cfg_str(c, "dstk.nonfinite_policy", "skip"), "abort");
 	s->nonfinite_max = cfg_int(c, "dstk.nonfinite_max_consecutive", 10);
 	struct ds_fp16_cfg fc;

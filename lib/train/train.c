@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu/gemm_bf16.h"
 #include "engine/ceiling.h"
 #include "engine/estimate.h"
 #include "model/count.h"
@@ -338,6 +339,11 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		    ds_dataset_path(dd.train_ds), (unsigned long long)dd.train.count,
 		    (unsigned long long)(dd.valid_ds ? dd.valid.count : dd.valid.count), peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(e), bytes, sizeof bytes));
+	if (s.eng.half == DS_HALF_BF16)   /* which matrix products the bf16 run uses (gpt.h) */
+		ds_log_info("matmul: %s%s%s", s.eng.fp32_matmul ? "fp32 sgemm (dstk.bf16_matmul \"fp32\")"
+			    : ds_gemm_bf16_usable() ? "bf16 on AMX, " : "fp32 sgemm, ",
+			    s.eng.fp32_matmul ? "" : ds_gemm_bf16_describe(),
+			    s.eng.fp32_matmul || ds_gemm_bf16_usable() ? "" : " (dstk.bf16_matmul \"auto\")");
 
 	rows = ds_alloc(sizeof(int32_t) * (size_t)(s.mb * s.ga * (T + 1)));
 	if (!rows) {

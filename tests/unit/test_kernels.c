@@ -253,6 +253,43 @@ static void test_gemm_bf16(void **state)
 	printf("# %d elements checked (%s)\n", checked, ds_gemm_bf16_describe());
 }
 
+/* ds_gemm_bf16_keep_b: same = 1 reuses the copy of B made by the previous
+ * call (so a B changed in between is not seen: the caller's promise),
+ * same = 0 converts again; a different B pointer is converted even with
+ * same = 1. */
+static void test_gemm_bf16_keep_b(void **state)
+{
+	(void)state;
+	if (!ds_gemm_bf16_usable()) {
+		printf("# skipped: %s\n", ds_gemm_bf16_describe());
+		skip();
+	}
+	enum { M = 32, N = 48, K = 64 };
+	static float a[M * K], b[N * K], b2[N * K], c[M * N];
+	for (int i = 0; i < M * K; i++)
+		a[i] = (float)(i % 7) - 3.0f;
+	for (int i = 0; i < N * K; i++)
+		b[i] = b2[i] = 1.0f;
+	/* small integers: every product is exact, so sums are too */
+	assert_int_equal(ds_gemm_bf16_keep_b(0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+	double row0 = 0;
+	for (int k = 0; k < K; k++)
+		row0 += a[k];
+	assert_true(c[0] == (float)row0);
+	for (int i = 0; i < N * K; i++)
+		b[i] = 2.0f;
+	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+	assert_true(c[0] == (float)row0);           /* the kept copy of the ones */
+	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b2, K, 0.0f, c, N), 0);
+	assert_true(c[0] == (float)row0);           /* another pointer: converted (ones) */
+	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+	assert_true(c[0] == (float)(2 * row0));     /* b2's copy did not match b: converted */
+	for (int i = 0; i < N * K; i++)
+		b[i] = 3.0f;
+	assert_int_equal(ds_gemm_bf16_keep_b(0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+	assert_true(c[0] == (float)(3 * row0));     /* same = 0: converted again */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -265,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_causal_softmax),
 		cmocka_unit_test(test_dropout),
 		cmocka_unit_test(test_gemm_bf16),
+		cmocka_unit_test(test_gemm_bf16_keep_b),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,7 +53,7 @@ static struct ds_gpt_ws *mkws_half(const struct ds_gpt *m, int B, int T, int ckp
 {
 	struct ds_gpt_ws *ws = NULL;
 	struct ds_err err = DS_ERR_INIT;
-	struct ds_gpt_ws_opts o = { B, T, ckpt, seed, half };
+	struct ds_gpt_ws_opts o = { B, T, ckpt, seed, half, 0 };
 	int rc = ds_gpt_ws_create(&ws, m, &o, &err);
 	if (rc)
 		fprintf(stderr, "# %s\n", err.msg);
@@ -1072,7 +1072,7 @@ static void test_bad_input(void **state)
 	assert_int_equal(ds_gpt_forward(m, ws, p, tok, NULL, 1, 8, 0, 0, 0, &loss, &err), 0);
 	assert_int_equal(ds_gpt_backward(m, ws, p, p, 1.0f, &err), DS_EINVAL);   /* no targets */
 	ds_gpt_ws_destroy(ws);
-	struct ds_gpt_ws_opts o = { 1, 17, 0, 0, 0 };
+	struct ds_gpt_ws_opts o = { 1, 17, 0, 0, 0, 0 };
 	assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), DS_EINVAL);   /* > max positions */
 	assert_null(ws);
 	ds_gpt_destroy(m);

@@ -192,7 +192,7 @@ static int logits(const char *dir, const char *tokpath, const char *outpath, str
 			goto out;
 	}
 	{
-		struct ds_gpt_ws_opts o = { 1, T, 0, 0, 0 };
+		struct ds_gpt_ws_opts o = { 1, T, 0, 0, 0, 0 };
 		const struct ds_model_config *e = ds_gpt_config(m);
 		if ((rc = ds_gpt_ws_create(&ws, m, &o, err)) < 0 ||
 		    (rc = ds_gpt_forward(m, ws, p, tok, NULL, 1, T, 0, 0, 0, &loss, err)) < 0)
