@@ -22,6 +22,7 @@
 #include "app/mpiver.h"
 #include "app/report.h"
 #include "app/sysinfo.h"
+#include "cpu/gemm_bf16.h"
 
 #define SEP "--------------------------------------------------"
 #define GREEN "\033[92m"
@@ -216,6 +217,21 @@ static void rows_comm_io(struct ds_report *r, const struct ds_gpu_info *gi, int 
 	}
 }
 
+/* bf16 matrix products on AMX (kernels/cpu/gemm_bf16): built with oneDNN,
+ * and oneDNN reaches AMX on this CPU (what bf16 training with
+ * dstk.bf16_matmul "auto" uses). */
+static void row_amx(struct ds_report *r)
+{
+	int cpu = ds_sysinfo_cpu_has("amx_bf16", NULL) == 1 && ds_sysinfo_cpu_has("amx_tile", NULL) == 1;
+	int ok = ds_gemm_bf16_usable();
+	char why[224];
+	snprintf(why, sizeof why, "%s", cpu ? ds_gemm_bf16_describe() : "this CPU has no amx_bf16/amx_tile");
+	struct ds_report_row *w = feature(r, "amx_bf16", "onednn", ds_app_has("onednn") ? ok : cpu, why,
+					  cpu ? "check ONEDNN_MAX_CPU_ISA and the kernel's AMX support (Linux >= 5.16)"
+					      : "none needed: bf16 training uses fp32 sgemm");
+	snprintf(w->value, sizeof w->value, "%s", ok ? ds_gemm_bf16_describe() : "bf16 training uses fp32 sgemm");
+}
+
 /* CPU SIMD used by CPU-Adam: the build always carries these code paths
  * (chosen at run time), so "compatible" is the answer that matters. */
 static void rows_simd(struct ds_report *r)
@@ -344,6 +360,7 @@ int ds_report_run(const struct ds_report_opts *opts, struct ds_report *rep, stru
 	rows_openmp_blas(rep, &si);
 	rows_comm_io(rep, &gi, gpu_rc);
 	rows_simd(rep);
+	row_amx(rep);
 	DS_TRY(rows_machine(rep, opts, &si, &gi, gpu_rc, err));
 	rows_versions(rep, &gi, gpu_rc);
 	return 0;

@@ -3,7 +3,7 @@
 # conventions of ds-report, checked against /proc, df and DS_FEATURES.
 load helper
 
-FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16"
+FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16 amx_bf16"
 
 require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get install jq)"; }
 
@@ -76,6 +76,22 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 			assert_line --regexp "^$f \\.+ \\[YES\\] \\.+ \\[NO\\]"
 		fi
 	done
+}
+
+@test "ds-report: the amx_bf16 row is installed with oneDNN and usable where the CPU has AMX-BF16" {
+	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
+	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+	feats=" $(ds-report --version | sed -n 's/^features: //p') "
+	run --separate-stderr ds-report --color=never
+	if [[ "$feats" != *" onednn "* ]]; then
+		assert_line --regexp '^amx_bf16 \.+ \[NO\]'
+		assert_line "    fix:    reconfigure --with-dnnl after apt-get install libdnnl-dev"
+	elif [[ "$flags" == *" amx_bf16 "* && "$flags" == *" amx_tile "* ]]; then
+		assert_line --regexp '^amx_bf16 \.+ \[YES\] \.+ \[OKAY\] \.+ oneDNN [0-9.]+ .*amx'
+	else
+		assert_line --regexp '^amx_bf16 \.+ \[YES\] \.+ \[NO\]'
+		assert_line "    reason: this CPU has no amx_bf16/amx_tile"
+	fi
 }
 
 @test "ds-report --json parses and carries the same content" {
