@@ -1,9 +1,13 @@
 /* gpt-step.c - benchmark of one GPT forward+backward step on CPU next to the
  * sgemm ceiling measured in the same run (DESIGN.md "Benchmarks").
  *
- * Usage: bench/gpt-step [gpt2|tiny|L C NH V B T] [steps] [ckpt]
+ * Usage: bench/gpt-step [gpt2|tiny|L C NH V B T] [steps] [ckpt] [dtype]
  *   gpt2: 12 layers, 768, 12 heads, vocab 50304, B=4, T=64 (default)
  *   tiny: 6 layers, 384, 6 heads, vocab 256, B=8, T=128
+ *   dtype: fp32 (default), fp16, bf16 (matrix products in bf16 on AMX when
+ *   usable, as ds-train's dstk.bf16_matmul "auto"), bf16-sgemm (bf16
+ *   activations, fp32 sgemm: dstk.bf16_matmul "fp32"); 16-bit runs use
+ *   parameters rounded to that format, as the engine's 16-bit copy.
  * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
  * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
  * ceiling, and the time of the step's matrix products alone with the same
@@ -20,6 +24,7 @@
 #include "engine/ceiling.h"
 #include "model/count.h"
 #include "model/gpt.h"
+#include "util/half.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
@@ -65,6 +70,13 @@ int main(int argc, char **argv)
 		steps = atoi(argv[a]);
 	if (argc > a + 1)
 		ckpt = atoi(argv[a + 1]);
+	const char *dt = argc > a + 2 ? argv[a + 2] : "fp32";
+	int half = !strcmp(dt, "fp16") ? DS_HALF_FP16 : !strncmp(dt, "bf16", 4) ? DS_HALF_BF16 : DS_HALF_NONE;
+	int fp32_mm = !strcmp(dt, "bf16-sgemm");
+	if (strcmp(dt, "fp32") && strcmp(dt, "fp16") && strcmp(dt, "bf16") && !fp32_mm) {
+		fprintf(stderr, "gpt-step: dtype '%s': give fp32, fp16, bf16 or bf16-sgemm\n", dt);
+		return 2;
+	}
 
 	struct ds_model_config c;
 	memset(&c, 0, sizeof(c));
@@ -79,7 +91,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpt-step: %s\n", err.msg);
 		return 2;
 	}
-	struct ds_gpt_ws_opts o = { B, T, ckpt, 1, 0 };
+	struct ds_gpt_ws_opts o = { B, T, ckpt, 1, half, fp32_mm };
 	if (ds_gpt_ws_create(&ws, m, &o, &err)) {
 		fprintf(stderr, "gpt-step: %s\n", err.msg);
 		return 1;
@@ -92,6 +104,7 @@ int main(int argc, char **argv)
 		tgt[i] = (i * 104729 + 1) % V;
 	}
 	ds_gpt_init(m, 1, p, 0, n);
+	ds_half_round_n((enum ds_half_kind)half, p, (size_t)n);
 	struct ds_count_totals tot;
 	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);
 
@@ -124,6 +137,8 @@ int main(int argc, char **argv)
 	double gfb = tot.train_flops_step / best / 1e9;
 	printf("# gpt-step: L=%d C=%d NH=%d V=%d B=%d T=%d ckpt=%d params=%lld threads=%d\n", L, C, NH, V, B,
 	       T, ckpt, (long long)n, omp_get_max_threads());
+	printf("# dtype %s, matrix products: %s\n", dt,
+	       ds_gpt_ws_bf16_matmul(ws) ? "bf16 on AMX" : "fp32 sgemm");
 	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
 	printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * tf / steps,
 	       1e3 * tb / steps, 1e3 * step, 1e3 * best);
