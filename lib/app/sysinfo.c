@@ -5,6 +5,9 @@
  * the OS saves the AVX/AVX-512 registers (XGETBV), so "yes" means usable.
  */
 #include "config.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,7 +94,27 @@ int ds_sysinfo_cpu_has(const char *flag, struct ds_err *err)
 		return __builtin_cpu_supports("avx512f") != 0;
 	if (strcmp(flag, "avx512_bf16") == 0)
 		return __builtin_cpu_supports("avx512bf16") != 0;
-	return ds_err_set(err, DS_EINVAL, "unknown CPU flag '%s' (avx2, fma, f16c, avx512f, avx512_bf16)", flag);
+	if (strcmp(flag, "amx_bf16") == 0 || strcmp(flag, "amx_tile") == 0) {
+		/* CPUID.(EAX=7,ECX=0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE, and
+		 * the OS's tile state in XCR0 (bits 17, 18: Linux >= 5.16, which
+		 * then grants it per process) */
+		unsigned a = 0, b = 0, c = 0, d = 0;
+#if defined(__x86_64__) || defined(__i386__)
+		if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+			d = 0;
+		unsigned c1 = 0, lo = 0, hi = 0;
+		if (!__get_cpuid(1, &a, &b, &c1, &hi) || !(c1 >> 27 & 1u))
+			d = 0;   /* no OSXSAVE: no XCR0 to read */
+		else {
+			__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+			if ((lo >> 17 & 3u) != 3u)
+				d = 0;
+		}
+#endif
+		return (d >> (flag[4] == 'b' ? 22 : 24) & 1u) != 0;
+	}
+	return ds_err_set(err, DS_EINVAL, "unknown CPU flag '%s' (avx2, fma, f16c, avx512f, avx512_bf16, amx_bf16, amx_tile)",
+			  flag);
 }
 
 char *ds_sysinfo_format_bytes(unsigned long long bytes, char *buf, unsigned long n)

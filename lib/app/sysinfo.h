@@ -25,7 +25,8 @@ struct ds_sysinfo {
 int ds_sysinfo_get(struct ds_sysinfo *si, struct ds_err *err);
 
 /* 1 when the CPU (and the OS, for the AVX state) supports the extension
- * named by flag: "avx2", "fma", "f16c", "avx512f", "avx512_bf16";
+ * named by flag: "avx2", "fma", "f16c", "avx512f", "avx512_bf16",
+ * "amx_bf16", "amx_tile" (CPUID and the tile state in XCR0);
  * 0 when not; DS_EINVAL for another name. */
 int ds_sysinfo_cpu_has(const char *flag, struct ds_err *err);
 

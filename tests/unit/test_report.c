@@ -124,7 +124,7 @@ static int cpuinfo_flag(const char *flag)
 
 static void test_cpu_flags(void **state)
 {
-	static const char *const flags[] = { "avx2", "fma", "f16c", "avx512f", "avx512_bf16" };
+	static const char *const flags[] = { "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile" };
 	struct ds_err err = DS_ERR_INIT;
 
 	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
