@@ -14,7 +14,9 @@
  * ds_gemm_bf16 on the same fp32 inputs, so it includes rounding A and B to
  * bf16 (the conversion every call in gpt.c pays); ratio = sgemm time / AMX
  * time.  max_relerr compares AMX with sgemm of the bf16-rounded inputs
- * (max |diff| / max |ref|; fp32 accumulation order only).  The sgemm
+ * (max |diff| / max |ref|; fp32 accumulation order only).  The attention
+ * rows show why gpt.c keeps products below DS_GEMM_BF16_MIN_MNK on sgemm;
+ * here every product runs on AMX.  The sgemm
  * ceiling (1024^3) is measured at the start and end of the same run.
  * Figures are the best of `reps`: wall time, or with OMP_NUM_THREADS=1 the
  * thread's CPU time (a busy shared machine's preemption does not count; the

@@ -18,6 +18,13 @@
 #ifndef DS_KERNELS_GEMM_BF16_H
 #define DS_KERNELS_GEMM_BF16_H
 
+/* Below this M*N*K a call costs more than it saves (conversion and
+ * oneDNN's per-call work): GPT-2's per-head 64x64x64 attention products ran
+ * at 0.3-0.9x sgemm with 2 threads, gpt-tiny's 128x128x64 and 128x64x128 at
+ * 1.1-1.8x (bench/amx-gemm).  Callers that choose per call keep sgemm below
+ * it. */
+#define DS_GEMM_BF16_MIN_MNK (1 << 19)
+
 /* 1 when bf16 products run on AMX in this process: oneDNN is built in and
  * its matmul picks an AMX implementation on this CPU (checked once, on a
  * small product); else 0. */

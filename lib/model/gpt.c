@@ -573,13 +573,14 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
  * accumulates in fp32 (ds_gemm_bf16), as a GPU's bf16 GEMM does; forward's
  * inputs are bf16 values already (rounded activations, the bf16 parameter
  * copy), so only the accumulation order changes there; backward's output
- * gradients are rounded on entry.  Anything else, or a shape oneDNN runs
- * without AMX, is cblas_sgemm. */
+ * gradients are rounded on entry.  Anything else, a product too small to
+ * gain (DS_GEMM_BF16_MIN_MNK) or a shape oneDNN runs without AMX, is
+ * cblas_sgemm. */
 static void gemm(const struct ds_gpt_ws *ws, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
 		 int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	if (ws->mm_bf16 && ds_gemm_bf16(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta,
-					 C, ldc) == 0)
+	if (ws->mm_bf16 && (int64_t)M * N * K >= DS_GEMM_BF16_MIN_MNK &&
+	    ds_gemm_bf16(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
 		return;
 	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
