@@ -570,10 +570,10 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
 
 /* Every matrix product: cblas_sgemm's row-major arguments.  A bf16
  * workspace on a CPU with AMX (ws->mm_bf16) rounds A and B to bf16 and
- * accumulates in fp32 (ds_gemm_bf16), as a GPU's bf16 GEMM does; forward's
- * inputs are bf16 values already (rounded activations, the bf16 parameter
- * copy), so only the accumulation order changes there; backward's output
- * gradients are rounded on entry.  Anything else, a product too small to
+ * accumulates in fp32 (ds_gemm_bf16), as a GPU's bf16 GEMM does; the inputs
+ * are bf16 values already (rounded activations and gradients, the bf16
+ * parameter copy) but for dropout-scaled attention probabilities, so mostly
+ * only the accumulation order changes.  Anything else, a product too small to
  * gain (DS_GEMM_BF16_MIN_MNK) or a shape oneDNN runs without AMX, is
  * cblas_sgemm. */
 static void gemm(const struct ds_gpt_ws *ws, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
@@ -594,7 +594,8 @@ static void gemm_kb(const struct ds_gpt_ws *ws, int same, enum CBLAS_TRANSPOSE t
 		    int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
 		    float *C, int ldc)
 {
-	if (ws->mm_bf16 && ds_gemm_bf16_keep_b(same, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+	if (ws->mm_bf16 && (int64_t)M * N * K >= DS_GEMM_BF16_MIN_MNK &&
+	    ds_gemm_bf16_keep_b(same, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
 				ldc) == 0)
 		return;
 	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

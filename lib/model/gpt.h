@@ -120,9 +120,10 @@ struct ds_gpt_ws_opts {
  * bf16 on a CPU with AMX (ds_gemm_bf16_usable), unless fp32_matmul, runs
  * every matrix product of at least DS_GEMM_BF16_MIN_MNK multiply-adds with
  * both inputs rounded to bf16 and fp32 accumulation (a GPU's bf16 GEMM):
- * forward's inputs are bf16 values already, so only the accumulation order
- * differs from sgemm; backward's output gradients are bf16 values too now,
- * except attention's probabilities' gradient, rounded on entry as on a GPU.
+ * every input is a bf16 value already (rounded activations and gradients,
+ * the bf16 parameter copy) except the attention probabilities scaled by
+ * dropout's 1/(1-p), rounded on entry as on a GPU, so results differ from
+ * sgemm by the order of the fp32 sums (and AMX reads bf16 subnormals as 0).
  * fp16 keeps fp32 sgemm (rounding fp16 to bf16 would drop 3 mantissa bits;
  * the CPUs here have no AMX-FP16). */
 
