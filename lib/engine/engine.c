@@ -82,7 +82,7 @@ struct ds_engine {
 		int reducing, done;
 		long seq;
 	} ps[3], gs[4];
-	int ngs;
+	int nps, ngs;   /* parameter slots in use: 3 at stage 3, 2 for a 16-bit model's widening, else 0 */
 	int64_t maxpad, ptotal, gtotal, htotal;
 	/* overlap_comm at stages 0-1: bucket b covers [b*bucket, ...) of the
 	 * flat gradients; buckets ready_from.. are final in the last backward */
@@ -161,7 +161,7 @@ static struct slot *slot_of(struct slot *sl, int n, int s)
 static int64_t live_elems(const struct ds_engine *e)
 {
 	int64_t n = 0;
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < e->nps; k++)
 		if (e->ps[k].seg >= 0)
 			n += e->seg[e->ps[k].seg].padded;
 	return n;
@@ -417,7 +417,7 @@ static int finish_all(struct ds_engine *e, struct ds_err *err)
  * a pass, errors) */
 static void release_all(struct ds_engine *e)
 {
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < e->nps; k++) {
 		if (e->ps[k].req)
 			ds_comm_wait(e->comm, e->ps[k].req, NULL);
 		e->ps[k].req = NULL;
@@ -443,7 +443,7 @@ static void release_all(struct ds_engine *e)
 static int gather_seg(struct ds_engine *e, int s, int blocking)
 {
 	const struct seg *sg = &e->seg[s];
-	struct slot *sl = slot_of(e->ps, 3, -1);
+	struct slot *sl = slot_of(e->ps, e->nps, -1);
 	if (!sl)
 		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
 	sl->seg = s;
@@ -521,19 +521,19 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 	if (sg->pfull && !e->half) {
 		*params = e->params + sg->poff;
 	} else if (sg->pfull) {  /* resident 16-bit segment: widen it */
-		struct slot *sl = slot_of(e->ps, 3, s);
+		struct slot *sl = slot_of(e->ps, e->nps, s);
 		if (!sl) {
-			if (!(sl = slot_of(e->ps, 3, -1)))
+			if (!(sl = slot_of(e->ps, e->nps, -1)))
 				return ds_err_set(&e->herr, DS_EINVAL, "engine: no free parameter buffer for segment %d", s);
 			sl->seg = s;
 			expand_seg(e, sl);
 		}
 		*params = sl->buf;
 	} else {
-		struct slot *sl = slot_of(e->ps, 3, s);
+		struct slot *sl = slot_of(e->ps, e->nps, s);
 		if (!sl) {
 			DS_TRY(gather_seg(e, s, 1));
-			sl = slot_of(e->ps, 3, s);
+			sl = slot_of(e->ps, e->nps, s);
 			if (e->half)
 				expand_seg(e, sl);
 		} else if (sl->req) {
@@ -561,7 +561,7 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 	}
 	/* prefetch */
 	int n = next_seg(e, s, phase);
-	if (n >= 0 && !e->seg[n].pfull && !slot_of(e->ps, 3, n) && slot_of(e->ps, 3, -1) &&
+	if (n >= 0 && !e->seg[n].pfull && !slot_of(e->ps, e->nps, n) && slot_of(e->ps, e->nps, -1) &&
 	    e->seg[n].padded <= e->o.stage3_prefetch_bucket_size &&
 	    live_elems(e) + e->seg[n].padded <= e->o.stage3_max_live_parameters)
 		DS_TRY(gather_seg(e, n, 0));
@@ -573,7 +573,7 @@ static int seg_post(void *ctx, int s, int phase)
 	struct ds_engine *e = ctx;
 	struct seg *sg = &e->seg[s];
 	if (!sg->pfull || e->half) {
-		struct slot *sl = slot_of(e->ps, 3, s);
+		struct slot *sl = slot_of(e->ps, e->nps, s);
 		if (sl)
 			sl->seg = -1;
 	}
@@ -751,9 +751,13 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->opt = calloc((size_t)e->nseg, sizeof *e->opt);
 	e->lamb_sums = calloc((size_t)ds_gpt_num_tensors(e->model) * 2, sizeof(double));
 	int slots_ok = 1;
+	/* stage 3 gathers into 3 slots (the segment, its prefetched successor,
+	 * the tied embedding); a 16-bit model at stages 0-2 widens at most two
+	 * segments at once (the tied embedding stays open through the head) */
+	e->nps = zp ? 3 : e->half ? 2 : 0;
 	for (int k = 0; k < 3; k++) {
 		e->ps[k].seg = -1;
-		if ((zp || e->half) && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+		if (k < e->nps && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
 			slots_ok = 0;
 		if (zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
 			slots_ok = 0;

@@ -96,10 +96,11 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
 	 * keeps reductions in flight: 4 gradient slots, each with a receive
 	 * buffer of one shard.  fp16/bf16 widen every segment through the
-	 * parameter and gradient slots (so they exist at every stage) and add
-	 * 3 16-bit gather slots at stage 3 */
+	 * parameter and gradient slots (so they exist at every stage: 2
+	 * parameter slots below stage 3, where at most the tied embedding and
+	 * one more segment are open) and add 3 16-bit gather slots at stage 3 */
 	const int ov = zg && o->overlap_comm;
-	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp || half ? 3 : 0) * (size_t)maxpad * F32 +
+	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : half ? 2 : 0) * (size_t)maxpad * F32 +
 				(size_t)(zg || half ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
 				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32 +
 				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t);
@@ -179,7 +180,7 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 			 m->stage >= 2 && W > 1 ? (o->overlap_comm ? " + 4 gradient gather buffers and shards (overlap_comm)"
 						  : " + 2 gradient gather buffers") : "",
 			 m->stage >= 3 && W > 1 ? " + 3 parameter gather/prefetch buffers"
-			 : o->half != DS_HALF_NONE ? " + 3 parameter and 2 gradient widening buffers" : "");
+			 : o->half != DS_HALF_NONE ? " + 2 parameter and 2 gradient widening buffers" : "");
 		if (comm_kind(o) != DS_HALF_NONE && W > 1 && !grads16(o)) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " + %s reduction buffers (communication_data_type)",

@@ -21,7 +21,7 @@
  * the fp32 master weights count under optimizer_states, as DeepSpeed and
  * the ZeRO paper count them; with W > 1 at stages >= 1 the master is kept
  * for the owned slices only.  They also add the fp32 widening buffers
- * every segment passes through: 3 parameter
+ * every segment passes through: 2 parameter (3 at stage 3 on W > 1)
  * and 2 gradient slots of the largest segment (plus 3 16-bit gather slots
  * at stage 3), under communication.
  */

@@ -188,7 +188,7 @@ static void test_half_comm_buffers(void **state)
 {
 	(void)state;
 	struct ds_engine_opts o;
-	const size_t P = 118528, widen = 24992 * 4 + 5 * 49984 * 4;  /* scratch, 3 + 2 fp32 slots */
+	const size_t P = 118528, widen = 24992 * 4 + 4 * 49984 * 4;  /* scratch, 2 + 2 fp32 slots */
 	opts_test_model(&o, 0, 1, 1);
 	o.half = DS_HALF_FP16;
 	assert_int_equal(est(&o, 2).bytes[DS_MEM_COMM], widen);
