@@ -915,6 +915,17 @@ static void scale_buf(float *p, int64_t n, float f)
 		p[i] *= f;
 }
 
+/* overlap_comm at stages 0-1: the buckets were started during the last
+ * backward; start any left and wait on them all */
+static int drain_buckets(struct ds_engine *e, struct ds_err *err)
+{
+	while (e->bnext >= 0)
+		DS_TRY(start_bucket(e, e->bnext--, err));
+	for (int b = e->nbuckets - 1; b >= 0; b--)
+		DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+	return 0;
+}
+
 /* Reduce the gradients across ranks (spec §6: postscale by default,
  * prescale when asked; predivide factor f).  Stages 0-1 allreduce every
  * segment in buckets; stages 2-3 reduce-scatter each segment so that a rank
@@ -947,11 +958,7 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 		return 0;
 	}
 	if (e->overlap) {
-		/* started during the last backward; any bucket left starts now */
-		while (e->bnext >= 0)
-			DS_TRY(start_bucket(e, e->bnext--, err));
-		for (int b = e->nbuckets - 1; b >= 0; b--)
-			DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+		DS_TRY(drain_buckets(e, err));
 		if (e->chalf)
 			ds_half_unpack_n(e->chalf, e->grads, e->c16, (size_t)e->total);
 	} else {
@@ -1000,10 +1007,7 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 		return 0;
 	}
 	if (e->overlap) {
-		while (e->bnext >= 0)
-			DS_TRY(start_bucket(e, e->bnext--, err));
-		for (int b = e->nbuckets - 1; b >= 0; b--)
-			DS_TRY(red_wait(e, &e->breq[b].req, &e->breq[b].done, err));
+		DS_TRY(drain_buckets(e, err));
 		if (e->chalf)
 			hrecast(e->gh, e->total, e->chalf, e->chalf, e->grad_post, e->half);
 		else
