@@ -1,9 +1,13 @@
 ## tests: every result is a TAP line, counted by automake's tap-driver, so
 ## `make check` and .ci/run report test cases, not test files.
 ## cmocka prints TAP when CMOCKA_MESSAGE_OUTPUT=TAP; bats prints TAP itself.
+## The cmocka programs (the tests without an extension) run through
+## tests/unit/cmocka-tap.sh, which turns cmocka 1.1.x's "not ok N # SKIP"
+## into "ok N # SKIP", so a skip() counts as SKIP, not FAIL (tests/unit/tap.bats).
 ## --ignore-exit: a failing case is counted once (its "not ok" line), not
 ## again for the exit status; a crash still shows as a short plan (ERROR).
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+LOG_COMPILER = bash $(top_srcdir)/tests/unit/cmocka-tap.sh
 AM_LOG_DRIVER_FLAGS = --ignore-exit
 AM_BATS_LOG_DRIVER_FLAGS = --ignore-exit
 TEST_EXTENSIONS = .bats
@@ -17,4 +21,18 @@ AM_TESTS_ENVIRONMENT = \
 	PATH='$(abs_top_builddir)/tools':"$$PATH"; export PATH; \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS; \
 	LC_ALL=C; export LC_ALL;
-EXTRA_DIST += tests/cli/helper.bash tests/unit/unit.h tests/data
+EXTRA_DIST += tests/cli/helper.bash tests/unit/unit.h tests/unit/cmocka-tap.sh tests/data
+
+## The harness itself: a cmocka program with a passing, a skipped and a
+## failing case (never run as a test of its own) and the bats file that runs
+## it through the driver and the wrapper above.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/tap_cases
+tests_unit_tap_cases_SOURCES = tests/unit/tap_cases.c tests/unit/unit.h
+tests_unit_tap_cases_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_tap_cases_LDADD = $(CMOCKA_LIBS)
+if HAVE_BATS
+TESTS += tests/unit/tap.bats
+endif
+endif
+EXTRA_DIST += tests/unit/tap.bats
