@@ -2,6 +2,7 @@
 # ds-autotune.bats - real trials of ds-train on the tiny test model: "auto"
 # resolved, memory pruning, an injected failing/hanging trial reported and
 # survived, the metric's direction, resume, and the optimal config trains.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {
@@ -73,8 +74,10 @@ cfg_with() {
 	assert_output --partial "# best: z"
 	assert_output --partial "gradient_clipping"
 	opt="$R/ds_config_optimal.json"
-	[ -f "$opt" ] && [ -f "$R/cmd_optimal.txt" ] && [ -f "$R/summary.csv" ]
-	! grep -q '"auto"' "$opt"
+	[ -f "$opt" ]
+	[ -f "$R/cmd_optimal.txt" ]
+	[ -f "$R/summary.csv" ]
+	run -1 grep -q '"auto"' "$opt"
 	[ "$(jq 'has("autotuning")' "$opt")" = false ]
 	[ "$(jq '.train_micro_batch_size_per_gpu | type' "$opt")" = '"number"' ]
 	[ "$(jq '.zero_optimization.stage | type' "$opt")" = '"number"' ]
@@ -83,11 +86,14 @@ cfg_with() {
 	best=$(awk -F, '$11 == 1 { print $3, $2 }' "$R/summary.csv")
 	[ "$best" = "$(jq -r '"\(.train_micro_batch_size_per_gpu) \(.zero_optimization.stage)"' "$opt")" ]
 	# every trial left its files
-	for d in $(awk -F, 'NR > 1 && $9 > 0 { print $1 }' "$R/summary.csv"); do
+	trials=0
+	while read -r d; do
 		for f in ds_config.json cmd.txt stdout.txt stderr.txt metrics.json result.json; do
-			[ -f "$R/$d/$f" ] || { echo "missing $R/$d/$f"; false; }
+			[ -f "$R/$d/$f" ] || fail "missing $R/$d/$f"
 		done
-	done
+		trials=$((trials + 1))
+	done < <(awk -F, 'NR > 1 && $9 > 0 { print $1 }' "$R/summary.csv")
+	[ "$trials" -gt 0 ] || fail "no trial in $R/summary.csv"
 	run -0 ds-train --check --deepspeed_config "$opt" --model "$MODEL"
 	run -0 ds-train --deepspeed_config "$opt" --model "$MODEL" --train-iters 2
 	assert_output --partial "step 2/2"
@@ -101,10 +107,14 @@ cfg_with() {
 	read -r over pruned bad < <(awk -F, -v b=$budget 'NR > 1 {
 		if ($6 > b) { over++; if ($8 == "pruned" && $12 ~ /memory/) pruned++ }
 		else if ($8 == "pruned") bad++ } END { print over + 0, pruned + 0, bad + 0 }' "$R/summary.csv")
-	[ "$over" -gt 0 ] && [ "$over" = "$pruned" ] && [ "$bad" = 0 ]
+	[ "$over" -gt 0 ] || fail "no experiment above the budget"
+	assert_equal "$pruned" "$over"
+	assert_equal "$bad" 0
 	assert_output --partial "# pruned before launch: $over (memory: $over over the budget of 35.0 MiB per rank from --mem-per-rank"
 	# no pruned experiment was launched
-	for d in $(awk -F, '$8 == "pruned" { print $1 }' "$R/summary.csv"); do [ ! -e "$R/$d" ]; done
+	while read -r d; do
+		[ ! -e "$R/$d" ] || fail "pruned $d was launched"
+	done < <(awk -F, '$8 == "pruned" { print $1 }' "$R/summary.csv")
 	# a budget below everything: exit 1 saying so, nothing launched
 	run -1 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R.2" --mem-per-rank 1M
 	[[ $stderr == *"all 12 experiments were pruned before launch"*"raise --mem-per-rank"* ]]
@@ -144,15 +154,18 @@ cfg_with() {
 	assert_line --index 0 --partial "latency_us"
 	want=$(awk -F, 'NR > 1 && $8 == "ok" { if (m == "" || $10 < m) { m = $10; e = $1 } } END { print e }' "$R/summary.csv")
 	got=$(awk -F, '$11 == 1 { print $1 }' "$R/summary.csv")
-	[ -n "$got" ] && [ "$got" = "$want" ]
+	[ -n "$got" ] || fail "no best row in summary.csv"
+	assert_equal "$got" "$want"
 	c=$(cfg_with '.autotuning.tuner_early_stopping = 20 | .zero_optimization.stage = [0, 1]')
 	run -0 ds-autotune -c "$c" -m "$MODEL" --results-dir "$R.2" -q
 	want=$(awk -F, 'NR > 1 && $8 == "ok" { if (m == "" || $10 > m + 0) { m = $10; e = $1 } } END { print e }' "$R.2/summary.csv")
 	got=$(awk -F, '$11 == 1 { print $1 }' "$R.2/summary.csv")
-	[ -n "$got" ] && [ "$got" = "$want" ]
+	[ -n "$got" ] || fail "no best row in summary.csv"
+	assert_equal "$got" "$want"
 	# the trials' metric is metrics.json's, not a log scrape
 	m=$(jq .throughput "$R.2/$got/metrics.json")
-	awk -F, -v e="$got" -v m="$m" '$1 == e { d = $10 - m; exit !(d < 1e-6 * m && -d < 1e-6 * m) }' "$R.2/summary.csv"
+	awk -F, -v e="$got" -v m="$m" '$1 == e { n++; d = $10 - m; ok = d < 1e-6 * m && -d < 1e-6 * m }
+		END { exit !(n == 1 && ok) }' "$R.2/summary.csv"
 }
 
 @test "ds-autotune: a re-run with overwrite false reuses finished experiments" {

@@ -5,6 +5,7 @@
 # contrib/reference/export_check.py validated, the import of safetensors
 # written by that script's own writer, llm.c round trips, and every bad
 # input path (one line, exit 2, nothing left behind).
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 CS="$DS_SRCDIR/tests/data/ckpt-small"
@@ -130,7 +131,7 @@ h5_model_hashes() {
 	# HF names, Conv1D transposes, unpadded vocabulary, tying
 	grep -q '  transformer.h.0.attn.c_attn.weight F32 16x48$' "$W/gpt2.sha256"
 	grep -q '  transformer.wte.weight F32 60x16$' "$W/gpt2.sha256"
-	! grep -q 'lm_head' "$W/gpt2.sha256"
+	run -1 grep -q 'lm_head' "$W/gpt2.sha256"
 	grep -q '  gpt_neox.layers.1.attention.query_key_value.weight F32 48x16$' "$W/neox.sha256"
 	grep -q '  embed_out.weight F32 60x16$' "$W/neox.sha256"
 }
@@ -155,10 +156,10 @@ h5_model_hashes() {
 		run -0 --separate-stderr ds-ckpt-convert "$CS/neox" --to safetensors --dtype $t --json -o "$W/$t"
 		[ "$(jq -r .bytes <<<"$output")" = $(( (7584 - 4 * 16 * 2) * 2 )) ]
 		n=$(od -An -t u8 -N 8 "$W/$t/model.safetensors" | tr -d ' ')
-		want=$([ $t = bf16 ] && echo BF16 || echo F16)
+		want=$([ "$t" = bf16 ] && echo BF16 || echo F16)
 		dd if="$W/$t/model.safetensors" bs=1 skip=8 count="$n" status=none |
-			jq -e --arg d $want '[del(.__metadata__)[] | .dtype] | all(. == $d)'
-		jq -e --arg d $([ $t = bf16 ] && echo bfloat16 || echo float16) '.torch_dtype == $d' "$W/$t/config.json"
+			jq -e --arg d "$want" '[del(.__metadata__)[] | .dtype] | all(. == $d)'
+		jq -e --arg d "$([ "$t" = bf16 ] && echo bfloat16 || echo float16)" '.torch_dtype == $d' "$W/$t/config.json"
 		run -0 ds-ckpt-convert "$W/$t" --to hdf5 -o "$W/back-$t"
 		"$(helper_bin)" logits "$W/back-$t" "$CS/tokens.i32" "$W/$t.f32"
 		run -0 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-neox.f32" 2e-2
@@ -206,7 +207,7 @@ h5_model_hashes() {
 	for t in fp16 bf16; do
 		run -0 ds-ckpt-convert "$W/w$t" --to hdf5 -o "$W/wide-$t"
 		"$(helper_bin)" logits "$W/wide-$t" "$CS/tokens.i32" "$W/$t.f32"
-		run -0 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-gpt2.f32" $([ $t = fp16 ] && echo 2e-3 || echo 2e-2)
+		run -0 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-gpt2.f32" "$([ "$t" = fp16 ] && echo 2e-3 || echo 2e-2)"
 		run -1 "$(helper_bin)" compare "$W/$t.f32" "$CS/dstk-logits-gpt2.f32" 1e-5
 	done
 	# a 16-bit weights file converts on (widened to fp32)
@@ -284,11 +285,13 @@ h5_model_hashes() {
 	[[ "$stderr" == *"cut.safetensors"* ]]
 	[ ! -e "$W/cut-out" ]
 	cp "$CS/ref-gpt2/model.safetensors" "$W/noconf.safetensors"
-	mkdir "$W/nc" && mv "$W/noconf.safetensors" "$W/nc/"
+	mkdir "$W/nc"
+	mv "$W/noconf.safetensors" "$W/nc/"
 	run -2 --separate-stderr ds-ckpt-convert "$W/nc/noconf.safetensors" --to hdf5 -o "$W/nc-out"
 	[[ "$stderr" == *"config.json"* ]]
 	# config.json that does not match the tensors
-	mkdir "$W/mis" && cp "$CS/ref-gpt2/model.safetensors" "$W/mis/"
+	mkdir "$W/mis"
+	cp "$CS/ref-gpt2/model.safetensors" "$W/mis/"
 	jq '.n_embd = 32' "$CS/ref-gpt2/config.json" > "$W/mis/config.json"
 	run -2 --separate-stderr ds-ckpt-convert "$W/mis" --to hdf5 -o "$W/mis-out"
 	[[ "$stderr" == *"shape"* ]]
@@ -299,7 +302,8 @@ h5_model_hashes() {
 	run -2 --separate-stderr ds-ckpt-convert "$CS/neox" --to llmc -o "$W/n.bin"
 	[[ "$stderr" == *"pos_emb"* ]]
 	[ "$(cat "$W/n.bin")" = old ]
-	[ -z "$(ls -A "$W" | grep tmp)" ]
+	run -0 find "$W" -maxdepth 1 -name '*tmp*'
+	assert_output ""
 	for arch in '"norm": "rmsnorm"' '"activation": "swiglu"' '"pos_emb": "sinusoidal"'; do
 		echo "{\"num_layers\": 1, \"hidden_size\": 8, \"num_attention_heads\": 2, \"seq_length\": 8,
 		       \"vocab_size\": 10, \"pos_emb\": \"rotary\", $arch}" | sed 's/"pos_emb": "rotary", "pos_emb"/"pos_emb"/' > "$W/m.json"
@@ -307,7 +311,9 @@ h5_model_hashes() {
 		"$(helper_bin)" make-model "$W/a" "$W/m.json"
 		run -2 --separate-stderr ds-ckpt-convert "$W/a" --to safetensors -o "$W/a-out"
 		[ "${#stderr_lines[@]}" = 1 ]
-		[[ "$stderr" == *"${arch//\"/}"* || "$stderr" == *"$(echo "$arch" | sed 's/.*: "\(.*\)"/\1/')"* ]]
+		val=${arch##*: \"}
+		val=${val%\"}
+		[[ "$stderr" == *"${arch//\"/}"* || "$stderr" == *"$val"* ]]
 		[ ! -e "$W/a-out" ]
 	done
 }

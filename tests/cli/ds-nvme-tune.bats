@@ -4,6 +4,7 @@
 # every bad input (exit 2 with one line), missing features (exit 3), the
 # O_DIRECT refusal path by fault injection, and no scratch file left behind,
 # also after SIGINT.  JSON is checked with jq (contrib/debian-packages.txt).
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 # The scratch files a run may leave in $1 (none expected).
@@ -153,7 +154,8 @@ setup() {
 	[[ "$stderr" == *"$D/file: not a directory" ]]
 	# read-only: a chmod-555 directory, or /sys where even root cannot create files
 	ro="$D/ro"
-	mkdir "$ro" && chmod 555 "$ro"
+	mkdir "$ro"
+	chmod 555 "$ro"
 	[ "$(id -u)" -ne 0 ] || ro=/sys
 	run -2 --separate-stderr ds-nvme-tune --nvme_dir "$ro" --engine posix --io_size 1M
 	[[ "$stderr" == *"--nvme_dir $ro: not writable ("* ]]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # ds-profile: help, bad input, the seed's BERT-Large figures, GPT-2 124M's
 # parameter count, and the JSON / CSV renderings.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 @test "ds-profile --help exits 0 and shows usage" {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # ds-report.bats - the feature table, --json, /dev/shm warning and the CLI
 # conventions of ds-report, checked against /proc, df and DS_FEATURES.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16 amx_bf16"
@@ -48,7 +49,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 
 @test "ds-report: installed matches --version's features, and a missing one names its configure flag" {
 	feats=$(ds-report --version | sed -n 's/^features: //p')
-	run --separate-stderr ds-report --color=never
+	run -0 --separate-stderr ds-report --color=never
 	for pair in mpi:mpi async_io:libaio cuda:cuda nccl:nccl hdf5_parallel:hdf5-parallel; do
 		row=${pair%%:*} word=${pair#*:}
 		if [[ " $feats " == *" $word "* ]]; then
@@ -68,7 +69,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 @test "ds-report: SIMD rows agree with the flags in /proc/cpuinfo" {
 	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
 	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-	run --separate-stderr ds-report --color=never
+	run -0 --separate-stderr ds-report --color=never
 	for f in avx2 fma f16c avx512f avx512_bf16; do
 		if [[ "$flags" == *" $f "* ]]; then
 			assert_line --regexp "^$f \\.+ \\[YES\\] \\.+ \\[OKAY\\]"
@@ -82,7 +83,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
 	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 	feats=" $(ds-report --version | sed -n 's/^features: //p') "
-	run --separate-stderr ds-report --color=never
+	run -0 --separate-stderr ds-report --color=never
 	if [[ "$feats" != *" onednn "* ]]; then
 		assert_line --regexp '^amx_bf16 \.+ \[NO\]'
 		assert_line "    fix:    reconfigure --with-dnnl after apt-get install libdnnl-dev"
@@ -109,7 +110,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 
 @test "ds-report --json: machine facts match /proc/meminfo, getconf, nproc and df" {
 	require_jq
-	run --separate-stderr ds-report --json
+	run -0 --separate-stderr ds-report --json
 	mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 	assert_equal "$(echo "$output" | jq .machine.memory_total_bytes)" "$((mem_kb * 1024))"
 	assert_equal "$(echo "$output" | jq .machine.cpus_online)" "$(getconf _NPROCESSORS_ONLN)"
@@ -125,10 +126,10 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	assert_success
 	assert_line "shm_size ......................... 64.00 MiB"
 	assert_line --regexp '^    \[WARNING\] /dev/shm is smaller than 512 MiB.*--shm-size'
-	DS_REPORT_SHM_BYTES=536870912 run --separate-stderr ds-report --color=never
+	DS_REPORT_SHM_BYTES=536870912 run -0 --separate-stderr ds-report --color=never
 	assert_line "shm_size ......................... 512.00 MiB"
 	refute_line --partial "/dev/shm is smaller"
-	DS_REPORT_SHM_BYTES=1 run --separate-stderr ds-report --color=never --hide_errors_and_warnings
+	DS_REPORT_SHM_BYTES=1 run -0 --separate-stderr ds-report --color=never --hide_errors_and_warnings
 	refute_line --partial "[WARNING]"
 	refute_line --regexp '^    (reason|fix):'
 	DS_REPORT_SHM_BYTES=lots run --separate-stderr -2 ds-report
@@ -137,9 +138,9 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 
 @test "ds-report --json lists the /dev/shm warning" {
 	require_jq
-	DS_REPORT_SHM_BYTES=1048576 run --separate-stderr ds-report --json
+	DS_REPORT_SHM_BYTES=1048576 run -0 --separate-stderr ds-report --json
 	echo "$output" | jq -e '.machine.shm_size_bytes == 1048576 and ([.warnings[] | select(.name=="shm_size")] | length == 1)' >/dev/null
-	DS_REPORT_SHM_BYTES=1073741824 run --separate-stderr ds-report --json
+	DS_REPORT_SHM_BYTES=1073741824 run -0 --separate-stderr ds-report --json
 	echo "$output" | jq -e '[.warnings[] | select(.name=="shm_size")] | length == 0' >/dev/null
 }
 
@@ -152,9 +153,9 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 }
 
 @test "ds-report: colour only when asked or on a terminal" {
-	run --separate-stderr ds-report
+	run -0 --separate-stderr ds-report
 	refute_output --partial $'\033['
-	run --separate-stderr ds-report --color=always
+	run -0 --separate-stderr ds-report --color=always
 	assert_output --partial $'\033[92m[YES]\033[0m'
 }
 
@@ -166,7 +167,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	assert_success
 	assert_line --regexp '^blas_threads \.+ \[YES\] \.+ \[NO\] \.+ pthreads, '
 	assert_line --partial "    reason: the pthreads OpenBLAS is loaded"
-	LD_LIBRARY_PATH=$dir/openblas-openmp run --separate-stderr ds-report --color=never
+	LD_LIBRARY_PATH=$dir/openblas-openmp run -0 --separate-stderr ds-report --color=never
 	assert_line --regexp '^blas_threads \.+ \[YES\] \.+ \[OKAY\] \.+ openmp, '
 }
 
@@ -175,7 +176,7 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	OMP_NUM_THREADS=$((n + 1)) run --separate-stderr ds-report --color=never
 	assert_line "openmp ................. [YES] ...... [OKAY] ...... OpenMP $(ds-report | sed -n 's/^openmp \.* \([0-9.]*\) .*/\1/p'), max $((n + 1)) threads"
 	assert_line "    [WARNING] OpenMP will start $((n + 1)) threads on $n usable CPUs: set OMP_NUM_THREADS=$n"
-	OMP_NUM_THREADS=1 run --separate-stderr ds-report --color=never
+	OMP_NUM_THREADS=1 run -0 --separate-stderr ds-report --color=never
 	refute_line --partial "[WARNING] OpenMP"
 }
 

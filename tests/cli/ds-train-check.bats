@@ -2,6 +2,7 @@
 # ds-train --check: every bundled example config validates and prints the
 # effective configuration; every bad-input class exits 2 with one line on
 # stderr naming the file and the key; the usual flag conventions.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 MODEL_ARGS=()
@@ -160,8 +161,8 @@ check_bad() {
 	[ "${#lines[@]}" -ge 404 ]
 }
 
-# the memory estimate's row for a category: its bytes
-mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
+# mem_row CATEGORY TEXT: the bytes of the memory estimate's row for CATEGORY in TEXT
+mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 
 @test "--check prints the memory estimate per rank (hand-computed for gpt-test.json)" {
 	# 118528 parameters (18432 embeddings + 2 x 49984 per layer + 128
@@ -172,20 +173,20 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z1.json" "${MODEL_ARGS[@]}" --world-size 4
 	assert_line "# memory per rank: ZeRO stage 1, world size 4, adamw, fp32"
 	assert_line --partial "# 118528 parameters, 118528 after padding"
-	[ "$(mem_row parameters)" -eq $((118528 * 4)) ]
-	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
-	[ "$(mem_row optimizer_states)" -eq $((118528 * 8 / 4)) ]
-	for k in communication activations other; do [ "$(mem_row $k)" -gt 0 ] || fail "no $k row"; done
+	[ "$(mem_row parameters "$output")" -eq $((118528 * 4)) ]
+	[ "$(mem_row gradients "$output")" -eq $((118528 * 4)) ]
+	[ "$(mem_row optimizer_states "$output")" -eq $((118528 * 8 / 4)) ]
+	for k in communication activations other; do [ "$(mem_row $k "$output")" -gt 0 ] || fail "no $k row"; done
 	sum=$(awk '$1 ~ /^(parameters|gradients|optimizer_states|communication|activations|other)$/ { s += $2 } END { print s }' <<<"$output")
-	[ "$(mem_row total)" -eq "$sum" ]
+	[ "$(mem_row total "$output")" -eq "$sum" ]
 	# stage 3 at 2 ranks (every segment partitioned): parameters halve too
 	printf '{"train_batch_size": 8, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}' \
 		>"$BATS_TEST_TMPDIR/z3.json"
 	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z3.json" "${MODEL_ARGS[@]}" --world-size 2
 	assert_line "# memory per rank: ZeRO stage 3, world size 2, adamw, fp32"
-	[ "$(mem_row parameters)" -eq $((118528 * 4 / 2)) ]
-	[ "$(mem_row gradients)" -eq $((118528 * 4 / 2)) ]
-	[ "$(mem_row optimizer_states)" -eq $((118528 * 8 / 2)) ]
+	[ "$(mem_row parameters "$output")" -eq $((118528 * 4 / 2)) ]
+	[ "$(mem_row gradients "$output")" -eq $((118528 * 4 / 2)) ]
+	[ "$(mem_row optimizer_states "$output")" -eq $((118528 * 8 / 2)) ]
 }
 
 @test "--check: the memory estimate in JSON; a model the trainer cannot run says why" {
@@ -208,19 +209,19 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 	# under ZeRO
 	run -0 ds-train --check --deepspeed_config "$SHARE/configs/bf16.json" "${MODEL_ARGS[@]}"
 	assert_line "# memory per rank: ZeRO stage 0, world size 1, adamw, bf16"
-	[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
-	[ "$(mem_row gradients)" -eq $((118528 * 4)) ]
+	[ "$(mem_row parameters "$output")" -eq $((118528 * 2)) ]
+	[ "$(mem_row gradients "$output")" -eq $((118528 * 4)) ]
 	assert_output --regexp $'\ngradients .* fp32, every segment whole'
-	[ "$(mem_row optimizer_states)" -eq $((118528 * 12)) ]
+	[ "$(mem_row optimizer_states "$output")" -eq $((118528 * 12)) ]
 	assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, whole model'
 	# stages 1-2 at 4 ranks: the whole 16-bit copy, the master with the
 	# states for the owned quarter only (stage 2 also the gradients)
 	for st in 1 2; do
 		jq --argjson s $st '.zero_optimization.stage = $s' "$SHARE/configs/bf16.json" > "$BATS_TEST_TMPDIR/b$st.json"
 		run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b$st.json" "${MODEL_ARGS[@]}" --world-size 4
-		[ "$(mem_row parameters)" -eq $((118528 * 2)) ]
-		[ "$(mem_row optimizer_states)" -eq $((118528 * 12 / 4)) ]
-		[ "$(mem_row gradients)" -eq $((st == 2 ? 118528 * 2 / 4 : 118528 * 2)) ]
+		[ "$(mem_row parameters "$output")" -eq $((118528 * 2)) ]
+		[ "$(mem_row optimizer_states "$output")" -eq $((118528 * 12 / 4)) ]
+		[ "$(mem_row gradients "$output")" -eq $((st == 2 ? 118528 * 2 / 4 : 118528 * 2)) ]
 		assert_output --regexp $'\ngradients .* bf16, '
 		assert_output --regexp $'\noptimizer_states .* \+ the fp32 master weights, owned slices'
 	done

@@ -4,10 +4,11 @@
 # parameters and the LR schedule as they were; DeepSpeed's 2^32 ZeRO
 # default; bf16's non-finite policy; a resume continues the scaler; and
 # 16-bit training tracks fp32 on the small test model.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {
-	cd "$BATS_TEST_TMPDIR"
+	cd "$BATS_TEST_TMPDIR" || return
 	MODEL="$SHARE/models/gpt-test.json"
 }
 
@@ -40,11 +41,16 @@ field() { grep "^step $2/" <<<"$1" | sed "s/.*| $3 \([^ |]*\).*/\1/"; }
 			fail "$(col f$s loss_scale)"
 		[ "$(at f$s skipped_steps 4) $(at f$s skipped_steps 5)" = "0.0 1.0" ]
 		# the LR schedule did not advance: the lr logged after step 5 is step 4's
-		[ "$(at f$s lr 5)" = "$(at f$s lr 4)" ] && [ "$(at f$s lr 6)" != "$(at f$s lr 5)" ]
+		lr4=$(at f$s lr 4)
+		lr5=$(at f$s lr 5)
+		lr6=$(at f$s lr 6)
+		[ -n "$lr4" ] || fail "stage $s: no lr after step 4 in the CSV"
+		[ "$lr5" = "$lr4" ] || fail "stage $s: the lr after step 5 is $lr5, after step 4 $lr4"
+		[ "$lr6" != "$lr5" ] || fail "stage $s: the lr did not move at step 6 ($lr6)"
 		# the parameters after step 5 are those after step 4; step 6 moved them
 		for t in 4 5 6; do ds-ckpt-convert -q ck$s/global_step$t --to safetensors -o st$s-$t; done
 		cmp st$s-4/model.safetensors st$s-5/model.safetensors
-		! cmp -s st$s-5/model.safetensors st$s-6/model.safetensors
+		run -1 cmp -s st$s-5/model.safetensors st$s-6/model.safetensors
 	done
 }
 
@@ -62,8 +68,10 @@ field() { grep "^step $2/" <<<"$1" | sed "s/.*| $3 \([^ |]*\).*/\1/"; }
 	cfg b.json 1 '"bf16": {"enabled": true}'
 	DS_TEST_INJECT_INF_STEP=3 run -0 --separate-stderr ds-train --deepspeed_config b.json --model "$MODEL" --train-iters 4
 	[[ "$stderr" == *"step 3: non-finite gradients; step skipped"* ]] || fail "$stderr"
-	[ "$(field "$output" 3 skipped)" = 1 ] && [ "$(field "$output" 4 skipped)" = 1 ]
+	[ "$(field "$output" 3 skipped)" = 1 ] || fail "$output"
+	[ "$(field "$output" 4 skipped)" = 1 ] || fail "$output"
 	[[ "$output" != *loss_scale* ]]   # bf16 has no loss scaling
+	[ -n "$(at b lr 2)" ] || fail "no lr after step 2 in the CSV"
 	[ "$(at b lr 3)" = "$(at b lr 2)" ]
 	cfg a.json 1 '"bf16": {"enabled": true}' '"dstk": {"nonfinite_policy": "abort"}'
 	DS_TEST_INJECT_INF_STEP=3 run -1 --separate-stderr ds-train --deepspeed_config a.json --model "$MODEL" --train-iters 4

@@ -3,10 +3,11 @@
 # multi-rank reports are in tests/mpi/watchdog.bats and tests/slurm).
 # DS_TEST_WATCHDOG_STALL=RANK:STEP is a test-only variable that makes that
 # rank hang at that step.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {
-	cd "$BATS_TEST_TMPDIR"
+	cd "$BATS_TEST_TMPDIR" || return
 	mkdir hb
 	cat >ds.json <<-'EOF'
 	{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1,
@@ -27,7 +28,8 @@ train() {
 		{ echo "$stderr" >&2; false; }
 	echo "$stderr" | grep -q "watchdog: stalled: rank 0 on $(hostname)"
 	# steps 1 and 2 ran, step 3 never finished
-	[[ "$output" == *"step 2/5"* ]] && [[ "$output" != *"step 3/5"* ]]
+	[[ "$output" == *"step 2/5"* ]] || fail "$output"
+	[[ "$output" != *"step 3/5"* ]] || fail "$output"
 	grep -q "watchdog: stalled: rank 0" hb/ds-watchdog-*/report
 }
 

@@ -3,10 +3,11 @@
 # gives bit-identical losses, signals checkpoint and exit 4, a corrupt
 # checkpoint is refused naming the dataset, bad data exits 2 naming the
 # file and offset, and the monitors write what DeepSpeed's do.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {
-	cd "$BATS_TEST_TMPDIR"
+	cd "$BATS_TEST_TMPDIR" || return
 	MODEL="$SHARE/models/gpt-test.json"
 	cat > cfg.json <<'JSON'
 {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 1,
@@ -80,13 +81,15 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	assert_failure 1
 	assert_output --partial "planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)"
 	[ "$(cat ckpt/latest)" = global_step6 ]
-	[ ! -e ckpt/global_step9 ] && [ ! -e ckpt/global_step9.tmp ]
+	[ ! -e ckpt/global_step9 ] || fail "global_step9 was created"
+	[ ! -e ckpt/global_step9.tmp ] || fail "global_step9.tmp was left"
 	run -0 ds-ckpt-convert verify ckpt
 }
 
 @test "a checkpoint whose checksum fails is refused naming the dataset; auto falls back" {
 	run -0 train --train-iters 4 --save ck --save-interval 2
-	[ -d ck/global_step2 ] && [ -d ck/global_step4 ]
+	[ -d ck/global_step2 ] || fail "no global_step2"
+	[ -d ck/global_step4 ] || fail "no global_step4"
 	# flip bytes in the middle of the newest file's data
 	f=ck/global_step4/state.h5
 	size=$(stat -c %s $f)
@@ -106,10 +109,12 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 	run -2 --separate-stderr train --data short.txt
 	[[ "$stderr" == *"short.txt"* && "$stderr" == *"33"* ]] || fail "$stderr"
 	sed 's/"vocab_size": 256/"vocab_size": 100/' "$MODEL" > v100.json
-	printf 'abc' > hi.txt
-	head -c 200 /dev/zero | tr '\0' 'a' >> hi.txt    # 'a' is 97 < 100
-	printf '~' >> hi.txt                              # '~' is 126 >= 100, at byte 203
-	head -c 200 /dev/zero | tr '\0' 'a' >> hi.txt
+	{
+		printf 'abc'
+		head -c 200 /dev/zero | tr '\0' 'a'    # 'a' is 97 < 100
+		printf '~'                              # '~' is 126 >= 100, at byte 203
+		head -c 200 /dev/zero | tr '\0' 'a'
+	} > hi.txt
 	run -2 --separate-stderr ds-train --deepspeed_config cfg.json --model v100.json --data hi.txt
 	[[ "$stderr" == *"hi.txt"* && "$stderr" == *"203"* ]] || fail "$stderr"
 	cp "$TDATA/devil5k.bin" d.bin
@@ -200,12 +205,12 @@ JSON
 		'tput_avg (Gbps)' 'busbw_avg (Gbps)')
 	echo "$output" | grep -A1 '^step 2/2' | tail -1 | grep -qxF "$hdr"
 	echo "$output" | grep -A1 -xF "$hdr" | tail -1 | grep -q '^memory per rank'
-	[ -z "$(echo "$stderr" | grep 'comm op:')" ]
+	[[ "$stderr" != *"comm op:"* ]] || fail "$stderr"
 	# off: no table
 	sed -i 's/"comms_logger": {"enabled": true, "verbose": true}/"comms_logger": {"enabled": false}/' cfg.json
 	run --separate-stderr train --train-iters 2
 	assert_success
-	[ -z "$(echo "$output" | grep 'Comm\. Op')" ]
+	[[ "$output" != *"Comm. Op"* ]] || fail "$output"
 }
 
 @test "comms_logger.prof_ops: a non-string is refused naming the key; an op ds-train never issues is a warning" {

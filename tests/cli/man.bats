@@ -8,13 +8,14 @@
 # Every option --help shows must appear somewhere in share/man/TOOL.1; every
 # option in the man page's SYNOPSIS and OPTIONS sections must appear in
 # --help (other sections may quote other tools' or configure's flags).
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 # The ds-* executables this build made (objects and scripts skipped).
 built_tools() {
 	local f
 	for f in "$DS_BUILDDIR"/tools/ds-*; do
-		[[ -f $f && -x $f && $(basename "$f") != *.* ]] && basename "$f"
+		if [[ -f $f && -x $f && $(basename "$f") != *.* ]]; then basename "$f"; fi
 	done
 	return 0
 }
@@ -31,7 +32,7 @@ man_option_text() {
 }
 
 @test "man: the build has tools to check" {
-	run built_tools
+	run -0 built_tools
 	assert_line ds-report
 }
 

@@ -85,7 +85,8 @@ resume_check() {
 	run mpirun_n 4 "$DS_BUILDDIR/tests/mpi/ckpt_check" "$d" fail 2
 	assert_success
 	[ "$(cat "$d/par/latest")" = global_step1 ]
-	[ ! -e "$d/par/global_step2" ] && [ ! -e "$d/par/global_step2.tmp" ]
+	[ ! -e "$d/par/global_step2" ] || fail "global_step2 was created"
+	[ ! -e "$d/par/global_step2.tmp" ] || fail "global_step2.tmp was left"
 }
 
 @test "a 4-rank stage-1 save is one state.h5 of whole tensors whose chunk checksums verify" {
@@ -118,7 +119,8 @@ resume_check() {
 	assert_output --partial "rank 2: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)"
 	assert_output --partial "global_step20 not saved: rank 2 failed writing its part"
 	[ "$(cat "$d/ckpt/latest")" = global_step10 ]
-	[ ! -e "$d/ckpt/global_step20" ] && [ ! -e "$d/ckpt/global_step20.tmp" ]
+	[ ! -e "$d/ckpt/global_step20" ] || fail "global_step20 was created"
+	[ ! -e "$d/ckpt/global_step20.tmp" ] || fail "global_step20.tmp was left"
 	run ds-ckpt-convert verify "$d/ckpt"
 	assert_success
 	# the same run without the fault saves step 20

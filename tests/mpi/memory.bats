@@ -5,6 +5,7 @@
 # engine holds per rank fall with N as the ZeRO formulas say (spec §7):
 # 4 + 4 + 8 bytes per parameter, stage 1 dividing the optimizer states by N,
 # stage 2 also the gradients, stage 3 also the parameters.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 P=118528  # gpt-test.json's parameters; no padding at 1, 2, 4 ranks

@@ -3,6 +3,8 @@
 # dropout trains 20 steps at 1, 2 and 4 ranks x ZeRO stages 0-3, with and
 # without gradient accumulation, and every logged loss equals the 1-rank
 # run's to 1e-5 relative (fp32; 16-bit rows below).  A planted partitioning fault must break it.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
+# shellcheck disable=SC2030,SC2031  # PRECISION, RTOL, OVERLAP_COMM: set for the helpers in the @test (a subshell) that calls them
 load train_helper
 
 @test "1 rank: stages 1-3 and gradient accumulation give the stage-0 losses" {
@@ -72,10 +74,10 @@ load train_helper
 		run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$dir/ds.json" \
 			--model "$MODEL_DROPOUT" --train-iters 4 --peak-gflops 1
 		assert_success
-		lines=$(echo "$stderr" | grep '^grad reduction') || { echo "$stderr"; false; }
-		[ "$(echo "$lines" | wc -l)" -eq 2 ]
+		red=$(echo "$stderr" | grep '^grad reduction') || { echo "$stderr"; false; }
+		[ "$(echo "$red" | wc -l)" -eq 2 ]
 		# every wait lies inside a reduction's flight, so waited <= in_flight
-		echo "$lines" | awk -v ov="$ov" '
+		echo "$red" | awk -v ov="$ov" '
 			!/^grad reduction \(ms\) \| in_flight: [0-9.]+ \| waited: [0-9.]+ \| hidden: [0-9.]+ \| overlap_comm: (true|false)$/ { print "bad line: " $0; bad = 1 }
 			{ split($0, f, / \| /); split(f[2], a, ": "); split(f[3], b, ": "); split(f[5], o, ": ")
 			  if (a[2] + 0 < b[2] + 0 || a[2] + 0 <= 0 || o[2] != ov) { print "wrong: " $0; bad = 1 } }
@@ -223,6 +225,7 @@ load train_helper
 
 @test "a rank that fails makes the whole job exit non-zero, naming the rank" {
 	write_cfg "$BATS_TEST_TMPDIR/ds.json" 1 4 1 "$BATS_TEST_TMPDIR/csv"
+	# shellcheck disable=SC2086  # $MPIRUN is a command with its options
 	run --separate-stderr timeout 120 $MPIRUN -np 2 -x OMP_NUM_THREADS=1 env DS_TEST_FAULT_FAIL_RANK=1:3 \
 		"$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/ds.json" \
 		--model "$MODEL_DROPOUT" --train-iters 10 --peak-gflops 1

@@ -3,11 +3,12 @@
 # (DS_TEST_WATCHDOG_STALL=RANK:STEP, a test-only variable) ends the whole
 # job with status 5 and a report naming the stalled rank and its host; a
 # healthy run with the watchdog on trains as without it.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {
 	require_feature mpi
-	cd "$BATS_TEST_TMPDIR"
+	cd "$BATS_TEST_TMPDIR" || return
 	HOST=$(hostname)
 	write_cfg 0
 }
@@ -26,6 +27,7 @@ write_cfg() {
 train() {
 	local n=$1
 	shift
+	# shellcheck disable=SC2086  # $MPIRUN is a command with its options
 	timeout 120 env "$@" $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 -x DS_TEST_WATCHDOG_STALL \
 		ds-train --deepspeed_config ds.json --model "$SHARE/models/gpt-test.json" --train-iters 12 \
 		--peak-gflops 1
@@ -47,7 +49,7 @@ train() {
 	run --separate-stderr train 4 DS_TEST_WATCHDOG_STALL=0:3
 	[ "$status" -eq 5 ] || { echo "$stderr" >&2; fail "exit $status"; }
 	echo "$stderr" | grep -q "watchdog: stalled: rank 0 on $HOST (" || { echo "$stderr" >&2; false; }
-	! echo "$stderr" | grep -q "watchdog: stalled: .*rank [123] on"
+	run -1 grep -q "watchdog: stalled: .*rank [123] on" <<<"$stderr"
 }
 
 @test "watchdog on, nothing stalls: the run trains with the same losses as without it and leaves no heartbeat files" {
@@ -57,7 +59,7 @@ train() {
 	write_cfg 30 ', "watchdog_dir": "hb"'
 	run -0 --separate-stderr train 2
 	echo "$stderr" | grep -q "watchdog: timeout 30 s, heartbeats in hb/ds-watchdog-"
-	! echo "$stderr" | grep -q "stalled"
+	run -1 grep -q "stalled" <<<"$stderr"
 	cmp plain.csv csv/run/Train_Samples_train_loss.csv
 	[ -z "$(ls -A hb)" ]
 }
