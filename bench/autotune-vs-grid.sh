@@ -25,7 +25,7 @@ for t in jq "$tools/ds-autotune" "$tools/ds-train"; do
 	command -v "$t" >/dev/null || { echo "$0: $t not found (set DS_TOOLS)" >&2; exit 2; }
 done
 work=$(mktemp -d)
-[ -n "${KEEP:-}" ] && echo "# work directory kept: $work" >&2 || trap 'rm -rf "$work"' EXIT
+if [ -n "${KEEP:-}" ]; then echo "# work directory kept: $work" >&2; else trap 'rm -rf "$work"' EXIT; fi
 
 cfg() { # tuner early_stop
 	cat <<-EOF

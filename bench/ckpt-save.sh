@@ -67,7 +67,7 @@ med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { printf 
 
 echo "# checkpoint save of GPT-2 124M (AdamW fp32, $(awk -v b="$bytes" 'BEGIN { printf "%.2f", b / 1e9 }') GB state.h5), median of $reps, on $(nproc) cores"
 ds=()
-for r in $(seq "$reps"); do ds+=("$(dd_s)"); done
+for _ in $(seq "$reps"); do ds+=("$(dd_s)"); done
 dm=$(echo "${ds[*]}" | med)
 echo "# ceiling: dd bs=4M conv=fsync of the same bytes: $dm s = $(gbs "$dm") GB/s"
 printf "# %-6s %5s %5s %9s %7s %9s\n" build ranks stage save_s GB/s of_dd
@@ -76,7 +76,7 @@ builds=(new)
 for stage in $stages; do
 	for n in 1 2 4; do
 		declare -A t=()
-		for r in $(seq "$reps"); do
+		for _ in $(seq "$reps"); do
 			for b in "${builds[@]}"; do
 				bt=$tools
 				[ "$b" = old ] && bt=$DS_OLD_TOOLS

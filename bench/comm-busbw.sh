@@ -94,8 +94,8 @@ params=$("$tools/ds-train" --check --json --model "$model" | jq '.memory.num_par
 echo "# comm-busbw: ds-train on $(basename "$model") ($params parameters), micro batch 4 per rank, $steps steps, AdamW fp32; best of $repeat runs"
 echo "# machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 echo "# all_reduce buckets of $bucket elements ($((bucket * 4)) bytes = $(size $((bucket * 4)))); raw = MPI_Allreduce of the same size and count in this run"
-fmt='%-6s %-6s %-10s %-6s %-13s %-13s %-10s %-10s %-10s\n'
-printf "$fmt" ranks stage tokens/s calls logger_train logger_loop raw train/raw loop/raw
+table_row() { printf '%-6s %-6s %-10s %-6s %-13s %-13s %-10s %-10s %-10s\n' "$@"; }
+table_row ranks stage tokens/s calls logger_train logger_loop raw train/raw loop/raw
 for n in 1 2 4; do
 	for st in 0 1 2 3; do
 		tok="" bus="" raw="" loop="" calls=""
@@ -112,11 +112,11 @@ for n in 1 2 4; do
 			loop=$(best "$(grep '^ds_comm' <<<"$out" | sed 's/.*busbw (Gbps) //')" "$loop")
 		done
 		if [ -n "$raw" ]; then
-			printf "$fmt" "$n" "$st" "$tok" "$calls" "$bus" "$loop" "$raw" \
+			table_row "$n" "$st" "$tok" "$calls" "$bus" "$loop" "$raw" \
 				"$(awk -v a="$bus" -v b="$raw" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')" \
 				"$(awk -v a="$loop" -v b="$raw" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
 		else
-			printf "$fmt" "$n" "$st" "$tok" - - - - - -
+			table_row "$n" "$st" "$tok" - - - - - -
 		fi
 	done
 done

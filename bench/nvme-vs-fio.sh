@@ -59,7 +59,7 @@ fio_gbps() { # rw
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # three interleaved rounds, medians compared: the disk's drift hits both
-for round in 1 2 3; do
+for _ in 1 2 3; do
 	"$tune" --nvme_dir "$dir" --io_size "$io" --loops "$loops" --sweep_config "$work/sweep.json" --json -q >"$work/again.json"
 	jq .best.read_gbps "$work/again.json" >>"$work/ds_r"
 	jq .best.write_gbps "$work/again.json" >>"$work/ds_w"

@@ -2,6 +2,7 @@
 # setup-debian.sh - install the Debian 12 packages dstk builds and tests with.
 # Safe to run twice. Needs root (or sudo). The CUDA toolkit and NCCL are not
 # Debian packages; configure uses them when /usr/local/cuda has them.
+# shellcheck disable=SC2086  # $pkgs is the list of package names, split on purpose
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 pkgs=$(grep -v '^#' "$here/debian-packages.txt" | tr '\n' ' ')

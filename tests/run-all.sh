@@ -9,6 +9,7 @@
 # cluster (tests/slurm/cluster.bash); otherwise its tests are skipped with
 # the reason, and counted as skipped below.
 # Exit status is non-zero when any test failed or a build broke.
+# shellcheck disable=SC2164,SC2013,SC2046  # it cd-s only into directories it just found or made; log names have no spaces
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"

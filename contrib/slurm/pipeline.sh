@@ -21,13 +21,17 @@ work=$(mkdir -p "$1" && cd "$1" && pwd)
 cfg=$2 model=$3 nvme=$4
 shift 4
 n=${DS_NTASKS:-2}
+# shellcheck disable=SC2086  # SBATCH_FLAGS: a list of flags, split on purpose
 sb() { sbatch --parsable ${SBATCH_FLAGS:-} "$@"; }
+# shellcheck disable=SC2086  # the *_FLAGS: lists of flags, split on purpose
 j1=$(sb --output="$work/nvme-tune-%j.out" "$here/nvme-tune.sbatch" "$nvme" "$cfg" "$work/ds_config_aio.json" \
 	${NVME_TUNE_FLAGS:-})
-j2=$(sb --dependency=afterok:$j1 --ntasks="$n" --output="$work/autotune-%j.out" "$here/autotune.sbatch" \
+# shellcheck disable=SC2086  # the *_FLAGS: lists of flags, split on purpose
+j2=$(sb --dependency=afterok:"$j1" --ntasks="$n" --output="$work/autotune-%j.out" "$here/autotune.sbatch" \
 	"$work/ds_config_aio.json" "$model" "$work/autotune" ${AUTOTUNE_FLAGS:-})
-j3=$(sb --dependency=afterok:$j2 --ntasks="$n" --output="$work/train-%j.out" "$here/train.sbatch" \
+j3=$(sb --dependency=afterok:"$j2" --ntasks="$n" --output="$work/train-%j.out" "$here/train.sbatch" \
 	"$work/autotune/ds_config_optimal.json" "$model" "$work/ckpt" "$@")
-j4=$(sb --dependency=afterok:$j3 --output="$work/convert-%j.out" "$here/convert.sbatch" "$work/ckpt" "$work/hf" \
+# shellcheck disable=SC2086  # the *_FLAGS: lists of flags, split on purpose
+j4=$(sb --dependency=afterok:"$j3" --output="$work/convert-%j.out" "$here/convert.sbatch" "$work/ckpt" "$work/hf" \
 	${CONVERT_FLAGS:-})
 printf 'nvme-tune %s\nautotune %s\ntrain %s\nconvert %s\n' "$j1" "$j2" "$j3" "$j4"
