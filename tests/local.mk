@@ -10,17 +10,21 @@ LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver
 LOG_COMPILER = bash $(top_srcdir)/tests/unit/cmocka-tap.sh
 AM_LOG_DRIVER_FLAGS = --ignore-exit
 AM_BATS_LOG_DRIVER_FLAGS = --ignore-exit
-TEST_EXTENSIONS = .bats
+TEST_EXTENSIONS = .bats .sh
 BATS_LOG_DRIVER = $(LOG_DRIVER)
 BATS_LOG_COMPILER = $(BATS)
 AM_BATS_LOG_FLAGS = --tap
+SH_LOG_DRIVER = $(LOG_DRIVER)
+SH_LOG_COMPILER = bash
+AM_SH_LOG_DRIVER_FLAGS = --ignore-exit
 AM_TESTS_ENVIRONMENT = \
 	CMOCKA_MESSAGE_OUTPUT=TAP; export CMOCKA_MESSAGE_OUTPUT; \
 	DS_BUILDDIR='$(abs_top_builddir)'; export DS_BUILDDIR; \
 	DS_SRCDIR='$(abs_top_srcdir)'; export DS_SRCDIR; \
 	PATH='$(abs_top_builddir)/tools':"$$PATH"; export PATH; \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS; \
-	LC_ALL=C; export LC_ALL;
+	LC_ALL=C; export LC_ALL; \
+	SHELLCHECK='$(SHELLCHECK)'; export SHELLCHECK;
 EXTRA_DIST += tests/cli/helper.bash tests/unit/unit.h tests/unit/cmocka-tap.sh tests/data
 
 ## The harness itself: a cmocka program with a passing, a skipped and a
@@ -36,3 +40,12 @@ TESTS += tests/unit/tap.bats
 endif
 endif
 EXTRA_DIST += tests/unit/tap.bats
+
+## The ShellCheck pass over every shell file (tests/shellcheck.sh, one TAP
+## line per file; skipped where configure found no shellcheck), with
+## tests/bats-lint.awk for the && assertion that ShellCheck does not see.
+TESTS += tests/shellcheck.sh
+if HAVE_BATS
+TESTS += tests/lint.bats
+endif
+EXTRA_DIST += tests/shellcheck.sh tests/bats-lint.awk tests/lint.bats
