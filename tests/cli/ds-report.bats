@@ -187,3 +187,19 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	run --separate-stderr -1 bash -c 'ds-report --json > /dev/full'
 	[[ "$stderr" == *"No space left on device"* ]]
 }
+
+@test "configure's summary (config.log) says yes or no for each optional part, as --version's features do" {
+	[ -f "$DS_BUILDDIR/config.log" ] || skip "no config.log in $DS_BUILDDIR"
+	summary=$(sed -n '/^dstk .* configuration$/,/^$/p' "$DS_BUILDDIR/config.log")
+	[ -n "$summary" ] || fail "no summary in config.log"
+	[[ "$summary" != *'`'* ]] || fail "shell code in the summary: $summary"
+	feats=" $(ds-report --version | sed -n 's/^features: //p') "
+	for pair in MPI:mpi libaio:libaio "oneDNN (AMX bf16):onednn" "CUDA + NCCL:cuda"; do
+		row=${pair%%:*} word=${pair#*:}
+		want=no
+		if [[ "$feats" == *" $word "* ]]; then want=yes; fi
+		line=$(grep -F "  $row  " <<<"$summary") || fail "no $row row: $summary"
+		val=${line:23}    # "  %-20s %s"
+		[[ "$val" == "$want" || "$val" == "$want ("* ]] || fail "$row: '$val', want $want: $summary"
+	done
+}
