@@ -7,15 +7,18 @@
 ## --ignore-exit: a failing case is counted once (its "not ok" line), not
 ## again for the exit status; a crash still shows as a short plan (ERROR).
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
-LOG_COMPILER = bash $(top_srcdir)/tests/unit/cmocka-tap.sh
 AM_LOG_DRIVER_FLAGS = --ignore-exit
 AM_BATS_LOG_DRIVER_FLAGS = --ignore-exit
 TEST_EXTENSIONS = .bats .sh
 BATS_LOG_DRIVER = $(LOG_DRIVER)
-BATS_LOG_COMPILER = $(BATS)
+## Every test file runs under tests/bound.sh: DS_TEST_FILE_TIMEOUT seconds
+## (600), then a "Bail out!" (an ERROR naming the file and test) instead of
+## a hang.
+LOG_COMPILER = $(top_srcdir)/tests/bound.sh bash $(top_srcdir)/tests/unit/cmocka-tap.sh
+BATS_LOG_COMPILER = $(top_srcdir)/tests/bound.sh $(BATS)
 AM_BATS_LOG_FLAGS = --tap
 SH_LOG_DRIVER = $(LOG_DRIVER)
-SH_LOG_COMPILER = bash
+SH_LOG_COMPILER = $(top_srcdir)/tests/bound.sh bash
 AM_SH_LOG_DRIVER_FLAGS = --ignore-exit
 AM_TESTS_ENVIRONMENT = \
 	CMOCKA_MESSAGE_OUTPUT=TAP; export CMOCKA_MESSAGE_OUTPUT; \
@@ -25,7 +28,7 @@ AM_TESTS_ENVIRONMENT = \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2}; export OMP_NUM_THREADS; \
 	LC_ALL=C; export LC_ALL; \
 	SHELLCHECK='$(SHELLCHECK)'; export SHELLCHECK;
-EXTRA_DIST += tests/cli/helper.bash tests/unit/unit.h tests/unit/cmocka-tap.sh tests/data
+EXTRA_DIST += tests/bound.sh tests/bounded.bash tests/cli/helper.bash tests/unit/unit.h tests/unit/cmocka-tap.sh tests/data
 
 ## The harness itself: a cmocka program with a passing, a skipped and a
 ## failing case (never run as a test of its own) and the bats file that runs
@@ -49,3 +52,8 @@ if HAVE_BATS
 TESTS += tests/lint.bats
 endif
 EXTRA_DIST += tests/shellcheck.sh tests/bats-lint.awk tests/lint.bats
+
+if HAVE_BATS
+TESTS += tests/cli/bounded.bats
+endif
+EXTRA_DIST += tests/cli/bounded.bats

@@ -1,10 +1,12 @@
 # helper.bash - loaded by every bats file under tests/ (STYLE rule 21).
 # Puts the build's tools first on PATH, fixes the locale, gives each test a
 # scratch directory, and offers feature checks that `skip` honestly.
+# Every wait in a test is bounded: ../bounded.bash (bounded, wait_pid, wait_for).
 # shellcheck disable=SC2034  # SHARE, TDATA and the like are for the .bats files that load this
 bats_require_minimum_version 1.5.0
 load '/usr/lib/bats/bats-support/load'
 load '/usr/lib/bats/bats-assert/load'
+load ../bounded
 
 : "${DS_BUILDDIR:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
 : "${DS_SRCDIR:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
