@@ -1,15 +1,16 @@
 # helper.bash for tests/slurm: the MPI helpers plus a private one-node Slurm
-# (cluster.bash) started once per bats file and stopped after it.  Without
-# root, Slurm or MPI every test of the file is skipped with the reason.
+# (cluster.bash) started once per bats file and stopped after it, also when
+# a test or setup_file fails or the run is interrupted.  Without root, Slurm
+# or MPI every test of the file is skipped with the reason.
 load ../mpi/helper
 load cluster
 
 # bats 1.8 cannot skip from setup_file: the reason goes to every test's setup
 setup_file() {
-	SLURM_SKIP=$(slurm_skip_reason)
-	[ -n "$SLURM_SKIP" ] || ds_has mpi || SLURM_SKIP="built without mpi"
-	export SLURM_SKIP OMP_NUM_THREADS=1
-	[ -n "$SLURM_SKIP" ] || slurm_up "$BATS_FILE_TMPDIR/slurm"
+	DS_SLURM_SKIP=$(slurm_skip_reason)
+	[ -n "$DS_SLURM_SKIP" ] || ds_has mpi || DS_SLURM_SKIP="built without mpi"
+	export DS_SLURM_SKIP OMP_NUM_THREADS=1
+	[ -n "$DS_SLURM_SKIP" ] || slurm_up
 }
 
 teardown_file() {
@@ -17,15 +18,27 @@ teardown_file() {
 }
 
 setup() {
-	[ -z "$SLURM_SKIP" ] || skip "$SLURM_SKIP"
-	cd "$BATS_TEST_TMPDIR"
+	[ -z "$DS_SLURM_SKIP" ] || skip "$DS_SLURM_SKIP"
+	cd "$BATS_TEST_TMPDIR" || return 1
 }
 
-# state_of JOB [CAP]: wait for the final jobcomp record, fail unless COMPLETED
-# is wanted by the caller; prints the state.  On a timeout shows the queue.
+# client commands of the cluster: bounded, so an unresponsive slurmctld
+# fails the test naming the command
+sbatch() { bounded 60 sbatch "$@"; }
+scontrol() { bounded 30 scontrol "$@"; }
+squeue() { bounded 30 squeue "$@"; }
+scancel() { bounded 30 scancel "$@"; }
+
+# final_state JOB [CAP]: wait (at most CAP s, default 120) for the job's final
+# jobcomp record and print its state; on a timeout also show the queue, the
+# job and the controller's log
 final_state() {
 	local st
-	st=$(slurm_wait_final "$@") || { squeue >&2; scontrol show job "$1" >&2; }
+	st=$(slurm_wait_final "$@") || {
+		squeue --all >&2
+		scontrol show job "$1" >&2
+		tail -5 "$SLURM_DIR/log/slurmctld.log" >&2
+	}
 	echo "$st"
 }
 

@@ -3,8 +3,8 @@
 ## with the reason when not root or Slurm is not installed.
 if HAVE_MPI
 if HAVE_BATS
-TESTS += tests/slurm/launch.bats tests/slurm/jobs.bats
+TESTS += tests/slurm/launch.bats tests/slurm/jobs.bats tests/slurm/cluster.bats
 endif
 endif
-EXTRA_DIST += tests/slurm/launch.bats tests/slurm/jobs.bats tests/slurm/helper.bash tests/slurm/cluster.bash \
+EXTRA_DIST += tests/slurm/launch.bats tests/slurm/jobs.bats tests/slurm/cluster.bats tests/slurm/helper.bash tests/slurm/cluster.bash \
 	contrib/slurm
