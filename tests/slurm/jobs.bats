@@ -21,7 +21,7 @@ CONTRIB="$DS_SRCDIR/contrib/slurm"
 	echo '{"block_size": [1048576], "queue_depth": [4], "single_submit": [false], "overlap_events": [true]}' >"$d/sweep.json"
 	mkdir -p "$d/nvme"
 	NVME_TUNE_FLAGS="--io-size 4M --sweep-config $d/sweep.json" AUTOTUNE_FLAGS="--trial-timeout 120" \
-		"$CONTRIB/pipeline.sh" "$d/work" "$d/at.json" "$SHARE/models/gpt-test.json" "$d/nvme" \
+		bounded 120 "$CONTRIB/pipeline.sh" "$d/work" "$d/at.json" "$SHARE/models/gpt-test.json" "$d/nvme" \
 		--train-iters 6 --peak-gflops 1 >"$d/ids"
 	[ "$(awk '{print $1}' "$d/ids" | tr '\n' ' ')" = "nvme-tune autotune train convert " ]
 	# the last job cannot have started yet: it waits on the train job
@@ -42,7 +42,8 @@ CONTRIB="$DS_SRCDIR/contrib/slurm"
 	jq -e '.train_micro_batch_size_per_gpu | type == "number"' "$d/work/autotune/ds_config_optimal.json"
 	jq -e '.aio.block_size == 1048576' "$d/work/autotune/ds_config_optimal.json"
 	[ "$(cat "$d/work/ckpt/latest")" = global_step6 ]
-	[ -s "$d/work/hf/model.safetensors" ] && [ -s "$d/work/hf/config.json" ]
+	[ -s "$d/work/hf/model.safetensors" ] || fail "convert wrote no $d/work/hf/model.safetensors"
+	[ -s "$d/work/hf/config.json" ] || fail "convert wrote no $d/work/hf/config.json"
 }
 
 @test "pipeline: a failed stage leaves the later jobs never run (afterok)" {
@@ -50,18 +51,25 @@ CONTRIB="$DS_SRCDIR/contrib/slurm"
 	echo '{"train_micro_batch_size_per_gpu": "auto"}' >"$d/at.json"
 	# the nvme directory does not exist and is not creatable: stage 1 fails
 	touch "$d/file"
-	"$CONTRIB/pipeline.sh" "$d/work" "$d/at.json" "$SHARE/models/gpt-test.json" "$d/file/nvme" >"$d/ids"
+	bounded 120 "$CONTRIB/pipeline.sh" "$d/work" "$d/at.json" "$SHARE/models/gpt-test.json" "$d/file/nvme" >"$d/ids"
 	j1=$(awk '$1 == "nvme-tune" {print $2}' "$d/ids")
 	st=$(final_state "$j1" 60)
 	[ "$st" = FAILED ] || fail "nvme-tune job $j1: $st"
-	# the dependants are cancelled (DependencyNeverSatisfied) or wait forever: never COMPLETED
+	# the next job is held for good (DependencyNeverSatisfied), so the rest
+	# never start either; none of them ever ran
+	j2=$(awk '$1 == "autotune" {print $2}' "$d/ids")
+	wait_for 60 "job $j2 (autotune) to be held with DependencyNeverSatisfied" \
+		held_for_good "$j2" || { scontrol show job "$j2" >&2; false; }
 	for stage in autotune train convert; do
 		j=$(awk -v s=$stage '$1 == s {print $2}' "$d/ids")
-		! slurm_jobcomp "$j" | grep -q "JobState=COMPLETED"
-		scancel "$j" 2>/dev/null || true
+		[ -z "$(slurm_jobcomp "$j")" ] || fail "$stage job $j ran after its dependency failed: $(slurm_jobcomp "$j")"
+		scontrol show job "$j" | grep -q "JobState=PENDING" || fail "$stage job $j: $(scontrol show job "$j" | grep -o 'JobState=[^ ]*')"
+		scancel "$j"
 	done
 	[ ! -e "$d/work/autotune" ]
 }
+
+held_for_good() { scontrol show job "$1" | grep -q "JobState=PENDING Reason=DependencyNeverSatisfied"; }
 
 # start a preemptible training job with the CSV monitor under DIR/csv
 submit_train() { # DIR ITERS [sbatch flags...]
@@ -72,15 +80,11 @@ submit_train() { # DIR ITERS [sbatch flags...]
 		"$dir/ds.json" "$MODEL_DROPOUT" "$dir/ckpt" --train-iters "$iters" --peak-gflops 1
 }
 
-# wait until the job's CSV has at least N losses
+# wait (at most 120 s) until the job's CSV has at least N losses
 wait_losses() { # DIR N
-	local i
-	for i in $(seq 600); do
-		[ -f "$(losses "$1")" ] && [ "$(($(wc -l <"$(losses "$1")") - 1))" -ge "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
+	WAIT_FOR_INTERVAL=0.1 wait_for 120 "$2 losses in $(losses "$1")" has_losses "$@"
 }
+has_losses() { [ -f "$(losses "$1")" ] && [ "$(($(wc -l <"$(losses "$1")") - 1))" -ge "$2" ]; }
 
 @test "train.sbatch: scancel --signal=USR1 -> save, exit 4, requeue, resume from latest; losses equal an uninterrupted run" {
 	d=$BATS_TEST_TMPDIR
@@ -143,10 +147,7 @@ wait_losses() { # DIR N
 	j=$(sbatch --parsable --array=0-2 --ntasks 2 --job-name sweep --output "$d/sweep-%A_%a.out" \
 		"$CONTRIB/sweep.sbatch" "$d/sweep.txt" "$d/ds.json" "$MODEL_DROPOUT" "$d/out")
 	# the array's tasks have their own job ids: follow them through the log by name
-	for i in $(seq 300); do
-		[ "$(grep -c ' Name=sweep JobState=\(COMPLETED\|FAILED\|CANCELLED\|TIMEOUT\)' "$SLURM_DIR/log/jobcomp.txt")" -ge 3 ] && break
-		sleep 0.5
-	done
+	wait_for 150 "the 3 tasks of array $j to end (their records in jobcomp.txt)" sweep_ended || true
 	states=$(grep ' Name=sweep ' "$SLURM_DIR/log/jobcomp.txt" | sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' | sort | uniq -c | xargs)
 	echo "# array $j: $states" >&3
 	[ "$states" = "3 COMPLETED" ] || { cat "$d"/sweep-*.out >&2; fail "array $j: $states"; }
@@ -160,5 +161,8 @@ wait_losses() { # DIR N
 	a=$(sed -n 5p "$d/out/lr2e-3/csv/run/Train_Samples_train_loss.csv")
 	b=$(sed -n 5p "$d/out/lr1e-2/csv/run/Train_Samples_train_loss.csv")
 	c=$(sed -n 2p "$d/out/seed7/csv/run/Train_Samples_train_loss.csv")
-	[ "$a" != "$b" ] && [ "$(sed -n 2p "$d/out/lr2e-3/csv/run/Train_Samples_train_loss.csv")" != "$c" ]
+	[ "$a" != "$b" ] || fail "lr 0.01 and lr 0.002: the same loss at step 4: $a"
+	[ "$(sed -n 2p "$d/out/lr2e-3/csv/run/Train_Samples_train_loss.csv")" != "$c" ] || fail "seed 7 and the default seed: the same first loss: $c"
 }
+
+sweep_ended() { [ "$(grep -c ' Name=sweep JobState=\(COMPLETED\|FAILED\|CANCELLED\|TIMEOUT\)' "$SLURM_DIR/log/jobcomp.txt")" -ge 3 ]; }

@@ -70,6 +70,6 @@ load ../mpi/train_helper
 	[ "$(exit_code_of "$j")" = 5:0 ]
 	grep -q "watchdog: stalled: rank 1 on $(hostname) (outside any collective" "$d/job.out" || { show "$d/job.out"; false; }
 	grep -q "Exited with exit code 5" "$d/job.out"
-	! grep -q "step 1000/1000" "$d/job.out"
+	if grep -q "step 1000/1000" "$d/job.out"; then fail "the job with a stalled rank trained to the end"; fi
 	grep -q "watchdog: stalled: rank 1" "$d"/ds-watchdog-*/report
 }
