@@ -133,7 +133,7 @@ cfg_with() {
 
 @test "ds-autotune: SIGTERM kills the running trial's process group and exits 4" {
 	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -4 --separate-stderr \
-		timeout --preserve-status -s TERM 2 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 300
+		timeout -k 60 --preserve-status -s TERM 2 ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R" --trial-timeout 300
 	[[ $stderr == *"stopped on a signal; the running trial was killed"* ]]
 }
 
@@ -186,7 +186,7 @@ cfg_with() {
 	grep -q "^mpirun -np 2 --oversubscribe --bind-to none" "$R/cmd_optimal.txt"
 	opt="$R/ds_config_optimal.json"
 	run -0 ds-train --check --deepspeed_config "$opt" --model "$MODEL" --world-size 2
-	run -0 mpirun -np 2 --oversubscribe --bind-to none --allow-run-as-root \
+	run -0 bounded 300 mpirun -np 2 --oversubscribe --bind-to none --allow-run-as-root \
 		ds-train --deepspeed_config "$opt" --model "$MODEL" --train-iters 2
 	assert_output --partial "step 2/2"
 }

@@ -204,7 +204,7 @@ setup() {
 	for _ in $(seq 100); do [ -n "$(scratch "$D")" ] && break; sleep 0.1; done
 	kill -INT $pid
 	status=0
-	wait $pid || status=$?
+	wait_pid 60 $pid "ds-nvme-tune to stop after SIGINT" || status=$?
 	[ "$status" -eq 130 ]
 	grep -q "stopped by a signal; scratch files removed" "$D/err"
 	[ -z "$(scratch "$D")" ]

@@ -28,7 +28,7 @@ signalled() {
 	done
 	kill -USR1 $pid
 	local rc=0
-	wait $pid || rc=$?
+	wait_pid 120 $pid "ds-train to save and exit after SIGUSR1" || rc=$?
 	[ "$rc" -eq 4 ] || { cat err.txt >&2; kill -9 $pid 2>/dev/null; return 1; }
 }
 

@@ -17,7 +17,7 @@ setup() {
 }
 
 train() {
-	timeout 120 ds-train --deepspeed_config ds.json --model "$SHARE/models/gpt-test.json" --train-iters 5 \
+	bounded 120 ds-train --deepspeed_config ds.json --model "$SHARE/models/gpt-test.json" --train-iters 5 \
 		--peak-gflops 1 "$@"
 }
 

@@ -63,7 +63,7 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 		sleep 2
 		kill -$sig $pid
 		status=0
-		wait $pid || status=$?
+		wait_pid 120 $pid "ds-train to save and exit after SIG$sig" || status=$?
 		[ "$status" -eq 4 ] || { kill -9 $pid 2>/dev/null; fail "exit $status after SIG$sig: $(cat err.txt)"; }
 		grep -q "stopped by signal" err.txt
 		tag=$(cat ck/latest)

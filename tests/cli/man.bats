@@ -103,7 +103,7 @@ man_option_text() {
 			# or exits 0 for an option that acts at once (like --help).
 			# getopt_long quotes an option it does not know: neither
 			# spelling may be the one it complains about.
-			run --separate-stderr timeout 20 "$t" "$under" --no-such-option-xyzzy --no-such-option-xyzzy
+			run --separate-stderr bounded 20 "$t" "$under" --no-such-option-xyzzy --no-such-option-xyzzy
 			[[ "$status" -eq 2 || "$status" -eq 0 ]] || fail "$t $under --no-such-option-xyzzy ...: exit $status"
 			[[ "$stderr" != *"'$under'"* && "$stderr" != *"'$opt'"* ]] || fail "$t does not accept $under: $stderr"
 		done

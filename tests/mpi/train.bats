@@ -226,7 +226,7 @@ load train_helper
 @test "a rank that fails makes the whole job exit non-zero, naming the rank" {
 	write_cfg "$BATS_TEST_TMPDIR/ds.json" 1 4 1 "$BATS_TEST_TMPDIR/csv"
 	# shellcheck disable=SC2086  # $MPIRUN is a command with its options
-	run --separate-stderr timeout 120 $MPIRUN -np 2 -x OMP_NUM_THREADS=1 env DS_TEST_FAULT_FAIL_RANK=1:3 \
+	run --separate-stderr bounded 120 $MPIRUN -np 2 -x OMP_NUM_THREADS=1 env DS_TEST_FAULT_FAIL_RANK=1:3 \
 		"$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/ds.json" \
 		--model "$MODEL_DROPOUT" --train-iters 10 --peak-gflops 1
 	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || { echo "status $status" >&2; false; }

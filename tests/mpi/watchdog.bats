@@ -28,7 +28,7 @@ train() {
 	local n=$1
 	shift
 	# shellcheck disable=SC2086  # $MPIRUN is a command with its options
-	timeout 120 env "$@" $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 -x DS_TEST_WATCHDOG_STALL \
+	bounded 120 env "$@" $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 -x DS_TEST_WATCHDOG_STALL \
 		ds-train --deepspeed_config ds.json --model "$SHARE/models/gpt-test.json" --train-iters 12 \
 		--peak-gflops 1
 }
