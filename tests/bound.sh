@@ -69,7 +69,7 @@ wait "$tailer"
 # what the file left running in its process group (zombies aside): named, stopped
 [ -n "$timed_out" ] || left=$(pgrep -g "$pid" | xargs -r ps -o pid= -o stat= -p | awk '$2 !~ /^Z/ { print $1 }')
 for p in ${left:-}; do
-	cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline")
 	echo "# bound.sh: $file left pid $p running (${cmd% }): stopped"
 	kill -KILL "$p" 2>/dev/null
 done

@@ -113,7 +113,7 @@ slurm_procs() {
 		else
 			! _slurm_owner_alive "$dir" || continue
 		fi
-		echo "$pid $dir $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+		echo "$pid $dir $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")"
 	done < <(grep -lsaz '^DSTK_SLURM_DIR=\|^SLURM_CONF=/tmp/dstk-slurm\.[^/]*/slurm\.conf$' /proc/[0-9]*/environ)
 }
 
