@@ -1,7 +1,8 @@
 #!/bin/bash
 # bound.sh - make check runs every test file through this (LOG_COMPILER and
 # BATS_LOG_COMPILER, tests/local.mk): CMD... gets DS_TEST_FILE_TIMEOUT
-# seconds (default 600) of wall-clock time.  On expiry, or when make check is
+# seconds (default 600) of wall-clock time, times the load scale when it
+# starts (bounded_scale, tests/bounded.bash).  On expiry, or when make check is
 # interrupted, the file's whole process tree gets TERM, then KILL 10 s later,
 # and a TAP "Bail out!" names the file, the bound and the test it was in, so
 # the harness reports an ERROR and goes on instead of hanging.
@@ -12,7 +13,9 @@
 # inside the tests (tests/bounded.bash) are shorter and name what they waited
 # for; this one is the backstop.
 set -u
-limit=${DS_TEST_FILE_TIMEOUT:-600}
+# shellcheck source-path=SCRIPTDIR source=bounded.bash
+. "$(dirname "$0")/bounded.bash"
+limit=$((${DS_TEST_FILE_TIMEOUT:-600} * $(bounded_scale)))
 file=${!#}
 out=$(mktemp "${TMPDIR:-/tmp}/ds-bound.XXXXXX") || exit 99
 trap 'rm -f "$out"' EXIT

@@ -14,8 +14,15 @@
 #   bounded_say MSG           the message: a TAP comment on fd 3 inside bats (it
 #                             reaches the test's .log whatever `run` captured),
 #                             stderr elsewhere
-# The bounds are for a loaded 2-core machine: far above a normal run, far
-# below the per-file bound of tests/bound.sh.
+#   bounded_scale             what every bound here, in tests/bound.sh and in
+#                             tests/run-all.sh is multiplied by:
+#                             DS_TIMEOUT_SCALE, else the load per core when
+#                             the wait begins (1-minute load average over the
+#                             cores, rounded up, 1 to 10)
+# The bounds are for a 2-core machine running the suite: far above a normal
+# run, far below the per-file bound of tests/bound.sh.  The load scale keeps
+# a machine shared with other work (slower, not hung) from failing on them;
+# the messages give the bound in effect.
 
 bounded_say() {
 	if [ -n "${BATS_TEST_FILENAME:-}" ] && { true >&3; } 2>/dev/null; then
@@ -25,8 +32,16 @@ bounded_say() {
 	fi
 }
 
+bounded_scale() {
+	if [ -n "${DS_TIMEOUT_SCALE:-}" ]; then
+		echo "$DS_TIMEOUT_SCALE"
+	else
+		awk -v n="$(nproc)" '{ f = int($1 / n + 0.999); print (f < 1 ? 1 : (f > 10 ? 10 : f)) }' /proc/loadavg
+	fi
+}
+
 bounded() {
-	local secs=$1 t0=$SECONDS rc=0
+	local secs=$(($1 * $(bounded_scale))) t0=$SECONDS rc=0
 	shift
 	timeout -k 10 "$secs" "$@" || rc=$?
 	# 124: TERM on time; 137: KILL after an ignored TERM (or a KILL from
@@ -39,7 +54,8 @@ bounded() {
 }
 
 wait_pid() {
-	local secs=$1 pid=$2 what=$3 end=$((SECONDS + $1)) rc=0
+	local secs=$(($1 * $(bounded_scale))) pid=$2 what=$3 end rc=0
+	end=$((SECONDS + secs))
 	while kill -0 "$pid" 2>/dev/null; do
 		if [ "$SECONDS" -ge "$end" ]; then
 			bounded_say "timed out after $secs s: $what (pid $pid, killed)"
@@ -54,7 +70,8 @@ wait_pid() {
 }
 
 wait_for() {
-	local secs=$1 what=$2 end=$((SECONDS + $1))
+	local secs=$(($1 * $(bounded_scale))) what=$2 end
+	end=$((SECONDS + secs))
 	shift 2
 	until "$@"; do
 		if [ "$SECONDS" -ge "$end" ]; then

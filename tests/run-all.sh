@@ -16,15 +16,17 @@
 # or hung file is visible in CI output.  Nothing waits forever: a test file
 # gets DS_TEST_FILE_TIMEOUT s (600, tests/bound.sh), each make check
 # DS_CHECK_TIMEOUT s (1200) before it is stopped and its running files are
-# counted as failed.  A process a test left running (its environment names
+# counted as failed; both times the load per core when they start
+# (bounded_scale in tests/bounded.bash; DS_TIMEOUT_SCALE sets it).  A process a test left running (its environment names
 # this build's DS_BUILDDIR) is named, stopped and counted as a failure.
 # Exit status is non-zero when any test failed or a build broke.
 # shellcheck disable=SC2164,SC2013,SC2046  # it cd-s only into directories it just found or made; log names have no spaces
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 1
+# shellcheck source-path=SCRIPTDIR source=bounded.bash
+. "$top/tests/bounded.bash"
 jobs=${JOBS:-$(nproc)}
-check_timeout=${DS_CHECK_TIMEOUT:-1200}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # mpirun as root (CI runs as root) and on 2 cores with 4 ranks
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -89,6 +91,7 @@ leftovers() {
 # broke before running tests.
 run_check() {
 	local dir=$1 name=$2 out=check.out began=$SECONDS rc=0 p f s e pid bases=() t left all stopped=0
+	local check_timeout=$((${DS_CHECK_TIMEOUT:-1200} * $(bounded_scale)))
 	shift 2
 	for t in "$@"; do bases+=("${t%.bats}"); done
 	if [ $# -gt 0 ]; then

@@ -2,16 +2,19 @@
 # bounded.bats - the bounds that keep the suite from hanging: one wait in a
 # test (tests/bounded.bash) and one whole test file (tests/bound.sh, which
 # make check runs every file through).  What runs out is stopped together
-# with what it started, and the message names what was waited for.
+# with what it started, and the message names what was waited for.  The
+# bounds stretch with the machine's load.
 load helper
 
 setup() {
 	cd "$BATS_TEST_TMPDIR" || return 1
 	export D=$BATS_TEST_TMPDIR
+	# the bounds as given, whatever the load
+	export DS_TIMEOUT_SCALE=1
 }
 
 # gone PID: no such process, or only its zombie is left
-gone() { [ -z "$(ps -o stat= -p "$1" | grep -v Z)" ]; }
+gone() { ! ps -o stat= -p "$1" | grep -qv Z; }
 
 @test "bounded: a command past its bound is stopped with what it started; exit 124 and one line naming the command" {
 	rc=0
@@ -64,10 +67,26 @@ gone() { [ -z "$(ps -o stat= -p "$1" | grep -v Z)" ]; }
 }
 
 @test "bound.sh: a process a test file leaves in its process group is named and stopped" {
+	# shellcheck disable=SC2016 # the stray test's own code
 	printf '@test "%s" { %s; }\n' "leaves a sleep" 'sleep 100 </dev/null >/dev/null 2>&1 3>&- & echo $! >"$D/stray"' >stray.bats
 	run -0 "$DS_SRCDIR/tests/bound.sh" bats --tap stray.bats
 	pid=$(cat stray)
 	assert_line "ok 1 leaves a sleep"
 	assert_line "# bound.sh: stray.bats left pid $pid running (sleep 100): stopped"
 	wait_for 10 "the stray sleep to end" gone "$pid"
+}
+
+@test "bounded_scale: DS_TIMEOUT_SCALE, else the load per core rounded up, 1 to 10" {
+	[ "$(DS_TIMEOUT_SCALE=3 bounded_scale)" = 3 ]
+	unset DS_TIMEOUT_SCALE
+	want=$(awk -v n="$(nproc)" '{ f = $1 / n; print (f <= 1 ? 1 : f >= 10 ? 10 : (f == int(f) ? f : int(f) + 1)) }' /proc/loadavg)
+	got=$(bounded_scale)
+	# the load may move between the two reads: one step either way
+	[ "$got" -ge 1 ] && [ "$got" -le 10 ] || fail "scale $got"
+	[ $((got - want)) -le 1 ] && [ $((want - got)) -le 1 ] || fail "scale $got, load per core gives $want"
+	# a bound in effect is the bound times the scale
+	rc=0
+	DS_TIMEOUT_SCALE=2 bounded 1 sleep 30 3>msg || rc=$?
+	[ "$rc" -eq 124 ] || fail "exit $rc"
+	[ "$(cat msg)" = "# timed out after 2 s: sleep 30" ] || fail "message: $(cat msg)"
 }

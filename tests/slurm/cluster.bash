@@ -27,7 +27,7 @@
 #                            job's final jobcomp record; prints its JobState
 #   slurm_jobcomp JOB        every jobcomp record of the job, one a line
 # Jobs get the submitting environment (sbatch's default --export=ALL).
-# shellcheck source=../bounded.bash
+# shellcheck source-path=SCRIPTDIR source=../bounded.bash
 . "$(dirname "${BASH_SOURCE[0]}")/../bounded.bash"
 _SLURM_CLUSTER_BASH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cluster.bash
 
