@@ -10,5 +10,6 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 mpirun_n() {
 	local n=$1
 	shift
+	# shellcheck disable=SC2086  # $MPIRUN is a command with its options
 	bounded "${DS_MPIRUN_TIMEOUT:-300}" $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 "$@"
 }

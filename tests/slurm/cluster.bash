@@ -50,7 +50,8 @@ _slurm_starttime() { sed -n 's/.*) [^Z] //p' "/proc/$1/stat" 2>/dev/null | cut -
 _slurm_owner_alive() {
 	local pid st
 	read -r pid st <"$1/owner" 2>/dev/null || return 1
-	[ -n "$st" ] && [ "$(_slurm_starttime "$pid")" = "$st" ]
+	[ -n "$st" ] || return 1
+	[ "$(_slurm_starttime "$pid")" = "$st" ]
 }
 
 # a port nobody listens on, from a start that differs between processes
@@ -146,8 +147,8 @@ _slurm_reap() {
 }
 
 _slurm_ready() {
-	[ "$(timeout -k 5 15 sinfo -h -o %T 2>/dev/null)" = idle ] &&
-		timeout -k 5 40 srun --immediate=30 -n1 -t1 true 2>>"$SLURM_DIR/log/probe.out"
+	[ "$(timeout -k 5 15 sinfo -h -o %T 2>/dev/null)" = idle ] || return 1
+	timeout -k 5 40 srun --immediate=30 -n1 -t1 true 2>>"$SLURM_DIR/log/probe.out"
 }
 
 slurm_up() {

@@ -84,7 +84,10 @@ submit_train() { # DIR ITERS [sbatch flags...]
 wait_losses() { # DIR N
 	WAIT_FOR_INTERVAL=0.1 wait_for 120 "$2 losses in $(losses "$1")" has_losses "$@"
 }
-has_losses() { [ -f "$(losses "$1")" ] && [ "$(($(wc -l <"$(losses "$1")") - 1))" -ge "$2" ]; }
+has_losses() {
+	[ -f "$(losses "$1")" ] || return 1
+	[ "$(($(wc -l <"$(losses "$1")") - 1))" -ge "$2" ]
+}
 
 @test "train.sbatch: scancel --signal=USR1 -> save, exit 4, requeue, resume from latest; losses equal an uninterrupted run" {
 	d=$BATS_TEST_TMPDIR
