@@ -6,7 +6,7 @@
 bats_require_minimum_version 1.5.0
 load '/usr/lib/bats/bats-support/load'
 load '/usr/lib/bats/bats-assert/load'
-load ../bounded
+load "$(dirname "${BASH_SOURCE[0]}")/../bounded"
 
 : "${DS_BUILDDIR:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
 : "${DS_SRCDIR:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
