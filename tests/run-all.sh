@@ -36,7 +36,13 @@ pass=0 fail=0 skip=0 broken=0 unfinished=()
 [ -x configure ] && [ configure -nt configure.ac ] && [ configure -nt Makefile.am ] || autoreconf -fi >/dev/null 2>&1 || { echo "autoreconf failed"; broken=1; }
 
 # the name of a test from its log's base: tests/cli/man -> tests/cli/man.bats
-label() { if [ -e "$top/$1.bats" ]; then echo "$1.bats"; else echo "$1"; fi; }
+label() {
+	local x
+	for x in .bats .sh ""; do
+		if [ -e "$top/$1$x" ]; then break; fi
+	done
+	echo "$1$x"
+}
 
 # "3 PASS, 1 SKIP" from a .trs file
 results() { awk '/^:test-result:/ { n[$2]++ } END { for (r in n) printf "%s%d %s", (s++ ? ", " : ""), n[r], r }' "$1"; }
