@@ -5,11 +5,17 @@ Reads spec/deepspeed-config-keys.json (403 keys: path, type, default,
 allowed, min, section, note) and writes lib/config/keys_ds.c: one
 struct ds_config_key per key, with dstk's own type, range, one-line help
 and status (implemented / inherent / unsupported), plus the keys dstk adds
-(SGD params, the `dstk` section).  The status rules below are the place to
+(SGD params, the `dstk` section).  Every implemented key that is a value
+(not an alias, a <name> pattern or an object of keys) gets a field of
+struct ds_config_values (values.h, also written here) and carries its
+offsetof, so lib/config fills the struct from the table and a consumer
+never reads a key by its path.  The status rules below are the place to
 flip a key once the trainer implements it; re-run and commit the output:
 
     python3 contrib/config/gen_keys.py /work/shared/spec/deepspeed-config-keys.json \
         > lib/config/keys_ds.c
+    python3 contrib/config/gen_keys.py --values /work/shared/spec/deepspeed-config-keys.json \
+        > lib/config/values.h   # the typed struct the table fills (fio-style offsetof)
     python3 contrib/config/gen_keys.py --paths /work/shared/spec/deepspeed-config-keys.json \
         > tests/data/config-keys.txt    # the list test_config checks the table against
 """
@@ -204,8 +210,8 @@ HELP = {
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": "stage 3: gather full 16-bit weights when saving",
     "zero_optimization.stage3_gather_fp16_weights_on_model_save": "deprecated: stage3_gather_16bit_weights_on_model_save",
     "zero_optimization.round_robin_gradients": "stages 1-2: assign gradients to ranks round-robin",
-    "zero_optimization.offload_param.device": "stage 3: keep parameters in none, cpu or nvme",
-    "zero_optimization.offload_optimizer.device": "keep optimizer states in none, cpu or nvme",
+    "zero_optimization.offload_param.device": "stage 3: keep parameters in none or cpu (nvme: accepted, not implemented)",
+    "zero_optimization.offload_optimizer.device": "keep optimizer states in none or cpu (nvme: accepted, not implemented)",
     "zero_optimization.offload_optimizer.ratio": "fraction of optimizer states offloaded (< 1 only at stage 3)",
     "steps_per_print": "print the log line every this many steps (dstk default 10, DeepSpeed's documented default)",
     "wall_clock_breakdown": "print forward/backward/step times",
@@ -363,7 +369,48 @@ ALIAS = {"bfloat16.enabled", "bfloat16.immediate_grad_update", "allgather_size",
         "module_granularity_threshold", "use_all_reduce_for_fetch_params")}
 
 
-def emit(path, typ, default, allowed, lo, hi, status, hlp):
+# Values DeepSpeed accepts for a key that dstk does not implement yet:
+# path -> (values, why and what to do).  The config loads (so ds-train
+# --check still estimates it); ds-train refuses it with this reason
+# (ds_config_unimplemented in lib/config).
+UNIMPL = {
+    "zero_optimization.offload_optimizer.device": (["nvme"], "NVMe offload is not implemented in this build; use cpu "
+                                                   "(on a CPU build states are in host memory anyway)"),
+    "zero_optimization.offload_param.device": (["nvme"], "NVMe offload is not implemented in this build; use cpu"),
+}
+
+# C type of a field per key type (values.h).
+CTYPE = {"bool": "int", "int": "int64_t", "float": "double", "string": "const char *", "enum": "const char *",
+         "list": "const struct json_t *", "object": "const struct json_t *", "any": "const struct json_t *"}
+
+C_WORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+           "extern", "float", "for", "goto", "if", "int", "long", "register", "return", "short", "signed",
+           "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while",
+           "src"}
+
+
+def fields(rows):
+    """The rows that get a field: implemented values, not aliases, patterns or objects of keys."""
+    nodes = set()
+    for r in rows:
+        parts = r[0].split(".")
+        for i in range(1, len(parts)):
+            nodes.add(".".join(parts[:i]))
+    out = []
+    for r in rows:
+        path, typ, status = r[0], r[1], r[6]
+        if status != IMPL or path in ALIAS or "<" in path:
+            continue
+        if path in nodes:
+            assert typ == "object", path  # a value cannot also hold keys
+            continue
+        for comp in path.split("."):
+            assert comp.isidentifier() and comp not in C_WORDS, path
+        out.append(r)
+    return out
+
+
+def emit(path, typ, default, allowed, lo, hi, status, hlp, field):
     flags = []
     if path in ALIAS:
         flags.append("DS_KEY_ALIAS")
@@ -375,25 +422,19 @@ def emit(path, typ, default, allowed, lo, hi, status, hlp):
         flags.append("DS_KEY_NOCASE")
     dflt = "NULL" if default is None else cstr(json.dumps(default))
     alw = "NULL" if not allowed else cstr("|".join(str(a) for a in allowed))
-    print("\t{ %s, DS_KT_%s, %s, %s, %s, %s, %s, %s, %s }," % (
+    extra = ", DS_KEY_FIELD(%s)" % path if field else ", DS_KEY_NOFIELD"
+    if path in UNIMPL:
+        vals, why = UNIMPL[path]
+        assert allowed and set(vals) <= set(allowed), path
+        extra += ", .unimpl = %s, .unimpl_why = %s" % (cstr("|".join(vals)), cstr(why))
+    print("\t{ %s, DS_KT_%s, %s, %s, %s, %s, %s, %s, %s%s }," % (
         cstr(path), typ.upper(), dflt, alw, cnum(lo), cnum(hi), status,
-        " | ".join(flags) or "0", cstr(hlp)))
+        " | ".join(flags) or "0", cstr(hlp), extra))
 
 
-def main():
-    if sys.argv[1] == "--paths":
-        keys = json.load(open(sys.argv[2]))
-        print("# the 403 key paths of spec/deepspeed-config-keys.json (contrib/config/gen_keys.py --paths)")
-        for e in keys:
-            print(e["path"])
-        return
-    keys = json.load(open(sys.argv[1]))
-    print("/* keys_ds.c - the DeepSpeed key table (GENERATED by contrib/config/gen_keys.py")
-    print(" * from spec/deepspeed-config-keys.json: edit the script, not this file).")
-    print(" * One entry per key of DeepSpeed's configuration plus dstk's own; see keys.h.")
-    print(" */")
-    print("#include <math.h>\n#include <stddef.h>\n\n#include \"config/keys.h\"\n")
-    print("const struct ds_config_key ds_config_keys[] = {")
+def rows_of(keys):
+    """(path, type, default, allowed, min, max, status, help) of every key, in table order."""
+    rows = []
     seen = set()
     for e in keys:
         p = e["path"]
@@ -420,11 +461,92 @@ def main():
                 status = IMPL
         if hlp is None or status == IMPL:
             hlp = HELP.get(p) or hlp or first_clause(e["note"]) or p
-        emit(p, typ, default, allowed, lo, hi, status, hlp)
+        rows.append((p, typ, default, allowed, lo, hi, status, hlp))
     assert not (ALIAS - seen), ALIAS - seen
-    for (p, typ, default, allowed, lo, hi, status, hlp) in EXTRA:
-        assert p not in seen
-        emit(p, typ, default, allowed, lo, hi, status, hlp)
+    for r in EXTRA:
+        assert r[0] not in seen
+        rows.append(r)
+    return rows
+
+
+def values_h(rows):
+    tree = {}
+    for r in fields(rows):
+        parts = r[0].split(".")
+        node = tree
+        for comp in parts[:-1]:
+            node = node.setdefault(comp, {})
+            assert isinstance(node, dict), r[0]
+        node[parts[-1]] = r
+
+    def out(node, depth, src):
+        ind = "\t" * depth
+        for name, v in node.items():
+            if isinstance(v, dict):
+                print(ind + "struct {")
+                out(v, depth + 1, src)
+                print(ind + "} %s;" % name)
+            elif src:
+                print(ind + "unsigned char %s;" % name)
+            else:
+                ct = CTYPE[v[1]]
+                note = v[7] if v[2] is None or "default" in v[7] else "%s (default %s)" % (v[7], json.dumps(v[2]))
+                assert "*/" not in note
+                print("%s%s%s%s;  /* %s */" % (ind, ct, "" if ct.endswith("*") else " ", name, note))
+
+    print("""/* values.h - every DeepSpeed and dstk key that dstk acts on, as one typed
+ * struct (GENERATED by contrib/config/gen_keys.py --values: edit the script,
+ * not this file).
+ *
+ * A field's name is its key's dotted path; its type follows the key's:
+ * bool -> int, int -> int64_t, float -> double, string and enum -> const
+ * char * (enums in the spelling the table declares), list and object ->
+ * the jansson value.  lib/config fills it once per load from the key table
+ * (keys_ds.c: each entry here carries its offsetof): the file's value, else
+ * the table's default, else the value DeepSpeed infers; a key given as
+ * "auto" (ds-autotune only) holds its default.  A key with none of these
+ * stays 0/NULL.  src holds each field's enum ds_config_source (file,
+ * default, inferred, auto; DS_CONFIG_GIVEN in config.h).  Pointers are
+ * borrowed from the config.
+ */
+#ifndef DS_CONFIG_VALUES_H
+#define DS_CONFIG_VALUES_H
+
+#include <stdint.h>
+
+struct json_t;
+
+/* The source of each field of struct ds_config_values (enum ds_config_source). */
+struct ds_config_sources {""")
+    out(tree, 1, True)
+    print("};\n")
+    print("struct ds_config_values {")
+    out(tree, 1, False)
+    print("\tstruct ds_config_sources src;")
+    print("};\n\n#endif")
+
+
+def main():
+    if sys.argv[1] == "--paths":
+        keys = json.load(open(sys.argv[2]))
+        print("# the 403 key paths of spec/deepspeed-config-keys.json (contrib/config/gen_keys.py --paths)")
+        for e in keys:
+            print(e["path"])
+        return
+    if sys.argv[1] == "--values":
+        values_h(rows_of(json.load(open(sys.argv[2]))))
+        return
+    rows = rows_of(json.load(open(sys.argv[1])))
+    with_field = {r[0] for r in fields(rows)}
+    print("/* keys_ds.c - the DeepSpeed key table (GENERATED by contrib/config/gen_keys.py")
+    print(" * from spec/deepspeed-config-keys.json: edit the script, not this file).")
+    print(" * One entry per key of DeepSpeed's configuration plus dstk's own; see keys.h.")
+    print(" * DS_KEY_FIELD(path) is the key's field in struct ds_config_values (values.h).")
+    print(" */")
+    print("#include <math.h>\n#include <stddef.h>\n\n#include \"config/keys.h\"\n")
+    print("const struct ds_config_key ds_config_keys[] = {")
+    for r in rows:
+        emit(*r, r[0] in with_field)
     print("};\n")
     print("const int ds_config_nkeys = (int)(sizeof(ds_config_keys) / sizeof(ds_config_keys[0]));")
 

@@ -24,6 +24,45 @@ struct walk {
 	struct ds_err *err;
 };
 
+/* Store e's value in its field of c->v (DS_KEY_FIELD in the table), typed
+ * by the key's type; "auto" stores the table's default (c->keep owns it),
+ * or leaves the field 0 when there is none.  0 or DS_ENOMEM. */
+static int store(struct ds_config *c, const struct ds_config_ent *e)
+{
+	const struct ds_config_key *k = &T[e->key];
+	if (!k->field)
+		return 0;
+	char *f = (char *)&c->v + k->off;
+	json_t *v = e->val;
+	((unsigned char *)&c->v.src)[k->src_off] = (unsigned char)e->src;
+	if (e->src == DS_SRC_AUTO) {
+		if (!k->def)
+			return 0;
+		if (!c->keep && !(c->keep = json_array()))
+			return DS_ENOMEM;
+		if (!(v = json_loads(k->def, JSON_DECODE_ANY, NULL)) || json_array_append_new(c->keep, v))
+			return DS_ENOMEM;
+	}
+	switch (k->type) {
+	case DS_KT_BOOL:
+		*(int *)(void *)f = json_is_true(v);
+		break;
+	case DS_KT_INT:
+		*(int64_t *)(void *)f = json_integer_value(v);
+		break;
+	case DS_KT_FLOAT:
+		*(double *)(void *)f = json_number_value(v); /* integers too */
+		break;
+	case DS_KT_STRING:
+	case DS_KT_ENUM:
+		*(const char **)(void *)f = json_string_value(v);
+		break;
+	default:
+		*(const json_t **)(void *)f = v;
+	}
+	return 0;
+}
+
 int ds_config_add_ent(struct ds_config *c, const char *path, int key, json_t *val, int src)
 {
 	if (c->nents == c->cap) {
@@ -41,7 +80,7 @@ int ds_config_add_ent(struct ds_config *c, const char *path, int key, json_t *va
 	e->val = json_incref(val);
 	e->src = src;
 	e->seq = c->nents++;
-	return 0;
+	return store(c, e);
 }
 
 struct ds_config_ent *ds_config_find_ent(const struct ds_config *c, const char *path)
@@ -277,6 +316,11 @@ static json_t *value(const struct ds_config *c, const char *path)
 	return e && e->src != DS_SRC_AUTO ? e->val : NULL;
 }
 
+const struct ds_config_values *ds_config_values(const struct ds_config *c)
+{
+	return &c->v;
+}
+
 int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out)
 {
 	json_t *v = value(c, path);
@@ -340,8 +384,6 @@ const char *ds_config_name(const struct ds_config *c)
 {
 	return c->name;
 }
-
-
 
 /* ---- load ------------------------------------------------------------ */
 
@@ -424,6 +466,7 @@ void ds_config_destroy(struct ds_config *c)
 	}
 	free(c->ents);
 	json_decref(c->tree);
+	json_decref(c->keep);
 	free(c->name);
 	free(c);
 }

@@ -7,7 +7,9 @@
  * apply DeepSpeed's aliases, enforce the exclusions of spec §2, refuse
  * unsupported features, resolve the batch triad for the world size and
  * infer what DeepSpeed infers.  Every message is one line naming the file
- * and the key.  Getters then return each key's resolved value by path.
+ * and the key.  Every value dstk acts on is then a field of one typed
+ * struct, struct ds_config_values (values.h), filled from the table:
+ * consumers read fields, never a key by its path.
  */
 #ifndef DS_CONFIG_CONFIG_H
 #define DS_CONFIG_CONFIG_H
@@ -15,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "config/values.h"
 #include "util/err.h"
 
 struct ds_config;
@@ -45,27 +48,45 @@ int ds_config_load_string(struct ds_config **out, const char *json, const char *
 			  const struct ds_config_opts *o, struct ds_err *err);
 void ds_config_destroy(struct ds_config *c);  /* accepts NULL */
 
-/* Typed getters by dotted path, default applied.  0 and *out set when the
- * key has a value (file, default or inferred); DS_EINVAL when the path is
- * not declared, has no value (unset without default, or "auto"), or is of
- * another type (get_double also reads integers). */
+/* Every value dstk acts on (values.h), filled once per load from the key
+ * table: the file's value, the table's default or the inferred value;
+ * borrowed from c (valid until ds_config_destroy). */
+const struct ds_config_values *ds_config_values(const struct ds_config *c);
+/* 1 when field f of struct ds_config_values *v was given in the config
+ * (under any alias, "auto" included), for settings whose meaning depends on
+ * being given (DeepSpeed's fp16 keys, the batch triad). */
+#define DS_CONFIG_GIVEN(v, f) ((v)->src.f == DS_SRC_FILE || (v)->src.f == DS_SRC_AUTO)
+/* 1 when field f was given as "auto" (allow_auto): it holds the default. */
+#define DS_CONFIG_AUTO(v, f) ((v)->src.f == DS_SRC_AUTO)
+
+/* Typed getters by dotted path, default applied (being replaced by
+ * ds_config_values).  0 and *out set when the key has a value; DS_EINVAL
+ * otherwise. */
 int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out);
 int ds_config_get_double(const struct ds_config *c, const char *path, double *out);
 int ds_config_get_bool(const struct ds_config *c, const char *path, int *out);
-/* *out points into c (valid until ds_config_destroy). */
 int ds_config_get_str(const struct ds_config *c, const char *path, const char **out);
-/* Any value (lists such as optimizer.params.betas or comms_logger.prof_ops,
- * free-form objects such as autotuning.arg_mappings) as a borrowed jansson
- * json_t, valid until ds_config_destroy; NULL when it has no value. */
-struct json_t;
-const struct json_t *ds_config_get_json(const struct ds_config *c, const char *path);
 /* 1 when the key was given in the config (under any alias), else 0. */
 int ds_config_is_set(const struct ds_config *c, const char *path);
-/* Source of the resolved value (DS_SRC_UNSET for unknown paths). */
+
+/* The value at a dotted path as a borrowed jansson json_t (valid until
+ * ds_config_destroy), NULL when it has none (unset without default, or
+ * "auto").  For code that walks arbitrary keys (ds-autotune's "auto"
+ * resolution); a known key is read from ds_config_values. */
+struct json_t;
+const struct json_t *ds_config_get_json(const struct ds_config *c, const char *path);
+/* Source of the value at a dotted path (DS_SRC_UNSET for unknown paths),
+ * for code that walks arbitrary keys; a known key's is v->src.<path>. */
 int ds_config_source(const struct ds_config *c, const char *path);
 const char *ds_config_source_name(int src);  /* "file", "default", ... */
 /* The file name the config was loaded from ("<string>" name for strings). */
 const char *ds_config_name(const struct ds_config *c);
+
+/* 0, or DS_EINVAL naming the first value given in the file that the table
+ * accepts (DeepSpeed does) but dstk does not implement yet: "file: key
+ * 'value': why; what to do" (offload device nvme).  ds-train refuses such
+ * a config; --check notes it. */
+int ds_config_unimplemented(const struct ds_config *c, struct ds_err *err);
 
 /* The batch triad resolved as DeepSpeed does (spec §1). */
 struct ds_config_batch {

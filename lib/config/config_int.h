@@ -21,9 +21,12 @@ struct ds_config {
 	int nents, cap;
 	struct ds_config_opts o;
 	struct ds_config_batch batch;
+	struct ds_config_values v;  /* every acted-on value, stored as it is recorded */
+	json_t *keep;               /* the defaults that "auto" fields point into */
 };
 
-/* Append a value (takes a new reference); 0 or DS_ENOMEM. */
+/* Append a value (takes a new reference) and store it in its field of
+ * c->v when the key has one; 0 or DS_ENOMEM. */
 int ds_config_add_ent(struct ds_config *c, const char *path, int key, json_t *val, int src);
 /* The entry of a concrete path, or NULL. */
 struct ds_config_ent *ds_config_find_ent(const struct ds_config *c, const char *path);

@@ -4,7 +4,7 @@ noinst_LIBRARIES += lib/config/libds_config.a
 lib_config_libds_config_a_SOURCES = \
 	lib/config/config.c lib/config/config.h lib/config/config_int.h \
 	lib/config/rules.c lib/config/table.c lib/config/table.h \
-	lib/config/keys.h lib/config/keys_ds.c \
+	lib/config/keys.h lib/config/keys_ds.c lib/config/values.h \
 	lib/config/model.c lib/config/model.h \
 	lib/config/train_opts.c lib/config/train_opts.h
 LIBDS += lib/config/libds_config.a

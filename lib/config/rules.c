@@ -1,7 +1,11 @@
 /* rules.c - what the key table alone cannot say: the exclusions and
  * constraints of spec §2 (rejecting settings DeepSpeed would silently
  * ignore), unsupported features in use, the batch triad of spec §1, the
- * values DeepSpeed infers, and the typed optimizer/scheduler views.
+ * values DeepSpeed infers, and the typed optimizer/scheduler views.  They
+ * read the values from c->v (filled as each value is recorded, so file
+ * values and defaults are there before the rules run); only rules about
+ * keys dstk does not act on, or about lists of keys, look entries up by
+ * path.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -14,32 +18,24 @@
 
 #define T ds_config_keys
 
-/* Shorthands: the resolved value (default applied) or a fallback. */
-static int64_t gi(const struct ds_config *c, const char *p, int64_t dflt)
+/* Validation over keys without a field (lists of keys named in messages,
+ * unsupported keys checked before ds_config_unsupported for DeepSpeed's own
+ * message): given in the file (any alias, "auto" included)? */
+static int given(const struct ds_config *c, const char *path)
 {
-	int64_t x;
-	return ds_config_get_int(c, p, &x) ? dflt : x;
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e && (e->src == DS_SRC_FILE || e->src == DS_SRC_AUTO);
 }
 
-static double gd(const struct ds_config *c, const char *p, double dflt)
+/* ...and true there (their defaults are all false). */
+static int given_true(const struct ds_config *c, const char *path)
 {
-	double x;
-	return ds_config_get_double(c, p, &x) ? dflt : x;
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e && json_is_true(e->val);
 }
 
-static int gb(const struct ds_config *c, const char *p)
-{
-	int x;
-	return ds_config_get_bool(c, p, &x) ? 0 : x;
-}
-
-static const char *gs(const struct ds_config *c, const char *p, const char *dflt)
-{
-	const char *s;
-	return ds_config_get_str(c, p, &s) ? dflt : s;
-}
-
-#define SET(p) ds_config_is_set(c, p)
+#define V (&c->v)
+#define GIVEN(f) DS_CONFIG_GIVEN(V, f)
 #define FAIL(...) return ds_err_set(err, DS_EINVAL, __VA_ARGS__)
 
 static const char *const adam_params[] = { "lr", "betas", "eps", "weight_decay", "bias_correction", "torch_adam",
@@ -99,8 +95,8 @@ static int check_params(struct ds_config *c, const char *sect, const char *type,
 
 static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 {
-	const char *type = gs(c, "optimizer.type", NULL);
-	if (SET("optimizer.params.max_grad_norm"))
+	const char *type = V->optimizer.type;
+	if (given(c, "optimizer.params.max_grad_norm"))
 		FAIL("%s: key 'optimizer.params.max_grad_norm': use the top-level gradient_clipping instead (DeepSpeed raises ValueError too)",
 		     c->name);
 	if (!type) {
@@ -109,29 +105,30 @@ static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 				FAIL("%s: key 'optimizer.type': required when the optimizer section is given", c->name);
 		return 0;
 	}
-	if (gb(c, "optimizer.params.amsgrad"))
+	if (V->optimizer.params.amsgrad)
 		FAIL("%s: key 'optimizer.params.amsgrad': must be false (DeepSpeed's Adam kernels reject amsgrad)",
 		     c->name);
 	if (!strcmp(type, "Adam") || !strcmp(type, "AdamW")) {
-		if (!strcmp(type, "AdamW") && SET("optimizer.params.adam_w_mode") && !gb(c, "optimizer.params.adam_w_mode"))
+		if (!strcmp(type, "AdamW") && GIVEN(optimizer.params.adam_w_mode) && !V->optimizer.params.adam_w_mode)
 			FAIL("%s: key 'optimizer.params.adam_w_mode': AdamW is always decoupled; use type \"Adam\" with adam_w_mode false for L2",
 			     c->name);
-		if (SET("optimizer.params.fp32_optimizer_states") && !gb(c, "optimizer.params.fp32_optimizer_states"))
+		if (given(c, "optimizer.params.fp32_optimizer_states") &&
+		    !json_is_true(ds_config_find_ent(c, "optimizer.params.fp32_optimizer_states")->val))
 			FAIL("%s: key 'optimizer.params.fp32_optimizer_states': dstk keeps optimizer states in fp32; only true is accepted",
 			     c->name);
 		return check_params(c, "optimizer", type, adam_params, err);
 	}
 	if (!strcmp(type, "Lamb")) {
-		if (gb(c, "bf16.enabled") || (gb(c, "fp16.enabled") && gd(c, "fp16.loss_scale", 0) > 0))
+		if (V->bf16.enabled || (V->fp16.enabled && V->fp16.loss_scale > 0))
 			FAIL("%s: key 'optimizer.type': Lamb needs dynamic loss scaling (fp16 with loss_scale 0, or fp32); %s",
-			     c->name, gb(c, "bf16.enabled") ? "bf16 has a fixed scale of 1" : "fp16.loss_scale is static");
-		if (gd(c, "optimizer.params.min_coeff", 0.01) > gd(c, "optimizer.params.max_coeff", 10))
+			     c->name, V->bf16.enabled ? "bf16 has a fixed scale of 1" : "fp16.loss_scale is static");
+		if (V->optimizer.params.min_coeff > V->optimizer.params.max_coeff)
 			FAIL("%s: key 'optimizer.params.min_coeff': must not exceed max_coeff", c->name);
 		return check_params(c, "optimizer", type, lamb_params, err);
 	}
 	if (!strcmp(type, "SGD")) {
-		if (gb(c, "optimizer.params.nesterov") &&
-		    (gd(c, "optimizer.params.momentum", 0) <= 0 || gd(c, "optimizer.params.dampening", 0) != 0))
+		if (V->optimizer.params.nesterov &&
+		    (V->optimizer.params.momentum <= 0 || V->optimizer.params.dampening != 0))
 			FAIL("%s: key 'optimizer.params.nesterov': needs momentum > 0 and dampening 0", c->name);
 		return check_params(c, "optimizer", type, sgd_params, err);
 	}
@@ -141,7 +138,7 @@ static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 
 static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 {
-	const char *type = gs(c, "scheduler.type", NULL);
+	const char *type = V->scheduler.type;
 	if (!type) {
 		for (int i = 0; i < c->nents; i++)
 			if (c->ents[i].src == DS_SRC_FILE && !strncmp(c->ents[i].path, "scheduler.", 10))
@@ -151,22 +148,22 @@ static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 	if (!strcmp(type, "WarmupLR"))
 		return check_params(c, "scheduler", type, wlr_params, err);
 	if (!strcmp(type, "WarmupDecayLR") || !strcmp(type, "WarmupCosineLR")) {
-		if (!SET("scheduler.params.total_num_steps"))
+		if (!GIVEN(scheduler.params.total_num_steps))
 			FAIL("%s: key 'scheduler.params.total_num_steps': required by %s", c->name, type);
-		if (gi(c, "scheduler.params.total_num_steps", 0) < gi(c, "scheduler.params.warmup_num_steps", 1000))
+		if (V->scheduler.params.total_num_steps < V->scheduler.params.warmup_num_steps)
 			FAIL("%s: key 'scheduler.params.total_num_steps': %lld is less than warmup_num_steps %lld",
-			     c->name, (long long)gi(c, "scheduler.params.total_num_steps", 0),
-			     (long long)gi(c, "scheduler.params.warmup_num_steps", 1000));
+			     c->name, (long long)V->scheduler.params.total_num_steps,
+			     (long long)V->scheduler.params.warmup_num_steps);
 		return check_params(c, "scheduler", type, type[6] == 'D' ? wdlr_params : wclr_params, err);
 	}
 	if (!strcmp(type, "OneCycle")) {
-		if (!SET("scheduler.params.cycle_min_lr") || !SET("scheduler.params.cycle_max_lr"))
+		if (!GIVEN(scheduler.params.cycle_min_lr) || !GIVEN(scheduler.params.cycle_max_lr))
 			FAIL("%s: key 'scheduler.params.%s': required by OneCycle", c->name,
-			     SET("scheduler.params.cycle_min_lr") ? "cycle_max_lr" : "cycle_min_lr");
-		if (gd(c, "scheduler.params.cycle_min_lr", 0) > gd(c, "scheduler.params.cycle_max_lr", 0))
+			     GIVEN(scheduler.params.cycle_min_lr) ? "cycle_max_lr" : "cycle_min_lr");
+		if (V->scheduler.params.cycle_min_lr > V->scheduler.params.cycle_max_lr)
 			FAIL("%s: key 'scheduler.params.cycle_min_lr': must not exceed cycle_max_lr", c->name);
-		if (SET("scheduler.params.decay_lr_rate") && gd(c, "scheduler.params.decay_lr_rate", 0) > 0 &&
-		    gi(c, "scheduler.params.decay_step_size", 0) == 0)
+		if (GIVEN(scheduler.params.decay_lr_rate) && V->scheduler.params.decay_lr_rate > 0 &&
+		    V->scheduler.params.decay_step_size == 0)
 			FAIL("%s: key 'scheduler.params.decay_lr_rate': has no effect with decay_step_size 0; set decay_step_size",
 			     c->name);
 		return check_params(c, "scheduler", type, oc_params, err);
@@ -176,25 +173,25 @@ static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 
 static int zero_rules(struct ds_config *c, struct ds_err *err)
 {
-	int64_t stage = gi(c, "zero_optimization.stage", -1);
-	if (stage < 0)
-		return 0; /* "all" or a list: ds-autotune decides */
-	const char *opd = gs(c, "zero_optimization.offload_param.device", "none");
-	const char *ood = gs(c, "zero_optimization.offload_optimizer.device", "none");
+	if (DS_CONFIG_AUTO(V, zero_optimization.stage))
+		return 0; /* "auto", "all" or a list: ds-autotune decides */
+	int64_t stage = V->zero_optimization.stage;
+	const char *opd = V->zero_optimization.offload_param.device;
+	const char *ood = V->zero_optimization.offload_optimizer.device;
 	if (strcmp(opd, "none") && stage != 3)
 		FAIL("%s: key 'zero_optimization.offload_param': parameter offload needs ZeRO stage 3 (stage is %lld); DeepSpeed would ignore it",
 		     c->name, (long long)stage);
-	if (gd(c, "zero_optimization.offload_optimizer.ratio", 1) < 1 && stage != 3)
+	if (V->zero_optimization.offload_optimizer.ratio < 1 && stage != 3)
 		FAIL("%s: key 'zero_optimization.offload_optimizer.ratio': Partial offloading only supported for ZeRO Stage 3 (stage is %lld)",
 		     c->name, (long long)stage);
 	if (strcmp(ood, "none") && stage == 0)
 		FAIL("%s: key 'zero_optimization.offload_optimizer': optimizer offload needs ZeRO stage 1, 2 or 3",
 		     c->name);
-	if (!strcmp(opd, "nvme") && !SET("zero_optimization.offload_param.nvme_path"))
+	if (!strcmp(opd, "nvme") && !GIVEN(zero_optimization.offload_param.nvme_path))
 		FAIL("%s: key 'zero_optimization.offload_param.nvme_path': required with device \"nvme\"", c->name);
-	if (!strcmp(ood, "nvme") && !SET("zero_optimization.offload_optimizer.nvme_path"))
+	if (!strcmp(ood, "nvme") && !GIVEN(zero_optimization.offload_optimizer.nvme_path))
 		FAIL("%s: key 'zero_optimization.offload_optimizer.nvme_path': required with device \"nvme\"", c->name);
-	if (gi(c, "zero_optimization.allgather_bucket_size", 0) % 2)
+	if (V->zero_optimization.allgather_bucket_size % 2)
 		FAIL("%s: key 'zero_optimization.allgather_bucket_size': must be a multiple of 2", c->name);
 	if (stage != 3) {
 		static const char *const s3[] = { "sub_group_size", "stage3_prefetch_bucket_size",
@@ -205,16 +202,16 @@ static int zero_rules(struct ds_config *c, struct ds_err *err)
 		for (size_t i = 0; i < sizeof(s3) / sizeof(s3[0]); i++) {
 			char p[128];
 			snprintf(p, sizeof(p), "zero_optimization.%s", s3[i]);
-			if (SET(p))
+			if (given(c, p))
 				FAIL("%s: key '%s': only used at ZeRO stage 3 (stage is %lld); remove it or set stage 3",
 				     c->name, p, (long long)stage);
 		}
 	}
-	if (stage == 2 && gb(c, "zero_optimization.reduce_scatter")) {
-		if (gb(c, "prescale_gradients"))
+	if (stage == 2 && V->zero_optimization.reduce_scatter) {
+		if (V->prescale_gradients)
 			FAIL("%s: key 'prescale_gradients': ZeRO stage 2 with reduce_scatter does not prescale (DeepSpeed asserts); set reduce_scatter false",
 			     c->name);
-		if (gd(c, "gradient_predivide_factor", 1) != 1)
+		if (V->gradient_predivide_factor != 1)
 			FAIL("%s: key 'gradient_predivide_factor': ZeRO stage 2 with reduce_scatter needs 1.0 (DeepSpeed asserts); set reduce_scatter false",
 			     c->name);
 	}
@@ -223,11 +220,11 @@ static int zero_rules(struct ds_config *c, struct ds_err *err)
 
 /* A section switched off by its gate: any of its keys given with a value
  * other than the default cannot take effect, so it is an error. */
-static int gated(struct ds_config *c, const char *prefix, const char *gate, int on, const char *why,
-		 struct ds_err *err)
+static int gated(struct ds_config *c, const char *prefix, const char *gate, int on, int gate_src,
+		 const char *why, struct ds_err *err)
 {
 	size_t n = strlen(prefix);
-	if (on || ds_config_source(c, gate) == DS_SRC_AUTO)
+	if (on || gate_src == DS_SRC_AUTO)
 		return 0; /* on, or "auto" for ds-autotune to decide */
 	for (int i = 0; i < c->nents; i++) {
 		const struct ds_config_ent *e = &c->ents[i];
@@ -245,27 +242,29 @@ static int gated(struct ds_config *c, const char *prefix, const char *gate, int 
 
 static int gates(struct ds_config *c, struct ds_err *err)
 {
-	DS_TRY(gated(c, "fp16.", "fp16.enabled", gb(c, "fp16.enabled"), "fp16.enabled is false", err));
-	DS_TRY(gated(c, "flops_profiler.", "flops_profiler.enabled", gb(c, "flops_profiler.enabled"),
-		     "flops_profiler.enabled is false", err));
-	DS_TRY(gated(c, "tensorboard.", "tensorboard.enabled", gb(c, "tensorboard.enabled"),
+	const struct ds_config_values *v = V;
+	DS_TRY(gated(c, "fp16.", "fp16.enabled", v->fp16.enabled, v->src.fp16.enabled, "fp16.enabled is false",
+		     err));
+	DS_TRY(gated(c, "flops_profiler.", "flops_profiler.enabled", v->flops_profiler.enabled,
+		     v->src.flops_profiler.enabled, "flops_profiler.enabled is false", err));
+	DS_TRY(gated(c, "tensorboard.", "tensorboard.enabled", v->tensorboard.enabled, v->src.tensorboard.enabled,
 		     "tensorboard.enabled is false", err));
-	DS_TRY(gated(c, "csv_monitor.", "csv_monitor.enabled", gb(c, "csv_monitor.enabled"),
+	DS_TRY(gated(c, "csv_monitor.", "csv_monitor.enabled", v->csv_monitor.enabled, v->src.csv_monitor.enabled,
 		     "csv_monitor.enabled is false", err));
-	DS_TRY(gated(c, "comms_logger.", "comms_logger.enabled", gb(c, "comms_logger.enabled"),
-		     "comms_logger.enabled is false", err));
+	DS_TRY(gated(c, "comms_logger.", "comms_logger.enabled", v->comms_logger.enabled,
+		     v->src.comms_logger.enabled, "comms_logger.enabled is false", err));
 	DS_TRY(gated(c, "zero_optimization.offload_param.", "zero_optimization.offload_param.device",
-		     strcmp(gs(c, "zero_optimization.offload_param.device", "none"), "none") != 0,
-		     "offload_param.device is \"none\"", err));
+		     strcmp(v->zero_optimization.offload_param.device, "none") != 0,
+		     v->src.zero_optimization.offload_param.device, "offload_param.device is \"none\"", err));
 	return gated(c, "zero_optimization.offload_optimizer.", "zero_optimization.offload_optimizer.device",
-		     strcmp(gs(c, "zero_optimization.offload_optimizer.device", "none"), "none") != 0,
-		     "offload_optimizer.device is \"none\"", err);
+		     strcmp(v->zero_optimization.offload_optimizer.device, "none") != 0,
+		     v->src.zero_optimization.offload_optimizer.device, "offload_optimizer.device is \"none\"", err);
 }
 
 int ds_config_rules(struct ds_config *c, struct ds_err *err)
 {
-	int fp16 = gb(c, "fp16.enabled"), bf16 = gb(c, "bf16.enabled"), amp = gb(c, "amp.enabled");
-	int64_t stage = gi(c, "zero_optimization.stage", 0);
+	int fp16 = V->fp16.enabled, bf16 = V->bf16.enabled, amp = given_true(c, "amp.enabled");
+	int64_t stage = V->zero_optimization.stage;
 	if (fp16 && bf16)
 		FAIL("%s: key 'bf16.enabled': bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled is true)",
 		     c->name);
@@ -274,30 +273,30 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 		     c->name, (long long)stage);
 	if (amp && (fp16 || bf16))
 		FAIL("%s: key 'amp.enabled': Cannot enable both amp with (legacy) fp16 or bfloat16 mode", c->name);
-	if (gb(c, "fp16.fp16_master_weights_and_grads") && stage != 2)
+	if (given_true(c, "fp16.fp16_master_weights_and_grads") && stage != 2)
 		FAIL("%s: key 'fp16.fp16_master_weights_and_grads': only supported with ZeRO Stage 2 (stage is %lld)",
 		     c->name, (long long)stage);
-	if (fp16 && gd(c, "fp16.loss_scale", 0) > 0) {
+	if (fp16 && V->fp16.loss_scale > 0) {
 		static const char *const dyn[] = { "fp16.initial_scale_power", "fp16.loss_scale_window",
 						   "fp16.hysteresis", "fp16.consecutive_hysteresis",
 						   "fp16.min_loss_scale" };
 		for (size_t i = 0; i < sizeof(dyn) / sizeof(dyn[0]); i++)
-			if (SET(dyn[i]))
+			if (given(c, dyn[i]))
 				FAIL("%s: key '%s': has no effect with a static fp16.loss_scale; remove it or set loss_scale 0",
 				     c->name, dyn[i]);
 	}
-	if (gb(c, "activation_checkpointing.contiguous_memory_optimization")) {
-		if (!gb(c, "activation_checkpointing.partition_activations"))
+	if (given_true(c, "activation_checkpointing.contiguous_memory_optimization")) {
+		if (!given_true(c, "activation_checkpointing.partition_activations"))
 			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
 			     c->name);
-		if (!SET("activation_checkpointing.number_checkpoints"))
+		if (!GIVEN(activation_checkpointing.number_checkpoints))
 			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': needs number_checkpoints",
 			     c->name);
 	}
-	if (gb(c, "prescale_gradients") && gd(c, "gradient_predivide_factor", 1) != 1)
+	if (V->prescale_gradients && V->gradient_predivide_factor != 1)
 		FAIL("%s: key 'gradient_predivide_factor': has no effect with prescale_gradients (DeepSpeed ignores it); use one of the two",
 		     c->name);
-	const char *acc = gs(c, "data_types.grad_accum_dtype", NULL);
+	const char *acc = V->data_types.grad_accum_dtype;
 	if (acc && stage == 0) {
 		const char *m = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
 		int ok = !strcmp(m, acc) ? strcmp(m, "bf16") != 0 : !strcmp(m, "bf16") && !strcmp(acc, "fp32");
@@ -305,19 +304,20 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 			FAIL("%s: key 'data_types.grad_accum_dtype': %s accumulation with %s training is not implemented without ZeRO (DeepSpeed raises NotImplementedError too)",
 			     c->name, acc, m);
 	}
-	if (gi(c, "autotuning.start_profile_step", 3) > gi(c, "autotuning.end_profile_step", 5))
+	if (V->autotuning.start_profile_step > V->autotuning.end_profile_step)
 		FAIL("%s: key 'autotuning.end_profile_step': must not be less than start_profile_step", c->name);
-	if (gd(c, "scheduler.params.cycle_min_mom", 0.8) > gd(c, "scheduler.params.cycle_max_mom", 0.9))
+	if (V->scheduler.params.cycle_min_mom > V->scheduler.params.cycle_max_mom)
 		FAIL("%s: key 'scheduler.params.cycle_min_mom': must not exceed cycle_max_mom", c->name);
-	json_t *betas = ds_config_find_ent(c, "optimizer.params.betas") ? ds_config_find_ent(c, "optimizer.params.betas")->val
-								     : NULL;
+	/* the value given ("auto" too, which is no list), not the field */
+	const struct ds_config_ent *be = ds_config_find_ent(c, "optimizer.params.betas");
+	json_t *betas = be ? be->val : NULL;
 	if (betas) {
 		double b0 = json_number_value(json_array_get(betas, 0)), b1 = json_number_value(json_array_get(betas, 1));
 		if (json_array_size(betas) != 2 || !json_is_number(json_array_get(betas, 0)) ||
 		    !json_is_number(json_array_get(betas, 1)) || b0 < 0 || b0 >= 1 || b1 < 0 || b1 >= 1)
 			FAIL("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
 	}
-	if (SET("dstk.nonfinite_max_consecutive") && !strcmp(gs(c, "dstk.nonfinite_policy", "skip"), "abort"))
+	if (GIVEN(dstk.nonfinite_max_consecutive) && !strcmp(V->dstk.nonfinite_policy, "abort"))
 		FAIL("%s: key 'dstk.nonfinite_max_consecutive': has no effect with nonfinite_policy \"abort\" (it aborts at the first)",
 		     c->name);
 	DS_TRY(gates(c, err));
@@ -333,11 +333,13 @@ int ds_config_applies(const struct ds_config *c, const char *path)
 		{ "WarmupLR", wlr_params }, { "WarmupDecayLR", wdlr_params }, { "WarmupCosineLR", wclr_params },
 		{ "OneCycle", oc_params }, { "LRRangeTest", lrrt_params },
 	};
-	const char *sect = !strncmp(path, "optimizer.params.", 17) ? "optimizer.type"
-			   : !strncmp(path, "scheduler.params.", 17) ? "scheduler.type" : NULL;
-	if (!sect)
+	const char *type;
+	if (!strncmp(path, "optimizer.params.", 17))
+		type = V->optimizer.type;
+	else if (!strncmp(path, "scheduler.params.", 17))
+		type = V->scheduler.type;
+	else
 		return 1;
-	const char *type = gs(c, sect, NULL);
 	for (size_t i = 0; type && i < sizeof(tab) / sizeof(tab[0]); i++)
 		if (!strcmp(type, tab[i].name))
 			return in_list(tab[i].params, path + 17);
@@ -363,6 +365,28 @@ int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 		}
 		if (!off)
 			FAIL("%s: key '%s': not supported by dstk: %s", c->name, e->path, k->help);
+	}
+	return 0;
+}
+
+/* 1 when s is one of the '|'-separated values of list. */
+static int in_bars(const char *list, const char *s)
+{
+	size_t n = strlen(s);
+	for (const char *p = list; p; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL)
+		if (!strncmp(p, s, n) && (p[n] == '|' || !p[n]))
+			return 1;
+	return 0;
+}
+
+int ds_config_unimplemented(const struct ds_config *c, struct ds_err *err)
+{
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		const struct ds_config_key *k = &T[e->key];
+		if (e->src == DS_SRC_FILE && k->unimpl && json_is_string(e->val) &&
+		    in_bars(k->unimpl, json_string_value(e->val)))
+			FAIL("%s: %s '%s': %s", c->name, e->path, json_string_value(e->val), k->unimpl_why);
 	}
 	return 0;
 }
@@ -396,13 +420,15 @@ int ds_config_triad(struct ds_config *c, struct ds_err *err)
 {
 	const char *ktb = "train_batch_size", *kmb = "train_micro_batch_size_per_gpu",
 		   *kga = "gradient_accumulation_steps";
-	int64_t W = c->o.world_size, TB = 0, MB = 0, GA = 0;
-	int tb = ds_config_get_int(c, ktb, &TB) == 0, mb = ds_config_get_int(c, kmb, &MB) == 0,
-	    ga = ds_config_get_int(c, kga, &GA) == 0;
+	const struct ds_config_values *v = V;
+	int64_t W = c->o.world_size, TB = v->train_batch_size, MB = v->train_micro_batch_size_per_gpu,
+		GA = v->gradient_accumulation_steps;
+	int tb = v->src.train_batch_size == DS_SRC_FILE, mb = v->src.train_micro_batch_size_per_gpu == DS_SRC_FILE,
+	    ga = v->src.gradient_accumulation_steps == DS_SRC_FILE;
 	char a[160], b[160];
 	c->batch.world_size = (int)W;
-	if (ds_config_source(c, ktb) == DS_SRC_AUTO || ds_config_source(c, kmb) == DS_SRC_AUTO ||
-	    ds_config_source(c, kga) == DS_SRC_AUTO)
+	if (DS_CONFIG_AUTO(v, train_batch_size) || DS_CONFIG_AUTO(v, train_micro_batch_size_per_gpu) ||
+	    DS_CONFIG_AUTO(v, gradient_accumulation_steps))
 		return 0; /* allow_auto: ds-autotune resolves the triad */
 	if (tb && mb && ga) {
 	} else if (tb && mb) {
@@ -490,13 +516,14 @@ int ds_config_triad(struct ds_config *c, struct ds_err *err)
 
 int ds_config_infer(struct ds_config *c)
 {
-	int64_t stage = gi(c, "zero_optimization.stage", -1);
-	const char *m = gb(c, "fp16.enabled") ? "fp16" : gb(c, "bf16.enabled") ? "bf16" : "fp32";
-	if (!ds_config_find_ent(c, "zero_optimization.overlap_comm") && stage >= 0)
+	const struct ds_config_values *v = V;
+	int64_t stage = DS_CONFIG_AUTO(v, zero_optimization.stage) ? -1 : v->zero_optimization.stage;
+	const char *m = v->fp16.enabled ? "fp16" : v->bf16.enabled ? "bf16" : "fp32";
+	if (v->src.zero_optimization.overlap_comm == DS_SRC_UNSET && stage >= 0)
 		DS_TRY(ds_config_set_inferred(c, "zero_optimization.overlap_comm", json_boolean(stage == 3)));
-	if (!ds_config_find_ent(c, "communication_data_type"))
+	if (v->src.communication_data_type == DS_SRC_UNSET)
 		DS_TRY(ds_config_set_inferred(c, "communication_data_type", json_string(m)));
-	if (!ds_config_find_ent(c, "data_types.grad_accum_dtype") && stage >= 0)
+	if (v->src.data_types.grad_accum_dtype == DS_SRC_UNSET && stage >= 0)
 		DS_TRY(ds_config_set_inferred(c, "data_types.grad_accum_dtype",
 					   json_string(!strcmp(m, "bf16") && stage == 0 ? "fp32" : m)));
 	return 0;
@@ -522,63 +549,65 @@ const char *ds_config_sched_name(int type)
 	return type >= 0 && type <= DS_CFG_SCHED_LR_RANGE_TEST ? n[type] : "?";
 }
 
-#define P(x) "optimizer.params." x
 void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *o)
 {
-	const char *t = gs(c, "optimizer.type", "none");
+	const struct ds_config_values *v = V;
+	const char *t = v->optimizer.type ? v->optimizer.type : "none";
 	memset(o, 0, sizeof(*o));
 	for (int i = DS_OPT_ADAM; i <= DS_OPT_SGD; i++)
 		if (!strcmp(t, ds_config_opt_name(i)))
 			o->type = i;
-	o->adamw = o->type == DS_OPT_ADAMW || (o->type == DS_OPT_ADAM && gb(c, P("adam_w_mode"))) ||
+	o->adamw = o->type == DS_OPT_ADAMW || (o->type == DS_OPT_ADAM && v->optimizer.params.adam_w_mode) ||
 		   o->type == DS_OPT_LAMB;
-	o->lr = gd(c, P("lr"), 1e-3);
-	json_t *b = ds_config_find_ent(c, P("betas")) ? ds_config_find_ent(c, P("betas"))->val : NULL;
-	o->beta1 = b ? json_number_value(json_array_get(b, 0)) : 0.9;
-	o->beta2 = b ? json_number_value(json_array_get(b, 1)) : 0.999;
-	o->eps = gd(c, P("eps"), 1e-8);
-	o->weight_decay = gd(c, P("weight_decay"), 0);
-	o->bias_correction = gb(c, P("bias_correction"));
-	o->eps_inside_sqrt = gb(c, P("eps_inside_sqrt"));
-	o->max_coeff = gd(c, P("max_coeff"), 10);
-	o->min_coeff = gd(c, P("min_coeff"), 0.01);
-	o->momentum = gd(c, P("momentum"), 0);
-	o->dampening = gd(c, P("dampening"), 0);
-	o->nesterov = gb(c, P("nesterov"));
+	o->lr = v->optimizer.params.lr;
+	o->beta1 = json_number_value(json_array_get(v->optimizer.params.betas, 0));
+	o->beta2 = json_number_value(json_array_get(v->optimizer.params.betas, 1));
+	o->eps = v->optimizer.params.eps;
+	o->weight_decay = v->optimizer.params.weight_decay;
+	o->bias_correction = v->optimizer.params.bias_correction;
+	o->eps_inside_sqrt = v->optimizer.params.eps_inside_sqrt;
+	o->max_coeff = v->optimizer.params.max_coeff;
+	o->min_coeff = v->optimizer.params.min_coeff;
+	o->momentum = v->optimizer.params.momentum;
+	o->dampening = v->optimizer.params.dampening;
+	o->nesterov = v->optimizer.params.nesterov;
 }
-#undef P
 
-#define P(x) "scheduler.params." x
 void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *s)
 {
-	const char *t = gs(c, "scheduler.type", "none");
+	const struct ds_config_values *v = V;
+	const char *t = v->scheduler.type ? v->scheduler.type : "none";
 	memset(s, 0, sizeof(*s));
 	for (int i = DS_CFG_SCHED_WARMUP_LR; i <= DS_CFG_SCHED_LR_RANGE_TEST; i++)
 		if (!strcmp(t, ds_config_sched_name(i)))
 			s->type = i;
-	s->last_batch_iteration = gi(c, P("last_batch_iteration"), -1);
-	s->warmup_min_lr = gd(c, P("warmup_min_lr"), 0);
-	s->warmup_max_lr = gd(c, P("warmup_max_lr"), 1e-3);
-	s->warmup_num_steps = gi(c, P("warmup_num_steps"), 1000);
-	s->warmup_linear = !strcmp(gs(c, P("warmup_type"), "log"), "linear");
-	s->total_num_steps = gi(c, P("total_num_steps"), 0);
-	s->warmup_min_ratio = gd(c, P("warmup_min_ratio"), 0);
-	s->cos_min_ratio = gd(c, P("cos_min_ratio"), 1e-4);
-	s->lr_range_test_min_lr = gd(c, P("lr_range_test_min_lr"), 1e-3);
-	s->lr_range_test_step_size = gi(c, P("lr_range_test_step_size"), 2000);
-	s->lr_range_test_step_rate = gd(c, P("lr_range_test_step_rate"), 1);
-	s->lr_range_test_staircase = gb(c, P("lr_range_test_staircase"));
-	s->cycle_min_lr = gd(c, P("cycle_min_lr"), 0);
-	s->cycle_max_lr = gd(c, P("cycle_max_lr"), 0);
-	s->decay_lr_rate = gd(c, P("decay_lr_rate"), 0);
-	s->cycle_first_step_size = gi(c, P("cycle_first_step_size"), 2000);
-	s->cycle_second_step_size = gi(c, P("cycle_second_step_size"), s->cycle_first_step_size);
-	s->cycle_first_stair_count = gi(c, P("cycle_first_stair_count"), 0);
-	s->cycle_second_stair_count = gi(c, P("cycle_second_stair_count"), s->cycle_first_stair_count);
-	s->decay_step_size = gi(c, P("decay_step_size"), 0);
-	s->cycle_momentum = gb(c, P("cycle_momentum"));
-	s->cycle_min_mom = gd(c, P("cycle_min_mom"), 0.8);
-	s->cycle_max_mom = gd(c, P("cycle_max_mom"), 0.9);
-	s->decay_mom_rate = gd(c, P("decay_mom_rate"), 0);
-}
+#define P(x) s->x = v->scheduler.params.x
+	P(last_batch_iteration);
+	P(warmup_min_lr);
+	P(warmup_max_lr);
+	P(warmup_num_steps);
+	s->warmup_linear = !strcmp(v->scheduler.params.warmup_type, "linear");
+	P(total_num_steps);
+	P(warmup_min_ratio);
+	P(cos_min_ratio);
+	P(lr_range_test_min_lr);
+	P(lr_range_test_step_size);
+	P(lr_range_test_step_rate);
+	P(lr_range_test_staircase);
+	P(cycle_min_lr);
+	P(cycle_max_lr);
+	P(decay_lr_rate);
+	P(cycle_first_step_size);
+	P(cycle_first_stair_count);
+	P(decay_step_size);
+	P(cycle_momentum);
+	P(cycle_min_mom);
+	P(cycle_max_mom);
+	P(decay_mom_rate);
 #undef P
+	/* DeepSpeed's OneCycle: the falling half mirrors the rising one unless given */
+	s->cycle_second_step_size = v->src.scheduler.params.cycle_second_step_size == DS_SRC_FILE
+		? v->scheduler.params.cycle_second_step_size : s->cycle_first_step_size;
+	s->cycle_second_stair_count = v->src.scheduler.params.cycle_second_stair_count == DS_SRC_FILE
+		? v->scheduler.params.cycle_second_stair_count : s->cycle_first_stair_count;
+}

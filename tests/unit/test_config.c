@@ -709,6 +709,180 @@ static void test_table_complete(void **state)
 	}
 }
 
+/* Bytes of a field of key type t (keys.h). */
+static size_t field_size(int t)
+{
+	return t == DS_KT_BOOL ? sizeof(int) : t == DS_KT_INT ? sizeof(int64_t) : t == DS_KT_FLOAT ? sizeof(double)
+	       : t == DS_KT_STRING || t == DS_KT_ENUM ? sizeof(const char *) : sizeof(const json_t *);
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Every key dstk acts on has a field of struct ds_config_values: an
+ * implemented key added to the table without one (or a table entry whose
+ * type no longer matches its field) fails here.  The keys without a field
+ * are validation only: inherent and unsupported keys (dstk does not act on
+ * them), aliases (moved to their replacement's field before anything reads
+ * them), <name> patterns and objects of keys.  Fields lie inside the struct
+ * and do not overlap; so do their sources. */
+static void test_values_table(void **state)
+{
+	(void)state;
+	const struct ds_config_key *T = ds_config_keys;
+	size_t offs[2][512][2];
+	int n = 0;
+	for (int k = 0; k < ds_config_nkeys; k++) {
+		const struct ds_config_key *key = &T[k];
+		int wants = key->status == DS_KEY_IMPLEMENTED && !(key->flags & DS_KEY_ALIAS) &&
+			    !ds_config_table_is_wild(key->path) && !ds_config_table_is_node(T, ds_config_nkeys, key->path);
+		if (wants != key->field)
+			fail_msg("%s: %s; regenerate with contrib/config/gen_keys.py", key->path,
+				 wants ? "implemented but no field in struct ds_config_values" : "a field but not acted on");
+		if (key->unimpl) {
+			/* every value declared not implemented is one the key accepts */
+			char vals[64];
+			snprintf(vals, sizeof vals, "%s", key->unimpl);
+			for (char *t = strtok(vals, "|"); t; t = strtok(NULL, "|"))
+				assert_non_null(strstr(key->allowed, t));
+			assert_true(key->unimpl_why && strlen(key->unimpl_why) > 8);
+		}
+		if (!key->field)
+			continue;
+		if (key->size != field_size(key->type))
+			fail_msg("%s: field of %zu bytes for a %s key", key->path, key->size,
+				 ds_config_table_type_name(key->type));
+		assert_true(key->off + key->size <= offsetof(struct ds_config_values, src));
+		assert_true(key->src_off < sizeof(struct ds_config_sources));
+		assert_true(n < 512);
+		offs[0][n][0] = key->off, offs[0][n][1] = key->size;
+		offs[1][n][0] = key->src_off, offs[1][n][1] = 1;
+		n++;
+	}
+	assert_true(n > 100);
+	for (int w = 0; w < 2; w++) {
+		qsort(offs[w], (size_t)n, sizeof offs[w][0], cmp_size);
+		for (int i = 1; i < n; i++)
+			assert_true(offs[w][i - 1][0] + offs[w][i - 1][1] <= offs[w][i][0]);
+	}
+}
+
+/* A field's value against the JSON value it should hold. */
+static void check_field(const struct ds_config_key *key, const void *f, const json_t *want)
+{
+	switch (key->type) {
+	case DS_KT_BOOL:
+		if (*(const int *)f != json_is_true(want))
+			fail_msg("%s: %d", key->path, *(const int *)f);
+		break;
+	case DS_KT_INT:
+		if (*(const int64_t *)f != json_integer_value(want))
+			fail_msg("%s: %lld", key->path, (long long)*(const int64_t *)f);
+		break;
+	case DS_KT_FLOAT:
+		if (*(const double *)f != json_number_value(want))
+			fail_msg("%s: %g", key->path, *(const double *)f);
+		break;
+	case DS_KT_STRING:
+	case DS_KT_ENUM:
+		if (!*(const char *const *)f || strcmp(*(const char *const *)f, json_string_value(want)))
+			fail_msg("%s: %s", key->path, *(const char *const *)f ? *(const char *const *)f : "NULL");
+		break;
+	default:
+		if (!json_equal(*(const json_t *const *)f, (json_t *)want))
+			fail_msg("%s: another value", key->path);
+	}
+}
+
+/* The fill: with nothing given but the micro batch, every field holds its
+ * key's default from the table (source "default"); a key without one holds
+ * what the triad and DeepSpeed's inference give it, or stays 0/NULL
+ * ("unset").  Sources agree with the by-path ds_config_source. */
+static void test_values_fill(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":2}", 3, &c), 0);
+	const struct ds_config_values *v = ds_config_values(c);
+	int ndef = 0, ninf = 0, nunset = 0;
+	for (int k = 0; k < ds_config_nkeys; k++) {
+		const struct ds_config_key *key = &ds_config_keys[k];
+		if (!key->field)
+			continue;
+		const void *f = (const char *)v + key->off;
+		int src = ((const unsigned char *)&v->src)[key->src_off];
+		assert_int_equal(src, ds_config_source(c, key->path));
+		json_t *want = key->def ? json_loads(key->def, JSON_DECODE_ANY, NULL) : NULL;
+		if (want) {
+			assert_int_equal(src, DS_SRC_DEFAULT);
+			check_field(key, f, want);
+			json_decref(want);
+			ndef++;
+		} else if (src == DS_SRC_UNSET) {
+			static const char zero[sizeof(double)];
+			assert_memory_equal(f, zero, key->size);
+			nunset++;
+		} else if (src != DS_SRC_FILE) {
+			assert_int_equal(src, DS_SRC_INFERRED);
+			check_field(key, f, ds_config_get_json(c, key->path));
+			ninf++;
+		}
+	}
+	assert_true(ndef > 100);
+	assert_int_equal(ninf, 5); /* train_batch_size, accumulation, overlap_comm, two dtypes */
+	assert_true(nunset > 10);
+	assert_int_equal(v->train_batch_size, 6);
+	assert_int_equal(v->gradient_accumulation_steps, 1);
+	assert_string_equal(v->communication_data_type, "fp32");
+	assert_string_equal(v->data_types.grad_accum_dtype, "fp32");
+	assert_int_equal(v->zero_optimization.overlap_comm, 0);
+	ds_config_destroy(c);
+	/* given values land in their fields, typed by the key */
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true, \"hysteresis\": 3, \"min_loss_scale\": 4}, \"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 2, \"betas\": [0.5, 0.6]}}, \"comms_logger\": {\"enabled\": true, \"prof_ops\": [\"all_reduce\"]}, \"dstk\": {\"watchdog_dir\": \"/x\"}}", 1, &c), 0);
+	v = ds_config_values(c);
+	assert_int_equal(v->fp16.enabled, 1);
+	assert_int_equal(v->fp16.hysteresis, 3);
+	assert_true(DS_CONFIG_GIVEN(v, fp16.hysteresis) && !DS_CONFIG_GIVEN(v, fp16.loss_scale_window));
+	assert_int_equal(v->fp16.min_loss_scale, 4);
+	assert_true(v->fp16.loss_scale == 0.0);
+	assert_string_equal(v->optimizer.type, "AdamW"); /* as declared */
+	assert_true(v->optimizer.params.lr == 2.0);
+	assert_true(json_real_value(json_array_get(v->optimizer.params.betas, 0)) == 0.5);
+	assert_string_equal(json_string_value(json_array_get(v->comms_logger.prof_ops, 0)), "all_reduce");
+	assert_string_equal(v->dstk.watchdog_dir, "/x");
+	assert_string_equal(v->communication_data_type, "fp16"); /* inferred from the model's dtype */
+	ds_config_destroy(c);
+}
+
+/* nvme offload: DeepSpeed accepts it, the table declares it not implemented;
+ * the config loads (ds-train --check estimates it) and
+ * ds_config_unimplemented names the key, the value, why and what to do. */
+static void test_unimplemented_values(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\",\"nvme_path\":\"/tmp\"}}}", 1, &c), 0);
+	assert_int_equal(ds_config_unimplemented(c, &err), DS_EINVAL);
+	assert_string_equal(err.msg, "t.json: zero_optimization.offload_param.device 'nvme': NVMe offload is not "
+			    "implemented in this build; use cpu");
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"nvme\",\"nvme_path\":\"/tmp\"}}}", 1, &c), 0);
+	assert_int_equal(ds_config_unimplemented(c, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "t.json: zero_optimization.offload_optimizer.device 'nvme': "));
+	assert_non_null(strstr(err.msg, "use cpu"));
+	ds_config_destroy(c);
+	/* cpu and none (the default) are implemented */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"cpu\"},\"offload_optimizer\":{\"device\":\"cpu\"}}}", 1, &c), 0);
+	assert_int_equal(ds_config_unimplemented(c, &err), 0);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"none\"}}}", 1, &c), 0);
+	assert_int_equal(ds_config_unimplemented(c, &err), 0);
+	ds_config_destroy(c);
+}
+
 static void test_edit_distance(void **state)
 {
 	(void)state;
@@ -736,6 +910,9 @@ int main(void)
 		cmocka_unit_test(test_share_configs),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_table_complete),
+		cmocka_unit_test(test_values_table),
+		cmocka_unit_test(test_values_fill),
+		cmocka_unit_test(test_unimplemented_values),
 		cmocka_unit_test(test_edit_distance),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
