@@ -74,7 +74,7 @@ struct ds_engine_opts {
 	struct ds_optim_params optim;  /* lr is the base; the caller sets lr per step */
 	double gradient_clipping;      /* 0: off */
 	int zero_stage;                /* 0..3 */
-	int64_t reduce_bucket_size;    /* elements per gradient reduction (0: one per segment) */
+	int64_t reduce_bucket_size;    /* elements per gradient reduction, stages 0-1 (0: the whole flat buffer at once) */
 	int64_t allgather_bucket_size; /* elements per parameter allgather (0: one per segment) */
 	int prescale_gradients;        /* divide by W before the reduction */
 	double gradient_predivide_factor; /* f of spec §6 (1 = plain mean) */
