@@ -57,11 +57,8 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 		m->model_state, ds_fmt_bytes((double)m->model_state, h, sizeof h));
 	/* offload to cpu: on a CPU build every buffer above is host memory
 	 * already; say so rather than pretend something moved */
-	const char *od = NULL, *pd = NULL;
-	if (ds_config_get_str(s->cfg, "zero_optimization.offload_optimizer.device", &od) != 0)
-		od = NULL;
-	if (ds_config_get_str(s->cfg, "zero_optimization.offload_param.device", &pd) != 0)
-		pd = NULL;
+	const char *od = ds_config_values(s->cfg)->zero_optimization.offload_optimizer.device,
+		   *pd = ds_config_values(s->cfg)->zero_optimization.offload_param.device;
 	if ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu")))
 		fprintf(out, "# offload %s to cpu: on this CPU build every row above is already host memory; "
 			"nothing moves and no device memory is saved\n",

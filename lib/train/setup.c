@@ -1,7 +1,9 @@
 /* setup.c - from the DeepSpeed config, the model config and the flags to
- * the engine's, scheduler's and loop's settings.  What the trainer does
- * not implement yet is refused here with the key and the reason, never
- * silently ignored (DESIGN.md "Configuration"). */
+ * the engine's, scheduler's and loop's settings.  Every config value comes
+ * from the typed struct lib/config fills (ds_config_values), defaults
+ * included: none is repeated here.  What the trainer does not implement
+ * yet is refused here with the key and the reason, never silently ignored
+ * (DESIGN.md "Configuration"). */
 #include "train/train_int.h"
 
 #include <jansson.h>
@@ -11,30 +13,6 @@
 
 #include "util/log.h"
 
-static int cfg_bool(const struct ds_config *c, const char *path)
-{
-	int v = 0;
-	return ds_config_get_bool(c, path, &v) == 0 && v;
-}
-
-static long long cfg_int(const struct ds_config *c, const char *path, long long dflt)
-{
-	int64_t v;
-	return ds_config_get_int(c, path, &v) == 0 ? (long long)v : dflt;
-}
-
-static double cfg_double(const struct ds_config *c, const char *path, double dflt)
-{
-	double v;
-	return ds_config_get_double(c, path, &v) == 0 ? v : dflt;
-}
-
-static const char *cfg_str(const struct ds_config *c, const char *path, const char *dflt)
-{
-	const char *v;
-	return ds_config_get_str(c, path, &v) == 0 ? v : dflt;
-}
-
 static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 {
 	struct ds_config_optimizer co;
@@ -43,11 +21,12 @@ static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 	switch (co.type) {
 	case DS_OPT_NONE:
 		/* DeepSpeed needs a client optimizer then; dstk has none, so the
-		 * documented default optimizer stands in and says so */
+		 * documented default optimizer stands in, with the table's
+		 * default params, and says so */
 		ds_optim_params_init(p, DS_OPTIM_ADAMW);
-		ds_log_info("%s: no optimizer section; using AdamW (lr %g)", ds_config_name(s->cfg), p->lr);
-		s->org_lr = p->lr;
-		return 0;
+		co.adamw = 1;
+		ds_log_info("%s: no optimizer section; using AdamW (lr %g)", ds_config_name(s->cfg), co.lr);
+		break;
 	case DS_OPT_ADAM: ds_optim_params_init(p, DS_OPTIM_ADAM); break;
 	case DS_OPT_ADAMW: ds_optim_params_init(p, DS_OPTIM_ADAMW); break;
 	case DS_OPT_LAMB: ds_optim_params_init(p, DS_OPTIM_LAMB); break;
@@ -63,7 +42,7 @@ static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 		p->beta2 = co.beta2;
 		p->eps = co.eps;
 		p->bias_correction = co.bias_correction;
-		p->adam_w_mode = co.type == DS_OPT_ADAMW ? 1 : co.adamw;
+		p->adam_w_mode = co.type == DS_OPT_ADAMW || co.type == DS_OPT_NONE ? 1 : co.adamw;
 	}
 	if (co.type == DS_OPT_LAMB) {
 		p->eps_inside_sqrt = co.eps_inside_sqrt;
@@ -124,40 +103,37 @@ static void map_scheduler(struct ds_train_setup *s)
 static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 {
 	const struct ds_config *c = s->cfg;
-	int fp16 = cfg_bool(c, "fp16.enabled"), bf16 = cfg_bool(c, "bf16.enabled");
+	const struct ds_config_values *v = ds_config_values(c);
+	int fp16 = v->fp16.enabled, bf16 = v->bf16.enabled;
 	s->eng.half = fp16 ? DS_HALF_FP16 : bf16 ? DS_HALF_BF16 : DS_HALF_NONE;
-	const char *acc = cfg_str(c, "data_types.grad_accum_dtype", NULL);
+	const char *acc = v->data_types.grad_accum_dtype;
 	s->eng.grad_accum_fp32 = acc && !strcmp(acc, "fp32");
 	/* communication_data_type fp16/bf16 with an fp32 model: the gradient
 	 * reductions travel and sum in that type.  A 16-bit model's 16-bit
 	 * gradients reduce in its own dtype (the inferred default) or, with
 	 * "fp32", in fp32 (comm_fp32); gradients accumulated in fp32 reduce
 	 * in fp32 */
-	const char *cdt = cfg_str(c, "communication_data_type", "fp32");
+	const char *cdt = v->communication_data_type; /* inferred from the model's dtype when not given */
 	s->eng.comm_half = s->eng.half != DS_HALF_NONE ? DS_HALF_NONE
 			   : !strcmp(cdt, "fp16") ? DS_HALF_FP16 : !strcmp(cdt, "bf16") ? DS_HALF_BF16 : DS_HALF_NONE;
 	s->eng.comm_fp32 = s->eng.half != DS_HALF_NONE && !strcmp(cdt, "fp32");
-	s->eng.fp32_matmul = !strcmp(cfg_str(c, "dstk.bf16_matmul", "auto"), "fp32");
-	s->nonfinite_abort = !strcmp(cfg_str(c, "dstk.nonfinite_policy", "skip"), "abort");
-	s->nonfinite_max = cfg_int(c, "dstk.nonfinite_max_consecutive", 10);
+	s->eng.fp32_matmul = !strcmp(v->dstk.bf16_matmul, "fp32");
+	s->nonfinite_abort = !strcmp(v->dstk.nonfinite_policy, "abort");
+	s->nonfinite_max = v->dstk.nonfinite_max_consecutive;
 	struct ds_fp16_cfg fc;
 	ds_fp16_cfg_init(&fc);
-	fc.loss_scale = cfg_double(c, "fp16.loss_scale", fc.loss_scale);
-	fc.initial_scale_power = (int)cfg_int(c, "fp16.initial_scale_power", fc.initial_scale_power);
-	fc.loss_scale_window = cfg_int(c, "fp16.loss_scale_window", fc.loss_scale_window);
-	fc.hysteresis = (int)cfg_int(c, "fp16.hysteresis", fc.hysteresis);
-	fc.consecutive_hysteresis = cfg_bool(c, "fp16.consecutive_hysteresis");
-	fc.min_loss_scale = cfg_double(c, "fp16.min_loss_scale", fc.min_loss_scale);
-	static const struct { const char *key; unsigned bit; } given[] = {
-		{ "fp16.initial_scale_power", DS_FP16_GIVEN_INITIAL_SCALE_POWER },
-		{ "fp16.loss_scale_window", DS_FP16_GIVEN_LOSS_SCALE_WINDOW },
-		{ "fp16.min_loss_scale", DS_FP16_GIVEN_MIN_LOSS_SCALE },
-		{ "fp16.hysteresis", DS_FP16_GIVEN_HYSTERESIS },
-		{ "fp16.consecutive_hysteresis", DS_FP16_GIVEN_CONSECUTIVE_HYSTERESIS },
-	};
-	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
-		if (ds_config_is_set(c, given[i].key))
-			fc.given |= given[i].bit;
+	fc.loss_scale = v->fp16.loss_scale;
+	fc.initial_scale_power = (int)v->fp16.initial_scale_power;
+	fc.loss_scale_window = v->fp16.loss_scale_window;
+	fc.hysteresis = (int)v->fp16.hysteresis;
+	fc.consecutive_hysteresis = v->fp16.consecutive_hysteresis;
+	fc.min_loss_scale = (double)v->fp16.min_loss_scale;
+	/* DeepSpeed's fp16 paths differ in which keys they read at all */
+	fc.given |= DS_CONFIG_GIVEN(v, fp16.initial_scale_power) ? DS_FP16_GIVEN_INITIAL_SCALE_POWER : 0;
+	fc.given |= DS_CONFIG_GIVEN(v, fp16.loss_scale_window) ? DS_FP16_GIVEN_LOSS_SCALE_WINDOW : 0;
+	fc.given |= DS_CONFIG_GIVEN(v, fp16.min_loss_scale) ? DS_FP16_GIVEN_MIN_LOSS_SCALE : 0;
+	fc.given |= DS_CONFIG_GIVEN(v, fp16.hysteresis) ? DS_FP16_GIVEN_HYSTERESIS : 0;
+	fc.given |= DS_CONFIG_GIVEN(v, fp16.consecutive_hysteresis) ? DS_FP16_GIVEN_CONSECUTIVE_HYSTERESIS : 0;
 	enum ds_scaler_path path = s->eng.zero_stage >= 1 ? DS_SCALER_PATH_ZERO
 		: s->eng.optim.type == DS_OPTIM_ADAM || s->eng.optim.type == DS_OPTIM_ADAMW ? DS_SCALER_PATH_FUSED
 		: DS_SCALER_PATH_UNFUSED;
@@ -168,27 +144,18 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
 {
 	const char *f = ds_config_name(s->cfg);
+	const struct ds_config_values *v = ds_config_values(s->cfg);
 	/* an fp32 model reduces in fp32, fp16 or bf16; a 16-bit model in its
 	 * own dtype or in fp32, so the other 16-bit type is what this build
 	 * cannot honour */
-	const char *model_dt = cfg_bool(s->cfg, "fp16.enabled") ? "fp16" : cfg_bool(s->cfg, "bf16.enabled") ? "bf16" : "fp32";
-	const char *cdt = cfg_str(s->cfg, "communication_data_type", NULL);
+	const char *model_dt = v->fp16.enabled ? "fp16" : v->bf16.enabled ? "bf16" : "fp32";
+	const char *cdt = v->communication_data_type;
 	if (cdt && strcmp(model_dt, "fp32") && strcmp(cdt, "fp32") && strcmp(cdt, model_dt))
 		return ds_err_set(err, DS_EINVAL,
 				  "%s: communication_data_type '%s': a %s model reduces in fp32 or %s in this build; "
 				  "use one of those", f, cdt, model_dt, model_dt);
-	const char *dev = cfg_str(s->cfg, "zero_optimization.offload_optimizer.device", "none");
-	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
-		return ds_err_set(err, DS_EINVAL,
-				  "%s: zero_optimization.offload_optimizer.device '%s': NVMe offload is not "
-				  "implemented in this build; use cpu (on a CPU build states are in host memory anyway)",
-				  f, dev);
-	dev = cfg_str(s->cfg, "zero_optimization.offload_param.device", "none");
-	if (strcmp(dev, "none") && strcmp(dev, "cpu"))
-		return ds_err_set(err, DS_EINVAL,
-				  "%s: zero_optimization.offload_param.device '%s': NVMe offload is not "
-				  "implemented in this build; use cpu", f, dev);
-	return 0;
+	/* values the key table accepts but declares not implemented (offload to nvme) */
+	return ds_config_unimplemented(s->cfg, err);
 }
 
 /* comms_logger: the flags, and prof_ops as the names the communicator
@@ -199,13 +166,12 @@ static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 	static const char *const known[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
 					     NULL };
 	struct ds_monitor_comms_opts *o = &s->comms;
-	o->enabled = cfg_bool(s->cfg, "comms_logger.enabled");
-	o->verbose = cfg_bool(s->cfg, "comms_logger.verbose");
-	int all = 1;
-	ds_config_get_bool(s->cfg, "comms_logger.prof_all", &all);
-	o->prof_all = all;
-	o->debug = cfg_bool(s->cfg, "comms_logger.debug");
-	const json_t *l = ds_config_get_json(s->cfg, "comms_logger.prof_ops");
+	const struct ds_config_values *v = ds_config_values(s->cfg);
+	o->enabled = v->comms_logger.enabled;
+	o->verbose = v->comms_logger.verbose;
+	o->prof_all = v->comms_logger.prof_all;
+	o->debug = v->comms_logger.debug;
+	const json_t *l = v->comms_logger.prof_ops;
 	size_t n = json_is_array(l) ? json_array_size(l) : 0;
 	s->comms_ops = calloc(n + 1, sizeof *s->comms_ops);
 	if (!s->comms_ops)
@@ -261,6 +227,7 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	} else if ((rc = refuse_unimplemented(s, err)) < 0) {
 		goto fail;
 	}
+	const struct ds_config_values *v = ds_config_values(s->cfg);
 	ds_config_batch(s->cfg, &b);
 	s->tb = b.train_batch_size;
 	s->mb = b.micro_batch;
@@ -273,39 +240,34 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	if ((rc = map_optimizer(s, err)) < 0)
 		goto fail;
 	map_scheduler(s);
-	s->eng.zero_stage = (int)cfg_int(s->cfg, "zero_optimization.stage", 0);
+	s->eng.zero_stage = (int)v->zero_optimization.stage;
 	if ((rc = map_precision(s, err)) < 0)
 		goto fail;
-	s->eng.gradient_clipping = cfg_double(s->cfg, "gradient_clipping", 0);
-	s->eng.zero_stage = (int)cfg_int(s->cfg, "zero_optimization.stage", 0);
-	s->eng.reduce_bucket_size = cfg_int(s->cfg, "zero_optimization.reduce_bucket_size", 0);
-	s->eng.allgather_bucket_size = cfg_int(s->cfg, "zero_optimization.allgather_bucket_size", 0);
-	s->eng.prescale_gradients = cfg_bool(s->cfg, "prescale_gradients");
-	s->eng.gradient_predivide_factor = cfg_double(s->cfg, "gradient_predivide_factor", 1.0);
-	s->eng.overlap_comm = cfg_bool(s->cfg, "zero_optimization.overlap_comm");
+	s->eng.gradient_clipping = v->gradient_clipping;
+	s->eng.reduce_bucket_size = v->zero_optimization.reduce_bucket_size;
+	s->eng.allgather_bucket_size = v->zero_optimization.allgather_bucket_size;
+	s->eng.prescale_gradients = v->prescale_gradients;
+	s->eng.gradient_predivide_factor = v->gradient_predivide_factor;
+	s->eng.overlap_comm = v->zero_optimization.overlap_comm; /* inferred per stage when not given */
 	s->eng.seed = o->seed;
-	s->eng.checkpointing = ds_config_is_set(s->cfg, "activation_checkpointing.number_checkpoints") ||
-			       cfg_bool(s->cfg, "activation_checkpointing.partition_activations");
-	s->eng.stage3_prefetch_bucket_size = cfg_int(s->cfg, "zero_optimization.stage3_prefetch_bucket_size",
-						     s->eng.stage3_prefetch_bucket_size);
-	s->eng.stage3_max_live_parameters = cfg_int(s->cfg, "zero_optimization.stage3_max_live_parameters",
-						    s->eng.stage3_max_live_parameters);
-	s->eng.stage3_param_persistence_threshold =
-		cfg_int(s->cfg, "zero_optimization.stage3_param_persistence_threshold",
-			s->eng.stage3_param_persistence_threshold);
+	/* partition_activations is unsupported, so refused unless false */
+	s->eng.checkpointing = DS_CONFIG_GIVEN(v, activation_checkpointing.number_checkpoints);
+	s->eng.stage3_prefetch_bucket_size = v->zero_optimization.stage3_prefetch_bucket_size;
+	s->eng.stage3_max_live_parameters = v->zero_optimization.stage3_max_live_parameters;
+	s->eng.stage3_param_persistence_threshold = v->zero_optimization.stage3_param_persistence_threshold;
 
-	s->steps_per_print = cfg_int(s->cfg, "steps_per_print", 10);
-	s->wall_clock = cfg_bool(s->cfg, "wall_clock_breakdown");
-	s->ckpt_profile = s->eng.checkpointing && cfg_bool(s->cfg, "activation_checkpointing.profile");
-	s->start_profile_step = cfg_int(s->cfg, "autotuning.start_profile_step", 3);
-	s->end_profile_step = cfg_int(s->cfg, "autotuning.end_profile_step", 5);
-	s->csv_enabled = cfg_bool(s->cfg, "csv_monitor.enabled");
-	s->csv_path = cfg_str(s->cfg, "csv_monitor.output_path", "");
-	s->csv_job = cfg_str(s->cfg, "csv_monitor.job_name", NULL);
-	s->tb_enabled = cfg_bool(s->cfg, "tensorboard.enabled");
-	s->tb_path = cfg_str(s->cfg, "tensorboard.output_path", "");
-	s->tb_job = cfg_str(s->cfg, "tensorboard.job_name", NULL);
-	s->tag_validation = cfg_str(s->cfg, "checkpoint.tag_validation", "WARN");
+	s->steps_per_print = v->steps_per_print;
+	s->wall_clock = v->wall_clock_breakdown;
+	s->ckpt_profile = s->eng.checkpointing && v->activation_checkpointing.profile;
+	s->start_profile_step = v->autotuning.start_profile_step;
+	s->end_profile_step = v->autotuning.end_profile_step;
+	s->csv_enabled = v->csv_monitor.enabled;
+	s->csv_path = v->csv_monitor.output_path;
+	s->csv_job = v->csv_monitor.job_name;
+	s->tb_enabled = v->tensorboard.enabled;
+	s->tb_path = v->tensorboard.output_path;
+	s->tb_job = v->tensorboard.job_name;
+	s->tag_validation = v->checkpoint.tag_validation;
 	if ((rc = map_comms_logger(s, err)) < 0)
 		goto fail;
 

@@ -39,16 +39,11 @@ static volatile sig_atomic_t stop_signal;
 static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_step *r, long long step,
 			double peak_gflops, struct ds_err *err)
 {
-	struct ds_config *c = s->cfg;
-	int64_t depth = -1, top = 1;
-	int detailed = 1;
-	double rf = 0;
-	const char *out = NULL;
-	ds_config_get_int(c, "flops_profiler.module_depth", &depth);
-	ds_config_get_int(c, "flops_profiler.top_modules", &top);
-	ds_config_get_bool(c, "flops_profiler.detailed", &detailed);
-	ds_config_get_double(c, "flops_profiler.recompute_fwd_factor", &rf);
-	ds_config_get_str(c, "flops_profiler.output_file", &out);
+	const struct ds_config_values *cv = ds_config_values(s->cfg);
+	int64_t depth = cv->flops_profiler.module_depth, top = cv->flops_profiler.top_modules;
+	int detailed = cv->flops_profiler.detailed;
+	double rf = cv->flops_profiler.recompute_fwd_factor;
+	const char *out = cv->flops_profiler.output_file;
 	struct ds_count cnt = DS_COUNT_INIT;
 	struct ds_count_opts co = { (int)s->mb, s->model.seq_length, DS_COUNT_CURRENT, 0 };
 	DS_TRY(ds_count_model(&s->model, &co, &cnt, err));
@@ -74,18 +69,13 @@ static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_s
 /* The step flops_profiler reports at, or -1 when it is off. */
 static long long cfg_profile_step(const struct ds_train_setup *s)
 {
-	int on = 0;
-	int64_t step = 1;
-	if (ds_config_get_bool(s->cfg, "flops_profiler.enabled", &on) || !on)
-		return -1;
-	ds_config_get_int(s->cfg, "flops_profiler.profile_step", &step);
-	return step;
+	const struct ds_config_values *v = ds_config_values(s->cfg);
+	return v->flops_profiler.enabled ? v->flops_profiler.profile_step : -1;
 }
 
 static int cfg_dump_state(const struct ds_train_setup *s)
 {
-	int v = 0;
-	return ds_config_get_bool(s->cfg, "dump_state", &v) == 0 && v;
+	return ds_config_values(s->cfg)->dump_state;
 }
 
 static volatile sig_atomic_t signal_at;  /* CLOCK_MONOTONIC seconds of the first stop signal */
@@ -117,10 +107,10 @@ static void check_save_fits(const struct ds_config *cfg, double last_save, int s
 {
 	const char *e = getenv("SLURM_JOB_END_TIME"), *from = "SLURM_JOB_END_TIME";
 	char *end = NULL;
-	double t_end = e ? strtod(e, &end) : 0, left, lead = 0;
+	double t_end = e ? strtod(e, &end) : 0, left, lead = ds_config_values(cfg)->dstk.signal_lead_s;
 	if (e && end != e && t_end > 0) {
 		left = t_end - (double)time(NULL);
-	} else if (ds_config_get_double(cfg, "dstk.signal_lead_s", &lead) == 0 && lead > 0) {
+	} else if (lead > 0) {
 		struct timespec t;
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		left = lead - (signal_at ? (double)(t.tv_sec - signal_at) : 0);  /* 0: the signal reached another rank */

@@ -324,13 +324,11 @@ void ds_watchdog_stop(struct ds_watchdog *wd)
 int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cfg, struct ds_comm *comm,
 			    ds_watchdog_fn on_stall, void *ctx, struct ds_err *err)
 {
-	double t = 0;
-	const char *parent = NULL;
+	double t = ds_config_values(cfg)->dstk.watchdog_timeout_s;
+	const char *parent = ds_config_values(cfg)->dstk.watchdog_dir;
 	*out = NULL;
-	ds_config_get_double(cfg, "dstk.watchdog_timeout_s", &t);
 	if (!(t > 0))
 		return 0;
-	ds_config_get_str(cfg, "dstk.watchdog_dir", &parent);
 	if (!parent || !*parent)
 		parent = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	char dir[4096];

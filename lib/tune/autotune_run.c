@@ -158,12 +158,6 @@ static json_t *json_get_path(json_t *obj, const char *path)
 
 static int is_auto(const json_t *v) { return json_is_string(v) && !strcmp(json_string_value(v), "auto"); }
 
-static int64_t cfg_int(const struct ds_config *c, const char *path, int64_t def)
-{
-	int64_t v;
-	return ds_config_get_int(c, path, &v) == 0 ? v : def;
-}
-
 /* ---- "auto" keys other than the batch and the stage ---------------------- */
 
 /* Walk raw; for every "auto" not tuned here, record a value: "enabled" of a
@@ -263,18 +257,20 @@ static void trial_bytes(const struct ds_config *c, const struct ds_model_config 
 	eo.grad_accum = gas;
 	eo.zero_stage = stage;
 	eo.checkpointing = ckpt;
+	const struct ds_config_values *v = ds_config_values(c);
 	ds_config_optimizer(c, &co);
 	if (co.type == DS_OPT_SGD) {
 		ds_optim_params_init(&eo.optim, DS_OPTIM_SGD);
 		eo.optim.momentum = co.momentum;
 	}
-	eo.stage3_param_persistence_threshold =
-		cfg_int(c, "zero_optimization.stage3_param_persistence_threshold", eo.stage3_param_persistence_threshold);
+	/* the ZeRO settings ds-train would pass (the table's defaults included) */
+	eo.stage3_param_persistence_threshold = v->zero_optimization.stage3_param_persistence_threshold;
+	eo.reduce_bucket_size = v->zero_optimization.reduce_bucket_size;
+	eo.allgather_bucket_size = v->zero_optimization.allgather_bucket_size;
 	/* overlap_comm keeps more gradient buffers (stages 2-3); unless the
 	 * file sets it, it follows the trial's stage as DeepSpeed infers it */
-	eo.overlap_comm = stage == 3;
-	if (ds_config_source(c, "zero_optimization.overlap_comm") == DS_SRC_FILE)
-		ds_config_get_bool(c, "zero_optimization.overlap_comm", &eo.overlap_comm);
+	eo.overlap_comm = v->src.zero_optimization.overlap_comm == DS_SRC_FILE ? v->zero_optimization.overlap_comm
+									      : stage == 3;
 	/* a model the trainer cannot build fails its trial anyway; keep the formula for it */
 	struct ds_err ignored = DS_ERR_INIT;
 	if (!formula && ds_engine_mem_estimate(&eo, W, &m, &ignored) == 0) {
@@ -291,13 +287,15 @@ static int build_space(struct ctx *x, const struct ds_config *c, const struct ds
 {
 	struct ds_autotune_res *r = x->res;
 	const struct ds_autotune_opts *o = x->o;
+	const struct ds_config_values *v = ds_config_values(c);
 	int W = r->np;
-	/* stages */
+	/* stages: the config's, or ds-autotune's search forms ("auto", "all", a
+	 * list) as the file spells them */
 	int stages[4], ns = 0;
 	json_t *sv = json_get_path(x->raw, "zero_optimization.stage");
 	x->stage_in_raw = sv != NULL;
-	if (!sv) {
-		stages[ns++] = 0;
+	if (!DS_CONFIG_AUTO(v, zero_optimization.stage)) {
+		stages[ns++] = (int)v->zero_optimization.stage;
 	} else if (is_auto(sv) || (json_is_string(sv) && !strcmp(json_string_value(sv), "all"))) {
 		for (int s = 0; s < 4; s++)
 			stages[ns++] = s;
@@ -318,31 +316,27 @@ static int build_space(struct ctx *x, const struct ds_config *c, const struct ds
 		if (!ns)
 			return ds_err_set(err, DS_EINVAL, "%s: key 'zero_optimization.stage': empty list", o->config);
 	} else {
-		stages[ns++] = (int)cfg_int(c, "zero_optimization.stage", 0);
+		return ds_err_set(err, DS_EINTERNAL, "%s: key 'zero_optimization.stage': unexpected form", o->config);
 	}
-	/* batch keys */
-	int mb_auto = ds_config_source(c, "train_micro_batch_size_per_gpu") == DS_SRC_AUTO;
-	int ga_auto = ds_config_source(c, "gradient_accumulation_steps") == DS_SRC_AUTO;
-	int tb_auto = ds_config_source(c, "train_batch_size") == DS_SRC_AUTO;
-	x->set_tbs = ds_config_is_set(c, "train_batch_size");
-	x->set_gas = ds_config_is_set(c, "gradient_accumulation_steps");
-	int64_t TB = tb_auto ? 0 : cfg_int(c, "train_batch_size", 0);
-	int64_t GA = ga_auto ? 0 : cfg_int(c, "gradient_accumulation_steps", 0);
-	if (!x->set_gas)
-		GA = 0;
-	if (!x->set_tbs)
-		TB = 0;
-	int64_t max_tbs = cfg_int(c, "autotuning.max_train_batch_size", 0);
-	int mn = (int)cfg_int(c, "autotuning.min_train_micro_batch_size_per_gpu", 1);
-	int mx = (int)cfg_int(c, "autotuning.max_train_micro_batch_size_per_gpu", 1024);
-	int ntune = (int)cfg_int(c, "autotuning.num_tuning_micro_batch_sizes", 3);
+	/* batch keys: a value given in the file ("auto" holds none) */
+	int mb_auto = DS_CONFIG_AUTO(v, train_micro_batch_size_per_gpu);
+	int ga_auto = DS_CONFIG_AUTO(v, gradient_accumulation_steps);
+	int tb_auto = DS_CONFIG_AUTO(v, train_batch_size);
+	x->set_tbs = DS_CONFIG_GIVEN(v, train_batch_size);
+	x->set_gas = DS_CONFIG_GIVEN(v, gradient_accumulation_steps);
+	int64_t TB = x->set_tbs && !tb_auto ? v->train_batch_size : 0;
+	int64_t GA = x->set_gas && !ga_auto ? v->gradient_accumulation_steps : 0;
+	int64_t max_tbs = v->autotuning.max_train_batch_size;
+	int mn = (int)v->autotuning.min_train_micro_batch_size_per_gpu;
+	int mx = (int)v->autotuning.max_train_micro_batch_size_per_gpu;
+	int ntune = (int)v->autotuning.num_tuning_micro_batch_sizes;
 	if (mn > mx)
 		return ds_err_set(err, DS_EINVAL,
 				  "%s: key 'autotuning.min_train_micro_batch_size_per_gpu': %d is above max_train_micro_batch_size_per_gpu %d",
 				  o->config, mn, mx);
 	int mbs[DS_AUTOTUNE_MAX_POINTS / 4], nm = 0, cap = DS_AUTOTUNE_MAX_POINTS / 4;
 	if (!mb_auto) {
-		int64_t m = cfg_int(c, "train_micro_batch_size_per_gpu", 0);
+		int64_t m = v->train_micro_batch_size_per_gpu; /* given, or inferred by the triad */
 		if (!m && TB && GA)
 			m = TB / (GA * W);
 		if (!m && TB && !ga_auto)
@@ -353,20 +347,15 @@ static int build_space(struct ctx *x, const struct ds_config *c, const struct ds
 			add_mb(mbs, &nm, cap, (int)m);
 		add_mb(mbs, &nm, cap, mx);
 	}
-	int half = 0, ckpt;
-	int64_t dummy;
-	(void)dummy;
-	{
-		int b;
-		half = (ds_config_get_bool(c, "fp16.enabled", &b) == 0 && b) ||
-		       (ds_config_get_bool(c, "bf16.enabled", &b) == 0 && b);
-		ckpt = ds_config_is_set(c, "activation_checkpointing.number_checkpoints") ||
-		       (ds_config_get_bool(c, "activation_checkpointing.partition_activations", &b) == 0 && b);
-	}
+	/* "auto" fp16/bf16 hold their default (false); partition_activations
+	 * is unsupported, so refused unless false */
+	int half = v->fp16.enabled || v->bf16.enabled;
+	int ckpt = DS_CONFIG_GIVEN(v, activation_checkpointing.number_checkpoints);
 	struct ds_count_totals ct;
 	DS_TRY(ds_count_train_flops(mc, 1, mc->seq_length, ckpt ? 1.0 : 0.0, &ct, err));
-	double P = (double)cfg_int(c, "autotuning.model_info.num_params", ct.params);
-	const int formula = half || mc->family != DS_FAMILY_GPT || ds_config_is_set(c, "autotuning.model_info.num_params");
+	double P = v->src.autotuning.model_info.num_params == DS_SRC_FILE ? (double)v->autotuning.model_info.num_params
+									  : (double)ct.params;
+	const int formula = half || mc->family != DS_FAMILY_GPT || DS_CONFIG_GIVEN(v, autotuning.model_info.num_params);
 	/* DeepSpeed's list near each stage's memory maximum */
 	if (mb_auto)
 		for (int k = 0; k < ns; k++) {
@@ -850,14 +839,14 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 	}
 	if ((rc = ds_model_config_load(o->model, &mc, err)) < 0)
 		goto out;
-	int en;
-	if (ds_config_is_set(c, "autotuning.enabled") && ds_config_get_bool(c, "autotuning.enabled", &en) == 0 && !en) {
+	const struct ds_config_values *v = ds_config_values(c);
+	if (v->src.autotuning.enabled == DS_SRC_FILE && !v->autotuning.enabled) {
 		rc = ds_err_set(err, DS_EINVAL, "%s: key 'autotuning.enabled': is false; set it true to tune this config",
 				o->config);
 		goto out;
 	}
 	/* ranks and nodes */
-	int nodes = (int)cfg_int(c, "autotuning.num_nodes", 0), gpus = (int)cfg_int(c, "autotuning.num_gpus", 0);
+	int nodes = (int)v->autotuning.num_nodes, gpus = (int)v->autotuning.num_gpus;
 	if (!nodes)
 		nodes = env_u64("SLURM_JOB_ID") || getenv("SLURM_JOB_ID") ? (int)env_u64("SLURM_NNODES") : 0;
 	if (nodes < 1)
@@ -869,23 +858,19 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 		co.world_size = r->np;
 		if ((rc = ds_config_load_file(&c, o->config, &co, err)) < 0)
 			goto out;
+		v = ds_config_values(c);
 	}
-	const char *ms = "throughput", *tt = "gridsearch", *rd = "autotuning_results", *ed = "autotuning_exps";
-	ds_config_get_str(c, "autotuning.metric", &ms);
-	ds_config_get_str(c, "autotuning.tuner_type", &tt);
-	ds_config_get_str(c, "autotuning.results_dir", &rd);
-	ds_config_get_str(c, "autotuning.exps_dir", &ed);
+	const char *ms = v->autotuning.metric, *tt = v->autotuning.tuner_type, *rd = v->autotuning.results_dir,
+		   *ed = v->autotuning.exps_dir;
 	r->metric = !strcmp(ms, "latency") ? DS_AT_LATENCY : !strcmp(ms, "flops") ? DS_AT_FLOPS : DS_AT_THROUGHPUT;
 	snprintf(r->results_dir, sizeof(r->results_dir), "%s", o->results_dir ? o->results_dir : rd);
-	if (o->results_dir && !ds_config_is_set(c, "autotuning.exps_dir"))
+	if (o->results_dir && !DS_CONFIG_GIVEN(v, autotuning.exps_dir))
 		snprintf(x.exps_dir, sizeof(x.exps_dir), "%s/exps", o->results_dir);
 	else
 		snprintf(x.exps_dir, sizeof(x.exps_dir), "%s", ed);
-	int ow = 1;
-	ds_config_get_bool(c, "autotuning.overwrite", &ow);
-	x.overwrite = ow;
-	x.start_step = (int)cfg_int(c, "autotuning.start_profile_step", 3);
-	x.end_step = (int)cfg_int(c, "autotuning.end_profile_step", 5);
+	x.overwrite = v->autotuning.overwrite;
+	x.start_step = (int)v->autotuning.start_profile_step;
+	x.end_step = (int)v->autotuning.end_profile_step;
 	if (x.end_step < x.start_step) {
 		rc = ds_err_set(err, DS_EINVAL, "%s: key 'autotuning.end_profile_step': %d is before start_profile_step %d",
 				o->config, x.end_step, x.start_step);
@@ -906,12 +891,10 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 		goto out;
 	if ((rc = resolve_other(&x, c, x.raw, "", empty, err)) < 0)
 		goto out;
-	int fast = 1;
-	ds_config_get_bool(c, "autotuning.fast", &fast);
-	if (!fast && strstr(r->auto_keys, "zero_optimization."))
+	if (!v->autotuning.fast && strstr(r->auto_keys, "zero_optimization."))
 		ds_log_warn("%s: autotuning.fast is false, but ds-autotune tunes only the stage and the batch: the \"auto\" "
 			    "ZeRO keys take their defaults (%s)", o->config, r->auto_keys);
-	if (ds_config_get_json(c, "autotuning.arg_mappings") && json_object_size(ds_config_get_json(c, "autotuning.arg_mappings")))
+	if (json_object_size(v->autotuning.arg_mappings))
 		ds_log_warn("%s: autotuning.arg_mappings is not used: ds-train reads every tuned value from the config",
 			    o->config);
 	if ((rc = build_space(&x, c, &mc, err)) < 0)
@@ -928,8 +911,8 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 		struct ds_autotune_search_opts so;
 		so.tuner = !strcmp(tt, "random") ? DS_AT_RANDOM : !strcmp(tt, "model_based") ? DS_AT_MODEL : DS_AT_GRID;
 		so.metric = r->metric;
-		so.num_trials = (int)cfg_int(c, "autotuning.tuner_num_trials", 50);
-		so.early_stop = (int)cfg_int(c, "autotuning.tuner_early_stopping", 5);
+		so.num_trials = (int)v->autotuning.tuner_num_trials;
+		so.early_stop = (int)v->autotuning.tuner_early_stopping;
 		so.seed = o->seed;
 		if ((rc = ds_autotune_search(&r->space, &so, eval_trial, &x, &r->search, err)) < 0)
 			goto out;
