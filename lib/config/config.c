@@ -321,51 +321,9 @@ const struct ds_config_values *ds_config_values(const struct ds_config *c)
 	return &c->v;
 }
 
-int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out)
-{
-	json_t *v = value(c, path);
-	if (!json_is_integer(v))
-		return DS_EINVAL;
-	*out = json_integer_value(v);
-	return 0;
-}
-
-int ds_config_get_double(const struct ds_config *c, const char *path, double *out)
-{
-	json_t *v = value(c, path);
-	if (!json_is_number(v))
-		return DS_EINVAL;
-	*out = json_number_value(v);
-	return 0;
-}
-
-int ds_config_get_bool(const struct ds_config *c, const char *path, int *out)
-{
-	json_t *v = value(c, path);
-	if (!json_is_boolean(v))
-		return DS_EINVAL;
-	*out = json_is_true(v);
-	return 0;
-}
-
-int ds_config_get_str(const struct ds_config *c, const char *path, const char **out)
-{
-	json_t *v = value(c, path);
-	if (!json_is_string(v))
-		return DS_EINVAL;
-	*out = json_string_value(v);
-	return 0;
-}
-
 const struct json_t *ds_config_get_json(const struct ds_config *c, const char *path)
 {
 	return value(c, path);
-}
-
-int ds_config_is_set(const struct ds_config *c, const char *path)
-{
-	struct ds_config_ent *e = ds_config_find_ent(c, path);
-	return e && (e->src == DS_SRC_FILE || e->src == DS_SRC_AUTO);
 }
 
 int ds_config_source(const struct ds_config *c, const char *path)

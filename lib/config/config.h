@@ -59,16 +59,6 @@ const struct ds_config_values *ds_config_values(const struct ds_config *c);
 /* 1 when field f was given as "auto" (allow_auto): it holds the default. */
 #define DS_CONFIG_AUTO(v, f) ((v)->src.f == DS_SRC_AUTO)
 
-/* Typed getters by dotted path, default applied (being replaced by
- * ds_config_values).  0 and *out set when the key has a value; DS_EINVAL
- * otherwise. */
-int ds_config_get_int(const struct ds_config *c, const char *path, int64_t *out);
-int ds_config_get_double(const struct ds_config *c, const char *path, double *out);
-int ds_config_get_bool(const struct ds_config *c, const char *path, int *out);
-int ds_config_get_str(const struct ds_config *c, const char *path, const char **out);
-/* 1 when the key was given in the config (under any alias), else 0. */
-int ds_config_is_set(const struct ds_config *c, const char *path);
-
 /* The value at a dotted path as a borrowed jansson json_t (valid until
  * ds_config_destroy), NULL when it has none (unset without default, or
  * "auto").  For code that walks arbitrary keys (ds-autotune's "auto"

@@ -1,7 +1,7 @@
 /* test_config.c - lib/config against spec deepspeed-training.md: the batch
  * triad cases 1-9, exclusions and ZeRO/offload/aio/checkpoint cases 10-15,
  * every bad-input class (message names the key), aliases, unsupported
- * keys, getters, printing, and the model config.
+ * keys, the typed values the table fills, printing, and the model config.
  */
 #include <math.h>
 #include <stdio.h>
@@ -66,13 +66,10 @@ static void triad(const char *json, int W, long tb, long mb, long ga)
 	assert_int_equal(b.train_batch_size, tb);
 	assert_int_equal(b.micro_batch, mb);
 	assert_int_equal(b.grad_accum, ga);
-	int64_t x;
-	assert_int_equal(ds_config_get_int(c, "train_batch_size", &x), 0);
-	assert_int_equal(x, tb);
-	assert_int_equal(ds_config_get_int(c, "train_micro_batch_size_per_gpu", &x), 0);
-	assert_int_equal(x, mb);
-	assert_int_equal(ds_config_get_int(c, "gradient_accumulation_steps", &x), 0);
-	assert_int_equal(x, ga);
+	const struct ds_config_values *v = ds_config_values(c);
+	assert_int_equal(v->train_batch_size, tb);
+	assert_int_equal(v->train_micro_batch_size_per_gpu, mb);
+	assert_int_equal(v->gradient_accumulation_steps, ga);
 	ds_config_destroy(c);
 }
 
@@ -97,8 +94,14 @@ static void test_triad_sources(void **state)
 	assert_int_equal(ld("{\"train_batch_size\":32,\"train_micro_batch_size_per_gpu\":4}", 2, &c), 0);
 	assert_int_equal(ds_config_source(c, "train_batch_size"), DS_SRC_FILE);
 	assert_int_equal(ds_config_source(c, "gradient_accumulation_steps"), DS_SRC_INFERRED);
-	assert_int_equal(ds_config_is_set(c, "gradient_accumulation_steps"), 0);
 	assert_int_equal(ds_config_source(c, "steps_per_print"), DS_SRC_DEFAULT);
+	/* the struct's sources agree with the by-path ones */
+	const struct ds_config_values *v = ds_config_values(c);
+	assert_int_equal(v->src.train_batch_size, DS_SRC_FILE);
+	assert_int_equal(v->src.gradient_accumulation_steps, DS_SRC_INFERRED);
+	assert_false(DS_CONFIG_GIVEN(v, gradient_accumulation_steps));
+	assert_true(DS_CONFIG_GIVEN(v, train_micro_batch_size_per_gpu));
+	assert_int_equal(v->src.steps_per_print, DS_SRC_DEFAULT);
 	assert_string_equal(ds_config_source_name(DS_SRC_INFERRED), "inferred");
 	ds_config_destroy(c);
 }
@@ -191,47 +194,45 @@ static void test_zero(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	int64_t x;
-	int b;
+	const struct ds_config_values *v;
 	/* case 11 */
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":4}}", 1,
 	    "key 'zero_optimization.stage'", "4 is out of range [0, 3]", NULL);
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"reduce_bucket_size\":5e8}}",
 			    1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.reduce_bucket_size", &x), 0);
-	assert_int_equal(x, 500000000);
-	assert_int_equal(ds_config_get_bool(c, "zero_optimization.overlap_comm", &b), 0);
-	assert_int_equal(b, 0);
-	assert_int_equal(ds_config_source(c, "zero_optimization.overlap_comm"), DS_SRC_INFERRED);
+	v = ds_config_values(c);
+	assert_int_equal(v->zero_optimization.reduce_bucket_size, 500000000);
+	assert_int_equal(v->src.zero_optimization.reduce_bucket_size, DS_SRC_FILE);
+	assert_int_equal(v->zero_optimization.overlap_comm, 0);
+	assert_int_equal(v->src.zero_optimization.overlap_comm, DS_SRC_INFERRED);
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"foo\":1}}", 1,
 	    "unknown key 'zero_optimization.foo'", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"overlap_comm\":\"auto\"}}", 1,
 	    "zero_optimization.overlap_comm", "ds-autotune", NULL);
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_bool(c, "zero_optimization.overlap_comm", &b), 0);
-	assert_int_equal(b, 1);
+	v = ds_config_values(c);
+	assert_int_equal(v->zero_optimization.overlap_comm, 1);
 	/* defaults from DeepSpeed's code, not its docs */
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage3_prefetch_bucket_size", &x), 0);
-	assert_int_equal(x, 50000000);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.sub_group_size", &x), 0);
-	assert_int_equal(x, 1000000000);
+	assert_int_equal(v->zero_optimization.stage3_prefetch_bucket_size, 50000000);
+	assert_int_equal(v->zero_optimization.sub_group_size, 1000000000);
+	assert_int_equal(v->zero_optimization.reduce_bucket_size, 500000000);
+	assert_int_equal(v->src.zero_optimization.reduce_bucket_size, DS_SRC_DEFAULT);
 	ds_config_destroy(c);
 	/* the bare names are aliases of the stage3_ ones; both given is an error */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"max_live_parameters\":7}}",
 			    1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage3_max_live_parameters", &x), 0);
-	assert_int_equal(x, 7);
-	assert_int_equal(ds_config_is_set(c, "zero_optimization.stage3_max_live_parameters"), 1);
+	v = ds_config_values(c);
+	assert_int_equal(v->zero_optimization.stage3_max_live_parameters, 7);
+	assert_true(DS_CONFIG_GIVEN(v, zero_optimization.stage3_max_live_parameters));
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":3,\"max_live_parameters\":7,\"stage3_max_live_parameters\":8}}",
 	    1, "max_live_parameters", "not both", NULL);
 	/* legacy boolean form: true -> stage 1 with allgather_size */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":true,\"allgather_size\":1000}", 1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.stage", &x), 0);
-	assert_int_equal(x, 1);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.allgather_bucket_size", &x), 0);
-	assert_int_equal(x, 1000);
+	v = ds_config_values(c);
+	assert_int_equal(v->zero_optimization.stage, 1);
+	assert_int_equal(v->zero_optimization.allgather_bucket_size, 1000);
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":1},\"allgather_size\":1000}", 1,
 	    "allgather_size", "allgather_bucket_size", NULL);
@@ -244,7 +245,6 @@ static void test_offload(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	const char *s;
 	/* case 12 */
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"cpu\",\"ratio\":0.5}}}",
 	    1, "zero_optimization.offload_optimizer.ratio", "Partial offloading only supported for ZeRO Stage 3", NULL);
@@ -256,15 +256,14 @@ static void test_offload(void **state)
 	ds_config_destroy(c);
 	/* deprecated cpu_offload maps to offload_optimizer.device cpu; both is an error */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_str(c, "zero_optimization.offload_optimizer.device", &s), 0);
-	assert_string_equal(s, "cpu");
+	assert_string_equal(ds_config_values(c)->zero_optimization.offload_optimizer.device, "cpu");
+	assert_true(DS_CONFIG_GIVEN(ds_config_values(c), zero_optimization.offload_optimizer.device));
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true,\"offload_optimizer\":{\"device\":\"cpu\"}}}",
 	    1, "zero_optimization.cpu_offload", "not both", NULL);
 	/* default device is "none" (code), not the docs' cpu */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1}", 1, &c), 0);
-	assert_int_equal(ds_config_get_str(c, "zero_optimization.offload_param.device", &s), 0);
-	assert_string_equal(s, "none");
+	assert_string_equal(ds_config_values(c)->zero_optimization.offload_param.device, "none");
 	ds_config_destroy(c);
 }
 
@@ -272,30 +271,22 @@ static void test_aio_checkpoint(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	int64_t x;
-	int b;
-	const char *s;
+	const struct ds_config_values *v;
 	/* case 13 */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"aio\":{}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "aio.block_size", &x), 0);
-	assert_int_equal(x, 1048576);
-	assert_int_equal(ds_config_get_int(c, "aio.queue_depth", &x), 0);
-	assert_int_equal(x, 8);
-	assert_int_equal(ds_config_get_int(c, "aio.intra_op_parallelism", &x), 0);
-	assert_int_equal(x, 1);
-	assert_int_equal(ds_config_get_bool(c, "aio.single_submit", &b), 0);
-	assert_int_equal(b, 0);
-	assert_int_equal(ds_config_get_bool(c, "aio.overlap_events", &b), 0);
-	assert_int_equal(b, 1);
-	assert_int_equal(ds_config_get_bool(c, "aio.use_gds", &b), 0);
-	assert_int_equal(b, 0);
+	v = ds_config_values(c);
+	assert_int_equal(v->aio.block_size, 1048576);
+	assert_int_equal(v->aio.queue_depth, 8);
+	assert_int_equal(v->aio.intra_op_parallelism, 1);
+	assert_int_equal(v->aio.single_submit, 0);
+	assert_int_equal(v->aio.overlap_events, 1);
+	/* aio.use_gds is unsupported: validated at its default, no field */
+	assert_true(json_is_false(ds_config_get_json(c, "aio.use_gds")));
 	/* case 14 default */
-	assert_int_equal(ds_config_get_str(c, "checkpoint.tag_validation", &s), 0);
-	assert_string_equal(s, "WARN");
+	assert_string_equal(v->checkpoint.tag_validation, "WARN");
 	ds_config_destroy(c);
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"checkpoint\":{\"tag_validation\":\"fail\"}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_str(c, "checkpoint.tag_validation", &s), 0);
-	assert_string_equal(s, "FAIL");
+	assert_string_equal(ds_config_values(c)->checkpoint.tag_validation, "FAIL");
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"checkpoint\":{\"tag_validation\":\"strict\"}}", 1,
 	    "checkpoint.tag_validation", "\"strict\"", NULL);
@@ -304,8 +295,7 @@ static void test_aio_checkpoint(void **state)
 	    "intra_op_parallelism", NULL);
 	/* communication_data_type any case, stored lower-case */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"communication_data_type\":\"BF16\"}", 1, &c), 0);
-	assert_int_equal(ds_config_get_str(c, "communication_data_type", &s), 0);
-	assert_string_equal(s, "bf16");
+	assert_string_equal(ds_config_values(c)->communication_data_type, "bf16");
 	ds_config_destroy(c);
 }
 
@@ -398,7 +388,6 @@ static void test_bad_input(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	int64_t x;
 	/* syntax error: file:line:column */
 	bad("{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": tru}\n}", 1, "t.json:3:", NULL);
 	/* duplicate key */
@@ -422,8 +411,7 @@ static void test_bad_input(void **state)
 	/* 1.5 for an integer is rejected, 5e8 accepted */
 	bad("{\"train_batch_size\": 1.5}", 1, "key 'train_batch_size'", "1.5", NULL);
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"zero_optimization\": {\"allgather_bucket_size\": 5e8}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "zero_optimization.allgather_bucket_size", &x), 0);
-	assert_int_equal(x, 500000000);
+	assert_int_equal(ds_config_values(c)->zero_optimization.allgather_bucket_size, 500000000);
 	ds_config_destroy(c);
 	/* out of range, bad enum */
 	bad("{\"train_batch_size\": 8, \"gradient_clipping\": -1}", 1, "key 'gradient_clipping'", "out of range", NULL);
@@ -436,6 +424,8 @@ static void test_bad_input(void **state)
 	/* null: "not set" for a key without a default, an error for one with a default */
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"flops_profiler\": {\"enabled\": true, \"output_file\": null}, \"zero_optimization\": {\"offload_param\": null}}", 1, &c), 0);
 	assert_int_equal(ds_config_source(c, "flops_profiler.output_file"), DS_SRC_UNSET);
+	assert_null(ds_config_values(c)->flops_profiler.output_file);
+	assert_int_equal(ds_config_values(c)->src.flops_profiler.output_file, DS_SRC_UNSET);
 	ds_config_destroy(c);
 	bad("{\"train_batch_size\": 8, \"steps_per_print\": null}", 1, "key 'steps_per_print'", "null", NULL);
 	/* not an object */
@@ -458,19 +448,31 @@ static void test_autotune_mode(void **state)
 	(void)state;
 	struct ds_config *c;
 	struct ds_config_batch b;
-	int64_t x;
+	const struct ds_config_values *v;
 	assert_int_equal(ld_opts("{\"train_batch_size\":\"auto\",\"train_micro_batch_size_per_gpu\":\"auto\",\"zero_optimization\":{\"stage\":\"all\"},\"gradient_clipping\":\"auto\"}",
 				 1, 0, 1, &c), 0);
 	ds_config_batch(c, &b);
 	assert_int_equal(b.resolved, 0);
 	assert_int_equal(ds_config_source(c, "train_batch_size"), DS_SRC_AUTO);
 	assert_int_equal(ds_config_source(c, "zero_optimization.stage"), DS_SRC_AUTO);
-	assert_int_equal(ds_config_get_int(c, "train_batch_size", &x), DS_EINVAL);
-	assert_int_equal(ds_config_is_set(c, "gradient_clipping"), 1);
+	assert_null(ds_config_get_json(c, "train_batch_size"));
+	/* "auto" fields: given, and holding the table's default where there is one */
+	v = ds_config_values(c);
+	assert_true(DS_CONFIG_AUTO(v, train_batch_size) && DS_CONFIG_GIVEN(v, train_batch_size));
+	assert_int_equal(v->train_batch_size, 0);
+	assert_true(DS_CONFIG_AUTO(v, zero_optimization.stage));
+	assert_int_equal(v->zero_optimization.stage, 0);
+	assert_true(DS_CONFIG_AUTO(v, gradient_clipping) && v->gradient_clipping == 0.0);
+	assert_false(DS_CONFIG_GIVEN(v, gradient_accumulation_steps));
 	ds_config_destroy(c);
 	/* HF-style "enabled": "auto" keeps its section's settings */
-	assert_int_equal(ld_opts("{\"train_batch_size\":8,\"fp16\":{\"enabled\":\"auto\",\"initial_scale_power\":12}}", 1, 0, 1, &c), 0);
+	assert_int_equal(ld_opts("{\"train_batch_size\":8,\"fp16\":{\"enabled\":\"auto\",\"initial_scale_power\":12},\"autotuning\":{\"metric\":\"auto\"}}", 1, 0, 1, &c), 0);
 	assert_int_equal(ds_config_source(c, "fp16.enabled"), DS_SRC_AUTO);
+	v = ds_config_values(c);
+	assert_int_equal(v->src.fp16.enabled, DS_SRC_AUTO);
+	assert_int_equal(v->fp16.enabled, 0);
+	assert_int_equal(v->fp16.initial_scale_power, 12);
+	assert_string_equal(v->autotuning.metric, "throughput"); /* the default, kept alive by the config */
 	ds_config_destroy(c);
 }
 
@@ -478,23 +480,32 @@ static void test_lenient_and_aliases(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	int b;
+	const struct ds_config_values *v;
 	int lvl = ds_log_level();
 	ds_log_init(0, -1, 0); /* quiet the warning */
 	assert_int_equal(ld_opts("{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}, \"foo\": 1}", 1, 1, 0, &c), 0);
-	assert_int_equal(ds_config_get_bool(c, "fp16.enabled", &b), 0);
-	assert_int_equal(b, 0);
+	v = ds_config_values(c);
+	assert_int_equal(v->fp16.enabled, 0);
+	assert_int_equal(v->src.fp16.enabled, DS_SRC_DEFAULT);
 	ds_config_destroy(c);
 	ds_log_init(0, lvl, 0);
+	/* an old spelling fills the field of its replacement, as given */
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_bool(c, "bf16.enabled", &b), 0);
-	assert_int_equal(b, 1);
-	assert_int_equal(ds_config_is_set(c, "bf16.enabled"), 1);
+	v = ds_config_values(c);
+	assert_int_equal(v->bf16.enabled, 1);
+	assert_true(DS_CONFIG_GIVEN(v, bf16.enabled));
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"prefetch_bucket_size\": 12, \"gather_16bit_weights_on_model_save\": true}}", 1, &c), 0);
+	v = ds_config_values(c);
+	assert_int_equal(v->zero_optimization.stage3_prefetch_bucket_size, 12);
+	assert_int_equal(v->src.zero_optimization.stage3_prefetch_bucket_size, DS_SRC_FILE);
+	assert_int_equal(v->zero_optimization.stage3_gather_16bit_weights_on_model_save, 1);
 	ds_config_destroy(c);
 	bad("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1,
 	    "bfloat16", "not both", NULL);
 	/* a user-named map accepts any child name */
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"autotuning\": {\"arg_mappings\": {\"train_micro_batch_size_per_gpu\": \"--per_device_train_batch_size\"}}}", 1, &c), 0);
+	assert_int_equal(json_object_size(ds_config_values(c)->autotuning.arg_mappings), 1);
 	ds_config_destroy(c);
 }
 
@@ -502,27 +513,22 @@ static void test_getters_and_print(void **state)
 {
 	(void)state;
 	struct ds_config *c;
-	int64_t x;
-	double d;
 	const char *s;
-	int b;
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"gradient_clipping\": 1, \"dstk\": {\"watchdog_timeout_s\": 60}}", 1, &c), 0);
-	assert_int_equal(ds_config_get_int(c, "steps_per_print", &x), 0);
-	assert_int_equal(x, 10); /* DESIGN.md, not DeepSpeed's code default */
-	assert_int_equal(ds_config_get_double(c, "gradient_clipping", &d), 0);
-	assert_true(d == 1.0);
-	assert_int_equal(ds_config_get_double(c, "dstk.watchdog_timeout_s", &d), 0);
-	assert_true(d == 60.0);
-	assert_int_equal(ds_config_get_str(c, "dstk.nonfinite_policy", &s), 0);
-	assert_string_equal(s, "skip");
-	const json_t *l = ds_config_get_json(c, "comms_logger.prof_ops");
+	const struct ds_config_values *v = ds_config_values(c);
+	assert_int_equal(v->steps_per_print, 10); /* DESIGN.md, not DeepSpeed's code default */
+	assert_true(v->gradient_clipping == 1.0); /* an integer in the file, a double field */
+	assert_true(v->dstk.watchdog_timeout_s == 60.0);
+	assert_string_equal(v->dstk.nonfinite_policy, "skip");
+	const json_t *l = v->comms_logger.prof_ops;
 	assert_true(json_is_array(l) && json_array_size(l) == 0);
-	l = ds_config_get_json(c, "optimizer.params.betas");
+	l = v->optimizer.params.betas;
 	assert_true(json_is_array(l) && json_real_value(json_array_get(l, 1)) == 0.999);
+	assert_true(ds_config_get_json(c, "optimizer.params.betas") == l);
+	assert_null(v->optimizer.type); /* unset, no default */
 	assert_null(ds_config_get_json(c, "optimizer.type"));
-	assert_int_equal(ds_config_get_int(c, "no.such.key", &x), DS_EINVAL);
-	assert_int_equal(ds_config_get_bool(c, "steps_per_print", &b), DS_EINVAL);
-	assert_int_equal(ds_config_get_str(c, "optimizer.type", &s), DS_EINVAL); /* unset, no default */
+	assert_null(ds_config_get_json(c, "no.such.key"));
+	assert_int_equal(v->src.optimizer.type, DS_SRC_UNSET);
 	assert_int_equal(ds_config_source(c, "optimizer.type"), DS_SRC_UNSET);
 	assert_int_equal(ds_config_describe("wandb.enabled", NULL, &s, NULL), 0);
 	assert_string_equal(s, "unsupported");
