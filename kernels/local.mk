@@ -25,7 +25,8 @@ CLEANFILES += kernels/cuda/gpt_cuda.$(OBJEXT)
 kernels/cuda/gpt_cuda.$(OBJEXT): $(srcdir)/kernels/cuda/gpt_cuda.cu $(srcdir)/kernels/cuda/gpt_cuda.h \
 		$(srcdir)/kernels/common/gpt_math.h
 	@$(MKDIR_P) kernels/cuda
-	$(NVCC) -O2 -std=c++14 -Xcompiler -fPIC -I$(top_srcdir)/lib -I$(top_srcdir)/kernels \
+	$(NVCC) -O2 -std=c++14 $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -fPIC,-Wall \
+		-I$(top_srcdir)/lib -I$(top_srcdir)/kernels \
 		-c $(srcdir)/kernels/cuda/gpt_cuda.cu -o $@
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_kernels_cuda
