@@ -224,6 +224,47 @@ static int open_data(struct ds_data *dd, const struct ds_train_opts *o, const st
 	return ds_data_open(dd, &d, err);
 }
 
+/* --load: restore the engine and *st from o->load (or, for --load auto,
+ * the newest valid tag under --save; a first run with nothing saved yet
+ * starts fresh).  *resumed is 1 when the optimizer state and progress came
+ * from the checkpoint (not --no-load-optim).  Returns 0 or DS_E*. */
+static int resume(const struct ds_train_opts *o, struct ds_engine *e, const struct ds_train_setup *s,
+		  struct ds_train_state *st, int *resumed, struct ds_err *err)
+{
+	const char *load_dir = o->load;
+	const char *load_tag = NULL;
+	int rc = 0;
+	*resumed = 0;
+	if (load_dir && !strcmp(load_dir, "auto")) {
+		load_tag = "auto";
+		load_dir = o->save;
+		if (!load_dir)
+			return ds_err_set(err, DS_EINVAL, "--load auto looks for checkpoints under --save DIR; give --save");
+	}
+	if (!load_dir)
+		return 0;
+	char *tag = NULL;
+	/* --load auto on a first run (nothing saved yet) starts fresh */
+	if (load_tag && access(load_dir, F_OK) != 0) {
+		ds_log_info("--load auto: %s holds no checkpoint yet; starting from scratch", load_dir);
+		return 0;
+	}
+	rc = ds_train_load(load_dir, load_tag, o->no_load_optim, e, s, st, &tag, err);
+	if (rc == DS_EINVAL && load_tag && strstr(err->msg, "no checkpoint")) {
+		ds_log_info("--load auto: %s", err->msg);
+		ds_err_clear(err);
+		rc = 0;
+	} else if (rc == 0) {
+		*resumed = !o->no_load_optim;
+		const char *rc_env = getenv("SLURM_RESTART_COUNT");
+		ds_log_info("loaded %s/%s: step %lld, %lld samples consumed%s%s%s", load_dir, tag, st->iteration,
+			    st->consumed, o->no_load_optim ? " (weights only)" : "", rc_env ? ", SLURM_RESTART_COUNT " : "",
+			    rc_env ? rc_env : "");
+	}
+	free(tag);
+	return rc;
+}
+
 int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, struct ds_err *err)
 {
 	struct ds_comm *comm = NULL;
@@ -263,41 +304,9 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	if ((rc = ds_engine_create(&e, &s.eng, comm, err)) < 0)
 		goto out;
 
-	/* resume */
-	const char *load_dir = o->load;
-	const char *load_tag = NULL;
-	if (load_dir && !strcmp(load_dir, "auto")) {
-		load_tag = "auto";
-		load_dir = o->save;
-		if (!load_dir) {
-			rc = ds_err_set(err, DS_EINVAL, "--load auto looks for checkpoints under --save DIR; give --save");
-			goto out;
-		}
-	}
 	int resumed = 0;
-	if (load_dir) {
-		char *tag = NULL;
-		/* --load auto on a first run (nothing saved yet) starts fresh */
-		if (load_tag && access(load_dir, F_OK) != 0) {
-			ds_log_info("--load auto: %s holds no checkpoint yet; starting from scratch", load_dir);
-		} else {
-			rc = ds_train_load(load_dir, load_tag, o->no_load_optim, e, &s, &st, &tag, err);
-			if (rc == DS_EINVAL && load_tag && strstr(err->msg, "no checkpoint")) {
-				ds_log_info("--load auto: %s", err->msg);
-				ds_err_clear(err);
-				rc = 0;
-			} else if (rc < 0) {
-				goto out;
-			} else {
-				resumed = !o->no_load_optim;
-				const char *rc_env = getenv("SLURM_RESTART_COUNT");
-				ds_log_info("loaded %s/%s: step %lld, %lld samples consumed%s%s%s", load_dir, tag,
-					    st.iteration, st.consumed, o->no_load_optim ? " (weights only)" : "",
-					    rc_env ? ", SLURM_RESTART_COUNT " : "", rc_env ? rc_env : "");
-			}
-			free(tag);
-		}
-	}
+	if ((rc = resume(o, e, &s, &st, &resumed, err)) < 0)
+		goto out;
 
 	/* monitors, rank 0 only */
 	if (rank == 0) {
