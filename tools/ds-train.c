@@ -1,5 +1,5 @@
 /* ds-train - train a GPT-family model with DeepSpeed's configuration
- * (lib/train), or with --check validate the DeepSpeed and model configs and
+ * (lib/driver/train.h), or with --check validate the DeepSpeed and model configs and
  * print the effective configuration.  The options live in struct
  * ds_train_opts (lib/config/train_opts.h).
  */
@@ -14,7 +14,7 @@
 #include "app/cli.h"
 #include "config/config.h"
 #include "config/train_opts.h"
-#include "train/train.h"
+#include "driver/train.h"
 #include "util/err.h"
 #include "util/mem.h"
 

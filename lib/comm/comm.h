@@ -75,7 +75,7 @@ const char *ds_comm_backend(const struct ds_comm *c);
 const char *ds_comm_hostname(const struct ds_comm *c);
 
 /* Called after every blocking collective (and every wait) with its size and
- * latency; NULL turns it off.  lib/train feeds the comms logger of
+ * latency; NULL turns it off.  lib/driver feeds the comms logger of
  * lib/monitor (comms.h) from here. */
 void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx);
 
@@ -121,7 +121,7 @@ int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct d
  * build without MPI.  Borrowed; valid until ds_comm_destroy. */
 const void *ds_comm_mpi_handle(const struct ds_comm *c);
 
-/* For the hang watchdog (lib/train/watchdog.c), safe from any thread: the
+/* For the hang watchdog (lib/driver/watchdog.c), safe from any thread: the
  * blocking collective (or wait) this process is in, NULL outside one, and
  * how many it has finished. */
 const char *ds_comm_current_op(void);

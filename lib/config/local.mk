@@ -43,11 +43,6 @@ dist_dsconfig_configs_DATA = \
 dsconfig_modelsdir = $(pkgdatadir)/models
 dist_dsconfig_models_DATA = share/models/gpt-test.json share/models/gpt-tiny.json
 
-bin_PROGRAMS += tools/ds-train
-tools_ds_train_SOURCES = tools/ds-train.c
-tools_ds_train_LDADD = $(DS_LDADD)
-dist_man1_MANS += share/man/ds-train.1
-
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_config
 TESTS += tests/unit/test_config
@@ -55,13 +50,3 @@ tests_unit_test_config_SOURCES = tests/unit/test_config.c tests/unit/unit.h
 tests_unit_test_config_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_config_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
-
-if HAVE_BATS
-TESTS += tests/cli/ds-train-check.bats
-endif
-EXTRA_DIST += tests/cli/ds-train-check.bats
-
-if HAVE_BATS
-TESTS += tests/cli/ds-train.bats
-endif
-EXTRA_DIST += tests/cli/ds-train.bats

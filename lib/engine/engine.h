@@ -50,7 +50,7 @@
  * scale * max(1, clip factor) as DeepSpeed's unscale_and_clip_grads does.
  *
  * The engine never touches files: checkpoints go through the accessors
- * below, driven by the layer above (lib/train).
+ * below, driven by the layer above (lib/driver).
  */
 #ifndef DS_ENGINE_ENGINE_H
 #define DS_ENGINE_ENGINE_H

@@ -3,7 +3,7 @@
  * The thread only reads atomics and writes files; it never calls MPI, so it
  * works while the main thread is stuck inside a collective.
  */
-#include "train/watchdog.h"
+#include "driver/watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,8 +14,8 @@
  * thread is blocked, so nothing can be returned to it.  Without a callback
  * the report is only logged.
  */
-#ifndef DS_TRAIN_WATCHDOG_H
-#define DS_TRAIN_WATCHDOG_H
+#ifndef DS_DRIVER_WATCHDOG_H
+#define DS_DRIVER_WATCHDOG_H
 
 #include "util/err.h"
 

@@ -7,7 +7,7 @@
  * each holds all of it) into the same file with parallel HDF5; one rank
  * writes serially.  Nothing is renamed unless every rank succeeded (see
  * lib/io/ckpt.h). */
-#include "train/train_int.h"
+#include "driver/train_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * of the run - the log_summary() call a DeepSpeed training script makes
  * after training.  Each rank records its own calls; the table shows rank
  * 0's, as DeepSpeed's does. */
-#include "train/train_int.h"
+#include "driver/train_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

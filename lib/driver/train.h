@@ -2,8 +2,8 @@
  * checkpoints, monitors and signals.  This is the top layer of libds: it
  * may use every module below it; tools/ds-train.c only parses flags.
  */
-#ifndef DS_TRAIN_TRAIN_H
-#define DS_TRAIN_TRAIN_H
+#ifndef DS_DRIVER_TRAIN_H
+#define DS_DRIVER_TRAIN_H
 
 #include <stdio.h>
 

@@ -7,9 +7,9 @@
  * save every save_interval.  SIGTERM/SIGUSR1 set a flag that all ranks
  * agree on at the next step boundary: save, then return DS_ESIGNAL (exit 4).
  */
-#include "train/train.h"
-#include "train/train_int.h"
-#include "train/watchdog.h"
+#include "driver/train.h"
+#include "driver/train_int.h"
+#include "driver/watchdog.h"
 
 #include <jansson.h>
 #include <math.h>

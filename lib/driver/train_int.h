@@ -1,6 +1,6 @@
-/* train_int.h - what the parts of lib/train share (private). */
-#ifndef DS_TRAIN_INT_H
-#define DS_TRAIN_INT_H
+/* train_int.h - what the parts of ds-train's driver share (private). */
+#ifndef DS_DRIVER_TRAIN_INT_H
+#define DS_DRIVER_TRAIN_INT_H
 
 #include "comm/comm.h"
 #include "config/config.h"

@@ -3,8 +3,8 @@
  * resolved setup at --world-size ranks.  A config the trainer cannot run
  * (a model family it does not train, an optimizer it lacks) still checks;
  * its memory estimate says why it is not available. */
-#include "train/train.h"
-#include "train/train_int.h"
+#include "driver/train.h"
+#include "driver/train_int.h"
 
 #include <jansson.h>
 #include <stdio.h>

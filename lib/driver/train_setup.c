@@ -4,7 +4,7 @@
  * included: none is repeated here.  What the trainer does not implement
  * yet is refused here with the key and the reason, never silently ignored
  * (DESIGN.md "Configuration"). */
-#include "train/train_int.h"
+#include "driver/train_int.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,0 +1,29 @@
+## lib/driver/train.mk: ds-train's driver (set-up, state, --check, the
+## comms logger, the hang watchdog, the loop), the tool and its tests.
+lib_driver_libds_driver_a_SOURCES += lib/driver/train.c lib/driver/train.h lib/driver/train_setup.c \
+	lib/driver/train_int.h lib/driver/train_state.c lib/driver/train_check.c lib/driver/train_commlog.c \
+	lib/driver/watchdog.c lib/driver/watchdog.h
+
+bin_PROGRAMS += tools/ds-train
+tools_ds_train_SOURCES = tools/ds-train.c
+tools_ds_train_LDADD = $(DS_LDADD)
+dist_man1_MANS += share/man/ds-train.1
+
+if HAVE_BATS
+TESTS += tests/cli/ds-train.bats tests/cli/ds-train-check.bats
+endif
+EXTRA_DIST += tests/cli/ds-train.bats tests/cli/ds-train-check.bats
+
+if HAVE_BATS
+TESTS += tests/cli/ds-train-memory.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats
+if HAVE_MPI
+TESTS += tests/mpi/memory.bats tests/mpi/comms.bats
+endif
+endif
+EXTRA_DIST += tests/cli/ds-train-memory.bats tests/mpi/memory.bats tests/mpi/comms.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats
+
+## fp16/bf16 training runs (issue 5)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-mixed.bats
+endif
+EXTRA_DIST += tests/cli/ds-train-mixed.bats
