@@ -1,6 +1,6 @@
 /* ds-nvme-tune - find the fastest async-I/O ("aio") settings for a set of
  * NVMe directories, DeepSpeed's ds_nvme_tune with a faster search.  The
- * work is ds_nvme_tune_run (lib/tune/nvme_tune.h); this file parses the
+ * work is ds_nvme_tune_run (lib/driver/nvme_tune.h); this file parses the
  * command line, shows progress, and owns stdout, the CSV and the config copy.
  */
 #include "config.h"
@@ -13,7 +13,7 @@
 
 #include "app/app.h"
 #include "app/cli.h"
-#include "tune/nvme_tune.h"
+#include "driver/nvme_tune.h"
 #include "util/mem.h"
 
 #define TOOL "ds-nvme-tune"

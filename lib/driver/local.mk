@@ -5,3 +5,5 @@ noinst_LIBRARIES += lib/driver/libds_driver.a
 lib_driver_libds_driver_a_SOURCES =
 LIBDS += lib/driver/libds_driver.a
 include $(srcdir)/lib/driver/train.mk
+include $(srcdir)/lib/driver/nvme_tune.mk
+include $(srcdir)/lib/driver/autotune.mk

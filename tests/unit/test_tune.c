@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tune/nvme_tune.h"
+#include "driver/nvme_tune.h"
 #include "tune/search.h"
 
 /* A separable unimodal score with its peak at index `peak` in every

@@ -8,8 +8,8 @@
  * files are `_dstk_nvme_tune_{read,write}.PID` in each directory and are
  * removed on every return path.
  */
-#ifndef DS_TUNE_NVME_TUNE_H
-#define DS_TUNE_NVME_TUNE_H
+#ifndef DS_DRIVER_NVME_TUNE_H
+#define DS_DRIVER_NVME_TUNE_H
 
 #include <signal.h>
 #include <stdint.h>

@@ -18,7 +18,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "tune/nvme_tune.h"
+#include "driver/nvme_tune.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
