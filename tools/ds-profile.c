@@ -1,6 +1,6 @@
 /* ds-profile - DeepSpeed-style flops profile of a model: params, MACs and
  * flops per module and per depth, counted analytically from the model file.
- * The work is ds_profile_run (lib/monitor/profile_run.h); this file parses
+ * The work is ds_profile_run (lib/driver/profile_run.h); this file parses
  * the command line and owns the output stream.
  */
 #include "config.h"
@@ -12,8 +12,8 @@
 
 #include "app/cli.h"
 #include "model/count.h"
-#include "monitor/profile.h"
-#include "monitor/profile_run.h"
+#include "driver/profile.h"
+#include "driver/profile_run.h"
 #include "util/err.h"
 #include "util/mem.h"
 

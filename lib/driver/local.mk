@@ -7,3 +7,4 @@ LIBDS += lib/driver/libds_driver.a
 include $(srcdir)/lib/driver/train.mk
 include $(srcdir)/lib/driver/nvme_tune.mk
 include $(srcdir)/lib/driver/autotune.mk
+include $(srcdir)/lib/driver/profile.mk

@@ -27,7 +27,7 @@
 #include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "monitor/monitor.h"
-#include "monitor/profile.h"
+#include "driver/profile.h"
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/timer.h"

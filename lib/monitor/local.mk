@@ -1,3 +1,2 @@
-## lib/monitor: stdout log, CSV, TensorBoard, and flops-profile formatting.
+## lib/monitor: stdout log, CSV, TensorBoard, comms tables, metrics JSON.
 include $(srcdir)/lib/monitor/log.mk
-include $(srcdir)/lib/monitor/profile.mk

@@ -1,4 +1,4 @@
-/* test_profile.c - lib/monitor/profile: DeepSpeed's number formats (spec
+/* test_profile.c - lib/driver/profile: DeepSpeed's number formats (spec
  * case 12 and 13), the summary lines with engine info and recompute factor
  * (spec case 25), the aggregated and detailed layout, JSON and CSV, on a
  * small hand-countable GPT.
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "model/count.h"
-#include "monitor/profile.h"
+#include "driver/profile.h"
 
 static void test_number_format(void **state)
 {

@@ -1,11 +1,10 @@
-## lib/monitor/profile.mk: the flops-profiler report (text/JSON/CSV from the
-## count tree of lib/model/count) and the ds-profile tool.
-noinst_LIBRARIES += lib/monitor/libds_profile.a
-lib_monitor_libds_profile_a_SOURCES = \
-	lib/monitor/profile.c lib/monitor/profile.h \
-	lib/monitor/profile_run.c lib/monitor/profile_run.h \
-	lib/monitor/profile_measure.c
-LIBDS += lib/monitor/libds_profile.a
+## lib/driver/profile.mk: the flops-profiler report (text/JSON/CSV from the
+## count tree of lib/model/count), ds-profile's driver (with --measure on
+## the model) and the ds-profile tool.
+lib_driver_libds_driver_a_SOURCES += \
+	lib/driver/profile.c lib/driver/profile.h \
+	lib/driver/profile_run.c lib/driver/profile_run.h \
+	lib/driver/profile_measure.c
 
 bin_PROGRAMS += tools/ds-profile
 tools_ds_profile_SOURCES = tools/ds-profile.c

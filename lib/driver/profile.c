@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "monitor/profile.h"
+#include "driver/profile.h"
 
 /* ---- number formats ---- */
 

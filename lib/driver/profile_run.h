@@ -1,15 +1,15 @@
 /* profile_run.h - the work of ds-profile: load a model file, count it,
  * render the profile to the caller's stream.
  */
-#ifndef DS_MONITOR_PROFILE_RUN_H
-#define DS_MONITOR_PROFILE_RUN_H
+#ifndef DS_DRIVER_PROFILE_RUN_H
+#define DS_DRIVER_PROFILE_RUN_H
 
 #include <stdint.h>
 #include <stdio.h>
 
 #include "config/model.h"
 #include "model/count.h"
-#include "monitor/profile.h"
+#include "driver/profile.h"
 #include "util/err.h"
 
 struct ds_profile_opts {

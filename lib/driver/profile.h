@@ -13,8 +13,8 @@
  *                                  bwd_s, step_s, recompute_fwd_factor, 0 };
  *   ds_profile_render(&c, &v, &e, output_file ? f : stdout, err);  ds_count_release(&c);
  */
-#ifndef DS_MONITOR_PROFILE_H
-#define DS_MONITOR_PROFILE_H
+#ifndef DS_DRIVER_PROFILE_H
+#define DS_DRIVER_PROFILE_H
 
 #include <stddef.h>
 #include <stdio.h>

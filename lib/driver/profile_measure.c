@@ -12,8 +12,8 @@
 
 #include "engine/ceiling.h"
 #include "model/gpt.h"
-#include "monitor/profile.h"
-#include "monitor/profile_run.h"
+#include "driver/profile.h"
+#include "driver/profile_run.h"
 #include "optim/optim.h"
 #include "util/mem.h"
 #include "util/rng.h"
