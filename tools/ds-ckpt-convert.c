@@ -1,7 +1,7 @@
 /* ds-ckpt-convert - inspect, verify and convert dstk checkpoints: weights-only
  * HDF5 (fp32/fp16/bf16), Hugging Face safetensors (GPT-2 / GPT-NeoX) and
  * llm.c model files, in both directions.  The work is ds_convert_run
- * (lib/io/convert.h); this file parses the command line.
+ * (lib/driver/convert.h); this file parses the command line.
  */
 #include "config.h"
 
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "app/cli.h"
-#include "io/convert.h"
+#include "driver/convert.h"
 #include "util/err.h"
 #include "util/log.h"
 

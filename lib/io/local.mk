@@ -1,5 +1,6 @@
-## lib/io: the async-I/O engine, datasets and checkpoints; one fragment each.
+## lib/io: the async-I/O engine, datasets, checkpoints and model-weight
+## formats; one fragment each.
 include $(srcdir)/lib/io/aio.mk
 include $(srcdir)/lib/io/data.mk
 include $(srcdir)/lib/io/ckpt.mk
-include $(srcdir)/lib/io/convert.mk
+include $(srcdir)/lib/io/weights.mk

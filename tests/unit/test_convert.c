@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/convert.h"
-#include "io/convert_hf.h"
+#include "driver/convert.h"
+#include "driver/convert_hf.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"

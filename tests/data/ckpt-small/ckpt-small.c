@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "io/ckpt.h"
-#include "io/convert_hf.h"
+#include "driver/convert_hf.h"
 #include "model/gpt.h"
 #include "util/mem.h"
 #include "util/rng.h"

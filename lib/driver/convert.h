@@ -6,8 +6,8 @@
  * tensor (peak memory ~ two copies of the largest tensor) and writes its
  * output under a temporary name, renamed only when complete.
  */
-#ifndef DS_IO_CONVERT_H
-#define DS_IO_CONVERT_H
+#ifndef DS_DRIVER_CONVERT_H
+#define DS_DRIVER_CONVERT_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/convert_hf.h"
+#include "driver/convert_hf.h"
 #include "util/log.h"
 
 const char *ds_hf_arch_name(int arch) { return arch == DS_HF_NEOX ? "gpt_neox" : "gpt2"; }

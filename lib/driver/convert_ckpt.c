@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "driver/convert_hf.h"
+#include "driver/convert_int.h"
 #include "io/ckpt.h"
-#include "io/convert_hf.h"
-#include "io/convert_int.h"
 #include "util/half.h"
 #include "util/mem.h"
 

@@ -1,15 +1,15 @@
 /* convert_int.h - the pieces of ds_convert_run: a tensor source that hands
  * out dstk-named fp32 tensors one at a time, whatever the input format, and
- * one writer per output format.  Private to lib/io/convert*.c.
+ * one writer per output format.  Private to lib/driver/convert*.c.
  */
-#ifndef DS_IO_CONVERT_INT_H
-#define DS_IO_CONVERT_INT_H
+#ifndef DS_DRIVER_CONVERT_INT_H
+#define DS_DRIVER_CONVERT_INT_H
 
 #include <stdint.h>
 #include <stdio.h>
 
 #include "config/model.h"
-#include "io/convert.h"
+#include "driver/convert.h"
 #include "model/gpt.h"
 #include "util/err.h"
 

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/convert_hf.h"
-#include "io/convert_int.h"
+#include "driver/convert_hf.h"
+#include "driver/convert_int.h"
 #include "io/convert_out.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "util/file.h"
-#include "io/convert_int.h"
+#include "driver/convert_int.h"
 #include "io/convert_out.h"
 #include "io/llmc.h"
 #include "util/half.h"

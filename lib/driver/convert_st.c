@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/convert_hf.h"
-#include "io/convert_int.h"
+#include "driver/convert_hf.h"
+#include "driver/convert_int.h"
 #include "io/convert_out.h"
 #include "io/safetensors.h"
 #include "util/mem.h"

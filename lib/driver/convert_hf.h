@@ -7,8 +7,8 @@
  * [out, in] weights, and query_key_value rows interleaved per head
  * [h0 q,k,v | h1 q,k,v | ...] where dstk's c_attn is [q | k | v].
  */
-#ifndef DS_IO_CONVERT_HF_H
-#define DS_IO_CONVERT_HF_H
+#ifndef DS_DRIVER_CONVERT_HF_H
+#define DS_DRIVER_CONVERT_HF_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,16 +1,12 @@
-## lib/io/convert.mk: ds-ckpt-convert -- safetensors and llm.c model files,
-## HF GPT-2 / GPT-NeoX names, and conversions between them and dstk's HDF5
-## checkpoints (lib/io/ckpt), streamed tensor by tensor.
-noinst_LIBRARIES += lib/io/libds_convert.a
-lib_io_libds_convert_a_SOURCES = \
-	lib/io/safetensors.c lib/io/safetensors.h \
-	lib/io/llmc.c lib/io/llmc.h \
-	lib/io/convert.c lib/io/convert.h lib/io/convert_int.h \
-	lib/io/convert_st.c lib/io/convert_llmc.c \
-	lib/io/convert_hf.c lib/io/convert_hf.h \
-	lib/io/convert_out.c lib/io/convert_out.h \
-	lib/io/convert_ckpt.c
-LIBDS += lib/io/libds_convert.a
+## lib/driver/convert.mk: ds-ckpt-convert -- HF GPT-2 / GPT-NeoX names and
+## conversions between safetensors, llm.c model files (lib/io) and dstk's
+## HDF5 checkpoints (lib/io/ckpt), streamed tensor by tensor against the
+## model's registry.
+lib_driver_libds_driver_a_SOURCES += \
+	lib/driver/convert.c lib/driver/convert.h lib/driver/convert_int.h \
+	lib/driver/convert_st.c lib/driver/convert_llmc.c \
+	lib/driver/convert_hf.c lib/driver/convert_hf.h \
+	lib/driver/convert_ckpt.c
 
 bin_PROGRAMS += tools/ds-ckpt-convert
 tools_ds_ckpt_convert_SOURCES = tools/ds-ckpt-convert.c
