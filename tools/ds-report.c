@@ -2,7 +2,7 @@
  *
  * DeepSpeed's ds_report for dstk: build configuration, a feature table
  * (installed / compatible, with the reason and fix for what is missing),
- * machine facts and library versions.  The work is in lib/app/report.c.
+ * machine facts and library versions.  The work is in lib/driver/report.c.
  */
 #include "config.h"
 #include <getopt.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "app/cli.h"
-#include "app/report.h"
+#include "driver/report.h"
 
 #define TOOL "ds-report"
 

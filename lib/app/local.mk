@@ -1,12 +1,11 @@
 ## lib/app: what the tools share above libds's modules: the command-line
 ## conventions (cli), the optional-feature table (app), machine facts
-## (sysinfo), the GPU and MPI probes (real or stub) and ds-report's model.
+## (sysinfo), the GPU and MPI probes (real or stub).
 noinst_LIBRARIES += lib/app/libds_app.a
 lib_app_libds_app_a_SOURCES = \
 	lib/app/app.c lib/app/app.h \
 	lib/app/cli.c lib/app/cli.h \
 	lib/app/sysinfo.c lib/app/sysinfo.h \
-	lib/app/report.c lib/app/report.h \
 	lib/app/gpu.h lib/app/mpiver.h
 if HAVE_CUDA
 lib_app_libds_app_a_SOURCES += lib/app/gpu_cuda.c
@@ -20,16 +19,3 @@ lib_app_libds_app_a_SOURCES += lib/app/mpiver_stub.c
 endif
 LIBDS += lib/app/libds_app.a
 EXTRA_DIST += lib/app/gpu_cuda.c lib/app/gpu_stub.c lib/app/mpiver_mpi.c lib/app/mpiver_stub.c
-
-if HAVE_CMOCKA
-check_PROGRAMS += tests/unit/test_report
-TESTS += tests/unit/test_report
-tests_unit_test_report_SOURCES = tests/unit/test_report.c tests/unit/unit.h
-tests_unit_test_report_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
-tests_unit_test_report_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
-endif
-
-if HAVE_BATS
-TESTS += tests/cli/ds-report.bats tests/cli/man.bats
-endif
-EXTRA_DIST += tests/cli/ds-report.bats tests/cli/man.bats

@@ -9,3 +9,4 @@ include $(srcdir)/lib/driver/nvme_tune.mk
 include $(srcdir)/lib/driver/autotune.mk
 include $(srcdir)/lib/driver/profile.mk
 include $(srcdir)/lib/driver/convert.mk
+include $(srcdir)/lib/driver/report.mk

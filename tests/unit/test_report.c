@@ -10,8 +10,8 @@
 #include "unit.h"
 #include "app/app.h"
 #include "app/cli.h"
-#include "app/report.h"
 #include "app/sysinfo.h"
+#include "driver/report.h"
 
 static void test_format_bytes(void **state)
 {

@@ -20,9 +20,9 @@
 #include "app/app.h"
 #include "app/gpu.h"
 #include "app/mpiver.h"
-#include "app/report.h"
 #include "app/sysinfo.h"
 #include "cpu/gemm_bf16.h"
+#include "driver/report.h"
 
 #define SEP "--------------------------------------------------"
 #define GREEN "\033[92m"

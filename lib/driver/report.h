@@ -4,8 +4,8 @@
  * ds_report); ds_report_write() renders it as text (DeepSpeed's ds_report
  * look) or JSON, so both outputs always carry the same content.
  */
-#ifndef DS_APP_REPORT_H
-#define DS_APP_REPORT_H
+#ifndef DS_DRIVER_REPORT_H
+#define DS_DRIVER_REPORT_H
 
 #include <stdio.h>
 #include "util/err.h"

@@ -1,0 +1,21 @@
+## lib/driver/report.mk: ds-report's driver (features, build, machine and
+## library versions as one row model), the tool and its tests.
+lib_driver_libds_driver_a_SOURCES += lib/driver/report.c lib/driver/report.h
+
+bin_PROGRAMS += tools/ds-report
+tools_ds_report_SOURCES = tools/ds-report.c
+tools_ds_report_LDADD = $(DS_LDADD)
+dist_man1_MANS += share/man/ds-report.1
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_report
+TESTS += tests/unit/test_report
+tests_unit_test_report_SOURCES = tests/unit/test_report.c tests/unit/unit.h
+tests_unit_test_report_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_report_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif
+
+if HAVE_BATS
+TESTS += tests/cli/ds-report.bats
+endif
+EXTRA_DIST += tests/cli/ds-report.bats
