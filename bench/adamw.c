@@ -2,7 +2,7 @@
  * parameters (p, g, m, v: four flat fp32 buffers) per kernel, in GB/s,
  * next to the STREAM-style triad measured in the same run.
  * Bytes are counted as 28 per parameter: read p, g, m, v and write p, m, v.
- * The triad (engine/ceiling.c) counts 12 bytes per element, STREAM's
+ * The triad (kernels/cpu/ceiling.c) counts 12 bytes per element, STREAM's
  * convention, which leaves out the write-allocate read of its output array
  * (16 bytes really move).  So the run also measures an in-place update
  * a[i] += s*b[i] (12 bytes, all of them real, no write-allocate), the
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ceiling.h"
+#include "cpu/ceiling.h"
 #include "optim/optim.h"
 #include "util/err.h"
 #include "util/mem.h"

@@ -33,8 +33,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/ceiling.h"
 #include "cpu/gemm_bf16.h"
-#include "engine/ceiling.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/timer.h"

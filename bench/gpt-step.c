@@ -21,7 +21,7 @@
 #include <omp.h>
 #include <cblas.h>
 
-#include "engine/ceiling.h"
+#include "cpu/ceiling.h"
 #include "model/count.h"
 #include "model/gpt.h"
 #include "util/half.h"

@@ -1,7 +1,10 @@
-## kernels: cpu/ (C, OpenMP, SIMD), cuda/ (.cu), common/ (shared inline math)
+## kernels: cpu/ (C, OpenMP, SIMD; and the machine's ceilings, sgemm and
+## triad, that MFU and the benchmarks compare against), cuda/ (.cu),
+## common/ (shared inline math)
 noinst_LIBRARIES += kernels/libds_kernels.a
 kernels_libds_kernels_a_SOURCES = kernels/cpu/gpt_kernels.c kernels/cpu/gpt_kernels.h \
 	kernels/cpu/gemm_bf16.c kernels/cpu/gemm_bf16.h \
+	kernels/cpu/ceiling.c kernels/cpu/ceiling.h \
 	kernels/common/gpt_math.h
 ## -fno-trapping-math lets the element-wise loops with clamps vectorise; it
 ## changes no result (no FP exception is ever inspected).

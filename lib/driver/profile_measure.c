@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ceiling.h"
-#include "model/gpt.h"
+#include "cpu/ceiling.h"
 #include "driver/profile.h"
 #include "driver/profile_run.h"
+#include "model/gpt.h"
 #include "optim/optim.h"
 #include "util/mem.h"
 #include "util/rng.h"

@@ -7,9 +7,9 @@
 
 #include "config/model.h"
 
-#include "model/count.h"
 #include "driver/profile.h"
 #include "driver/profile_run.h"
+#include "model/count.h"
 
 int ds_profile_load_model(const char *path, struct ds_model_config *m, struct ds_err *err)
 {

@@ -20,14 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu/ceiling.h"
 #include "cpu/gemm_bf16.h"
-#include "engine/ceiling.h"
+#include "driver/profile.h"
 #include "engine/estimate.h"
 #include "model/count.h"
 #include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "monitor/monitor.h"
-#include "driver/profile.h"
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/timer.h"

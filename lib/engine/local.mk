@@ -1,8 +1,7 @@
-## lib/engine: the training engine (flat buffers, ZeRO, step) and the
-## machine ceilings that MFU and the benchmarks compare against.
+## lib/engine: the training engine (flat buffers, ZeRO, step) and its
+## memory estimator.
 noinst_LIBRARIES += lib/engine/libds_engine.a
-lib_engine_libds_engine_a_SOURCES = lib/engine/ceiling.c lib/engine/ceiling.h \
-	lib/engine/engine.c lib/engine/engine.h \
+lib_engine_libds_engine_a_SOURCES = lib/engine/engine.c lib/engine/engine.h \
 	lib/engine/estimate.c lib/engine/estimate.h
 LIBDS += lib/engine/libds_engine.a
 

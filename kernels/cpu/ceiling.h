@@ -2,8 +2,8 @@
  * figure they are compared with (DESIGN.md "Benchmarks"): sgemm GFLOP/s
  * through the linked BLAS, and memory bandwidth by a STREAM-style triad.
  * MFU = achieved model FLOP/s / sgemm ceiling. */
-#ifndef DS_ENGINE_CEILING_H
-#define DS_ENGINE_CEILING_H
+#ifndef DS_CPU_CEILING_H
+#define DS_CPU_CEILING_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* ceiling.c - sgemm and triad ceilings (see ceiling.h). */
-#include "engine/ceiling.h"
+#include "cpu/ceiling.h"
 
 #include <cblas.h>
 
