@@ -13,7 +13,7 @@
 #include <signal.h>
 
 #include "app/app.h"
-#include "app/cli.h"
+#include "cli.h"
 #include "tune/autotune.h"
 #include "util/log.h"
 #include "util/mem.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app/cli.h"
+#include "cli.h"
 #include "driver/convert.h"
 #include "util/err.h"
 #include "util/log.h"

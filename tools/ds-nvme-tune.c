@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
-#include "app/cli.h"
+#include "cli.h"
 #include "driver/nvme_tune.h"
 #include "util/mem.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/cli.h"
+#include "cli.h"
 #include "model/count.h"
 #include "driver/profile.h"
 #include "driver/profile_run.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "app/cli.h"
+#include "cli.h"
 #include "driver/report.h"
 
 #define TOOL "ds-report"

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app/cli.h"
+#include "cli.h"
 #include "config/config.h"
 #include "config/train_opts.h"
 #include "driver/train.h"

@@ -1,10 +1,9 @@
-## lib/app: what the tools share above libds's modules: the command-line
-## conventions (cli), the optional-feature table (app), machine facts
-## (sysinfo), the GPU and MPI probes (real or stub).
+## lib/app: facts about this build and this machine that the tools and
+## drivers show: the optional-feature table (app), machine facts (sysinfo),
+## the GPU and MPI probes (real or stub).
 noinst_LIBRARIES += lib/app/libds_app.a
 lib_app_libds_app_a_SOURCES = \
 	lib/app/app.c lib/app/app.h \
-	lib/app/cli.c lib/app/cli.h \
 	lib/app/sysinfo.c lib/app/sysinfo.h \
 	lib/app/gpu.h lib/app/mpiver.h
 if HAVE_CUDA

@@ -3,7 +3,7 @@
 lib_driver_libds_driver_a_SOURCES += lib/driver/autotune_run.c
 
 bin_PROGRAMS += tools/ds-autotune
-tools_ds_autotune_SOURCES = tools/ds-autotune.c
+tools_ds_autotune_SOURCES = tools/ds-autotune.c tools/cli.c tools/cli.h
 tools_ds_autotune_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-autotune.1
 

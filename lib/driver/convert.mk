@@ -9,7 +9,7 @@ lib_driver_libds_driver_a_SOURCES += \
 	lib/driver/convert_ckpt.c
 
 bin_PROGRAMS += tools/ds-ckpt-convert
-tools_ds_ckpt_convert_SOURCES = tools/ds-ckpt-convert.c
+tools_ds_ckpt_convert_SOURCES = tools/ds-ckpt-convert.c tools/cli.c tools/cli.h
 tools_ds_ckpt_convert_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-ckpt-convert.1
 TESTS += tests/cli/ds-ckpt-convert.bats

@@ -7,7 +7,7 @@ lib_driver_libds_driver_a_SOURCES += \
 	lib/driver/profile_measure.c
 
 bin_PROGRAMS += tools/ds-profile
-tools_ds_profile_SOURCES = tools/ds-profile.c
+tools_ds_profile_SOURCES = tools/ds-profile.c tools/cli.c tools/cli.h
 tools_ds_profile_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-profile.1
 

@@ -5,7 +5,7 @@ lib_driver_libds_driver_a_SOURCES += lib/driver/train.c lib/driver/train.h lib/d
 	lib/driver/watchdog.c lib/driver/watchdog.h
 
 bin_PROGRAMS += tools/ds-train
-tools_ds_train_SOURCES = tools/ds-train.c
+tools_ds_train_SOURCES = tools/ds-train.c tools/cli.c tools/cli.h
 tools_ds_train_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-train.1
 

@@ -9,8 +9,8 @@
 #include <jansson.h>
 #include "unit.h"
 #include "app/app.h"
-#include "app/cli.h"
 #include "app/sysinfo.h"
+#include "cli.h"
 #include "driver/report.h"
 
 static void test_format_bytes(void **state)

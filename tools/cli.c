@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include "app/cli.h"
+#include "cli.h"
 
 int ds_cli_version(const char *tool)
 {

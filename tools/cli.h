@@ -1,6 +1,6 @@
 /* cli.h - the command-line conventions every dstk tool shares.
  *
- * This is the tools' side of libds: unlike the rest of the library these
+ * Compiled into each tool, not into libds (which never prints): these
  * helpers write to stdout/stderr, because they are exactly what a main()
  * would otherwise repeat.  A tool uses them like this:
  *
@@ -17,8 +17,8 @@
  *
  * longopts then lists only the dash spelling of each long option.
  */
-#ifndef DS_APP_CLI_H
-#define DS_APP_CLI_H
+#ifndef DS_TOOLS_CLI_H
+#define DS_TOOLS_CLI_H
 
 #include "util/err.h"
 
