@@ -1,6 +1,6 @@
 /* ds-autotune - find the fastest ZeRO stage and micro batch for a model by
  * running short ds-train trials, DeepSpeed's autotuner for dstk.  The work
- * is ds_autotune_run (lib/tune/autotune.h); this file parses the command
+ * is ds_autotune_run (lib/driver/autotune.h); this file parses the command
  * line and prints the summary table (stdout) or its CSV/JSON.
  */
 #include "config.h"
@@ -14,7 +14,7 @@
 
 #include "app/app.h"
 #include "cli.h"
-#include "tune/autotune.h"
+#include "driver/autotune.h"
 #include "util/log.h"
 #include "util/mem.h"
 

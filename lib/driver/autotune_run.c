@@ -24,10 +24,10 @@
 
 #include "config/config.h"
 #include "config/model.h"
+#include "driver/autotune.h"
 #include "engine/estimate.h"
 #include "model/count.h"
 #include "model/gpt.h"
-#include "tune/autotune.h"
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/timer.h"
