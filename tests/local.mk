@@ -57,3 +57,7 @@ if HAVE_BATS
 TESTS += tests/cli/bounded.bats
 endif
 EXTRA_DIST += tests/cli/bounded.bats
+
+## The layer rule (DESIGN.md "Layers"): no module includes one above it.
+TESTS += tests/lint/layers.sh
+EXTRA_DIST += tests/lint/layers.sh
