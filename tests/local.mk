@@ -58,6 +58,7 @@ TESTS += tests/cli/bounded.bats
 endif
 EXTRA_DIST += tests/cli/bounded.bats
 
-## The layer rule (DESIGN.md "Layers"): no module includes one above it.
-TESTS += tests/lint/layers.sh
-EXTRA_DIST += tests/lint/layers.sh
+## The layer rule (DESIGN.md "Layers"): no module includes one above it;
+## and libds never prints, exits or aborts (STYLE rule 4).
+TESTS += tests/lint/layers.sh tests/lint/quiet.sh
+EXTRA_DIST += tests/lint/layers.sh tests/lint/quiet.sh

@@ -178,7 +178,8 @@ int main(int argc, char **argv)
 		return ds_cli_fail(TOOL, &err);
 
 	if ((json ? ds_nvme_tune_write_json(stdout, &res, &err) : ds_nvme_tune_write_text(stdout, &res, &err)) < 0 ||
-	    (csv && ds_nvme_tune_csv_file(csv, &res, &err) < 0) ||
+	    (csv && (!strcmp(csv, "-") ? ds_nvme_tune_write_csv(stdout, &res, &err)
+				       : ds_nvme_tune_csv_file(csv, &res, &err)) < 0) ||
 	    (dsconf && ds_nvme_tune_config_merge(dsconf, out ? out : dsconf, &res, &err) < 0)) {
 		ds_nvme_tune_res_release(&res);
 		return ds_cli_fail(TOOL, &err);

@@ -1,21 +1,27 @@
 /* ds-train - train a GPT-family model with DeepSpeed's configuration
- * (lib/driver/train.h), or with --check validate the DeepSpeed and model configs and
- * print the effective configuration.  The options live in struct
- * ds_train_opts (lib/config/train_opts.h).
+ * (lib/driver/train.h), or with --check validate the DeepSpeed and model
+ * configs and print the effective configuration.  The options live in
+ * struct ds_train_opts (lib/config/train_opts.h).  This file owns what a
+ * process owns: the communicator, the signal handlers, stdout/stderr and
+ * the decision to end the whole job when a rank fails.
  */
 #include "config.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "config/config.h"
 #include "config/train_opts.h"
 #include "driver/train.h"
+#include "monitor/out.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/mem.h"
 
 #define TOOL "ds-train"
@@ -104,6 +110,38 @@ static int num(const char *s, uint64_t lo, uint64_t hi, const char *what, int64_
 	return 0;
 }
 
+/* SIGTERM/SIGUSR1 (Slurm's --signal): ask the run to save and stop at the
+ * next step boundary (exit 4), remembering when the first one came. */
+static volatile sig_atomic_t stop_signal, signal_at;
+
+static void on_signal(int sig)
+{
+	struct timespec t;
+	if (!stop_signal && clock_gettime(CLOCK_MONOTONIC, &t) == 0)
+		signal_at = (sig_atomic_t)t.tv_sec;
+	stop_signal = sig;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* A rank failed where the others may be waiting in a collective it will
+ * not join: say why and take the whole job down with this failure's exit
+ * status, rather than leave them hanging. */
+static void on_stranded(void *ctx, struct ds_comm *comm, int rc, const struct ds_err *err)
+{
+	(void)ctx;
+	ds_log_error("%s", err->msg);
+	ds_comm_abort(comm, ds_exit_code(rc));
+}
+
 /* The hang watchdog's report, from its thread while the main thread is
  * stuck: print it and end this rank with status 5 so the job ends. */
 static void on_watchdog(void *ctx, const char *report, int first)
@@ -113,6 +151,25 @@ static void on_watchdog(void *ctx, const char *report, int first)
 	fprintf(stderr, "%s: %s", TOOL, report);
 	fflush(stderr);
 	_exit(ds_exit_code(DS_ETIMEOUT));
+}
+
+/* The run: rank and world from the launcher, results on rank 0's stdout,
+ * the progress bar on a terminal's stderr. */
+static int train(const struct ds_train_opts *o)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_comm *comm = NULL;
+	struct ds_train_result res;
+	if (ds_comm_create(&comm, "auto", &err) < 0)
+		return ds_cli_fail(TOOL, &err);
+	ds_log_init(ds_comm_rank(comm), DS_LOG_INFO, 0);
+	install_signals();
+	const struct ds_monitor_out out = { stdout, isatty(2) ? stderr : NULL };
+	const struct ds_train_hooks h = { .out = &out, .stop = &stop_signal, .stop_at = &signal_at,
+					  .on_watchdog = on_watchdog, .on_stranded = on_stranded };
+	int rc = ds_train_run(o, comm, &h, &res, &err);
+	ds_comm_destroy(comm);
+	return rc < 0 ? ds_cli_fail(TOOL, &err) : 0;
 }
 
 int main(int argc, char **argv)
@@ -165,9 +222,5 @@ int main(int argc, char **argv)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	if (o.check)
 		return ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
-	struct ds_train_result res;
-	o.on_watchdog = on_watchdog;
-	if (ds_train_run(&o, &res, &err) < 0)
-		return ds_cli_fail(TOOL, &err);
-	return 0;
+	return train(&o);
 }

@@ -34,10 +34,6 @@ struct ds_train_opts {
 	int64_t exit_interval;         /* --exit-interval (0: off) */
 	double peak_gflops;            /* --peak-gflops (0: measure sgemm at start-up) */
 	const char *metrics_json;      /* --metrics-json FILE */
-	/* dstk.watchdog_timeout_s: called from the watchdog thread on a stall
-	 * with the report (lib/driver/watchdog.h); ds-train prints it and exits 5 */
-	void (*on_watchdog)(void *ctx, const char *report, int first);
-	void *watchdog_ctx;
 };
 
 /* Fill o with the defaults above. */

@@ -600,6 +600,10 @@ static int spawn_wait(char **argv, const char *out, const char *errf, double tim
 		if (fi >= 0)
 			dup2(fi, 0);
 		execvp(argv[0], argv);
+		/* still the forked child, not the caller's process: fd 2 is the
+		 * trial's stderr.txt, where the reason becomes the trial's (see
+		 * last_line); _exit ends the child alone, without running the
+		 * parent's atexit handlers or flushing its stdio buffers twice */
 		dprintf(2, "ds-autotune: cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}

@@ -755,8 +755,6 @@ int ds_nvme_tune_csv_file(const char *path, const struct ds_nvme_tune_res *res, 
 	FILE *f;
 	int rc;
 
-	if (!strcmp(path, "-"))
-		return ds_nvme_tune_write_csv(stdout, res, err);
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= sizeof(tmp))
 		return ds_err_set(err, DS_EINVAL, "--csv %s: path too long", path);
 	if (!(f = fopen(tmp, "w")))

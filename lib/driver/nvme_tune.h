@@ -85,7 +85,8 @@ void ds_nvme_tune_space_default(const char *engine, struct ds_tune_space *s);
 int ds_nvme_tune_write_text(FILE *f, const struct ds_nvme_tune_res *res, struct ds_err *err);
 int ds_nvme_tune_write_json(FILE *f, const struct ds_nvme_tune_res *res, struct ds_err *err);
 int ds_nvme_tune_write_csv(FILE *f, const struct ds_nvme_tune_res *res, struct ds_err *err);
-/* The CSV into path ("-": stdout), via path.tmp.PID renamed when complete. */
+/* The CSV into the file path, via path.tmp.PID renamed when complete
+ * (the tool writes "-" to stdout itself, with ds_nvme_tune_write_csv). */
 int ds_nvme_tune_csv_file(const char *path, const struct ds_nvme_tune_res *res, struct ds_err *err);
 
 /* 0 when path is a DeepSpeed config that the "aio" section can be merged

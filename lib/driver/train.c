@@ -4,8 +4,10 @@
  * consumed .. consumed + TB in the data order), take the schedule's lr for
  * the next non-skipped step, run the engine, log (stdout line every
  * log_interval steps, CSV/TensorBoard every step, metrics window), evaluate,
- * save every save_interval.  SIGTERM/SIGUSR1 set a flag that all ranks
- * agree on at the next step boundary: save, then return DS_ESIGNAL (exit 4).
+ * save every save_interval.  A stop request (the tool's signal handler sets
+ * hooks->stop) is agreed on by all ranks at the next step boundary: save,
+ * then return DS_ESIGNAL (exit 4).  Lines for the user go through the
+ * tool's streams (hooks->out), never to stdout/stderr directly.
  */
 #include "driver/train.h"
 #include "driver/train_int.h"
@@ -13,7 +15,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +29,15 @@
 #include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "monitor/monitor.h"
+#include "monitor/out.h"
 #include "util/log.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
-static volatile sig_atomic_t stop_signal;
-
 /* flops_profiler at its profile_step (rank 0): DeepSpeed's report with the
  * engine lines and this step's measured latencies per micro-batch. */
 static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_step *r, long long step,
-			double peak_gflops, struct ds_err *err)
+			double peak_gflops, const struct ds_monitor_out *mo, struct ds_err *err)
 {
 	const struct ds_config_values *cv = ds_config_values(s->cfg);
 	int64_t depth = cv->flops_profiler.module_depth, top = cv->flops_profiler.top_modules;
@@ -52,16 +52,17 @@ static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_s
 	struct ds_profile_view v = { DS_PROFILE_TEXT, (int)step, (int)depth, (int)(top > 0 ? top : 1), detailed, NULL };
 	struct ds_profile_engine pe = { s->W, s->W, 1, (int)s->mb, r->t_fwd / ga, 1, (r->t_bwd + r->t_reduce) / ga,
 					r->t_step, rf, peak_gflops * 1e9 };
-	FILE *f = out && *out ? fopen(out, "w") : stdout;
-	int rc;
-	if (!f)
+	FILE *res = mo ? mo->results : NULL;
+	FILE *f = out && *out ? fopen(out, "w") : res;
+	int rc = 0;
+	if (!f && out && *out)
 		rc = ds_err_set(err, DS_EIO, "flops_profiler.output_file %s: cannot open for writing", out);
-	else
+	else if (f)
 		rc = ds_profile_render(&cnt, &v, &pe, f, err);
-	if (f && f != stdout)
+	if (f && f != res)
 		fclose(f);
-	else
-		fflush(stdout);
+	else if (f)
+		fflush(f);
 	ds_count_release(&cnt);
 	return rc;
 }
@@ -78,32 +79,13 @@ static int cfg_dump_state(const struct ds_train_setup *s)
 	return ds_config_values(s->cfg)->dump_state;
 }
 
-static volatile sig_atomic_t signal_at;  /* CLOCK_MONOTONIC seconds of the first stop signal */
-
-static void on_signal(int sig)
-{
-	struct timespec t;
-	if (!stop_signal && clock_gettime(CLOCK_MONOTONIC, &t) == 0)
-		signal_at = (sig_atomic_t)t.tv_sec;
-	stop_signal = sig;
-}
-
-static void install_signals(void)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGUSR1, &sa, NULL);
-}
-
 /* Before saving on a signal: will the save fit in the time the job has
  * left?  That is SLURM_JOB_END_TIME (seconds since the epoch) minus now, or
  * else dstk.signal_lead_s (the N of --signal=USR1@N) minus the time since
- * the signal came.  last_save: seconds the last save of this run took, < 0
- * when none was timed. */
-static void check_save_fits(const struct ds_config *cfg, double last_save, int sig)
+ * the signal came (signal_at: its CLOCK_MONOTONIC seconds, 0 unknown).
+ * last_save: seconds the last save of this run took, < 0 when none was
+ * timed. */
+static void check_save_fits(const struct ds_config *cfg, double last_save, int sig, long signal_at)
 {
 	const char *e = getenv("SLURM_JOB_END_TIME"), *from = "SLURM_JOB_END_TIME";
 	char *end = NULL;
@@ -164,7 +146,7 @@ static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const s
  * prints the maxima over ranks next to the estimate (stdout) and, when
  * js is given, returns them per rank for --metrics-json. */
 static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, const struct ds_engine *e,
-			 size_t held_setup, json_t **js, struct ds_err *err)
+			 size_t held_setup, const struct ds_monitor_out *mo, json_t **js, struct ds_err *err)
 {
 	struct ds_engine_mem m;
 	const int W = s->W;
@@ -186,11 +168,10 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 				mx[k] = all[3 * r + k];
 	/* model_state: the engine's own count of its parameter, gradient and
 	 * optimizer-state buffers (the same on every rank) */
-	printf("memory per rank (bytes, max over %d rank%s) | estimate %zu | alloc_setup %.0f | alloc_peak %.0f | "
-	       "peak_rss %.0f | alloc/estimate %.4f | model_state %zu | model_state_estimate %zu\n", W,
-	       W > 1 ? "s" : "", m.total, mx[0], mx[1], mx[2], m.total ? mx[0] / (double)m.total : 0.0,
-	       ds_engine_state_bytes(e), m.model_state);
-	fflush(stdout);
+	ds_monitor_out_line(mo, "memory per rank (bytes, max over %d rank%s) | estimate %zu | alloc_setup %.0f | "
+			    "alloc_peak %.0f | peak_rss %.0f | alloc/estimate %.4f | model_state %zu | "
+			    "model_state_estimate %zu", W, W > 1 ? "s" : "", m.total, mx[0], mx[1], mx[2],
+			    m.total ? mx[0] / (double)m.total : 0.0, ds_engine_state_bytes(e), m.model_state);
 	if (js) {
 		json_t *est = json_object(), *a[3] = { json_array(), json_array(), json_array() };
 		for (int c = 0; est && c < DS_MEM_NCAT; c++)
@@ -265,9 +246,10 @@ static int resume(const struct ds_train_opts *o, struct ds_engine *e, const stru
 	return rc;
 }
 
-int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, struct ds_err *err)
+int ds_train_run(const struct ds_train_opts *o, struct ds_comm *comm, const struct ds_train_hooks *h,
+		 struct ds_train_result *res, struct ds_err *err)
 {
-	struct ds_comm *comm = NULL;
+	static const struct ds_train_hooks no_hooks;
 	struct ds_train_setup s;
 	struct ds_data dd;
 	struct ds_engine *e = NULL;
@@ -284,17 +266,17 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 
 	memset(res, 0, sizeof *res);
 	memset(&dd, 0, sizeof dd);
-	if ((rc = ds_comm_create(&comm, "auto", err)) < 0)
-		return rc;
+	if (!h)
+		h = &no_hooks;
+	const struct ds_monitor_out *mo = h->out;
 	const int rank = ds_comm_rank(comm), W = ds_comm_size(comm);
-	ds_log_init(rank, DS_LOG_INFO, 0);
 	if ((rc = ds_train_setup_load(&s, o, W, rank, err)) < 0)
 		goto out;
 	have_setup = 1;
 	if ((rc = ds_train_commlog_start(&clog, &s, comm, err)) < 0)
 		goto out;
 	if (cfg_dump_state(&s))
-		ds_config_print(s.cfg, stderr, NULL);
+		ds_config_print(s.cfg, ds_log_stream(), NULL);
 	if ((rc = open_data(&dd, o, &s, err)) < 0)
 		goto out;
 	have_data = 1;
@@ -353,11 +335,10 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	 * from here the peak measures the training loop */
 	const size_t held_setup = ds_mem_held();
 	ds_mem_peak_reset();
-	install_signals();
-	if ((rc = ds_watchdog_from_config(&wd, s.cfg, comm, o->on_watchdog, o->watchdog_ctx, err)) < 0)
+	if ((rc = ds_watchdog_from_config(&wd, s.cfg, comm, h->on_watchdog, h->ctx, err)) < 0)
 		goto out;
 	const long long log_every = o->log_interval ? o->log_interval : s.steps_per_print;
-	const int bar = rank == 0 && isatty(2);
+	const int bar = rank == 0 && mo && mo->progress;
 	double t_int = ds_now(), t_start = t_int;
 	long long int_steps = 0, run_steps = 0;
 	double int_bwd = 0, int_rec = ds_engine_recompute_seconds(e);  /* activation_checkpointing.profile */
@@ -437,7 +418,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 				goto out;
 		}
 		if (rank == 0 && cfg_profile_step(&s) == st.iteration &&
-		    (rc = run_profiler(&s, &r, st.iteration, peak, err)) < 0)
+		    (rc = run_profiler(&s, &r, st.iteration, peak, mo, err)) < 0)
 			goto out;
 		if (s.wall_clock && rank == 0 && st.iteration % log_every == 0) {
 			ds_monitor_wallclock_line(&wc, 0, line, sizeof line);
@@ -464,15 +445,14 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 						      .peak_rss_bytes = (double)ds_mem_peak_rss() };
 			ds_monitor_step_line(line, sizeof line, &ls);
 			if (bar)
-				fputs("\r\033[K", stderr);
-			printf("%s\n", line);
+				ds_monitor_out_progress_erase(mo);
+			ds_monitor_out_line(mo, "%s", line);
 			if (s.ckpt_profile) {
 				double rec = ds_engine_recompute_seconds(e) - int_rec;
-				printf("activation checkpointing: %lld steps recomputed layer forwards in %.2f ms "
-				       "(%.2f ms/step, %.1f%% of backward)\n", int_steps, rec * 1e3, rec * 1e3 / int_steps,
-				       int_bwd > 0 ? 100.0 * rec / int_bwd : 0.0);
+				ds_monitor_out_line(mo, "activation checkpointing: %lld steps recomputed layer forwards in "
+						    "%.2f ms (%.2f ms/step, %.1f%% of backward)", int_steps, rec * 1e3,
+						    rec * 1e3 / int_steps, int_bwd > 0 ? 100.0 * rec / int_bwd : 0.0);
 			}
-			fflush(stdout);
 			t_int = ds_now();
 			int_steps = 0;
 			int_bwd = 0;
@@ -480,7 +460,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		} else if (bar) {
 			double rate = run_steps / (ds_now() - t_start);
 			ds_monitor_progress(line, sizeof line, st.iteration, s.train_iters, rate, 30);
-			fputs(line, stderr);
+			ds_monitor_out_progress(mo, line);
 		}
 		if (o->eval_interval && st.iteration % o->eval_interval == 0 && dd.valid.count) {
 			double vl;
@@ -489,14 +469,13 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 				goto out;
 			if (rank == 0) {
 				ds_monitor_eval_line(line, sizeof line, st.iteration, vl);
-				printf("%s\n", line);
-				fflush(stdout);
+				ds_monitor_out_line(mo, "%s", line);
 				if (mon && (rc = ds_monitor_write(mon, DS_MONITOR_EVAL_LOSS, vl, st.consumed, err)) < 0)
 					goto out;
 			}
 		}
 		/* stop requests: every rank must agree, at a step boundary */
-		int64_t flag = stop_signal;
+		int64_t flag = h->stop ? *h->stop : 0;
 		ds_watchdog_beat(wd, st.iteration, "stop_agreement");
 		if (W > 1 && (rc = ds_comm_allreduce(comm, &flag, 1, DS_I64, DS_MAX, err)) < 0)
 			goto out;
@@ -505,7 +484,7 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 					   st.iteration == s.train_iters || flag || exiting);
 		if (save_now) {
 			if (flag && rank == 0)
-				check_save_fits(s.cfg, last_save_s, (int)flag);
+				check_save_fits(s.cfg, last_save_s, (int)flag, h->stop_at ? (long)*h->stop_at : 0);
 			ds_watchdog_beat(wd, st.iteration, "save");
 			double ts = ds_now();
 			if ((rc = ds_train_save(o->save, e, &s, &st, comm, err)) < 0)
@@ -517,13 +496,13 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 		}
 		if (flag) {
 			if (bar)
-				fputs("\n", stderr);
+				ds_monitor_out_progress_end(mo);
 			if (!o->save) {
 				rc = ds_err_set(err, DS_EIO, "stopped by signal %d at step %lld without --save: nothing "
 						"to resume from", (int)flag, st.iteration);
 				goto out;
 			}
-			if ((rc = ds_train_commlog_summary(clog, err)) < 0)
+			if ((rc = ds_train_commlog_summary(clog, mo, err)) < 0)
 				goto out;
 			rc = ds_err_set(err, DS_ESIGNAL, "stopped by signal %d at step %lld after saving %s/global_step%lld; "
 					"resume with --load auto", (int)flag, st.iteration, o->save, last_saved);
@@ -533,10 +512,10 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 			break;
 	}
 	if (bar)
-		fputs("\n", stderr);
-	if ((rc = ds_train_commlog_summary(clog, err)) < 0)
+		ds_monitor_out_progress_end(mo);
+	if ((rc = ds_train_commlog_summary(clog, mo, err)) < 0)
 		goto out;
-	if ((rc = report_memory(comm, &s, e, held_setup, o->metrics_json && rank == 0 ? &memj : NULL, err)) < 0)
+	if ((rc = report_memory(comm, &s, e, held_setup, mo, o->metrics_json && rank == 0 ? &memj : NULL, err)) < 0)
 		goto out;
 	if (o->metrics_json && rank == 0) {
 		struct ds_monitor_metrics_info mi = { s.start_profile_step, s.end_profile_step, (int)s.ga, s.tb, rank,
@@ -550,10 +529,13 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_train_result *res, str
 	rc = 0;
 out:
 	ds_watchdog_stop(wd);
-	if (rc < 0 && rc != DS_ESIGNAL && W > 1 && comm && (rc != DS_EINVAL || e)) {
-		/* a failing rank must not leave the others waiting in a collective */
-		ds_log_error("%s", err->msg);
-		ds_comm_abort(comm, ds_exit_code(rc));
+	if (rc < 0 && rc != DS_ESIGNAL && W > 1 && (rc != DS_EINVAL || e)) {
+		/* other ranks may be waiting in a collective this rank will not
+		 * join: the tool decides (ds-train ends the job) before anything
+		 * is freed, since freeing may itself wait on them */
+		res->stranded = 1;
+		if (h->on_stranded)
+			h->on_stranded(h->ctx, comm, rc, err);
 	}
 	ds_free(rows);
 	json_decref(memj);
@@ -565,6 +547,5 @@ out:
 		ds_data_release(&dd);
 	if (have_setup)
 		ds_train_setup_release(&s);
-	ds_comm_destroy(comm);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "monitor/out.h"
 #include "util/log.h"
 
 struct ds_train_commlog {
@@ -65,7 +66,7 @@ int ds_train_commlog_start(struct ds_train_commlog **out, const struct ds_train_
 	return 0;
 }
 
-int ds_train_commlog_summary(struct ds_train_commlog *l, struct ds_err *err)
+int ds_train_commlog_summary(struct ds_train_commlog *l, const struct ds_monitor_out *out, struct ds_err *err)
 {
 	if (!l)
 		return 0;
@@ -78,8 +79,7 @@ int ds_train_commlog_summary(struct ds_train_commlog *l, struct ds_err *err)
 		return 0;
 	char *text;
 	DS_TRY(ds_monitor_comms_summary(l->tab, &text, err));
-	fputs(text, stdout);
-	fflush(stdout);
+	ds_monitor_out_text(out, text);
 	free(text);
 	return 0;
 }

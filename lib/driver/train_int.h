@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "io/dataset.h"
 #include "monitor/comms.h"
+#include "monitor/out.h"
 #include "optim/sched.h"
 
 /* Everything a run resolved from the two config files and the flags. */
@@ -49,10 +50,10 @@ struct ds_train_commlog;
  * nothing is recorded).  Returns 0 or DS_ENOMEM. */
 int ds_train_commlog_start(struct ds_train_commlog **out, const struct ds_train_setup *s, struct ds_comm *comm,
 			   struct ds_err *err);
-/* Rank 0: print DeepSpeed's log_summary table to stdout; every rank stops
- * recording.  Returns 0 or the first error a record met (an unknown op,
- * out of memory). */
-int ds_train_commlog_summary(struct ds_train_commlog *l, struct ds_err *err);
+/* Rank 0: write DeepSpeed's log_summary table to out's results; every
+ * rank stops recording.  Returns 0 or the first error a record met (an
+ * unknown op, out of memory). */
+int ds_train_commlog_summary(struct ds_train_commlog *l, const struct ds_monitor_out *out, struct ds_err *err);
 /* Detach from comm and free; accepts NULL. */
 void ds_train_commlog_stop(struct ds_train_commlog *l, struct ds_comm *comm);
 

@@ -4,6 +4,7 @@
 noinst_LIBRARIES += lib/monitor/libds_monitor.a
 lib_monitor_libds_monitor_a_SOURCES = \
 	lib/monitor/log.c lib/monitor/log.h \
+	lib/monitor/out.c lib/monitor/out.h \
 	lib/monitor/monitor.c lib/monitor/monitor.h lib/monitor/monitor_int.h \
 	lib/monitor/csvmon.c lib/monitor/csvmon.h \
 	lib/monitor/tb.c lib/monitor/tb.h \

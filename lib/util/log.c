@@ -1,4 +1,4 @@
-/* log.c - rank-aware logging to stderr (see log.h). */
+/* log.c - rank-aware logging to stderr or the tool's stream (see log.h). */
 #include "util/log.h"
 
 #include <stdarg.h>
@@ -7,6 +7,7 @@
 static int log_rank = 0;
 static int log_lvl = DS_LOG_INFO;
 static int log_all = 0;
+static FILE *log_stream;  /* NULL: stderr */
 
 void ds_log_init(int rank, int level, int all_ranks)
 {
@@ -16,6 +17,8 @@ void ds_log_init(int rank, int level, int all_ranks)
 }
 
 int ds_log_level(void) { return log_lvl; }
+void ds_log_set_stream(FILE *f) { log_stream = f; }
+FILE *ds_log_stream(void) { return log_stream ? log_stream : stderr; }
 int ds_log_rank(void) { return log_rank; }
 
 void ds_log(int level, const char *fmt, ...)
@@ -32,7 +35,7 @@ void ds_log(int level, const char *fmt, ...)
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	if (log_rank != 0 || log_all)
-		fprintf(stderr, "[rank %d] %s%s\n", log_rank, tag[level], line);
+		fprintf(ds_log_stream(), "[rank %d] %s%s\n", log_rank, tag[level], line);
 	else
-		fprintf(stderr, "%s%s\n", tag[level], line);
+		fprintf(ds_log_stream(), "%s%s\n", tag[level], line);
 }
