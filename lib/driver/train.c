@@ -246,306 +246,423 @@ static int resume(const struct ds_train_opts *o, struct ds_engine *e, const stru
 	return rc;
 }
 
-int ds_train_run(const struct ds_train_opts *o, struct ds_comm *comm, const struct ds_train_hooks *h,
-		 struct ds_train_result *res, struct ds_err *err)
-{
-	static const struct ds_train_hooks no_hooks;
+/* ---- the run, phase by phase ---------------------------------------------
+ *
+ * ds_train_run: set_up, the ceiling, start_loop; then per step take_step,
+ * record_step, show_step, evaluate_step, the stop agreement, save_step
+ * and, on a signal, stop; then finish; tear_down on every path.  The
+ * driver's own collectives (the ceiling's broadcast, the stop agreement)
+ * stay in ds_train_run: comms_logger's debug names them after it.  struct run holds what the run owns,
+ * struct loop what the loop carries from step to step. */
+
+struct run {
+	const struct ds_train_opts *o;
+	const struct ds_train_hooks *h;
+	const struct ds_monitor_out *mo;  /* h->out: the tool's streams (may be NULL) */
+	struct ds_comm *comm;
+	int rank, W;
 	struct ds_train_setup s;
+	int have_setup, have_data;
 	struct ds_data dd;
-	struct ds_engine *e = NULL;
-	struct ds_monitor *mon = NULL;
-	struct ds_train_commlog *clog = NULL;
-	struct ds_monitor_metrics metrics = DS_MONITOR_METRICS_INIT;
-	struct ds_monitor_wallclock wc = DS_MONITOR_WALLCLOCK_INIT;
-	struct ds_train_state st = { 0 };
-	struct ds_watchdog *wd = NULL;
-	int32_t *rows = NULL;
-	json_t *memj = NULL;
-	int rc, have_setup = 0, have_data = 0;
+	struct ds_engine *e;
+	struct ds_monitor *mon;           /* csv/tensorboard, rank 0 */
+	struct ds_train_commlog *clog;
+	struct ds_monitor_metrics metrics;  /* --metrics-json */
+	struct ds_monitor_wallclock wc;
+	struct ds_train_state st;
+	struct ds_watchdog *wd;
+	int32_t *rows;                    /* this rank's rows of one global batch: GA*MB x (T+1) */
+	long long T;
+	int resumed;
+	struct ds_count_totals ct;        /* model flops per step */
+	double peak;                      /* sgemm ceiling per rank, GFLOP/s */
+	size_t held_setup;                /* bytes allocated when the loop starts */
+	long long log_every;
+	int bar;                          /* rank 0 draws the progress bar */
+	int fp16;
 	char line[1024];
+};
 
-	memset(res, 0, sizeof *res);
-	memset(&dd, 0, sizeof dd);
-	if (!h)
-		h = &no_hooks;
-	const struct ds_monitor_out *mo = h->out;
-	const int rank = ds_comm_rank(comm), W = ds_comm_size(comm);
-	if ((rc = ds_train_setup_load(&s, o, W, rank, err)) < 0)
-		goto out;
-	have_setup = 1;
-	if ((rc = ds_train_commlog_start(&clog, &s, comm, err)) < 0)
-		goto out;
-	if (cfg_dump_state(&s))
-		ds_config_print(s.cfg, ds_log_stream(), NULL);
-	if ((rc = open_data(&dd, o, &s, err)) < 0)
-		goto out;
-	have_data = 1;
-	const long long T = s.model.seq_length;
-	if (!s.train_iters)
-		s.train_iters = (long long)(dd.train.count / (uint64_t)s.tb) > 0 ? (long long)(dd.train.count / (uint64_t)s.tb) : 1;
-	if ((rc = ds_engine_create(&e, &s.eng, comm, err)) < 0)
-		goto out;
+/* Carried from step to step; "interval" figures restart at each stdout line. */
+struct loop {
+	double t_int, t_start;            /* start of the interval, of the loop */
+	long long int_steps, run_steps;   /* steps in the interval, in this run */
+	double int_bwd, int_rec;          /* backward seconds, recompute seconds at its start */
+	double red_flight, red_wait;      /* since the last wall-clock line */
+	long long last_saved;             /* step of the last checkpoint, -1 none */
+	double last_save_s;               /* seconds that save took, -1 none */
+	long long nonfinite_run;          /* consecutive non-finite steps outside the fp16 scaler */
+	double scale_before;              /* loss scale before this step */
+};
 
-	int resumed = 0;
-	if ((rc = resume(o, e, &s, &st, &resumed, err)) < 0)
-		goto out;
+/* Config, data, engine, checkpoint, monitors and the model's flops per
+ * step.  Returns 0 or DS_E*. */
+static int set_up(struct run *r, struct ds_err *err)
+{
+	struct ds_train_setup *s = &r->s;
+	DS_TRY(ds_train_setup_load(s, r->o, r->W, r->rank, err));
+	r->have_setup = 1;
+	DS_TRY(ds_train_commlog_start(&r->clog, s, r->comm, err));
+	if (cfg_dump_state(s))
+		ds_config_print(s->cfg, ds_log_stream(), NULL);
+	DS_TRY(open_data(&r->dd, r->o, s, err));
+	r->have_data = 1;
+	r->T = s->model.seq_length;
+	if (!s->train_iters)
+		s->train_iters = (long long)(r->dd.train.count / (uint64_t)s->tb) > 0
+					 ? (long long)(r->dd.train.count / (uint64_t)s->tb) : 1;
+	DS_TRY(ds_engine_create(&r->e, &s->eng, r->comm, err));
+	DS_TRY(resume(r->o, r->e, s, &r->st, &r->resumed, err));
 
 	/* monitors, rank 0 only */
-	if (rank == 0) {
+	if (r->rank == 0) {
 		struct ds_monitor_opts mo = { 0 };
-		mo.csv = (struct ds_monitor_sink_opts){ s.csv_enabled, s.csv_path, s.csv_job };
-		mo.tensorboard = (struct ds_monitor_sink_opts){ s.tb_enabled, s.tb_path, s.tb_job };
-		mo.resume = resumed;
-		mo.resume_samples = st.iteration * s.tb;
-		if ((rc = ds_monitor_create(&mon, &mo, err)) < 0)
-			goto out;
+		mo.csv = (struct ds_monitor_sink_opts){ s->csv_enabled, s->csv_path, s->csv_job };
+		mo.tensorboard = (struct ds_monitor_sink_opts){ s->tb_enabled, s->tb_path, s->tb_job };
+		mo.resume = r->resumed;
+		mo.resume_samples = r->st.iteration * s->tb;
+		DS_TRY(ds_monitor_create(&r->mon, &mo, err));
 	}
 
-	/* throughput figures: model flops per step and this machine's ceiling */
-	struct ds_count_totals ct;
-	if ((rc = ds_count_train_flops(&s.model, (int)s.tb, (int)T, s.eng.checkpointing ? 1.0 : 0.0, &ct, err)) < 0)
-		goto out;
-	double peak = o->peak_gflops;
-	if (peak <= 0) {
-		peak = rank == 0 ? ds_ceiling_sgemm_gflops(1024, 0.2) : 0;
-		if (W > 1)
-			ds_comm_broadcast(comm, &peak, 1, DS_F64, 0, NULL);
-	}
+	/* throughput figures: model flops per step (the ceiling follows) */
+	return ds_count_train_flops(&s->model, (int)s->tb, (int)r->T, s->eng.checkpointing ? 1.0 : 0.0, &r->ct, err);
+}
+
+/* After the ceiling: the run's one-line summary, the batch buffer, the
+ * allocator's mark, the watchdog and the loop's starting state. */
+static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
+{
+	const struct ds_train_setup *s = &r->s;
 	char bytes[32];
 	ds_log_info("ds-train: %s, %lld parameters, %d rank%s, ZeRO stage %d, batch %lld = %lld x %lld x %d, "
 		    "%lld steps from step %lld; data %s (%llu train / %llu valid windows); sgemm ceiling %.1f "
 		    "GFLOP/s per rank; model state %s per rank",
-		    ds_optim_type_name(s.eng.optim.type), (long long)ds_engine_num_params(e), W, W > 1 ? "s" : "",
-		    s.eng.zero_stage, s.tb, s.mb, s.ga, W, s.train_iters, st.iteration,
-		    ds_dataset_path(dd.train_ds), (unsigned long long)dd.train.count,
-		    (unsigned long long)(dd.valid_ds ? dd.valid.count : dd.valid.count), peak,
-		    ds_fmt_bytes((double)ds_engine_state_bytes(e), bytes, sizeof bytes));
-	if (s.eng.half == DS_HALF_BF16)   /* which matrix products the bf16 run uses (gpt.h) */
-		ds_log_info("matmul: %s%s%s", s.eng.fp32_matmul ? "fp32 sgemm (dstk.bf16_matmul \"fp32\")"
+		    ds_optim_type_name(s->eng.optim.type), (long long)ds_engine_num_params(r->e), r->W, r->W > 1 ? "s" : "",
+		    s->eng.zero_stage, s->tb, s->mb, s->ga, r->W, s->train_iters, r->st.iteration,
+		    ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
+		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
+		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
+	if (s->eng.half == DS_HALF_BF16)   /* which matrix products the bf16 run uses (gpt.h) */
+		ds_log_info("matmul: %s%s%s", s->eng.fp32_matmul ? "fp32 sgemm (dstk.bf16_matmul \"fp32\")"
 			    : ds_gemm_bf16_usable() ? "bf16 on AMX, " : "fp32 sgemm, ",
-			    s.eng.fp32_matmul ? "" : ds_gemm_bf16_describe(),
-			    s.eng.fp32_matmul || ds_gemm_bf16_usable() ? "" : " (dstk.bf16_matmul \"auto\")");
+			    s->eng.fp32_matmul ? "" : ds_gemm_bf16_describe(),
+			    s->eng.fp32_matmul || ds_gemm_bf16_usable() ? "" : " (dstk.bf16_matmul \"auto\")");
 
-	rows = ds_alloc(sizeof(int32_t) * (size_t)(s.mb * s.ga * (T + 1)));
-	if (!rows) {
-		rc = ds_err_set(err, DS_ENOMEM, "out of memory for a batch");
-		goto out;
-	}
+	r->rows = ds_alloc(sizeof(int32_t) * (size_t)(s->mb * s->ga * (r->T + 1)));
+	if (!r->rows)
+		return ds_err_set(err, DS_ENOMEM, "out of memory for a batch");
 	/* everything the run holds is allocated: what the estimator predicts;
 	 * from here the peak measures the training loop */
-	const size_t held_setup = ds_mem_held();
+	r->held_setup = ds_mem_held();
 	ds_mem_peak_reset();
-	if ((rc = ds_watchdog_from_config(&wd, s.cfg, comm, h->on_watchdog, h->ctx, err)) < 0)
+	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));
+	r->log_every = r->o->log_interval ? r->o->log_interval : s->steps_per_print;
+	r->bar = r->rank == 0 && r->mo && r->mo->progress;
+	r->fp16 = s->eng.half == DS_HALF_FP16;
+	lp->t_int = lp->t_start = ds_now();
+	lp->int_rec = ds_engine_recompute_seconds(r->e);  /* activation_checkpointing.profile */
+	lp->last_saved = r->resumed ? r->st.iteration : -1;
+	lp->last_save_s = -1;
+	lp->scale_before = ds_engine_scaler(r->e)->cur_scale;
+	return 0;
+}
+
+/* One optimizer step on the next global batch; counts it in r->st (a
+ * skipped step: the fp16 scaler's overflow, or non-finite gradients under
+ * dstk.nonfinite_policy).  *dt: its wall time.  Returns 0 or DS_E*. */
+static int take_step(struct run *r, struct loop *lp, struct ds_engine_step *step, double *dt, struct ds_err *err)
+{
+	const struct ds_train_setup *s = &r->s;
+	struct ds_train_state *st = &r->st;
+	struct ds_sched_value sv;
+	ds_sched_step_value(&s->sched, s->org_lr, st->sched_steps + 1, &sv);
+	int betas = sv.has_betas && s->eng.optim.type != DS_OPTIM_SGD;
+	double t0 = ds_now();
+	ds_watchdog_beat(r->wd, st->iteration + 1, "train_step");
+	DS_TRY(fill_rows(&r->dd.train, s, st->consumed, r->rows, r->T, err));
+	const struct ds_engine_batch in = { .tokens = r->rows, .base = st->consumed, .step = st->iteration + 1,
+					    .lr = sv.lr, .has_betas = betas, .beta1 = sv.beta1, .beta2 = sv.beta2 };
+	DS_TRY(ds_engine_train_step(r->e, &in, step, err));
+	*dt = ds_now() - t0;
+	st->iteration++;
+	st->consumed += s->tb;
+	lp->run_steps++;
+	lp->int_steps++;
+	if (step->skipped && step->overflow) {
+		/* fp16 dynamic scaling: the scaler handles it (DeepSpeed's log line) */
+		st->skipped++;
+		ds_log_info("step %lld: fp16 gradient overflow, step skipped (%lld so far); loss scale %.0f -> %.0f",
+			    st->iteration, st->skipped, lp->scale_before, step->loss_scale);
+	} else if (step->skipped) {
+		st->skipped++;
+		lp->nonfinite_run++;
+		ds_log_warn("step %lld: non-finite gradients; step skipped (parameters and schedule unchanged)",
+			    st->iteration);
+		if (s->nonfinite_abort || lp->nonfinite_run >= s->nonfinite_max)
+			return ds_err_set(err, DS_EIO,
+					  "step %lld: non-finite gradients %s; stopping (dstk.nonfinite_policy \"%s\")",
+					  st->iteration, s->nonfinite_abort ? "" : "in too many consecutive steps",
+					  s->nonfinite_abort ? "abort" : "skip, nonfinite_max_consecutive reached");
+	} else {
+		lp->nonfinite_run = 0;
+		st->sched_steps++;
+	}
+	lp->scale_before = step->loss_scale;
+	return 0;
+}
+
+/* What a step records: the run's losses, the wall-clock timers, the
+ * monitors (csv, tensorboard), the --metrics-json window and the flops
+ * profile at its step.  Returns 0 or DS_E*. */
+static int record_step(struct run *r, struct loop *lp, const struct ds_engine_step *step, double dt,
+		       struct ds_train_result *res, struct ds_err *err)
+{
+	const struct ds_train_setup *s = &r->s;
+	const struct ds_train_state *st = &r->st;
+	const long long T = r->T;
+	if (lp->run_steps == 1)
+		res->first_loss = step->loss;
+	res->last_loss = step->loss;
+	lp->int_bwd += step->t_bwd;
+	ds_monitor_wallclock_add(&r->wc, DS_WC_FWD, step->t_fwd);
+	ds_monitor_wallclock_add(&r->wc, DS_WC_BWD, step->t_bwd + step->t_reduce);
+	ds_monitor_wallclock_add(&r->wc, DS_WC_BWD_INNER, step->t_bwd);
+	ds_monitor_wallclock_add(&r->wc, DS_WC_BWD_ALLREDUCE, step->t_reduce);
+	ds_monitor_wallclock_add(&r->wc, DS_WC_STEP, step->t_step);
+	lp->red_flight += step->t_red_flight;
+	lp->red_wait += step->t_red_wait;
+	if (r->mon) {
+		/* DeepSpeed logs the lr after the step: the next step's value */
+		struct ds_sched_value nv;
+		ds_sched_step_value(&s->sched, s->org_lr, st->sched_steps + 1, &nv);
+		struct ds_monitor_step_events ev = { .steps_done = st->iteration - 1, .train_batch_size = s->tb,
+						     .loss = step->loss, .lr = nv.lr, .fp16 = r->fp16,
+						     .loss_scale = step->loss_scale, .mixed = s->eng.half != DS_HALF_NONE,
+						     .skipped = st->skipped,
+						     .wallclock = s->wall_clock ? &r->wc : NULL };
+		DS_TRY(ds_monitor_log_step(r->mon, &ev, err));
+	}
+	if (r->o->metrics_json) {
+		struct ds_monitor_step_rec rec = { st->iteration, step->t_fwd * 1e3, (step->t_bwd + step->t_reduce) * 1e3,
+						   step->t_step * 1e3, s->tb / dt, s->tb * T / dt,
+						   r->ct.train_flops_step / dt / r->W * 1e-12, step->loss };
+		DS_TRY(ds_monitor_metrics_add(&r->metrics, &rec, err));
+	}
+	if (r->rank == 0 && cfg_profile_step(s) == st->iteration)
+		DS_TRY(run_profiler(s, step, st->iteration, r->peak, r->mo, err));
+	return 0;
+}
+
+/* What rank 0 shows (only rank 0 calls this): every log_every steps the
+ * wall-clock lines (logged) and the results line with the interval's
+ * throughput, else the progress bar. */
+static void show_step(struct run *r, struct loop *lp, const struct ds_engine_step *step)
+{
+	const struct ds_train_setup *s = &r->s;
+	const struct ds_train_state *st = &r->st;
+	const long long T = r->T;
+	if (s->wall_clock && st->iteration % r->log_every == 0) {
+		ds_monitor_wallclock_line(&r->wc, 0, r->line, sizeof r->line);
+		ds_log_info("%s", r->line);
+		/* dstk's own line: how much of the gradient reductions
+		 * backward hid (overlap_comm); DeepSpeed has no such timer */
+		if (r->W > 1)
+			ds_log_info("grad reduction (ms) | in_flight: %.2f | waited: %.2f | hidden: %.2f | overlap_comm: %s",
+				    lp->red_flight * 1e3, lp->red_wait * 1e3,
+				    (lp->red_flight > lp->red_wait ? lp->red_flight - lp->red_wait : 0) * 1e3,
+				    s->eng.overlap_comm ? "true" : "false");
+		lp->red_flight = lp->red_wait = 0;
+	}
+	if (st->iteration % r->log_every == 0 || st->iteration == s->train_iters) {
+		double el = ds_now() - lp->t_int;
+		double sps = lp->int_steps * s->tb / el;
+		struct ds_monitor_step ls = { .step = st->iteration, .total_steps = s->train_iters,
+					      .consumed_samples = st->consumed, .loss = step->loss, .lr = step->lr,
+					      .grad_norm = step->grad_norm, .skipped = st->skipped,
+					      .fp16 = r->fp16, .loss_scale = step->loss_scale,
+					      .samples_per_s = sps, .tokens_per_s = sps * T,
+					      .tflops = r->ct.train_flops_step * lp->int_steps / el * 1e-12,
+					      .mfu = r->peak > 0 ? r->ct.train_flops_step * lp->int_steps / el / r->W / (r->peak * 1e9) : 0,
+					      .peak_rss_bytes = (double)ds_mem_peak_rss() };
+		ds_monitor_step_line(r->line, sizeof r->line, &ls);
+		if (r->bar)
+			ds_monitor_out_progress_erase(r->mo);
+		ds_monitor_out_line(r->mo, "%s", r->line);
+		if (s->ckpt_profile) {
+			double rec = ds_engine_recompute_seconds(r->e) - lp->int_rec;
+			ds_monitor_out_line(r->mo, "activation checkpointing: %lld steps recomputed layer forwards in "
+					    "%.2f ms (%.2f ms/step, %.1f%% of backward)", lp->int_steps, rec * 1e3,
+					    rec * 1e3 / lp->int_steps, lp->int_bwd > 0 ? 100.0 * rec / lp->int_bwd : 0.0);
+		}
+		lp->t_int = ds_now();
+		lp->int_steps = 0;
+		lp->int_bwd = 0;
+		lp->int_rec = ds_engine_recompute_seconds(r->e);
+	} else if (r->bar) {
+		double rate = lp->run_steps / (ds_now() - lp->t_start);
+		ds_monitor_progress(r->line, sizeof r->line, st->iteration, s->train_iters, rate, 30);
+		ds_monitor_out_progress(r->mo, r->line);
+	}
+}
+
+/* Every --eval-interval steps (with validation data): the mean loss of
+ * --eval-iters batches, shown and recorded by rank 0.  Returns 0 or DS_E*. */
+static int evaluate_step(struct run *r, struct ds_err *err)
+{
+	const struct ds_train_state *st = &r->st;
+	const long long every = r->o->eval_interval;
+	if (!every || st->iteration % every != 0 || !r->dd.valid.count)
+		return 0;
+	double vl;
+	ds_watchdog_beat(r->wd, st->iteration, "eval");
+	DS_TRY(evaluate(r->e, &r->s, &r->dd, r->o->eval_iters, r->rows, r->T, &vl, err));
+	if (r->rank == 0) {
+		ds_monitor_eval_line(r->line, sizeof r->line, st->iteration, vl);
+		ds_monitor_out_line(r->mo, "%s", r->line);
+		if (r->mon)
+			DS_TRY(ds_monitor_write(r->mon, DS_MONITOR_EVAL_LOSS, vl, st->consumed, err));
+	}
+	return 0;
+}
+
+/* Save (with --save) on the save interval, the last step, a stop request
+ * or the --exit-interval step; before a save on a signal, warn when it
+ * may not fit in the job's time left.  Returns 0 or DS_E*. */
+static int save_step(struct run *r, struct loop *lp, int64_t flag, int exiting, struct ds_train_result *res,
+		     struct ds_err *err)
+{
+	const struct ds_train_opts *o = r->o;
+	const struct ds_train_state *st = &r->st;
+	int save_now = o->save && ((o->save_interval && st->iteration % o->save_interval == 0) ||
+				   st->iteration == r->s.train_iters || flag || exiting);
+	if (!save_now)
+		return 0;
+	if (flag && r->rank == 0)
+		check_save_fits(r->s.cfg, lp->last_save_s, (int)flag, r->h->stop_at ? (long)*r->h->stop_at : 0);
+	ds_watchdog_beat(r->wd, st->iteration, "save");
+	double ts = ds_now();
+	DS_TRY(ds_train_save(o->save, r->e, &r->s, st, r->comm, err));
+	lp->last_saved = st->iteration;
+	res->saved = 1;
+	lp->last_save_s = ds_now() - ts;
+	ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st->iteration, lp->last_save_s);
+	return 0;
+}
+
+/* Stop on signal `flag` after save_step: the comms table, then DS_ESIGNAL
+ * (exit 4, requeue), or DS_EIO when there was no --save to resume from. */
+static int stop(struct run *r, const struct loop *lp, int64_t flag, struct ds_err *err)
+{
+	const struct ds_train_opts *o = r->o;
+	if (r->bar)
+		ds_monitor_out_progress_end(r->mo);
+	if (!o->save)
+		return ds_err_set(err, DS_EIO, "stopped by signal %d at step %lld without --save: nothing "
+				  "to resume from", (int)flag, r->st.iteration);
+	DS_TRY(ds_train_commlog_summary(r->clog, r->mo, err));
+	return ds_err_set(err, DS_ESIGNAL, "stopped by signal %d at step %lld after saving %s/global_step%lld; "
+			  "resume with --load auto", (int)flag, r->st.iteration, o->save, lp->last_saved);
+}
+
+/* After the last step: the comms table, the memory report (and the
+ * --metrics-json file), the run's figures.  Returns 0 or DS_E*. */
+static int finish(struct run *r, const struct loop *lp, struct ds_train_result *res, struct ds_err *err)
+{
+	const struct ds_train_setup *s = &r->s;
+	const int js = r->o->metrics_json && r->rank == 0;
+	json_t *memj = NULL;
+	int rc;
+	if (r->bar)
+		ds_monitor_out_progress_end(r->mo);
+	DS_TRY(ds_train_commlog_summary(r->clog, r->mo, err));
+	DS_TRY(report_memory(r->comm, s, r->e, r->held_setup, r->mo, js ? &memj : NULL, err));
+	if (js) {
+		struct ds_monitor_metrics_info mi = { s->start_profile_step, s->end_profile_step, (int)s->ga, s->tb,
+						      r->rank, NULL, memj };
+		rc = ds_monitor_metrics_write(&r->metrics, &mi, r->o->metrics_json, err);
+		json_decref(memj);
+		if (rc < 0)
+			return rc;
+	}
+	res->steps = lp->run_steps;
+	res->last_step = r->st.iteration;
+	res->skipped = r->st.skipped;
+	return 0;
+}
+
+/* Free what the run holds.  A failure after the engine exists (W > 1) may
+ * leave other ranks in a collective: the tool hears of it first. */
+static void tear_down(struct run *r, int rc, struct ds_train_result *res, struct ds_err *err)
+{
+	ds_watchdog_stop(r->wd);
+	if (rc < 0 && rc != DS_ESIGNAL && r->W > 1 && (rc != DS_EINVAL || r->e)) {
+		/* other ranks may be waiting in a collective this rank will not
+		 * join: the tool decides (ds-train ends the job) before anything
+		 * is freed, since freeing may itself wait on them */
+		res->stranded = 1;
+		if (r->h->on_stranded)
+			r->h->on_stranded(r->h->ctx, r->comm, rc, err);
+	}
+	ds_free(r->rows);
+	ds_monitor_metrics_release(&r->metrics);
+	ds_monitor_destroy(r->mon);
+	ds_engine_destroy(r->e);
+	ds_train_commlog_stop(r->clog, r->comm);
+	if (r->have_data)
+		ds_data_release(&r->dd);
+	if (r->have_setup)
+		ds_train_setup_release(&r->s);
+}
+
+int ds_train_run(const struct ds_train_opts *o, struct ds_comm *comm, const struct ds_train_hooks *h,
+		 struct ds_train_result *res, struct ds_err *err)
+{
+	static const struct ds_train_hooks no_hooks;
+	struct run r = { .o = o, .h = h ? h : &no_hooks, .comm = comm, .rank = ds_comm_rank(comm),
+			 .W = ds_comm_size(comm), .metrics = DS_MONITOR_METRICS_INIT, .wc = DS_MONITOR_WALLCLOCK_INIT };
+	struct loop lp = { 0 };
+	int rc;
+
+	memset(res, 0, sizeof *res);
+	r.mo = r.h->out;
+	if ((rc = set_up(&r, err)) < 0)
 		goto out;
-	const long long log_every = o->log_interval ? o->log_interval : s.steps_per_print;
-	const int bar = rank == 0 && mo && mo->progress;
-	double t_int = ds_now(), t_start = t_int;
-	long long int_steps = 0, run_steps = 0;
-	double int_bwd = 0, int_rec = ds_engine_recompute_seconds(e);  /* activation_checkpointing.profile */
-	double red_flight = 0, red_wait = 0;  /* since the last wall-clock line */
-	long long last_saved = resumed ? st.iteration : -1;
-	double last_save_s = -1;
-	long long nonfinite_run = 0;  /* consecutive non-finite steps outside the fp16 scaler */
-	const int fp16 = s.eng.half == DS_HALF_FP16;
-	double scale_before = ds_engine_scaler(e)->cur_scale;
-	while (st.iteration < s.train_iters) {
-		struct ds_engine_step r;
-		struct ds_sched_value sv;
-		ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &sv);
-		int betas = sv.has_betas && s.eng.optim.type != DS_OPTIM_SGD;
-		double t0 = ds_now();
-		ds_watchdog_beat(wd, st.iteration + 1, "train_step");
-		if ((rc = fill_rows(&dd.train, &s, st.consumed, rows, T, err)) < 0)
+	/* MFU's reference, this machine's sgemm ceiling, measured on rank 0 */
+	r.peak = o->peak_gflops;
+	if (r.peak <= 0) {
+		r.peak = r.rank == 0 ? ds_ceiling_sgemm_gflops(1024, 0.2) : 0;
+		if (r.W > 1)
+			ds_comm_broadcast(comm, &r.peak, 1, DS_F64, 0, NULL);
+	}
+	if ((rc = start_loop(&r, &lp, err)) < 0)
+		goto out;
+	while (r.st.iteration < r.s.train_iters) {
+		struct ds_engine_step step;
+		double dt;
+		if ((rc = take_step(&r, &lp, &step, &dt, err)) < 0 || (rc = record_step(&r, &lp, &step, dt, res, err)) < 0)
 			goto out;
-		if ((rc = ds_engine_train_step(e, rows, st.consumed, st.iteration + 1, sv.lr, betas, sv.beta1, sv.beta2,
-					       &r, err)) < 0)
+		if (r.rank == 0)
+			show_step(&r, &lp, &step);
+		if ((rc = evaluate_step(&r, err)) < 0)
 			goto out;
-		double dt = ds_now() - t0;
-		st.iteration++;
-		st.consumed += s.tb;
-		run_steps++;
-		int_steps++;
-		if (r.skipped && r.overflow) {
-			/* fp16 dynamic scaling: the scaler handles it (DeepSpeed's log line) */
-			st.skipped++;
-			ds_log_info("step %lld: fp16 gradient overflow, step skipped (%lld so far); loss scale %.0f -> %.0f",
-				    st.iteration, st.skipped, scale_before, r.loss_scale);
-		} else if (r.skipped) {
-			st.skipped++;
-			nonfinite_run++;
-			ds_log_warn("step %lld: non-finite gradients; step skipped (parameters and schedule unchanged)",
-				    st.iteration);
-			if (s.nonfinite_abort || nonfinite_run >= s.nonfinite_max) {
-				rc = ds_err_set(err, DS_EIO,
-						"step %lld: non-finite gradients %s; stopping (dstk.nonfinite_policy \"%s\")",
-						st.iteration, s.nonfinite_abort ? "" : "in too many consecutive steps",
-						s.nonfinite_abort ? "abort" : "skip, nonfinite_max_consecutive reached");
-				goto out;
-			}
-		} else {
-			nonfinite_run = 0;
-			st.sched_steps++;
-		}
-		scale_before = r.loss_scale;
-		if (run_steps == 1)
-			res->first_loss = r.loss;
-		res->last_loss = r.loss;
-		int_bwd += r.t_bwd;
-		ds_monitor_wallclock_add(&wc, DS_WC_FWD, r.t_fwd);
-		ds_monitor_wallclock_add(&wc, DS_WC_BWD, r.t_bwd + r.t_reduce);
-		ds_monitor_wallclock_add(&wc, DS_WC_BWD_INNER, r.t_bwd);
-		ds_monitor_wallclock_add(&wc, DS_WC_BWD_ALLREDUCE, r.t_reduce);
-		ds_monitor_wallclock_add(&wc, DS_WC_STEP, r.t_step);
-		red_flight += r.t_red_flight;
-		red_wait += r.t_red_wait;
-		if (mon) {
-			/* DeepSpeed logs the lr after the step: the next step's value */
-			struct ds_sched_value nv;
-			ds_sched_step_value(&s.sched, s.org_lr, st.sched_steps + 1, &nv);
-			struct ds_monitor_step_events ev = { .steps_done = st.iteration - 1, .train_batch_size = s.tb,
-							     .loss = r.loss, .lr = nv.lr, .fp16 = fp16,
-							     .loss_scale = r.loss_scale, .mixed = s.eng.half != DS_HALF_NONE,
-							     .skipped = st.skipped,
-							     .wallclock = s.wall_clock ? &wc : NULL };
-			if ((rc = ds_monitor_log_step(mon, &ev, err)) < 0)
-				goto out;
-		}
-		if (o->metrics_json) {
-			struct ds_monitor_step_rec rec = { st.iteration, r.t_fwd * 1e3, (r.t_bwd + r.t_reduce) * 1e3,
-							   r.t_step * 1e3, s.tb / dt, s.tb * T / dt,
-							   ct.train_flops_step / dt / W * 1e-12, r.loss };
-			if ((rc = ds_monitor_metrics_add(&metrics, &rec, err)) < 0)
-				goto out;
-		}
-		if (rank == 0 && cfg_profile_step(&s) == st.iteration &&
-		    (rc = run_profiler(&s, &r, st.iteration, peak, mo, err)) < 0)
+		/* stop requests: every rank agrees, at the step boundary, on the
+		 * largest signal number any rank saw */
+		int64_t flag = r.h->stop ? *r.h->stop : 0;
+		ds_watchdog_beat(r.wd, r.st.iteration, "stop_agreement");
+		if (r.W > 1 && (rc = ds_comm_allreduce(comm, &flag, 1, DS_I64, DS_MAX, err)) < 0)
 			goto out;
-		if (s.wall_clock && rank == 0 && st.iteration % log_every == 0) {
-			ds_monitor_wallclock_line(&wc, 0, line, sizeof line);
-			ds_log_info("%s", line);
-			/* dstk's own line: how much of the gradient reductions
-			 * backward hid (overlap_comm); DeepSpeed has no such timer */
-			if (W > 1)
-				ds_log_info("grad reduction (ms) | in_flight: %.2f | waited: %.2f | hidden: %.2f | overlap_comm: %s",
-					    red_flight * 1e3, red_wait * 1e3,
-					    (red_flight > red_wait ? red_flight - red_wait : 0) * 1e3,
-					    s.eng.overlap_comm ? "true" : "false");
-			red_flight = red_wait = 0;
-		}
-		if (rank == 0 && (st.iteration % log_every == 0 || st.iteration == s.train_iters)) {
-			double el = ds_now() - t_int;
-			double sps = int_steps * s.tb / el;
-			struct ds_monitor_step ls = { .step = st.iteration, .total_steps = s.train_iters,
-						      .consumed_samples = st.consumed, .loss = r.loss, .lr = r.lr,
-						      .grad_norm = r.grad_norm, .skipped = st.skipped,
-						      .fp16 = fp16, .loss_scale = r.loss_scale,
-						      .samples_per_s = sps, .tokens_per_s = sps * T,
-						      .tflops = ct.train_flops_step * int_steps / el * 1e-12,
-						      .mfu = peak > 0 ? ct.train_flops_step * int_steps / el / W / (peak * 1e9) : 0,
-						      .peak_rss_bytes = (double)ds_mem_peak_rss() };
-			ds_monitor_step_line(line, sizeof line, &ls);
-			if (bar)
-				ds_monitor_out_progress_erase(mo);
-			ds_monitor_out_line(mo, "%s", line);
-			if (s.ckpt_profile) {
-				double rec = ds_engine_recompute_seconds(e) - int_rec;
-				ds_monitor_out_line(mo, "activation checkpointing: %lld steps recomputed layer forwards in "
-						    "%.2f ms (%.2f ms/step, %.1f%% of backward)", int_steps, rec * 1e3,
-						    rec * 1e3 / int_steps, int_bwd > 0 ? 100.0 * rec / int_bwd : 0.0);
-			}
-			t_int = ds_now();
-			int_steps = 0;
-			int_bwd = 0;
-			int_rec = ds_engine_recompute_seconds(e);
-		} else if (bar) {
-			double rate = run_steps / (ds_now() - t_start);
-			ds_monitor_progress(line, sizeof line, st.iteration, s.train_iters, rate, 30);
-			ds_monitor_out_progress(mo, line);
-		}
-		if (o->eval_interval && st.iteration % o->eval_interval == 0 && dd.valid.count) {
-			double vl;
-			ds_watchdog_beat(wd, st.iteration, "eval");
-			if ((rc = evaluate(e, &s, &dd, o->eval_iters, rows, T, &vl, err)) < 0)
-				goto out;
-			if (rank == 0) {
-				ds_monitor_eval_line(line, sizeof line, st.iteration, vl);
-				ds_monitor_out_line(mo, "%s", line);
-				if (mon && (rc = ds_monitor_write(mon, DS_MONITOR_EVAL_LOSS, vl, st.consumed, err)) < 0)
-					goto out;
-			}
-		}
-		/* stop requests: every rank must agree, at a step boundary */
-		int64_t flag = h->stop ? *h->stop : 0;
-		ds_watchdog_beat(wd, st.iteration, "stop_agreement");
-		if (W > 1 && (rc = ds_comm_allreduce(comm, &flag, 1, DS_I64, DS_MAX, err)) < 0)
+		const int exiting = o->exit_interval && lp.run_steps % o->exit_interval == 0;
+		if ((rc = save_step(&r, &lp, flag, exiting, res, err)) < 0)
 			goto out;
-		int exiting = o->exit_interval && run_steps % o->exit_interval == 0;
-		int save_now = o->save && ((o->save_interval && st.iteration % o->save_interval == 0) ||
-					   st.iteration == s.train_iters || flag || exiting);
-		if (save_now) {
-			if (flag && rank == 0)
-				check_save_fits(s.cfg, last_save_s, (int)flag, h->stop_at ? (long)*h->stop_at : 0);
-			ds_watchdog_beat(wd, st.iteration, "save");
-			double ts = ds_now();
-			if ((rc = ds_train_save(o->save, e, &s, &st, comm, err)) < 0)
-				goto out;
-			last_saved = st.iteration;
-			res->saved = 1;
-			last_save_s = ds_now() - ts;
-			ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st.iteration, last_save_s);
-		}
 		if (flag) {
-			if (bar)
-				ds_monitor_out_progress_end(mo);
-			if (!o->save) {
-				rc = ds_err_set(err, DS_EIO, "stopped by signal %d at step %lld without --save: nothing "
-						"to resume from", (int)flag, st.iteration);
-				goto out;
-			}
-			if ((rc = ds_train_commlog_summary(clog, mo, err)) < 0)
-				goto out;
-			rc = ds_err_set(err, DS_ESIGNAL, "stopped by signal %d at step %lld after saving %s/global_step%lld; "
-					"resume with --load auto", (int)flag, st.iteration, o->save, last_saved);
+			rc = stop(&r, &lp, flag, err);
 			goto out;
 		}
 		if (exiting)
 			break;
 	}
-	if (bar)
-		ds_monitor_out_progress_end(mo);
-	if ((rc = ds_train_commlog_summary(clog, mo, err)) < 0)
-		goto out;
-	if ((rc = report_memory(comm, &s, e, held_setup, mo, o->metrics_json && rank == 0 ? &memj : NULL, err)) < 0)
-		goto out;
-	if (o->metrics_json && rank == 0) {
-		struct ds_monitor_metrics_info mi = { s.start_profile_step, s.end_profile_step, (int)s.ga, s.tb, rank,
-						      NULL, memj };
-		if ((rc = ds_monitor_metrics_write(&metrics, &mi, o->metrics_json, err)) < 0)
-			goto out;
-	}
-	res->steps = run_steps;
-	res->last_step = st.iteration;
-	res->skipped = st.skipped;
-	rc = 0;
+	rc = finish(&r, &lp, res, err);
 out:
-	ds_watchdog_stop(wd);
-	if (rc < 0 && rc != DS_ESIGNAL && W > 1 && (rc != DS_EINVAL || e)) {
-		/* other ranks may be waiting in a collective this rank will not
-		 * join: the tool decides (ds-train ends the job) before anything
-		 * is freed, since freeing may itself wait on them */
-		res->stranded = 1;
-		if (h->on_stranded)
-			h->on_stranded(h->ctx, comm, rc, err);
-	}
-	ds_free(rows);
-	json_decref(memj);
-	ds_monitor_metrics_release(&metrics);
-	ds_monitor_destroy(mon);
-	ds_engine_destroy(e);
-	ds_train_commlog_stop(clog, comm);
-	if (have_data)
-		ds_data_release(&dd);
-	if (have_setup)
-		ds_train_setup_release(&s);
+	tear_down(&r, rc, res, err);
 	return rc;
 }
