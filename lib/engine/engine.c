@@ -664,13 +664,30 @@ static int build_lamb_ranges(struct ds_engine *e, struct seg *sg, int s, struct 
 	return 0;
 }
 
-int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, struct ds_comm *comm,
-		     struct ds_err *err)
+/* ---- creation -------------------------------------------------------------
+ * ds_engine_create: the choices that follow from the options (check_opts,
+ * set_modes), the model and its workspace (build_model), the segments' ZeRO
+ * layout (lay_out), the flat buffers and the gather/reduction slots
+ * (alloc_flat, alloc_slots), then per segment its parameters, update range
+ * and optimizer (init_segment), and the 16-bit copy (init_half). */
+
+static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 {
-	int rc;
-	struct ds_engine *e = calloc(1, sizeof *e);
-	if (!e)
-		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
+	if (opts->zero_stage < 0 || opts->zero_stage > 3)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d: must be 0, 1, 2 or 3", opts->zero_stage);
+	if (opts->micro_batch < 1 || opts->grad_accum < 1)
+		return ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
+				  opts->micro_batch, opts->grad_accum);
+	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16)
+		return ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
+				  ds_half_name(opts->half));
+	return 0;
+}
+
+/* Precision and reduction modes, the rank, and the test-only faults (top
+ * of this file). */
+static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, struct ds_comm *comm)
+{
 	e->o = *opts;
 	e->comm = comm;
 	e->half = opts->half;
@@ -685,39 +702,52 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
-	if (opts->zero_stage < 0 || opts->zero_stage > 3) {
-		rc = ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d: must be 0, 1, 2 or 3", opts->zero_stage);
-		goto fail;
-	}
-	if (opts->micro_batch < 1 || opts->grad_accum < 1) {
-		rc = ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
-				opts->micro_batch, opts->grad_accum);
-		goto fail;
-	}
-	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16) {
-		rc = ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
-				ds_half_name(opts->half));
-		goto fail;
-	}
-	if ((rc = ds_gpt_create(&e->model, &opts->model, err)) < 0)
-		goto fail;
+}
+
+static void read_test_faults(struct ds_engine *e)
+{
+	e->fail_rank = env_int("DS_TEST_FAULT_FAIL_RANK", -1);
+	e->fail_step = 3;
+	const char *fs = getenv("DS_TEST_FAULT_FAIL_RANK");
+	if (fs && strchr(fs, ':'))
+		e->fail_step = atoi(strchr(fs, ':') + 1);
+	e->inject_step = env_int("DS_TEST_INJECT_INF_STEP", 0);
+	e->inject_n = 1;
+	const char *is = getenv("DS_TEST_INJECT_INF_STEP");
+	if (is && strchr(is, ':'))
+		e->inject_n = atoi(strchr(is, ':') + 1);
+}
+
+/* The model, its workspace for one micro-batch, and the segment hooks
+ * through which the engine gathers and reduces. */
+static int build_model(struct ds_engine *e, struct ds_err *err)
+{
+	const struct ds_engine_opts *opts = &e->o;
+	DS_TRY(ds_gpt_create(&e->model, &opts->model, err));
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
 				     .dropout_seed = opts->seed, .half = opts->half,
 				     .fp32_matmul = opts->fp32_matmul };
-	if ((rc = ds_gpt_ws_create(&e->ws, e->model, &wo, err)) < 0)
-		goto fail;
+	DS_TRY(ds_gpt_ws_create(&e->ws, e->model, &wo, err));
 	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };
 	ds_gpt_ws_set_hooks(e->ws, &h);
+	return 0;
+}
 
+/* ZeRO layout: each segment padded to W*16 and split in W shards; which
+ * of its parameters (pfull, mfull) and gradients (gfull) this rank holds
+ * whole, and where they sit in the flat buffers.  *maxshard: the largest
+ * shard. */
+static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
+{
+	const struct ds_engine_opts *opts = &e->o;
 	e->nseg = ds_gpt_num_segments(e->model);
 	e->seg = calloc((size_t)e->nseg, sizeof *e->seg);
-	if (!e->seg) {
-		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
-		goto fail;
-	}
-	int64_t align = (int64_t)e->W * 16, maxshard = 0;
+	if (!e->seg)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	int64_t align = (int64_t)e->W * 16;
 	const int zg = opts->zero_stage >= 2 && e->W > 1, zp = opts->zero_stage >= 3 && e->W > 1;
+	*maxshard = 0;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		sg->numel = ds_gpt_segment(e->model, s)->numel;
@@ -735,11 +765,21 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		e->ptotal += sg->mfull ? sg->padded : sg->shard;
 		e->htotal += sg->pfull ? sg->padded : sg->shard;
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
-		if (sg->shard > maxshard)
-			maxshard = sg->shard;
+		if (sg->shard > *maxshard)
+			*maxshard = sg->shard;
 		if ((!sg->pfull || !sg->gfull || e->half) && sg->padded > e->maxpad)
 			e->maxpad = sg->padded;
 	}
+	return 0;
+}
+
+/* The flat buffers: parameters, gradients (fp32, or 16-bit), the
+ * reduce-scatter scratch, one micro-batch's inputs and targets, the
+ * optimizer table and Lamb's partial sums.  Returns 1 when all were
+ * allocated, else 0 (the caller reports it). */
+static int alloc_flat(struct ds_engine *e, int64_t maxshard)
+{
+	const struct ds_engine_opts *opts = &e->o;
 	e->params = ds_alloc((size_t)e->ptotal * sizeof(float));
 	if (e->g16)
 		e->gh = ds_alloc((size_t)e->gtotal * sizeof(uint16_t));
@@ -750,7 +790,17 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->tg = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->opt = calloc((size_t)e->nseg, sizeof *e->opt);
 	e->lamb_sums = calloc((size_t)ds_gpt_num_tensors(e->model) * 2, sizeof(double));
-	int slots_ok = 1;
+	return e->params && (e->grads || e->gh) && e->scratch && e->in && e->tg && e->opt && e->lamb_sums;
+}
+
+/* The parameter and gradient slots of stages 2-3 and of 16-bit models,
+ * the 16-bit reduction buffers, the overlap_comm buckets and the 16-bit
+ * model copy.  Returns 1 when all were allocated, else 0. */
+static int alloc_slots(struct ds_engine *e, int64_t maxshard)
+{
+	const struct ds_engine_opts *opts = &e->o;
+	const int zg = opts->zero_stage >= 2 && e->W > 1, zp = opts->zero_stage >= 3 && e->W > 1;
+	int ok = 1;
 	/* stage 3 gathers into 3 slots (the segment, its prefetched successor,
 	 * the tied embedding); a 16-bit model at stages 0-2 widens at most two
 	 * segments at once (the tied embedding stays open through the head) */
@@ -758,9 +808,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	for (int k = 0; k < 3; k++) {
 		e->ps[k].seg = -1;
 		if (k < e->nps && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
-			slots_ok = 0;
+			ok = 0;
 		if (zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
-			slots_ok = 0;
+			ok = 0;
 	}
 	/* overlap_comm: two more gradient slots, so that reductions stay in
 	 * flight while the next segments run backward (with tied weights the
@@ -770,79 +820,70 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
 		if ((zg || e->half) && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
-			slots_ok = 0;
+			ok = 0;
 		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
-			slots_ok = 0;
+			ok = 0;
 		if (zg && e->chalf && e->g16)
 			e->gs[k].c16 = (uint16_t *)(void *)e->gs[k].buf;  /* 4 x maxpad bytes hold both */
 		else if (zg && e->chalf &&
 			 !(e->gs[k].c16 = ds_alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
-			slots_ok = 0;
+			ok = 0;
 	}
 	if (!zg && e->chalf && !e->g16 && e->W > 1 && !(e->c16 = ds_alloc((size_t)e->total * sizeof(uint16_t))))
-		slots_ok = 0;
+		ok = 0;
 	e->bucket = opts->reduce_bucket_size > 0 ? opts->reduce_bucket_size : e->total;
 	/* 16-bit gradients reduced in fp32 at stages 0-1: one fp32 bucket */
 	e->gstage_n = e->bucket < e->total ? e->bucket : e->total;
 	if (!zg && e->g16 && !e->chalf && e->W > 1 && !(e->gstage = ds_alloc((size_t)e->gstage_n * sizeof(float))))
-		slots_ok = 0;
+		ok = 0;
 	e->nbuckets = e->overlap && !zg ? (int)((e->total + e->bucket - 1) / e->bucket) : 0;
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
 	if (e->half && !(e->p16 = ds_alloc((size_t)e->htotal * sizeof(uint16_t))))
-		slots_ok = 0;
-	if (!e->breq || !e->seg_done)
-		slots_ok = 0;
-	if (!e->params || (!e->grads && !e->gh) || !e->scratch || !e->in || !e->tg || !e->opt || !e->lamb_sums || !slots_ok) {
-		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
-		goto fail;
+		ok = 0;
+	return ok && e->breq && e->seg_done;
+}
+
+/* Segment s: initialise the parameters this rank holds (a pure function of
+ * (seed, name, index): each rank fills the segment, or its slice, alone),
+ * the range it updates, its pointers into the flat buffers, its optimizer
+ * and Lamb's tensor pieces. */
+static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
+{
+	const struct ds_engine_opts *opts = &e->o;
+	struct seg *sg = &e->seg[s];
+	const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
+	if (sg->mfull) {
+		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
+	} else {
+		int64_t lo = (int64_t)e->rank * sg->shard, hi = lo + sg->shard;
+		if (hi > sg->numel)
+			hi = sg->numel;
+		if (hi > lo)
+			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset + lo, ms->offset + hi);
 	}
-	for (int s = 0; s < e->nseg; s++) {
-		struct seg *sg = &e->seg[s];
-		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
-		/* initialisation is a pure function of (seed, name, index): each
-		 * rank fills what it holds (the segment, or its slice) alone */
-		if (sg->mfull) {
-			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
-		} else {
-			int64_t lo = (int64_t)e->rank * sg->shard, hi = lo + sg->shard;
-			if (hi > sg->numel)
-				hi = sg->numel;
-			if (hi > lo)
-				ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset + lo, ms->offset + hi);
-		}
-		sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
-		if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
-			sg->u0 = 1;  /* test-only fault: see the top of this file */
-		sg->un = sharded(e) ? sg->shard : sg->padded;
-		sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
-		int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
-		sg->g_upd = e->grads ? e->grads + gu : NULL;
-		sg->g_own = e->grads ? e->grads + go : NULL;
-		sg->h_upd = e->gh ? e->gh + gu : NULL;
-		sg->h_own = e->gh ? e->gh + go : NULL;
-		if ((rc = ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err)) < 0)
-			goto fail;
-		if ((rc = build_lamb_ranges(e, sg, s, err)) < 0)
-			goto fail;
-	}
-	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
-	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
-	e->fail_rank = env_int("DS_TEST_FAULT_FAIL_RANK", -1);
-	e->fail_step = 3;
-	const char *fs = getenv("DS_TEST_FAULT_FAIL_RANK");
-	if (fs && strchr(fs, ':'))
-		e->fail_step = atoi(strchr(fs, ':') + 1);
-	e->inject_step = env_int("DS_TEST_INJECT_INF_STEP", 0);
-	e->inject_n = 1;
-	const char *is = getenv("DS_TEST_INJECT_INF_STEP");
-	if (is && strchr(is, ':'))
-		e->inject_n = atoi(strchr(is, ':') + 1);
+	sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
+	if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
+		sg->u0 = 1;  /* test-only fault: see the top of this file */
+	sg->un = sharded(e) ? sg->shard : sg->padded;
+	sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
+	int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
+	sg->g_upd = e->grads ? e->grads + gu : NULL;
+	sg->g_own = e->grads ? e->grads + go : NULL;
+	sg->h_upd = e->gh ? e->gh + gu : NULL;
+	sg->h_own = e->gh ? e->gh + go : NULL;
+	DS_TRY(ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err));
+	return build_lamb_ranges(e, sg, s, err);
+}
+
+/* The 16-bit model copy from the fp32 parameters; a whole 16-bit segment
+ * over a partitioned master (stages 1-2) also gets the other ranks'
+ * slices, initialised here in fp32 (init is a pure function of the
+ * element) and rounded, as gather_half would bring. */
+static void init_half(struct ds_engine *e)
+{
 	refresh_half(e);
-	/* a whole 16-bit segment over a partitioned master (stages 1-2): the
-	 * other ranks' slices, initialised here in fp32 (init is a pure
-	 * function of the element) and rounded, as gather_half would bring */
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		if (sg->mfull || !sg->pfull)
@@ -850,9 +891,36 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
 		float *tmp = e->ps[0].buf;
 		memset(tmp, 0, (size_t)sg->padded * sizeof(float));
-		ds_gpt_init(e->model, opts->seed, tmp, ms->offset, ms->offset + ms->numel);
+		ds_gpt_init(e->model, e->o.seed, tmp, ms->offset, ms->offset + ms->numel);
 		ds_half_pack_n(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
 	}
+}
+
+int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, struct ds_comm *comm,
+		     struct ds_err *err)
+{
+	int rc;
+	int64_t maxshard = 0;
+	struct ds_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
+	set_modes(e, opts, comm);
+	if ((rc = check_opts(opts, err)) < 0 || (rc = build_model(e, err)) < 0 || (rc = lay_out(e, &maxshard, err)) < 0)
+		goto fail;
+	/* alloc_slots runs even when alloc_flat failed, as one allocation
+	 * pass that is checked once */
+	int flat_ok = alloc_flat(e, maxshard), slots_ok = alloc_slots(e, maxshard);
+	if (!flat_ok || !slots_ok) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
+		goto fail;
+	}
+	for (int s = 0; s < e->nseg; s++)
+		if ((rc = init_segment(e, s, err)) < 0)
+			goto fail;
+	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
+	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
+	read_test_faults(e);
+	init_half(e);
 	*out = e;
 	return 0;
 fail:
@@ -1198,30 +1266,23 @@ static void split_rows(struct ds_engine *e, const int32_t *rows, int n)
 	}
 }
 
-int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t base, int64_t step, double lr,
-			 int has_betas, double beta1, double beta2, struct ds_engine_step *res,
-			 struct ds_err *err)
+/* The GA micro-steps of one step: forward and backward on this rank's
+ * rows (the loss scaled by scale/GA before backward), gradients held and,
+ * through the hooks, reduced per segment or bucket.  *loss_sum: the sum of
+ * the micro-steps' losses. */
+static int micro_steps(struct ds_engine *e, const struct ds_engine_batch *in, double scale, double *loss_sum,
+		       struct ds_engine_step *res, struct ds_err *err)
 {
 	const int MB = e->o.micro_batch, GA = e->o.grad_accum, T = e->T;
-	const int scaling = e->scaler.kind != DS_SCALER_NONE;
-	const double prev_scale = scaling ? e->scaler.cur_scale : 1.0;
-	double t0, loss_sum = 0;
-	memset(res, 0, sizeof *res);
-	if (e->rank == e->fail_rank && step == e->fail_step)
-		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
-				  (long long)step);
-	if (e->g16)
-		memset(e->gh, 0, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
-	else
-		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
-	e->red_flight = e->red_wait = 0;
+	double t0;
 	int rc;
+	*loss_sum = 0;
 	for (int a = 0; a < GA; a++) {
 		float loss;
-		int64_t offset = base + (int64_t)a * MB * e->W + (int64_t)e->rank * MB;
-		split_rows(e, tokens + (size_t)a * MB * (T + 1), MB);
+		int64_t offset = in->base + (int64_t)a * MB * e->W + (int64_t)e->rank * MB;
+		split_rows(e, in->tokens + (size_t)a * MB * (T + 1), MB);
 		t0 = ds_now();
-		if ((rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, step, offset, 1, &loss, err)) < 0)
+		if ((rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, in->step, offset, 1, &loss, err)) < 0)
 			return pass_failed(e, rc, err);
 		res->t_fwd += ds_now() - t0;
 		if ((e->last_micro = a == GA - 1) && e->nbuckets) {
@@ -1232,22 +1293,93 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		}
 		t0 = ds_now();
 		/* fp16: the loss is multiplied by the scale before backward */
-		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, (float)(prev_scale / GA), err)) < 0)
+		if ((rc = ds_gpt_backward(e->model, e->ws, NULL, NULL, (float)(scale / GA), err)) < 0)
 			return pass_failed(e, rc, err);
 		res->t_bwd += ds_now() - t0;
-		loss_sum += loss;
+		*loss_sum += loss;
 	}
-	t0 = ds_now();
-	DS_TRY(reduce_grads(e, err));
-	if (e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0) {
-		/* test-only (rank 0 owns element 0), see the top of this file */
-		if (e->g16) {
-			const float inf = INFINITY;
-			ds_half_pack_n(e->half, e->gh, &inf, 1);
-		} else {
-			e->grads[0] = INFINITY;
+	return 0;
+}
+
+/* DS_TEST_INJECT_INF_STEP (top of this file): rank 0, which owns element
+ * 0, writes +inf into its first held gradient. */
+static void inject_inf(struct ds_engine *e, int64_t step)
+{
+	if (!(e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0))
+		return;
+	if (e->g16) {
+		const float inf = INFINITY;
+		ds_half_pack_n(e->half, e->gh, &inf, 1);
+	} else {
+		e->grads[0] = INFINITY;
+	}
+}
+
+/* What the gradients are multiplied by before the optimizer: with fp16
+ * scaling DeepSpeed's unscale_and_clip_grads, 1 / (scale * max(1, (norm /
+ * scale + 1e-6) / clip)); else clipping's min(1, clip / (norm + 1e-6))
+ * (spec §6).  scaled_norm: the norm of the scaled gradients. */
+static float grad_multiplier(const struct ds_engine *e, double scaled_norm, const struct ds_engine_step *res)
+{
+	float grad_mul = 1.0f;
+	if (e->scaler.kind != DS_SCALER_NONE) {
+		double combined = e->scaler.cur_scale;
+		if (e->o.gradient_clipping > 0) {
+			double c = (scaled_norm / e->scaler.cur_scale + 1e-6) / e->o.gradient_clipping;
+			if (c > 1)
+				combined *= c;
+		}
+		grad_mul = (float)(1.0 / combined);
+	} else if (e->o.gradient_clipping > 0) {
+		double c = e->o.gradient_clipping / (res->grad_norm + 1e-6);
+		if (c < 1)
+			grad_mul = (float)c;
+	}
+	return grad_mul;
+}
+
+/* The optimizer on this rank's ranges with the step's lr (and betas),
+ * then the updated slices gathered back and the 16-bit copy refreshed. */
+static int update(struct ds_engine *e, const struct ds_engine_batch *in, float grad_mul, struct ds_err *err)
+{
+	for (int s = 0; s < e->nseg; s++) {
+		e->opt[s]->hp.lr = in->lr;
+		if (in->has_betas) {
+			e->opt[s]->hp.beta1 = in->beta1;
+			e->opt[s]->hp.beta2 = in->beta2;
 		}
 	}
+	DS_TRY(optimizer_step(e, grad_mul, err));
+	DS_TRY(gather_params(e, err));
+	refresh_half(e);
+	if (e->half)
+		DS_TRY(gather_half(e, err));
+	return 0;
+}
+
+int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,
+			 struct ds_err *err)
+{
+	const int GA = e->o.grad_accum;
+	const int scaling = e->scaler.kind != DS_SCALER_NONE;
+	const double prev_scale = scaling ? e->scaler.cur_scale : 1.0;
+	double t0, loss_sum;
+	memset(res, 0, sizeof *res);
+	if (e->rank == e->fail_rank && in->step == e->fail_step)
+		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
+				  (long long)in->step);
+	if (e->g16)
+		memset(e->gh, 0, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
+	else
+		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
+	e->red_flight = e->red_wait = 0;
+	DS_TRY(micro_steps(e, in, prev_scale, &loss_sum, res, err));
+
+	/* reduce; then one allreduce of the squared norm of the owned slices,
+	 * the non-finite flag and the loss makes them global */
+	t0 = ds_now();
+	DS_TRY(reduce_grads(e, err));
+	inject_inf(e, in->step);
 	int bad;
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;
@@ -1263,7 +1395,7 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 	res->t_red_flight = e->red_flight;
 	res->t_red_wait = e->red_wait;
 	res->loss = lsum;
-	res->lr = lr;
+	res->lr = in->lr;
 	const double scaled_norm = sqrt(stat[0]);
 	const int nonfinite = stat[1] > 0 || !isfinite(scaled_norm);
 	/* fp16: the scaler sees the global overflow flag before unscaling
@@ -1279,35 +1411,9 @@ int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t bas
 		res->skipped = 1;
 		return 0;
 	}
-	float grad_mul = 1.0f;
-	if (scaling) {
-		/* unscale_and_clip_grads: divide by scale * max(1, (norm/scale + 1e-6) / clip) */
-		double combined = e->scaler.cur_scale;
-		if (e->o.gradient_clipping > 0) {
-			double c = (scaled_norm / e->scaler.cur_scale + 1e-6) / e->o.gradient_clipping;
-			if (c > 1)
-				combined *= c;
-		}
-		grad_mul = (float)(1.0 / combined);
-	} else if (e->o.gradient_clipping > 0) {
-		/* clipping: coef = min(1, clip / (norm + 1e-6)) (spec §6) */
-		double c = e->o.gradient_clipping / (res->grad_norm + 1e-6);
-		if (c < 1)
-			grad_mul = (float)c;
-	}
+	const float grad_mul = grad_multiplier(e, scaled_norm, res);
 	t0 = ds_now();
-	for (int s = 0; s < e->nseg; s++) {
-		e->opt[s]->hp.lr = lr;
-		if (has_betas) {
-			e->opt[s]->hp.beta1 = beta1;
-			e->opt[s]->hp.beta2 = beta2;
-		}
-	}
-	DS_TRY(optimizer_step(e, grad_mul, err));
-	DS_TRY(gather_params(e, err));
-	refresh_half(e);
-	if (e->half)
-		DS_TRY(gather_half(e, err));
+	DS_TRY(update(e, in, grad_mul, err));
 	res->t_step = ds_now() - t0;
 	e->steps++;
 	return 0;

@@ -149,13 +149,19 @@ int64_t ds_engine_num_params(const struct ds_engine *e);
 /* Optimizer steps taken (restored by ds_engine_set_steps). */
 int64_t ds_engine_steps(const struct ds_engine *e);
 
-/* One optimizer step on this rank's rows.  tokens: GA*MB rows of T+1
- * token ids (inputs are the first T, targets the last T); base: global
- * sample index of the step's first sample (see the header comment); step:
- * the step's number, keying dropout.  lr (and, when has_betas, beta1/beta2)
- * are the schedule's values for this step.  Returns 0 or a DS_E* code. */
-int ds_engine_train_step(struct ds_engine *e, const int32_t *tokens, int64_t base, int64_t step, double lr,
-			 int has_betas, double beta1, double beta2, struct ds_engine_step *res,
+/* What one optimizer step takes. */
+struct ds_engine_batch {
+	const int32_t *tokens;  /* GA*MB rows of T+1 token ids (inputs the first T, targets the last T) */
+	int64_t base;           /* global sample index of the step's first sample (header comment) */
+	int64_t step;           /* the step's number, 1-based; keys dropout */
+	double lr;              /* the schedule's values for this step: lr, */
+	int has_betas;          /* and, when set, Adam's betas */
+	double beta1, beta2;
+};
+
+/* One optimizer step on this rank's rows in->tokens; what it did in *res.
+ * Returns 0 or a DS_E* code. */
+int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,
 			 struct ds_err *err);
 
 /* Mean loss of `rows` rows (T+1 tokens each) without dropout or gradients,

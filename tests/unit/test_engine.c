@@ -81,7 +81,8 @@ static void test_loss_falls(void **state)
 	rows(tok, 4, 16, 50, 1);
 	double first = 0, last = 0;
 	for (int s = 0; s < 30; s++) {
-		assert_int_equal(ds_engine_train_step(e, tok, 0, s, 1e-2, 0, 0, 0, &r, &err), 0);
+		assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = s, .lr = 1e-2 },
+						      &r, &err), 0);
 		assert_false(r.skipped);
 		if (s == 0)
 			first = r.loss;
@@ -116,8 +117,10 @@ static void test_grad_accum_equals_large_batch(void **state)
 		 * rounding to 1e-4 in the third step's norm */
 		double lr = opt == 0 ? 1e-2 : 1e-1;
 		for (int s = 0; s < 3; s++) {
-			assert_int_equal(ds_engine_train_step(a, tok, 0, s, lr, 0, 0, 0, &ra, &err), 0);
-			assert_int_equal(ds_engine_train_step(b, tok, 0, s, lr, 0, 0, 0, &rb, &err), 0);
+			assert_int_equal(ds_engine_train_step(a, &(struct ds_engine_batch){ .tokens = tok, .step = s, .lr = lr },
+							      &ra, &err), 0);
+			assert_int_equal(ds_engine_train_step(b, &(struct ds_engine_batch){ .tokens = tok, .step = s, .lr = lr },
+							      &rb, &err), 0);
 			assert_true(fabs(ra.loss - rb.loss) <= 1e-5 * ra.loss);
 			assert_true(fabs(ra.grad_norm - rb.grad_norm) <= 1e-4 * ra.grad_norm);
 		}
@@ -153,7 +156,8 @@ static void test_clipping_bounds_sgd_update(void **state)
 		memcpy(before + k, ds_engine_param(e, i), sizeof(float) * (size_t)ni);
 		k += ni;
 	}
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 0, 1.0, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 0, .lr = 1.0 },
+					      &r, &err), 0);
 	assert_true(r.grad_norm > 1e-2); /* so clipping is active */
 	/* SGD with lr 1: ||dp|| = clip * norm / (norm + 1e-6) */
 	double d2 = 0;
@@ -185,7 +189,8 @@ static void test_nonfinite_skips(void **state)
 	ds_engine_param(e, ln)[0] = INFINITY;
 	int c_attn = ds_gpt_find(m, "transformer.h.1.attn.c_attn.weight");
 	float keep = ds_engine_param(e, c_attn)[5];
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 0, 1e-2, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 0, .lr = 1e-2 },
+					      &r, &err), 0);
 	assert_true(r.skipped);
 	assert_int_equal(ds_engine_steps(e), 0);
 	assert_true(ds_engine_param(e, c_attn)[5] == keep);
@@ -203,7 +208,8 @@ static void test_state_accessors(void **state)
 	struct ds_engine *e = mk(&o);
 	assert_int_equal(ds_engine_num_states(e), 2);
 	assert_string_equal(ds_engine_state_name(e, 0), "exp_avg");
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 0, 1e-2, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 0, .lr = 1e-2 },
+					      &r, &err), 0);
 	const struct ds_gpt *m = ds_engine_model(e);
 	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
 		int64_t b, en;
@@ -239,7 +245,8 @@ static void test_mixed_precision(void **state)
 	rows(tok, 4, 16, 50, 6);
 	opts_base(&o, 4, 1);
 	struct ds_engine *e32 = mk(&o);
-	assert_int_equal(ds_engine_train_step(e32, tok, 0, 1, 1e-4, 0, 0, 0, &r32, &err), 0);
+	assert_int_equal(ds_engine_train_step(e32, &(struct ds_engine_batch){ .tokens = tok, .step = 1, .lr = 1e-4 },
+					      &r32, &err), 0);
 	ds_engine_destroy(e32);
 
 	opts_base(&o, 4, 1);
@@ -250,7 +257,8 @@ static void test_mixed_precision(void **state)
 	int w = ds_gpt_find(m, "transformer.h.1.mlp.c_fc.weight");
 	float keep[8];
 	memcpy(keep, ds_engine_param(e, w), sizeof keep);
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 1, .lr = 1e-4 },
+					      &r, &err), 0);
 	assert_true(r.skipped && r.overflow);
 	assert_true(r.loss_scale == 2147483648.0);
 	assert_int_equal(ds_engine_steps(e), 0);
@@ -258,7 +266,8 @@ static void test_mixed_precision(void **state)
 	struct ds_scaler sc;
 	ds_scaler_init_dynamic(&sc, 1024, 1000, 1, 0, 1, 1);
 	ds_engine_set_scaler(e, &sc);
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 1, .lr = 1e-4 },
+					      &r, &err), 0);
 	assert_false(r.skipped);
 	assert_true(r.loss_scale == 1024);
 	assert_true(fabs(r.grad_norm - r32.grad_norm) <= 0.01 * r32.grad_norm);
@@ -271,7 +280,8 @@ static void test_mixed_precision(void **state)
 	o.half = DS_HALF_BF16;
 	e = mk(&o);
 	m = ds_engine_model(e);
-	assert_int_equal(ds_engine_train_step(e, tok, 0, 1, 1e-4, 0, 0, 0, &r, &err), 0);
+	assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = 1, .lr = 1e-4 },
+					      &r, &err), 0);
 	assert_false(r.skipped);
 	assert_true(r.loss_scale == 1.0);
 	assert_true(r.loss != r32.loss && fabs(r.loss - r32.loss) <= 1e-2 * r32.loss);
