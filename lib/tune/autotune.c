@@ -1,11 +1,13 @@
 /* autotune.c - ds-autotune's memory model, micro-batch list and tuners
- * (gridsearch, random, model_based).  Pure functions of the space and the
- * trials' results; launching trials is autotune_run.c's job.
+ * (gridsearch, random, model_based) as strategies of lib/tune's one search
+ * loop (search.h).  Pure functions of the space and the trials' results;
+ * launching trials is the driver's job (lib/driver/autotune_run.c).
  */
 #include <math.h>
 #include <string.h>
 
 #include "tune/autotune.h"
+#include "tune/search.h"
 #include "util/rng.h"
 
 double ds_autotune_model_state_bytes(double P, int half, int stage, int W)
@@ -169,61 +171,98 @@ static void mark_infeasible(struct ds_autotune_space *s, int i)
 	}
 }
 
+/* ---- the tuners as strategies of ds_tune_run (search.h) -------------------
+ * A point of the search is one index into the space's list; the loop
+ * counts trials, keeps the best and stops early, eval_point below keeps
+ * each point's status and trial number. */
+
+struct tuner {
+	struct ds_autotune_space *s;
+	const struct ds_autotune_search_opts *o;
+	int ord[DS_AUTOTUNE_MAX_POINTS], n, next;  /* the baseline (or shuffled) order, the next in it */
+	struct ds_rng rng;
+	ds_autotune_eval_fn f;
+	void *ctx;
+	int trials;
+};
+
+/* gridsearch and random: the next pending point of ord */
+static int order_next(void *self, const struct ds_tune_progress *pr, int *idx, const char **phase)
+{
+	struct tuner *t = self;
+	(void)pr;
+	while (t->next < t->n)
+		if (t->s->p[t->ord[t->next++]].status == DS_AT_PENDING) {
+			idx[0] = t->ord[t->next - 1];
+			*phase = t->o->tuner == DS_AT_RANDOM ? "random" : "gridsearch";
+			return 1;
+		}
+	return 0;
+}
+
+static int model_next(void *self, const struct ds_tune_progress *pr, int *idx, const char **phase)
+{
+	struct tuner *t = self;
+	int i = model_pick(t->s, t->ord, t->n, t->o->metric, pr->trials, &t->rng);
+	if (i < 0)
+		return 0;
+	idx[0] = i;
+	*phase = "model_based";
+	return 1;
+}
+
+/* One trial: number it, run the caller's evaluator, keep the point's
+ * status; a failure is NaN for the loop (and, model_based, a trial killed
+ * for memory makes the points that need at least as much infeasible). */
+static int eval_point(void *ctx, const int *idx, const char *phase, double *score, struct ds_err *err)
+{
+	struct tuner *t = ctx;
+	struct ds_autotune_point *p = &t->s->p[idx[0]];
+	double m = NAN;
+	(void)phase;
+	p->order = ++t->trials;
+	DS_TRY(t->f(t->ctx, t->s, idx[0], &m, err));
+	if (p->status == DS_AT_FAILED || isnan(m)) {
+		p->status = DS_AT_FAILED;
+		if (!p->why[0])
+			snprintf(p->why, sizeof(p->why), "no metric");
+		if (p->oom && t->o->tuner == DS_AT_MODEL)
+			mark_infeasible(t->s, idx[0]);
+		*score = NAN;
+		return 0;
+	}
+	p->status = DS_AT_OK;
+	p->metric = m;
+	*score = m;
+	return 0;
+}
+
 int ds_autotune_search(struct ds_autotune_space *s, const struct ds_autotune_search_opts *o,
 		       ds_autotune_eval_fn f, void *ctx, struct ds_autotune_search_res *r, struct ds_err *err)
 {
-	int ord[DS_AUTOTUNE_MAX_POINTS], n = ds_autotune_order(s, ord, DS_AUTOTUNE_MAX_POINTS);
-	struct ds_rng rng;
-	ds_rng_init(&rng, o->seed, 0x617574, (uint64_t)o->tuner);
+	struct tuner t = { .s = s, .o = o, .f = f, .ctx = ctx };
+	t.n = ds_autotune_order(s, t.ord, DS_AUTOTUNE_MAX_POINTS);
+	ds_rng_init(&t.rng, o->seed, 0x617574, (uint64_t)o->tuner);
 	if (o->tuner == DS_AT_RANDOM) /* Fisher-Yates with a seeded stream */
-		for (int k = n - 1; k > 0; k--) {
-			int j = (int)(ds_rng_uniform(&rng, (uint64_t)k + 1000) * (k + 1));
+		for (int k = t.n - 1; k > 0; k--) {
+			int j = (int)(ds_rng_uniform(&t.rng, (uint64_t)k + 1000) * (k + 1));
 			if (j > k)
 				j = k;
-			int t = ord[k];
-			ord[k] = ord[j], ord[j] = t;
+			int tmp = t.ord[k];
+			t.ord[k] = t.ord[j], t.ord[j] = tmp;
 		}
-	r->best = -1, r->trials = 0, r->stopped_early = 0;
-	int best_trial = 0, next = 0;
-	while (r->trials < o->num_trials) {
-		if (r->trials >= best_trial + o->early_stop) {
-			r->stopped_early = 1;
-			break;
-		}
-		int i = -1;
-		if (o->tuner == DS_AT_MODEL)
-			i = model_pick(s, ord, n, o->metric, r->trials, &rng);
-		else
-			while (next < n && i < 0)
-				if (s->p[ord[next++]].status == DS_AT_PENDING)
-					i = ord[next - 1];
-		if (i < 0)
-			break;
-		struct ds_autotune_point *p = &s->p[i];
-		double m = NAN;
-		p->order = ++r->trials;
-		DS_TRY(f(ctx, s, i, &m, err));
-		if (p->status == DS_AT_FAILED || isnan(m)) {
-			p->status = DS_AT_FAILED;
-			if (!p->why[0])
-				snprintf(p->why, sizeof(p->why), "no metric");
-			if (p->oom && o->tuner == DS_AT_MODEL)
-				mark_infeasible(s, i);
-			continue;
-		}
-		p->status = DS_AT_OK;
-		p->metric = m;
-		if (r->best < 0 || ds_autotune_better(o->metric, m, s->p[r->best].metric)) {
-			/* only a gain beyond the noise restarts the early-stopping count */
-			double b = r->best < 0 ? NAN : s->p[r->best].metric;
-			double margin = o->metric == DS_AT_LATENCY ? b * (1 - DS_AUTOTUNE_MIN_GAIN)
-								    : b * (1 + DS_AUTOTUNE_MIN_GAIN);
-			if (r->best < 0 || ds_autotune_better(o->metric, m, margin))
-				best_trial = r->trials;
-			r->best = i;
-		}
-	}
-	return 0;
+	struct ds_tune_strategy st = { o->tuner == DS_AT_MODEL ? model_next : order_next, &t };
+	struct ds_tune_search_opts so = DS_TUNE_SEARCH_OPTS_INIT;
+	struct ds_tune_search_res sr;
+	so.max_trials = o->num_trials;
+	so.early_stop = o->early_stop;
+	so.min_gain = DS_AUTOTUNE_MIN_GAIN;
+	so.minimize = o->metric == DS_AT_LATENCY;
+	int rc = ds_tune_run(&st, 1, &so, eval_point, &t, &sr, err);
+	r->best = sr.have_best ? sr.best[0] : -1;
+	r->trials = sr.trials;
+	r->stopped_early = sr.stopped_early;
+	return rc;
 }
 
 const char *ds_autotune_metric_name(int metric)

@@ -1,13 +1,17 @@
-/* search.c - grid and coarse-then-refine pattern search (see search.h).
+/* search.c - the search loop (ds_tune_run) and its grid and
+ * coarse-then-refine pattern strategies (see search.h).
  *
- * Coarse: from the start point, sweep each dimension in turn over its
- * first, middle and last value (every value of a dimension with at most 3),
- * keeping the best so far.  Refine: try every neighbour at distance `step`
- * along each dimension (step starts at a quarter of the longest dimension);
- * move when a neighbour beats the best by more than the threshold, else
- * halve the step; stop when step 1 brings no such gain.
- * Confirm: measure the top `confirm` points again; the best mean wins.
+ * Grid: every point of the product, the last dimension fastest.
+ * Pattern: from the start point, sweep each dimension in turn over its
+ * first, middle and last value (every value of a dimension with at most
+ * 3), keeping the best so far (coarse).  Then try every neighbour at
+ * distance `step` along each dimension (step starts at a quarter of the
+ * longest dimension); move when a round beats the best by more than the
+ * threshold, else halve the step; stop when step 1 brings no such gain
+ * (refine).  Confirm: measure the top `confirm` points again; the best
+ * mean wins.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,18 +92,49 @@ static int memo_find(const struct memo *m, const int *p)
 	return -1;
 }
 
-struct ctx {
-	const struct ds_tune_space *s;
+static int memo_add(struct memo *m, const int *p, double score, struct ds_err *err)
+{
+	if (m->n == m->cap) {
+		int cap = m->cap ? 2 * m->cap : 64;
+		int *idx = realloc(m->idx, sizeof(int) * (size_t)cap * (size_t)m->nd);
+		double *sc = realloc(m->score, sizeof(double) * (size_t)cap);
+		if (idx)
+			m->idx = idx;
+		if (sc)
+			m->score = sc;
+		if (!idx || !sc)
+			return ds_err_set(err, DS_ENOMEM, "tune: out of memory");
+		m->cap = cap;
+	}
+	memcpy(m->idx + (size_t)m->n * m->nd, p, sizeof(int) * (size_t)m->nd);
+	m->score[m->n++] = score;
+	return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+struct loop {
 	const struct ds_tune_search_opts *o;
 	ds_tune_eval_fn f;
 	void *arg;
 	struct ds_tune_search_res *r;
 	struct memo m;
 	double t0;
-	int have_best;
+	int best_trial;  /* the trial whose gain last restarted the early-stop count */
 };
 
-static int capped(struct ctx *c)
+/* a better than b (NaN is never better; anything beats NaN) */
+static int better(const struct loop *c, double a, double b)
+{
+	if (isnan(a))
+		return 0;
+	if (isnan(b))
+		return 1;
+	return c->o->minimize ? a < b : a > b;
+}
+
+/* Before a new evaluation: at max_trials or past max_seconds? */
+static int capped(struct loop *c)
 {
 	if ((c->o->max_trials > 0 && c->r->trials >= c->o->max_trials) ||
 	    (c->o->max_seconds > 0 && ds_now() - c->t0 > c->o->max_seconds)) {
@@ -109,111 +144,41 @@ static int capped(struct ctx *c)
 	return 0;
 }
 
-/* Score p (from the memo when seen); *score out.  Returns 1 when it was
- * evaluated or found, 0 when the cap stopped it, <0 on error. */
-static int eval(struct ctx *c, const int *p, const char *phase, double *score, struct ds_err *err)
+/* Before asking for a point: early_stop trials without a gain beyond
+ * min_gain (a search at its trial cap is capped, not stopped early). */
+static int stops_early(struct loop *c)
 {
-	int i = memo_find(&c->m, p);
-	if (i >= 0) {
-		*score = c->m.score[i];
-		return 1;
-	}
-	if (capped(c))
+	const struct ds_tune_search_opts *o = c->o;
+	if (o->early_stop <= 0 || (o->max_trials > 0 && c->r->trials >= o->max_trials) ||
+	    c->r->trials < c->best_trial + o->early_stop)
 		return 0;
-	if (c->m.n == c->m.cap) {
-		int cap = c->m.cap ? 2 * c->m.cap : 64;
-		int *idx = realloc(c->m.idx, sizeof(int) * (size_t)cap * (size_t)c->m.nd);
-		double *sc = realloc(c->m.score, sizeof(double) * (size_t)cap);
-		if (idx)
-			c->m.idx = idx;
-		if (sc)
-			c->m.score = sc;
-		if (!idx || !sc)
-			return ds_err_set(err, DS_ENOMEM, "tune: out of memory");
-		c->m.cap = cap;
-	}
-	DS_TRY(c->f(c->arg, p, phase, score, err));
-	memcpy(c->m.idx + (size_t)c->m.n * c->m.nd, p, sizeof(int) * (size_t)c->m.nd);
-	c->m.score[c->m.n++] = *score;
-	c->r->trials++;
-	if (!c->have_best || *score > c->r->best_score) {
-		c->r->best_score = *score;
-		memcpy(c->r->best, p, sizeof(int) * (size_t)c->m.nd);
-		c->have_best = 1;
-	}
+	c->r->stopped_early = 1;
 	return 1;
 }
 
-static int grid(struct ctx *c, struct ds_err *err)
+/* Score a new point and keep the best (a failed trial, NaN, never is); a
+ * gain beyond min_gain over the previous best restarts the early-stop
+ * count. */
+static int evaluate(struct loop *c, const int *p, const char *phase, struct ds_err *err)
 {
-	int p[DS_TUNE_MAX_DIMS] = { 0 };
-	const struct ds_tune_space *s = c->s;
-	double sc;
-
-	for (;;) {
-		int rc = eval(c, p, "grid", &sc, err);
-		if (rc <= 0)
-			return rc;
-		int d = s->ndims - 1;
-		while (d >= 0 && ++p[d] == s->d[d].n)
-			p[d--] = 0;
-		if (d < 0)
-			return 0;
+	struct ds_tune_search_res *r = c->r;
+	double score = NAN;
+	DS_TRY(c->f(c->arg, p, phase, &score, err));
+	DS_TRY(memo_add(&c->m, p, score, err));
+	r->trials++;
+	if (!isnan(score) && (!r->have_best || better(c, score, r->best_score))) {
+		double g = c->o->min_gain, margin = c->o->minimize ? r->best_score * (1 - g) : r->best_score * (1 + g);
+		if (!r->have_best || better(c, score, margin))
+			c->best_trial = r->trials;
+		r->best_score = score;
+		memcpy(r->best, p, sizeof(int) * (size_t)c->m.nd);
+		r->have_best = 1;
 	}
-}
-
-static int pattern(struct ctx *c, struct ds_err *err)
-{
-	const struct ds_tune_space *s = c->s;
-	int nd = s->ndims, p[DS_TUNE_MAX_DIMS], step = 1;
-	double sc;
-	int rc;
-
-	for (int d = 0; d < nd; d++) {
-		p[d] = c->o->start ? c->o->start[d] : s->d[d].n / 2;
-		if (p[d] < 0 || p[d] >= s->d[d].n)
-			p[d] = s->d[d].n / 2;
-		if ((s->d[d].n - 1) / 4 > step)
-			step = (s->d[d].n - 1) / 4;
-	}
-	if ((rc = eval(c, p, "start", &sc, err)) <= 0)
-		return rc;
-	/* coarse: one dimension at a time over first / middle / last */
-	for (int d = 0; d < nd; d++) {
-		int n = s->d[d].n, cand[3] = { 0, (n - 1) / 2, n - 1 };
-		for (int k = 0; k < 3; k++) {
-			memcpy(p, c->r->best, sizeof(int) * (size_t)nd);
-			p[d] = cand[k];
-			if ((rc = eval(c, p, "coarse", &sc, err)) <= 0)
-				return rc;
-		}
-	}
-	/* refine: neighbours of the best at distance step */
-	for (;;) {
-		int base[DS_TUNE_MAX_DIMS];
-		double base_score = c->r->best_score;
-		memcpy(base, c->r->best, sizeof(int) * (size_t)nd);
-		for (int d = 0; d < nd; d++)
-			for (int dir = -1; dir <= 1; dir += 2) {
-				memcpy(p, base, sizeof(int) * (size_t)nd);
-				p[d] += dir * step;
-				if (p[d] < 0 || p[d] >= s->d[d].n)
-					continue;
-				if ((rc = eval(c, p, "refine", &sc, err)) <= 0)
-					return rc;
-			}
-		double gain = base_score > 0 ? (c->r->best_score - base_score) / base_score
-					     : (c->r->best_score > base_score ? 1.0 : 0.0);
-		if (gain > c->o->threshold)
-			continue;       /* moved: search around the new best */
-		if (step == 1)
-			return 0;       /* no gain worth the time at the finest step */
-		step /= 2;
-	}
+	return 0;
 }
 
 /* Second measurement of the top-k points; the best mean becomes r->best. */
-static int confirm(struct ctx *c, int k, struct ds_err *err)
+static int confirm(struct loop *c, int k, struct ds_err *err)
 {
 	int nd = c->m.nd, *done = calloc((size_t)c->m.n, sizeof(int));
 	double best = 0;
@@ -225,8 +190,10 @@ static int confirm(struct ctx *c, int k, struct ds_err *err)
 		int top = -1;
 		double again;
 		for (int i = 0; i < c->m.n; i++)
-			if (!done[i] && (top < 0 || c->m.score[i] > c->m.score[top]))
+			if (!done[i] && !isnan(c->m.score[i]) && (top < 0 || c->m.score[i] > c->m.score[top]))
 				top = i;
+		if (top < 0)
+			break;
 		done[top] = 1;
 		int rc = c->f(c->arg, c->m.idx + (size_t)top * nd, "confirm", &again, err);
 		if (rc < 0) {
@@ -247,19 +214,177 @@ static int confirm(struct ctx *c, int k, struct ds_err *err)
 	return 0;
 }
 
-int ds_tune_search(const struct ds_tune_space *s, const struct ds_tune_search_opts *o, ds_tune_eval_fn f,
-		   void *arg, struct ds_tune_search_res *r, struct ds_err *err)
+int ds_tune_run(const struct ds_tune_strategy *st, int ndims, const struct ds_tune_search_opts *o,
+		ds_tune_eval_fn f, void *arg, struct ds_tune_search_res *r, struct ds_err *err)
 {
-	struct ctx c = { .s = s, .o = o, .f = f, .arg = arg, .r = r, .m = { .nd = s->ndims }, .t0 = ds_now() };
-	int rc;
+	struct loop c = { .o = o, .f = f, .arg = arg, .r = r, .m = { .nd = ndims }, .t0 = ds_now() };
+	int p[DS_TUNE_MAX_DIMS], rc = 0;
 
 	memset(r, 0, sizeof(*r));
-	if (s->ndims < 1)
-		return ds_err_set(err, DS_EINVAL, "tune: nothing to search (no dimensions)");
-	rc = o->exhaustive ? grid(&c, err) : pattern(&c, err);
+	for (;;) {
+		const struct ds_tune_progress pr = { r->trials, r->have_best, r->best, r->best_score };
+		const char *phase = NULL;
+		if (stops_early(&c) || !st->next(st->self, &pr, p, &phase))
+			break;
+		if (memo_find(&c.m, p) >= 0)
+			continue;  /* scored before: the strategy reads the best from pr */
+		if (capped(&c))
+			break;
+		if ((rc = evaluate(&c, p, phase, err)) < 0)
+			break;
+	}
 	if (rc >= 0 && o->confirm > 0 && c.m.n > 1)
 		rc = confirm(&c, o->confirm, err);
 	free(c.m.idx);
 	free(c.m.score);
 	return rc < 0 ? rc : 0;
+}
+
+/* ---- grid ---------------------------------------------------------------- */
+
+struct grid {
+	const struct ds_tune_space *s;
+	int p[DS_TUNE_MAX_DIMS];
+	int done;
+};
+
+static int grid_next(void *self, const struct ds_tune_progress *pr, int *idx, const char **phase)
+{
+	struct grid *g = self;
+	const struct ds_tune_space *s = g->s;
+	(void)pr;
+	if (g->done)
+		return 0;
+	memcpy(idx, g->p, sizeof(int) * (size_t)s->ndims);
+	*phase = "grid";
+	int d = s->ndims - 1;
+	while (d >= 0 && ++g->p[d] == s->d[d].n)
+		g->p[d--] = 0;
+	g->done = d < 0;
+	return 1;
+}
+
+/* ---- pattern ------------------------------------------------------------- */
+
+enum { PAT_START, PAT_COARSE, PAT_REFINE, PAT_DONE };
+
+struct pattern {
+	const struct ds_tune_space *s;
+	double threshold;
+	int stage;
+	int start[DS_TUNE_MAX_DIMS];
+	int d, k;                     /* coarse: dimension and which of first/middle/last */
+	int step;                     /* refine: the neighbours' distance */
+	int base[DS_TUNE_MAX_DIMS];   /* refine: the round's centre and its score */
+	double base_score;
+	int rd, dir;                  /* refine: the next neighbour's dimension and direction */
+};
+
+static void pattern_init(struct pattern *t, const struct ds_tune_space *s, const struct ds_tune_search_opts *o)
+{
+	memset(t, 0, sizeof(*t));
+	t->s = s;
+	t->threshold = o->threshold;
+	t->step = 1;
+	for (int d = 0; d < s->ndims; d++) {
+		t->start[d] = o->start ? o->start[d] : s->d[d].n / 2;
+		if (t->start[d] < 0 || t->start[d] >= s->d[d].n)
+			t->start[d] = s->d[d].n / 2;
+		if ((s->d[d].n - 1) / 4 > t->step)
+			t->step = (s->d[d].n - 1) / 4;
+	}
+}
+
+/* The best so far, or the start point while every trial failed. */
+static const int *pattern_best(const struct pattern *t, const struct ds_tune_progress *pr)
+{
+	return pr->have_best ? pr->best : t->start;
+}
+
+static void pattern_round(struct pattern *t, const struct ds_tune_progress *pr)
+{
+	memcpy(t->base, pattern_best(t, pr), sizeof(int) * (size_t)t->s->ndims);
+	t->base_score = pr->best_score;
+	t->rd = 0;
+	t->dir = -1;
+}
+
+static int pattern_next(void *self, const struct ds_tune_progress *pr, int *p, const char **phase)
+{
+	struct pattern *t = self;
+	const struct ds_tune_space *s = t->s;
+	const int nd = s->ndims;
+	for (;;) {
+		switch (t->stage) {
+		case PAT_START:
+			memcpy(p, t->start, sizeof(int) * (size_t)nd);
+			*phase = "start";
+			t->stage = PAT_COARSE;
+			return 1;
+		case PAT_COARSE:
+			/* one dimension at a time over first / middle / last of
+			 * the best so far */
+			if (t->d == nd) {
+				t->stage = PAT_REFINE;
+				pattern_round(t, pr);
+				continue;
+			}
+			int n = s->d[t->d].n, cand[3] = { 0, (n - 1) / 2, n - 1 };
+			memcpy(p, pattern_best(t, pr), sizeof(int) * (size_t)nd);
+			p[t->d] = cand[t->k];
+			if (++t->k == 3) {
+				t->k = 0;
+				t->d++;
+			}
+			*phase = "coarse";
+			return 1;
+		case PAT_REFINE:
+			/* the neighbours of the round's centre at distance step */
+			while (t->rd < nd) {
+				memcpy(p, t->base, sizeof(int) * (size_t)nd);
+				p[t->rd] += t->dir * t->step;
+				int inside = p[t->rd] >= 0 && p[t->rd] < s->d[t->rd].n;
+				if (t->dir < 0) {
+					t->dir = 1;
+				} else {
+					t->dir = -1;
+					t->rd++;
+				}
+				if (inside) {
+					*phase = "refine";
+					return 1;
+				}
+			}
+			double gain = t->base_score > 0 ? (pr->best_score - t->base_score) / t->base_score
+							: (pr->best_score > t->base_score ? 1.0 : 0.0);
+			if (gain <= t->threshold) {
+				if (t->step == 1) {
+					t->stage = PAT_DONE;  /* no gain worth the time at the finest step */
+					continue;
+				}
+				t->step /= 2;
+			}
+			pattern_round(t, pr);  /* moved: around the new best; else closer */
+			continue;
+		default:
+			return 0;
+		}
+	}
+}
+
+int ds_tune_search(const struct ds_tune_space *s, const struct ds_tune_search_opts *o, ds_tune_eval_fn f,
+		   void *arg, struct ds_tune_search_res *r, struct ds_err *err)
+{
+	struct grid g = { .s = s };
+	struct pattern t;
+	struct ds_tune_strategy st = { grid_next, &g };
+
+	memset(r, 0, sizeof(*r));
+	if (s->ndims < 1)
+		return ds_err_set(err, DS_EINVAL, "tune: nothing to search (no dimensions)");
+	if (!o->exhaustive) {
+		pattern_init(&t, s, o);
+		st = (struct ds_tune_strategy){ pattern_next, &t };
+	}
+	return ds_tune_run(&st, s->ndims, o, f, arg, r, err);
 }
