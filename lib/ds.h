@@ -1,6 +1,6 @@
 /* ds.h - umbrella header of libds, the library the dstk tools share.
- * Modules (DESIGN.md, lower never includes higher): util, config, comm,
- * model, optim, engine, io, monitor, tune. */
+ * Modules (DESIGN.md "Layers", lower never includes higher): util, config,
+ * comm, app, kernels, model, optim, engine, io, monitor, tune, driver. */
 #ifndef DS_H
 #define DS_H
 
