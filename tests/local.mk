@@ -60,5 +60,5 @@ EXTRA_DIST += tests/cli/bounded.bats
 
 ## The layer rule (DESIGN.md "Layers"): no module includes one above it;
 ## and libds never prints, exits or aborts (STYLE rule 4).
-TESTS += tests/lint/layers.sh tests/lint/quiet.sh
-EXTRA_DIST += tests/lint/layers.sh tests/lint/quiet.sh
+TESTS += tests/layers.sh tests/quiet.sh
+EXTRA_DIST += tests/layers.sh tests/quiet.sh

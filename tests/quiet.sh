@@ -51,7 +51,7 @@ pat="(^|[^.>[:alnum:]_])($calls)[[:space:]]*\\(|(^|[^.>[:alnum:]_])(stdout|stder
 pat="$pat|dprintf[[:space:]]*\\([[:space:]]*(1|2|STDOUT_FILENO|STDERR_FILENO)[[:space:]]*,"
 names="$calls|stdout|stderr|dprintf"
 dirs='lib/util lib/config lib/comm kernels lib/app lib/model lib/optim lib/engine lib/io lib/monitor lib/tune lib/driver'
-echo "1..$(echo $dirs | wc -w)"
+echo "1..$(echo "$dirs" | wc -w)"
 i=0 fail=0
 for d in $dirs; do
 	i=$((i + 1))
@@ -67,7 +67,7 @@ for d in $dirs; do
 	if [ -z "$bad" ]; then
 		echo "ok $i - $d does not print, exit or abort on its own"
 	else
-		echo "not ok $i - $d prints, exits or aborts (STYLE rule 4; tests/lint/quiet.sh lists the exceptions)"
+		echo "not ok $i - $d prints, exits or aborts (STYLE rule 4; tests/quiet.sh lists the exceptions)"
 		printf '%s\n' "$bad" | sed 's/^/#   /'
 		fail=1
 	fi
