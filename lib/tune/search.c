@@ -133,6 +133,13 @@ static int better(const struct loop *c, double a, double b)
 	return c->o->minimize ? a < b : a > b;
 }
 
+/* a ahead of b in the search's direction (a plain comparison: NaN is never
+ * ahead, and nothing is ahead of NaN) */
+static int ahead(const struct loop *c, double a, double b)
+{
+	return c->o->minimize ? a < b : a > b;
+}
+
 /* Before a new evaluation: at max_trials or past max_seconds? */
 static int capped(struct loop *c)
 {
@@ -177,7 +184,8 @@ static int evaluate(struct loop *c, const int *p, const char *phase, struct ds_e
 	return 0;
 }
 
-/* Second measurement of the top-k points; the best mean becomes r->best. */
+/* Second measurement of the top-k points (highest scores, or lowest when
+ * minimising); the best mean becomes r->best. */
 static int confirm(struct loop *c, int k, struct ds_err *err)
 {
 	int nd = c->m.nd, *done = calloc((size_t)c->m.n, sizeof(int));
@@ -190,7 +198,7 @@ static int confirm(struct loop *c, int k, struct ds_err *err)
 		int top = -1;
 		double again;
 		for (int i = 0; i < c->m.n; i++)
-			if (!done[i] && !isnan(c->m.score[i]) && (top < 0 || c->m.score[i] > c->m.score[top]))
+			if (!done[i] && !isnan(c->m.score[i]) && (top < 0 || ahead(c, c->m.score[i], c->m.score[top])))
 				top = i;
 		if (top < 0)
 			break;
@@ -202,7 +210,7 @@ static int confirm(struct loop *c, int k, struct ds_err *err)
 		}
 		c->r->trials++;
 		double mean = 0.5 * (c->m.score[top] + again);
-		if (!have || mean > best) {
+		if (!have || ahead(c, mean, best)) {
 			best = mean;
 			have = 1;
 			memcpy(c->r->best, c->m.idx + (size_t)top * nd, sizeof(int) * (size_t)nd);
