@@ -129,6 +129,10 @@ void ds_cinfo_print(const struct ds_cinfo *ci, int json, FILE *out)
 		}
 		json_object_set_new(j, "tensors", ts);
 		json_object_set_new(j, "bad_checksums", json_integer(ci->nbad));
+		if (ci->verified) {
+			json_object_set_new(j, "manifest", json_boolean(ci->manifest));
+			json_object_set_new(j, "missing", json_integer(ci->nmissing));
+		}
 		json_dumpf(j, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		fputc('\n', out);
 		json_decref(j);
@@ -168,7 +172,20 @@ void ds_cinfo_print(const struct ds_cinfo *ci, int json, FILE *out)
 		}
 		fprintf(out, "  %-52s %-16s %-9s %s\n", ci->t[i].name, sh, ci->t[i].dtype, ci->t[i].status);
 	}
-	fprintf(out, "# %d tensors, %d bad checksums\n", ci->nt, ci->nbad);
+	fprintf(out, "# %d tensors, %d bad checksums\n", ci->nt - ci->nmissing, ci->nbad);
+	if (!ci->verified)
+		return;
+	if (ci->manifest)
+		fprintf(out, "# manifest: every byte of state.h5 checked\n");
+	else
+		fprintf(out, "# manifest: none (an older dstk's checkpoint): its HDF5 metadata has no checksum\n");
+	if (ci->no_model)
+		fprintf(out, "# contents: not checked (no model JSON: not a model checkpoint)\n");
+	else if (ci->nmissing)
+		fprintf(out, "# contents: %d missing or of another shape (MISSING above)\n", ci->nmissing);
+	else
+		fprintf(out, "# contents: everything a %s reads is there\n",
+			strcmp(ci->format, "weights") ? "resume" : "load of the weights");
 }
 
 /* inspect of a safetensors or llm.c input: the file's tensors seen as dstk's. */
@@ -312,6 +329,8 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 				rc = ds_err_set(err, DS_ECHECK, "%s: %d dataset%s failed verification, first /%s (%s)",
 						ci.path, ci.nbad, ci.nbad > 1 ? "s" : "",
 						first < ci.nt ? ci.t[first].name : "?", ci.bad_msg);
+			} else if (ci.nmissing) {
+				rc = ds_err_set(err, DS_ECHECK, "%s: cannot be resumed from: %s", ci.path, ci.missing_msg);
 			}
 		}
 		goto out;

@@ -11,6 +11,7 @@
 #include "driver/convert_hf.h"
 #include "driver/convert_int.h"
 #include "io/ckpt.h"
+#include "optim/optim.h"
 #include "util/half.h"
 #include "util/mem.h"
 
@@ -223,6 +224,63 @@ static void on_verify(void *ud, const struct ds_ckpt_tensor_info *t, int status,
 		}
 }
 
+/* Append a row named name (no shape) with status st. */
+static int add_row(struct ds_cinfo *ci, const char *name, const char *st)
+{
+	struct ds_cinfo_tensor *t = realloc(ci->t, (size_t)(ci->nt + 2) * sizeof(*t));
+	if (!t)
+		return DS_ENOMEM;
+	ci->t = t;
+	t = &ci->t[ci->nt++];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->dtype = "-";
+	t->status = st;
+	return 0;
+}
+
+static void on_missing(void *ud, const char *name, const char *problem)
+{
+	struct ds_cinfo *ci = ud;
+	if (!ci->nmissing++)
+		snprintf(ci->missing_msg, sizeof(ci->missing_msg), "/%s %s", name, problem);
+	add_row(ci, name, "MISSING");
+}
+
+/* verify: everything a resume reads (weights files: the model's tensors)
+ * is there in the right shape and dtype, for the model of its model JSON
+ * and the optimizer states it says it holds; MISSING rows otherwise. */
+static int check_contents(struct ds_ckpt *c, const struct ds_ckpt_meta *meta, int weights_only, struct ds_cinfo *ci,
+			  struct ds_err *err)
+{
+	char names[DS_OPTIM_MAX_STATES][DS_CKPT_STATE_MAX];
+	const char *states[DS_OPTIM_MAX_STATES];
+	struct ds_model_config cfg;
+	struct ds_gpt *model = NULL;
+	struct ds_err e = DS_ERR_INIT;
+	int ns = 0, rc;
+	if (!meta->model_json || !*meta->model_json || !strcmp(meta->model_json, "{}")) {
+		ci->no_model = 1;  /* not a model checkpoint: nothing to compare with */
+		return 0;
+	}
+	if (ds_convert_model_parse(meta->model_json, ci->path, &cfg, &e) < 0 || ds_gpt_create(&model, &cfg, &e) < 0) {
+		on_missing(ci, "(root attribute model_json)", e.msg[0] ? "does not describe a model" : "is empty");
+		return 0;
+	}
+	if (!weights_only && ds_ckpt_saved_states(c, names, DS_OPTIM_MAX_STATES, &ns, &e) < 0)
+		on_missing(ci, "optimizer@states", e.msg);
+	for (int i = 0; i < ns; i++)
+		states[i] = names[i];
+	struct ds_ckpt_need need = { model, weights_only, states, weights_only ? 0 : ns, !weights_only };
+	rc = ds_ckpt_check_need(c, &need, on_missing, ci, &e);
+	ds_gpt_destroy(model);
+	if (rc == DS_EINVAL)  /* the problems are the report (MISSING rows) */
+		return 0;
+	if (rc < 0 && err)
+		*err = e;
+	return rc;
+}
+
 static const char *dtype_word(int dt)
 {
 	switch (dt) {
@@ -245,8 +303,15 @@ int ds_convert_info_ckpt(const char *path, int verify, struct ds_cinfo *ci, stru
 	int64_t wo = 0;
 	int rc;
 	memset(ci, 0, sizeof(*ci));
-	if ((rc = open_any(path, &c, err)) < 0)
+	if ((rc = open_any(path, &c, err)) < 0) {
+		/* for verify, damage found before HDF5 may read the file is its finding */
+		if (verify && rc == DS_ECORRUPT) {
+			rc = DS_ECHECK;
+			if (err)
+				err->code = rc;
+		}
 		return rc;
+	}
 	if ((rc = ds_ckpt_meta_get(c, &meta, err)) < 0 || (rc = ds_ckpt_list(c, &list, &n, err)) < 0)
 		goto out;
 	if (ds_ckpt_attr_has(c, "/", "weights_only"))
@@ -280,12 +345,21 @@ int ds_convert_info_ckpt(const char *path, int verify, struct ds_cinfo *ci, stru
 		struct vctx v = { ci };
 		struct ds_err e = DS_ERR_INIT;
 		/* a bad checksum is the report, not a failure to produce it */
-		ds_ckpt_verify(c, on_verify, &v, &e);
+		int vr = ds_ckpt_verify(c, on_verify, &v, &e);
 		for (int i = 0; i < ci->nt; i++)
 			if (!strcmp(ci->t[i].status, "unchecked") || !strcmp(ci->t[i].status, "none")) {
 				ci->t[i].status = "BAD";
 				ci->nbad++;
 			}
+		if (vr < 0 && !ci->nbad) {  /* bytes of no dataset */
+			if ((rc = add_row(ci, "(state.h5 outside the datasets)", "BAD")) < 0)
+				goto out;
+			ci->nbad++;
+			snprintf(ci->bad_msg, sizeof(ci->bad_msg), "%s", e.msg);
+		}
+		ci->verified = 1;
+		ci->manifest = ds_ckpt_has_manifest(c);
+		rc = check_contents(c, &meta, (int)wo, ci, err);
 	}
 out:
 	free(list);

@@ -67,7 +67,7 @@ struct ds_cinfo_tensor {
 	int ndim;
 	int64_t shape[4];
 	const char *dtype;             /* "float32", "float16", "bfloat16" */
-	const char *status;            /* checksum: "ok", "BAD", "unchecked", "none" */
+	const char *status;            /* checksum: "ok", "BAD", "unchecked", "none"; "MISSING" */
 };
 struct ds_cinfo {
 	const char *format;            /* "checkpoint", "weights", "safetensors", "llm.c" */
@@ -80,14 +80,22 @@ struct ds_cinfo {
 	struct ds_cinfo_tensor *t;     /* malloc'd */
 	int nt, nbad;
 	char bad_msg[DS_ERR_MSG_MAX];  /* verify: the first failure as the reader said it */
+	/* verify of a dstk checkpoint: */
+	int verified;                  /* the fields below are set */
+	int manifest;                  /* state.h5 has a manifest (every byte checked) */
+	int nmissing;                  /* rows "MISSING": what a resume (or, weights: the model) needs */
+	int no_model;                  /* no model JSON: the contents were not checked */
+	char missing_msg[DS_ERR_MSG_MAX];
 };
 /* Render info as text or JSON to out. */
 void ds_cinfo_print(const struct ds_cinfo *ci, int json, FILE *out);
 void ds_cinfo_release(struct ds_cinfo *ci);
 
 /* inspect / verify of a dstk checkpoint or weights file: fill *ci; with
- * verify every checksum is recomputed (status "ok"/"BAD", ci->nbad).
- * DS_EINVAL/DS_ECORRUPT when path is not a readable checkpoint. */
+ * verify every byte is checked (status "ok"/"BAD", ci->nbad) and so is
+ * everything a resume needs (rows "MISSING", ci->nmissing).
+ * DS_EINVAL/DS_ECORRUPT when path is not a readable checkpoint; with
+ * verify, DS_ECHECK when its bytes are damaged before HDF5 may read them. */
 int ds_convert_info_ckpt(const char *path, int verify, struct ds_cinfo *ci, struct ds_err *err);
 
 #endif

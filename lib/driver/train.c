@@ -210,7 +210,7 @@ static int open_data(struct ds_data *dd, const struct ds_train_opts *o, const st
  * starts fresh).  *resumed is 1 when the optimizer state and progress came
  * from the checkpoint (not --no-load-optim).  Returns 0 or DS_E*. */
 static int resume(const struct ds_train_opts *o, struct ds_engine *e, const struct ds_train_setup *s,
-		  struct ds_train_state *st, int *resumed, struct ds_err *err)
+		  struct ds_train_state *st, struct ds_comm *comm, int *resumed, struct ds_err *err)
 {
 	const char *load_dir = o->load;
 	const char *load_tag = NULL;
@@ -225,17 +225,9 @@ static int resume(const struct ds_train_opts *o, struct ds_engine *e, const stru
 	if (!load_dir)
 		return 0;
 	char *tag = NULL;
-	/* --load auto on a first run (nothing saved yet) starts fresh */
-	if (load_tag && access(load_dir, F_OK) != 0) {
-		ds_log_info("--load auto: %s holds no checkpoint yet; starting from scratch", load_dir);
-		return 0;
-	}
-	rc = ds_train_load(load_dir, load_tag, o->no_load_optim, e, s, st, &tag, err);
-	if (rc == DS_EINVAL && load_tag && strstr(err->msg, "no checkpoint")) {
-		ds_log_info("--load auto: %s", err->msg);
-		ds_err_clear(err);
-		rc = 0;
-	} else if (rc == 0) {
+	/* --load auto without a finished checkpoint (tag NULL) starts fresh */
+	rc = ds_train_load(load_dir, load_tag, o->no_load_optim, e, s, st, comm, &tag, err);
+	if (rc == 0 && tag) {
 		*resumed = !o->no_load_optim;
 		const char *rc_env = getenv("SLURM_RESTART_COUNT");
 		ds_log_info("loaded %s/%s: step %lld, %lld samples consumed%s%s%s", load_dir, tag, st->iteration,
@@ -280,6 +272,7 @@ struct run {
 	long long log_every;
 	int bar;                          /* rank 0 draws the progress bar */
 	int fp16;
+	int agreed;                       /* the failure is every rank's (a save): nobody is stranded */
 	char line[1024];
 };
 
@@ -312,7 +305,7 @@ static int set_up(struct run *r, struct ds_err *err)
 		s->train_iters = (long long)(r->dd.train.count / (uint64_t)s->tb) > 0
 					 ? (long long)(r->dd.train.count / (uint64_t)s->tb) : 1;
 	DS_TRY(ds_engine_create(&r->e, &s->eng, r->comm, err));
-	DS_TRY(resume(r->o, r->e, s, &r->st, &r->resumed, err));
+	DS_TRY(resume(r->o, r->e, s, &r->st, r->comm, &r->resumed, err));
 
 	/* monitors, rank 0 only */
 	if (r->rank == 0) {
@@ -541,7 +534,11 @@ static int save_step(struct run *r, struct loop *lp, int64_t flag, int exiting, 
 		check_save_fits(r->s.cfg, lp->last_save_s, (int)flag, r->h->stop_at ? (long)*r->h->stop_at : 0);
 	ds_watchdog_beat(r->wd, st->iteration, "save");
 	double ts = ds_now();
-	DS_TRY(ds_train_save(o->save, r->e, &r->s, st, r->comm, err));
+	int rc = ds_train_save(o->save, r->e, &r->s, st, r->comm, err);
+	if (rc < 0) {
+		r->agreed = 1;  /* every rank failed the save with this message */
+		return rc;
+	}
 	lp->last_saved = st->iteration;
 	res->saved = 1;
 	lp->last_save_s = ds_now() - ts;
@@ -595,7 +592,7 @@ static int finish(struct run *r, const struct loop *lp, struct ds_train_result *
 static void tear_down(struct run *r, int rc, struct ds_train_result *res, struct ds_err *err)
 {
 	ds_watchdog_stop(r->wd);
-	if (rc < 0 && rc != DS_ESIGNAL && r->W > 1 && (rc != DS_EINVAL || r->e)) {
+	if (rc < 0 && rc != DS_ESIGNAL && r->W > 1 && (rc != DS_EINVAL || r->e) && !r->agreed) {
 		/* other ranks may be waiting in a collective this rank will not
 		 * join: the tool decides (ds-train ends the job) before anything
 		 * is freed, since freeing may itself wait on them */

@@ -70,10 +70,14 @@ struct ds_train_state {
 int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_setup *s,
 		  const struct ds_train_state *st, struct ds_comm *comm, struct ds_err *err);
 
-/* Load a checkpoint (dir + tag: NULL latest, "auto" newest valid) into the
- * engine and *st; weights_only skips optimizer state and progress.
- * *tag_out (may be NULL) receives a malloc'd copy of the tag. */
+/* Load a checkpoint (dir + tag: NULL latest, "auto" the newest that
+ * verifies and fits, chosen by all ranks of comm together) into the engine
+ * and *st; weights_only skips optimizer state and progress.  Everything the
+ * load reads is checked to be there first.  *tag_out (may be NULL) receives
+ * a malloc'd copy of the tag, or NULL when auto found no finished
+ * checkpoint (then nothing is loaded: start from scratch). */
 int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
-		  const struct ds_train_setup *s, struct ds_train_state *st, char **tag_out, struct ds_err *err);
+		  const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
+		  struct ds_err *err);
 
 #endif

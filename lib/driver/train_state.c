@@ -81,9 +81,10 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 {
 	const struct ds_gpt *m = ds_engine_model(e);
 	struct ds_ckpt *ck = NULL;
-	struct ds_err later = DS_ERR_INIT;  /* errors after the first one */
+	struct ds_err later = DS_ERR_INIT;  /* each call's own error; the writer keeps the first for commit */
 	char *cfg_json = ds_config_to_json(s->cfg, 0);
 	char *model_json = ds_model_config_to_json(&s->model, 0);
+	char states[256] = "";
 	int64_t step = st->iteration;
 	int rc = 0;
 	if (!cfg_json || !model_json) {
@@ -98,11 +99,10 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 	/* every rank writes its slices; one rank alone is a serial save */
 	if ((rc = ds_ckpt_create_comm(&ck, dir, &meta, s->W > 1 ? comm : NULL, err)) < 0)
 		goto out;
-	/* From here every call is collective for W > 1: keep making them after
-	 * a failure (the first error is kept) and let commit tell all ranks. */
-#define KEEP(call) do { int r_ = (call); if (r_ < 0 && rc == 0) rc = r_; } while (0)
-#define ERR (rc ? &later : err)
-	for (int i = 0; i < ds_gpt_num_tensors(m) && (rc == 0 || s->W > 1); i++) {
+	/* Every rank makes every call, whatever failed before (the tensor
+	 * calls are collective for W > 1): the writer remembers each rank's
+	 * first failure and commit returns the one all ranks agree on. */
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
 		char name[DS_CKPT_NAME_MAX];
 		uint64_t shape[2];
@@ -110,39 +110,38 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 		shape_of(t, shape);
 		ds_engine_save_slice(e, i, &sb, &se);
 		snprintf(name, sizeof name, "model/%s", t->name);
-		KEEP(ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, ERR));
+		ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
 		const float *pp = ds_engine_param_range(e, i, &hb, &he);
-		KEEP(put_slice(ck, name, pp, hb, he, sb, se, ERR));
+		put_slice(ck, name, pp, hb, he, sb, se, &later);
 		for (int k = 0; k < ds_engine_num_states(e); k++) {
 			const char *sn = ds_engine_state_name(e, k);
 			const float *p = ds_engine_state(e, i, sn, &hb, &he);
 			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
-			KEEP(ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, ERR));
-			KEEP(put_slice(ck, name, p, hb, he, sb, se, ERR));
+			ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
+			put_slice(ck, name, p, hb, he, sb, se, &later);
 		}
 	}
-	if (rc == 0 || s->W > 1) {
-		KEEP(ds_ckpt_attr_set_i64(ck, "optimizer", "step", ds_engine_steps(e), ERR));
-		KEEP(ds_ckpt_attr_set_str(ck, "optimizer", "type", ds_optim_type_name(s->eng.optim.type), ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "scheduler", "steps", st->sched_steps, ERR));
-		KEEP(ds_ckpt_attr_set_str(ck, "scheduler", "type", ds_sched_type_name(s->sched.type), ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "data", "consumed_samples", st->consumed, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "data", "seed", (int64_t)s->eng.seed, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", st->skipped, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "rng", "seed", (int64_t)s->eng.seed, ERR));
-		const struct ds_scaler *sc = ds_engine_scaler(e);
-		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "kind", sc->kind, ERR));
-		KEEP(ds_ckpt_attr_set_f64(ck, "loss_scaler", "cur_scale", sc->cur_scale, ERR));
-		KEEP(ds_ckpt_attr_set_f64(ck, "loss_scaler", "prev_scale", sc->prev_scale, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_iter", sc->cur_iter, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "last_overflow_iter", sc->last_overflow_iter, ERR));
-		KEEP(ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_hysteresis", sc->cur_hysteresis, ERR));
-	}
-	/* parallel: the vote; a rank that failed above gets its own error back */
-	if (rc == 0 || s->W > 1)
-		KEEP(ds_ckpt_commit(ck, ERR));
-#undef KEEP
-#undef ERR
+	for (int k = 0; k < ds_engine_num_states(e); k++)
+		snprintf(states + strlen(states), sizeof states - strlen(states), "%s%s", k ? "," : "",
+			 ds_engine_state_name(e, k));
+	ds_ckpt_attr_set_i64(ck, "optimizer", "step", ds_engine_steps(e), &later);
+	ds_ckpt_attr_set_str(ck, "optimizer", "type", ds_optim_type_name(s->eng.optim.type), &later);
+	ds_ckpt_attr_set_str(ck, "optimizer", "states", states, &later);
+	ds_ckpt_attr_set_i64(ck, "scheduler", "steps", st->sched_steps, &later);
+	ds_ckpt_attr_set_str(ck, "scheduler", "type", ds_sched_type_name(s->sched.type), &later);
+	ds_ckpt_attr_set_i64(ck, "data", "consumed_samples", st->consumed, &later);
+	ds_ckpt_attr_set_i64(ck, "data", "seed", (int64_t)s->eng.seed, &later);
+	ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", st->skipped, &later);
+	ds_ckpt_attr_set_i64(ck, "rng", "seed", (int64_t)s->eng.seed, &later);
+	const struct ds_scaler *sc = ds_engine_scaler(e);
+	ds_ckpt_attr_set_i64(ck, "loss_scaler", "kind", sc->kind, &later);
+	ds_ckpt_attr_set_f64(ck, "loss_scaler", "cur_scale", sc->cur_scale, &later);
+	ds_ckpt_attr_set_f64(ck, "loss_scaler", "prev_scale", sc->prev_scale, &later);
+	ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_iter", sc->cur_iter, &later);
+	ds_ckpt_attr_set_i64(ck, "loss_scaler", "last_overflow_iter", sc->last_overflow_iter, &later);
+	ds_ckpt_attr_set_i64(ck, "loss_scaler", "cur_hysteresis", sc->cur_hysteresis, &later);
+	/* the vote: the same outcome and message on every rank */
+	rc = ds_ckpt_commit(ck, err);
 out:
 	ds_ckpt_close(ck);
 	free(cfg_json);
@@ -167,14 +166,76 @@ static int read_tensor(struct ds_ckpt *ck, const char *name, const struct ds_gpt
 	return ds_ckpt_tensor_read(ck, name, (uint64_t)b, (uint64_t)en, dst, err);
 }
 
-int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
-		  const struct ds_train_setup *s, struct ds_train_state *st, char **tag_out, struct ds_err *err)
+/* Everything the load below reads, for ds_ckpt_check_need. */
+static void need_of(struct ds_engine *e, int weights_only, const char **states, struct ds_ckpt_need *n)
 {
-	struct ds_ckpt *ck;
+	int k = weights_only ? 0 : ds_engine_num_states(e);
+	for (int i = 0; i < k; i++)
+		states[i] = ds_engine_state_name(e, i);
+	*n = (struct ds_ckpt_need){ ds_engine_model(e), 0, states, k, !weights_only };
+}
+
+/* ds_ckpt_check_need with what to do about it. */
+static int check_need(struct ds_ckpt *ck, const struct ds_ckpt_need *n, struct ds_err *err)
+{
+	int rc = ds_ckpt_check_need(ck, n, NULL, NULL, err);
+	if (rc < 0) {
+		char m[DS_ERR_MSG_MAX];
+		snprintf(m, sizeof m, "%s", err->msg);
+		ds_err_set(err, rc, "%.300s; saved for another model (check --model) or optimizer, or weights only "
+			   "(--no-load-optim loads the weights alone)", m);
+	}
+	return rc;
+}
+
+static int accept_cb(void *ud, struct ds_ckpt *ck, struct ds_err *err)
+{
+	return check_need(ck, ud, err);
+}
+
+/* --load auto: the newest tag that verifies and fits, the same on every
+ * rank; skipped tags are named with the reason.  *ck NULL: none finished. */
+static int pick(const char *dir, const struct ds_ckpt_need *n, struct ds_comm *comm, struct ds_ckpt **ck,
+		struct ds_err *err)
+{
+	struct ds_ckpt_skip *sk = NULL;
+	size_t nsk = 0;
+	int rc = ds_ckpt_pick(ck, dir, comm, accept_cb, (void *)n, &sk, &nsk, err);
+	for (size_t i = 0; i < nsk; i++)
+		ds_log_warn("--load auto: skipped %s/%s: %s", dir, sk[i].tag, sk[i].why);
+	free(sk);
+	if (rc == 0 && !*ck)
+		ds_log_info("--load auto: %s holds no finished checkpoint; starting from scratch", dir);
+	return rc;
+}
+
+int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
+		  const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
+		  struct ds_err *err)
+{
+	struct ds_ckpt *ck = NULL;
 	struct ds_ckpt_meta meta;
+	struct ds_ckpt_need need;
+	const char *states[DS_OPTIM_MAX_STATES];
 	const struct ds_gpt *m = ds_engine_model(e);
 	int64_t v;
-	DS_TRY(ds_ckpt_open(&ck, dir, tag, err));
+	if (tag_out)
+		*tag_out = NULL;
+	need_of(e, weights_only, states, &need);
+	if (tag && !strcmp(tag, "auto")) {
+		DS_TRY(pick(dir, &need, s->W > 1 ? comm : NULL, &ck, err));
+		if (!ck)
+			return 0;
+	} else {
+		DS_TRY(ds_ckpt_open(&ck, dir, tag, err));
+		if (check_need(ck, &need, err) < 0) {
+			ds_ckpt_close(ck);
+			return DS_EINVAL;
+		}
+	}
+	if (!ds_ckpt_has_manifest(ck))
+		ds_log_warn("%s has no manifest (written by an older dstk): its HDF5 metadata is not checked before "
+			    "it is read", ds_ckpt_file(ck));
 	int rc = ds_ckpt_meta_get(ck, &meta, err);
 	if (rc == 0 && strcmp(meta.dtype ? meta.dtype : "fp32", "fp32"))
 		rc = ds_err_set(err, DS_EINVAL, "%s: dtype %s: this build loads fp32 checkpoints only",

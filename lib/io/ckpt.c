@@ -61,15 +61,29 @@ void ds_ckpt_h5_quiet(void)
  * lack it) HDF5 >= 1.10.7 can go on unlocked instead of failing; our
  * writers never share a file with a reader (.tmp + rename), so locking is
  * only a courtesy.  New files use the 1.8 object format: dense attribute
- * storage lets a crc32c array exceed 64 KiB (a tensor over 16 GiB). */
+ * storage lets a crc32c array exceed 64 KiB (a tensor over 16 GiB).  The
+ * writer's metadata cache never evicts (it grows instead: a few MB for
+ * thousands of tensors), so HDF5 writes nothing before the flush at commit
+ * and never reads back what it wrote. */
 hid_t ds_ckpt_fapl(int create)
 {
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 #if H5_VERSION_GE(1, 10, 7)
 	H5Pset_file_locking(fapl, 1, 1);
 #endif
-	if (create)
+	if (create) {
+		H5AC_cache_config_t cc;
 		H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+		memset(&cc, 0, sizeof cc);
+		cc.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+		if (H5Pget_mdc_config(fapl, &cc) >= 0) {
+			cc.evictions_enabled = 0;  /* needs every automatic resize off */
+			cc.incr_mode = H5C_incr__off;
+			cc.flash_incr_mode = H5C_flash_incr__off;
+			cc.decr_mode = H5C_decr__off;
+			H5Pset_mdc_config(fapl, &cc);
+		}
+	}
 	return fapl;
 }
 
@@ -122,6 +136,32 @@ hid_t ds_ckpt_mem_type(int dtype)
 	case DS_CKPT_I64: return H5T_NATIVE_INT64;
 	default: return H5T_NATIVE_UINT8;
 	}
+}
+
+/* ---- agreement ---------------------------------------------------------- */
+
+int ds_ckpt_agree(struct ds_comm *comm, int rc, const char *what, struct ds_err *err)
+{
+	struct { int64_t code; char msg[DS_ERR_MSG_MAX]; } m;
+	struct ds_err e = DS_ERR_INIT;
+	int W = comm ? ds_comm_size(comm) : 1, rank = comm ? ds_comm_rank(comm) : 0;
+	int64_t v = rc < 0 ? rank : W;
+	if (W <= 1)
+		return rc;
+	if (ds_comm_allreduce(comm, &v, 1, DS_I64, DS_MIN, &e) < 0)
+		return rc < 0 ? rc : ds_err_set(err, DS_EIO, "%s: the ranks could not agree: %s", what, e.msg);
+	if (v >= W)
+		return 0;
+	memset(&m, 0, sizeof m);
+	if (v == rank) {
+		m.code = rc;
+		snprintf(m.msg, sizeof m.msg, "%s", err && err->msg[0] ? err->msg : ds_status_name(rc));
+	}
+	if (ds_comm_broadcast(comm, &m, sizeof m, DS_U8, (int)v, &e) < 0)
+		return rc < 0 ? rc : ds_err_set(err, DS_EIO, "%s: rank %d failed; its message was lost: %s", what,
+						(int)v, e.msg);
+	m.msg[sizeof m.msg - 1] = '\0';
+	return ds_err_set(err, m.code < 0 ? (int)m.code : DS_EIO, "%s", m.msg);
 }
 
 /* ---- selections -------------------------------------------------------- */
@@ -220,22 +260,18 @@ void ds_ckpt_close(struct ds_ckpt *c)
 {
 	if (!c)
 		return;
+	/* a writer not committed leaves nothing behind (rank 0 removes it) */
+	if (c->writing)
+		ds_ckpt_writer_abandon(c);
+	else if (c->f >= 0)
+		H5Fclose(c->f);
 	for (size_t i = 0; i < c->nt; i++) {
-		if (c->t[i].dset >= 0)
-			H5Dclose(c->t[i].dset);
 		free(c->t[i].name);
 		free(c->t[i].p);
+		free(c->t[i].crc);
 	}
 	free(c->t);
-	ds_ckpt_mpio_dxpl_close(c->dxpl);
-	if (c->f >= 0)
-		H5Fclose(c->f);  /* collective for a parallel writer: every rank closes */
-	/* an abandoned save leaves nothing behind: rank 0 removes it once
-	 * every rank has let go of the file */
-	if (c->par)
-		ds_comm_barrier(c->comm, NULL);
-	if (c->writing && !c->committed && c->dir && c->rank == 0)
-		ds_ckpt_rm_rf(c->dir);
+	ds_ckpt_manifest_free(c->man);
 	free(c->save_dir);
 	free(c->tag);
 	free(c->dir);

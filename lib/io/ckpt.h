@@ -4,6 +4,8 @@
  *   SAVE/global_step<N>/state.h5  root attributes (format_version, step, ...),
  *       /model/<name>, /optimizer/<state>/<name>: whole logical tensors, and
  *       groups (/optimizer /scheduler /loss_scaler /data /rng) of attributes.
+ *   SAVE/global_step<N>/state.h5.manifest  a CRC-32C of every byte of
+ *       state.h5 (ckpt_manifest.c), checked before HDF5 parses any of it.
  * Every tensor dataset carries "dtype", "crc_chunk_bytes" and "crc32c": one
  * CRC-32C per chunk of crc_chunk_bytes of its row-major bytes, checked for
  * exactly the chunks a read touches.  A save goes to global_step<N>.tmp/ and
@@ -13,27 +15,37 @@
  * commit combines (ds_ckpt_crc_combine), so pieces from other ranks can join
  * them.
  *
- * Parallel saves (ds_ckpt_create_comm over an MPI communicator of more than
- * one rank; MPI builds link parallel HDF5).  All ranks open the same
- * state.h5 with the MPI-IO driver and write their own ranges of the same
- * whole-tensor datasets, so the file is exactly what a serial save writes
- * (any reader, any world size).  Checksums: a CRC chunk may have several
- * writers (ZeRO slices do not follow chunk bounds), so no rank can checksum
- * a chunk from the file.  Instead each rank CRCs the bytes it writes, one
- * piece per chunk it touches, from its own buffer; commit allgathers the
- * pieces, every rank joins them in offset order with ds_ckpt_crc_combine
- * (exact: CRC(A||B) from CRC(A), CRC(B), |B|) and checks that they tile each
- * chunk once, so every rank stores the same crc32c array collectively.
- * Success is agreed collectively: after the file is flushed and closed by
- * all, the ranks vote (allreduce); only when every rank succeeded does
- * rank 0 rename global_step<N>.tmp and replace `latest`; otherwise the tmp
- * directory is removed and the previous checkpoint stays `latest`.  A rank
- * that failed keeps joining every collective call (empty writes), so no
- * rank waits forever for it.
+ * Parallel saves (ds_ckpt_create_comm over a communicator of more than one
+ * rank).  The ranks write one state.h5, the file a serial save writes (any
+ * reader, any world size).  HDF5 runs on rank 0 alone and only for the
+ * metadata: it creates every dataset with its bytes allocated at once and
+ * tells the others where they start; each rank pwrite(2)s its own ranges
+ * there, in parallel, CRCing them from its buffer (a CRC chunk may have
+ * several writers, since ZeRO slices do not follow chunk bounds: the pieces
+ * are joined in offset order with ds_ckpt_crc_combine).  No HDF5 call is
+ * collective, so a rank that fails never leaves another inside HDF5; each
+ * outcome is agreed through the communicator.  Commit: every rank syncs
+ * its bytes, all agree that everything was written, the CRC pieces go to
+ * rank 0, which stores the checksums, flushes HDF5's metadata, writes the
+ * manifest, renames global_step<N>.tmp and replaces `latest`; its outcome
+ * is agreed again.  Any failure -- a full disk, an I/O error, a quota,
+ * permissions -- reaches every rank as the same one-line message (the file
+ * and the system's reason, naming the rank), the .tmp directory is removed
+ * and the previous checkpoint stays `latest`.  A rank that failed keeps
+ * making the calls (they do nothing more), so no rank waits for it.
  *
- * Test-only: DS_TEST_FAULT_CKPT_FAIL_RANK=R makes rank R's first non-empty
- * tensor_write fail (nothing written), as an I/O error would (rank 0 in a
- * serial save).
+ * Test-only faults (environment variables, read at create):
+ *   DS_TEST_FAULT_CKPT_FAIL_RANK=R   rank R's first non-empty tensor_write
+ *                                    fails (nothing written)
+ *   DS_TEST_FAULT_CKPT_WRITE=R:ERRNO rank R's writes of tensor bytes fail with
+ *                                    ERRNO (ENOSPC, EIO, EDQUOT, ...)
+ *   DS_TEST_FAULT_CKPT_META=ERRNO    rank 0's writes of HDF5's metadata fail
+ *   DS_TEST_FAULT_CKPT_KILL=R:POINT[:N]  rank R raises SIGKILL at POINT of the
+ *                                    save: create (the .tmp file exists),
+ *                                    write (its N-th tensor write), commit,
+ *                                    close (state.h5 complete, no manifest),
+ *                                    rename (manifest written), latest (tag
+ *                                    renamed, `latest` not yet replaced)
  */
 #ifndef DS_IO_CKPT_H
 #define DS_IO_CKPT_H
@@ -48,6 +60,7 @@
 #define DS_CKPT_CHUNK_BYTES (1u << 20)  /* default crc_chunk_bytes */
 #define DS_CKPT_MAX_DIMS 8
 #define DS_CKPT_NAME_MAX 512
+#define DS_CKPT_STATE_MAX 64  /* an optimizer state's name, with its NUL */
 
 enum ds_ckpt_dtype {
 	DS_CKPT_F32 = 0, DS_CKPT_F64, DS_CKPT_F16, DS_CKPT_BF16, /* f16/bf16 stored as uint16 bits */
@@ -87,13 +100,14 @@ int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_c
 
 /* ds_ckpt_create by every rank of comm together.  comm NULL or of one rank:
  * the same as ds_ckpt_create.  More ranks: a parallel save (top of this
- * file) -- then every writer call below is collective: all ranks make the
- * same calls in the same order with the same arguments, except that
- * ds_ckpt_tensor_write takes each rank's own range (empty if it has none;
- * ranges of different ranks must not overlap and together cover the
- * tensor).  A call that fails on one rank returns its error there, but the
- * rank must go on making the calls (commit reports the failure to all).
- * Errors name the failing rank.  DS_ENOTSUP in a build without MPI. */
+ * file).  create, tensor_create, tensor_write and commit are collective:
+ * all ranks make the same calls in the same order with the same arguments,
+ * except that ds_ckpt_tensor_write takes each rank's own range (empty if it
+ * has none; ranges of different ranks must not overlap and together cover
+ * the tensor).  The attribute setters are rank 0's (the others' calls do
+ * nothing).  A call that fails on one rank returns its error there, but
+ * every rank must go on making the calls: commit returns the first failure
+ * to all.  Returns 0, or the error all ranks agree on. */
 int ds_ckpt_create_comm(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta,
 			struct ds_comm *comm, struct ds_err *err);
 
@@ -135,22 +149,30 @@ int ds_ckpt_tensor_add_pieces(struct ds_ckpt *c, const char *name, const struct 
 			      struct ds_err *err);
 
 /* Store the checksums (DS_EINVAL naming a tensor with elements never
- * written), close and fsync state.h5, rename global_step<N>.tmp to
- * global_step<N>, then replace `latest`.  On failure the previous checkpoint
- * and `latest` are untouched.  Parallel: collective, and it fails on every
- * rank if any rank failed a write (the others' message names that rank). */
+ * written), flush and fsync state.h5, write its manifest, rename
+ * global_step<N>.tmp to global_step<N>, then replace `latest`.  On failure
+ * the .tmp directory is gone, the previous checkpoint and `latest` are
+ * untouched, and the message ends by saying which tag `latest` names.
+ * Parallel: collective; every rank returns the same outcome and message
+ * (the lowest failing rank's first failure). */
 int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err);
 
 /* ---- reading ---------------------------------------------------------- */
 
 /* Open a checkpoint of load_dir.  tag NULL or "latest": the tag named in
- * load_dir/latest; "auto": the newest global_step<N> whose checksums all
- * verify (others, and *.tmp, skipped with a warning); otherwise that tag.
- * load_dir may also be a tag directory holding state.h5, or an HDF5 file
- * of this layout itself (tag ignored); the tag is then the directory's name.
- * Returns 0, DS_EINVAL (missing) or DS_ECORRUPT (not a dstk checkpoint,
- * truncated, newer format), with one line naming the file. */
+ * load_dir/latest; "auto": ds_ckpt_pick without a communicator (skipped
+ * tags logged as warnings; DS_EINVAL when there is no finished tag);
+ * otherwise that tag.  load_dir may also be a tag directory holding
+ * state.h5, or an HDF5 file of this layout itself (tag ignored); the tag is
+ * then the directory's name.  When state.h5 has a manifest, its size and
+ * the CRC of every byte of HDF5's are checked before HDF5 opens it.
+ * Returns 0, DS_EINVAL (missing) or DS_ECORRUPT (damaged, not a dstk
+ * checkpoint, truncated, newer format), with one line naming the file. */
 int ds_ckpt_open(struct ds_ckpt **out, const char *load_dir, const char *tag, struct ds_err *err);
+
+/* 1 when c's state.h5 has a manifest (a checkpoint of an older dstk has
+ * none: its HDF5 metadata is not checked before HDF5 reads it). */
+int ds_ckpt_has_manifest(const struct ds_ckpt *c);
 
 /* Tag ("global_step100") and the state.h5 path of an open checkpoint (borrowed). */
 const char *ds_ckpt_tag(const struct ds_ckpt *c);
@@ -174,9 +196,64 @@ int ds_ckpt_tensor_read(struct ds_ckpt *c, const char *name, uint64_t begin, uin
 /* Called by ds_ckpt_verify per tensor: status 0 or DS_ECORRUPT with msg. */
 typedef void (*ds_ckpt_verify_fn)(void *ud, const struct ds_ckpt_tensor_info *t, int status, const char *msg);
 
-/* Recompute every checksum (memory: one chunk).  Returns 0, or the first
- * failure's DS_ECORRUPT in err after visiting all tensors; cb may be NULL. */
+/* Check every byte: with a manifest, the CRC of each of its extents
+ * (threads share them) and that each dataset's bytes and checksums are the
+ * manifest's; without one, every chunk of every dataset.  Memory: a chunk
+ * per thread.  Returns 0, or the first failure's DS_ECORRUPT in err after
+ * visiting all tensors; cb may be NULL. */
 int ds_ckpt_verify(struct ds_ckpt *c, ds_ckpt_verify_fn cb, void *ud, struct ds_err *err);
+
+/* ---- what a resume needs ---------------------------------------------- */
+
+struct ds_gpt;
+
+/* The optimizer states a checkpoint holds per tensor ("exp_avg", ...): its
+ * /optimizer "states" attribute, or for checkpoints written before it, the
+ * states of its /optimizer "type".  names[0..*n) of at most max. */
+int ds_ckpt_saved_states(struct ds_ckpt *c, char (*names)[DS_CKPT_STATE_MAX], int max, int *n, struct ds_err *err);
+
+/* What a resume reads from a checkpoint. */
+struct ds_ckpt_need {
+	const struct ds_gpt *model;   /* model/<name> for each of its tensors, in its shapes */
+	int any16;                    /* those may be f16 or bf16 as well as f32 (weights files) */
+	const char *const *states;    /* optimizer/<state>/<name>, f32, for each of nstates */
+	int nstates;
+	int progress;                 /* the counters: optimizer step, scheduler steps, data skipped_steps */
+};
+
+/* Called for each thing missing or of the wrong shape or dtype: name
+ * ("model/x", "optimizer/exp_avg/x", "scheduler@steps") and what is wrong. */
+typedef void (*ds_ckpt_need_fn)(void *ud, const char *name, const char *problem);
+
+/* Check that c holds everything n names, in the right shapes and dtypes.
+ * Returns 0, or DS_EINVAL naming the first problem and how many there are
+ * (cb, may be NULL, hears of each). */
+int ds_ckpt_check_need(struct ds_ckpt *c, const struct ds_ckpt_need *n, ds_ckpt_need_fn cb, void *ud,
+		       struct ds_err *err);
+
+/* ---- choosing a tag (--load auto) --------------------------------------- */
+
+/* A tag passed over, and why. */
+struct ds_ckpt_skip {
+	char tag[64];                 /* "global_step40", or "global_step50.tmp" */
+	char why[DS_ERR_MSG_MAX];
+};
+
+/* Decides whether an opened, intact checkpoint fits: 0 takes it; DS_EINVAL
+ * stops the search (it is not what the run needs); another error skips it. */
+typedef int (*ds_ckpt_accept_fn)(void *ud, struct ds_ckpt *c, struct ds_err *err);
+
+/* The newest global_step<N> of dir that opens, that accept (may be NULL)
+ * takes and whose every byte verifies -- with comm, every rank of it calls
+ * this together: rank 0 lists dir, each rank checks its share of the bytes,
+ * and all agree on each tag, so all return the same tag (each with its own
+ * reader, *out).  *out NULL and 0 when dir holds no finished checkpoint
+ * (missing, empty, only unfinished .tmp saves).  *skipped (malloc'd, free
+ * it) lists the newer tags passed over with the reason, and the unfinished
+ * saves newer than the one chosen.  Returns 0, DS_EINVAL (accept's, or dir
+ * unreadable), or DS_ECORRUPT when finished tags exist but none verifies. */
+int ds_ckpt_pick(struct ds_ckpt **out, const char *dir, struct ds_comm *comm, ds_ckpt_accept_fn accept, void *ud,
+		 struct ds_ckpt_skip **skipped, size_t *nskipped, struct ds_err *err);
 
 /* ---- attributes on a group ("" or "/" is the root; "scheduler", "data",
  * "optimizer", ...).  Setting needs a writer and creates the group;
@@ -191,8 +268,8 @@ int ds_ckpt_attr_get_str_dup(struct ds_ckpt *c, const char *group, const char *k
 /* 1 if the attribute exists, else 0. */
 int ds_ckpt_attr_has(struct ds_ckpt *c, const char *group, const char *key);
 
-/* Close a reader, or abandon an uncommitted writer (its .tmp directory is
- * removed; nothing else on disk changes).  Accepts NULL. */
+/* Close a reader, or abandon an uncommitted writer (rank 0 removes its .tmp
+ * directory; nothing else on disk changes).  Not collective.  Accepts NULL. */
 void ds_ckpt_close(struct ds_ckpt *c);
 
 /* Bytes per element of a dtype, and its name ("f32", "bf16", ...). */

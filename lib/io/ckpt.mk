@@ -1,17 +1,11 @@
-## lib/io/ckpt.mk: HDF5 checkpoints (atomic save, chunk CRC-32C, slices,
-## latest/auto): ckpt.c (shared), ckpt_write.c, ckpt_read.c, ckpt_verify.c.
-## They use serial HDF5 calls and build against hdf5-serial and
-## hdf5-openmpi alike; the MPI-IO property lists of the
-## parallel writer come from ckpt_mpio.c (MPI builds) or its stub.
+## lib/io/ckpt.mk: HDF5 checkpoints (atomic save, chunk CRC-32C, manifest,
+## slices, latest/auto): ckpt.c (shared), ckpt_write.c, ckpt_read.c,
+## ckpt_verify.c, ckpt_manifest.c.  Serial HDF5 calls only (rank 0 writes
+## the metadata, every rank pwrites its slices), so they build against
+## hdf5-serial and hdf5-openmpi alike.
 noinst_LIBRARIES += lib/io/libds_ckpt.a
 lib_io_libds_ckpt_a_SOURCES = lib/io/ckpt.c lib/io/ckpt_write.c lib/io/ckpt_read.c lib/io/ckpt_verify.c \
-	lib/io/ckpt.h lib/io/ckpt_int.h
-if HAVE_MPI
-lib_io_libds_ckpt_a_SOURCES += lib/io/ckpt_mpio.c
-else
-lib_io_libds_ckpt_a_SOURCES += lib/io/ckpt_mpio_stub.c
-endif
-EXTRA_DIST += lib/io/ckpt_mpio.c lib/io/ckpt_mpio_stub.c
+	lib/io/ckpt_manifest.c lib/io/ckpt.h lib/io/ckpt_int.h
 LIBDS += lib/io/libds_ckpt.a
 
 if HAVE_CMOCKA

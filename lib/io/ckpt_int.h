@@ -1,8 +1,6 @@
 /* ckpt_int.h - private to lib/io/ckpt*.c: the checkpoint handle that the
  * writer (ckpt_write.c), reader (ckpt_read.c) and verifier (ckpt_verify.c)
- * share, the helpers of ckpt.c, and the MPI-IO hooks of the writer
- * (ckpt_mpio.c fills them with parallel HDF5 in MPI builds; ckpt_mpio_stub.c
- * stands in for them elsewhere, so the writer has no #ifdef). */
+ * share, the helpers of ckpt.c and the manifest (ckpt_manifest.c). */
 #ifndef DS_IO_CKPT_INT_H
 #define DS_IO_CKPT_INT_H
 
@@ -23,9 +21,24 @@ struct ds_ckpt_wt {
 	size_t es;
 	uint64_t numel, chunk_bytes;
 	hsize_t shape[DS_CKPT_MAX_DIMS];
-	hid_t dset;
+	hid_t dset;                  /* rank 0 */
+	uint64_t off;                /* file offset of its bytes; UINT64_MAX: no dataset */
 	struct ds_ckpt_crc_piece *p;
 	size_t np, cap;
+	uint32_t *crc;               /* rank 0 at commit: one per chunk */
+};
+
+/* One byte range of state.h5 in its manifest (ckpt_manifest.c). */
+enum { DS_CKPT_EXT_META = 'm', DS_CKPT_EXT_DATA = 'd' };
+struct ds_ckpt_extent {
+	uint64_t off, len;
+	uint32_t crc;
+	int kind;                    /* DS_CKPT_EXT_META (HDF5's) or DS_CKPT_EXT_DATA (a tensor chunk) */
+};
+struct ds_ckpt_manifest {
+	uint64_t size;               /* of state.h5 */
+	size_t n;
+	struct ds_ckpt_extent *x;    /* in file order, tiling [0, size) */
 };
 
 struct ds_ckpt {
@@ -41,16 +54,23 @@ struct ds_ckpt {
 	char *m_dtype, *m_config, *m_model;  /* meta strings handed out by meta_get */
 	uint8_t *tmp;                        /* one chunk, for partial chunks */
 	size_t tmp_size;
+	struct ds_ckpt_manifest *man;        /* reader: NULL when state.h5 has none */
 	/* writer: the ranks writing this file (comm NULL: this process alone) */
 	struct ds_comm *comm;
-	int par, rank;       /* par: more than one rank, MPI-IO */
-	hid_t dxpl;          /* collective transfer (par) or H5P_DEFAULT */
+	int par, rank, W;    /* par: more than one rank */
+	int dfd;             /* this rank's descriptor of state.h5 for tensor bytes, -1 */
+	int made_dir;        /* rank 0 created the .tmp directory */
 	int wrc;             /* this rank's first failure while writing (0: none) */
 	struct ds_err werr;  /* and its message, for commit's vote */
+	/* test-only faults (ckpt.h) */
 	int fault_rank;      /* DS_TEST_FAULT_CKPT_FAIL_RANK, -1 off */
+	int fault_errno;     /* DS_TEST_FAULT_CKPT_WRITE for this rank, 0 off */
+	int fault_meta;      /* DS_TEST_FAULT_CKPT_META */
+	char kill_point[32]; /* DS_TEST_FAULT_CKPT_KILL for this rank, "" off */
+	int kill_n;
 };
 
-/* Bytes moved per H5Dread/H5Dwrite when streaming whole chunks: small
+/* Bytes moved per H5Dread/pwrite when streaming whole chunks: small
  * enough that the CRC pass finds them in cache, large enough to amortise
  * the call. */
 enum { RUN_BYTES = 4 << 20 };
@@ -75,6 +95,11 @@ hid_t ds_ckpt_mem_type(int dtype);
  * transfer properties dxpl (see ckpt.c). */
 herr_t ds_ckpt_xfer(hid_t dset, hid_t mtype, int ndim, const hsize_t *shape, hsize_t b, hsize_t e, void *buf,
 		    int write, hid_t dxpl);
+/* The ranks of comm agree on an outcome: in, this rank's rc (0 or DS_E*)
+ * with its message in *err; out, the same on every rank: 0, or the code and
+ * message of the lowest failing rank (a failed collective fails this rank;
+ * what names the file for that message).  comm NULL or of one rank: rc. */
+int ds_ckpt_agree(struct ds_comm *comm, int rc, const char *what, struct ds_err *err);
 /* The group (or root, "" / "/") named group, or -1 when it does not exist. */
 hid_t ds_ckpt_open_obj(struct ds_ckpt *c, const char *group);
 
@@ -87,6 +112,7 @@ struct ds_ckpt_rt {
 	hsize_t shape[DS_CKPT_MAX_DIMS];
 	uint64_t chunk_bytes, nchunks;
 	uint32_t *crc;
+	uint64_t off;    /* file offset of its bytes (UINT64_MAX: none allocated) */
 };
 
 /* Open dir/tag/state.h5 (tag "": dir/state.h5; file non-NULL: that file,
@@ -100,25 +126,33 @@ void ds_ckpt_rt_close(struct ds_ckpt_rt *t);
 int ds_ckpt_rt_read(struct ds_ckpt *c, struct ds_ckpt_rt *t, uint64_t b, uint64_t e, uint8_t *out,
 		    struct ds_err *err);
 
-/* ---- ckpt_verify.c ---- */
+/* ---- ckpt_write.c ---- */
 
-/* `auto`: the newest global_step<N> of dir whose checksums all verify. */
-int ds_ckpt_open_auto(struct ds_ckpt **out, const char *dir, struct ds_err *err);
+/* Abandon a writer: rank 0 closes its HDF5 file keeping nothing (this
+ * cannot fail) and removes the .tmp directory it made.  Not collective. */
+void ds_ckpt_writer_abandon(struct ds_ckpt *c);
 
-/* ---- MPI-IO hooks (ckpt_mpio.c or ckpt_mpio_stub.c) ---- */
+/* ---- ckpt_manifest.c ---- */
 
-/* 1 when this build links parallel HDF5 and can write with MPI-IO. */
-extern const int ds_ckpt_mpio_built;
-
-/* Make fapl open files with the MPI-IO driver over comm's MPI
- * communicator, metadata written collectively.  DS_ENOTSUP in a build
- * without MPI or when comm is not an MPI communicator. */
-int ds_ckpt_mpio_fapl(hid_t fapl, const struct ds_comm *comm, struct ds_err *err);
-
-/* A dataset transfer property list asking for collective MPI-IO
- * (H5FD_MPIO_COLLECTIVE); H5P_DEFAULT in a build without MPI.  Close with
- * ds_ckpt_mpio_dxpl_close. */
-hid_t ds_ckpt_mpio_dxpl(void);
-void ds_ckpt_mpio_dxpl_close(hid_t dxpl);
+/* The manifest of file: file + ".manifest" (malloc'd). */
+char *ds_ckpt_manifest_path(const char *file);
+/* Rank 0 after state.h5 (fd, named file) is closed and synced: write and
+ * fsync its manifest.  data: the tensor chunks with their CRCs (sorted
+ * here); the bytes between them (HDF5's) are read from fd and CRCd.
+ * Returns 0, DS_EIO or DS_EINTERNAL (data outside the file or
+ * overlapping). */
+int ds_ckpt_manifest_write(int fd, const char *file, struct ds_ckpt_extent *data, size_t n, struct ds_err *err);
+/* Read file's manifest: its own checksum, then that its extents tile the
+ * file as it is now.  *out NULL (and 0) when there is none; DS_ECORRUPT
+ * naming the manifest or the file. */
+int ds_ckpt_manifest_load(const char *file, struct ds_ckpt_manifest **out, struct ds_err *err);
+void ds_ckpt_manifest_free(struct ds_ckpt_manifest *m);
+/* Called for each extent that fails its CRC (got: the CRC read). */
+typedef void (*ds_ckpt_extent_fn)(void *ud, const struct ds_ckpt_extent *x, uint32_t got);
+/* CRC the extents of m whose kind is in kinds ("m", "d" or "md") and that
+ * start in bytes [lo, hi) of file.  Returns 0, DS_ECORRUPT naming the
+ * first bad one (cb, may be NULL, hears of each) or DS_EIO. */
+int ds_ckpt_manifest_check(const char *file, const struct ds_ckpt_manifest *m, const char *kinds, uint64_t lo,
+			   uint64_t hi, ds_ckpt_extent_fn cb, void *ud, struct ds_err *err);
 
 #endif

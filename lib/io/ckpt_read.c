@@ -15,6 +15,7 @@
 
 #include "io/ckpt_int.h"
 #include "util/crc32c.h"
+#include "util/log.h"
 
 static int dtype_from_name(const char *s)
 {
@@ -92,6 +93,9 @@ static int attr_get_str(hid_t obj, const char *key, char **out)
 
 /* ---- reader ----------------------------------------------------------------- */
 
+/* Open c->file: its manifest first (the file's size, the CRC of every byte
+ * of HDF5's), so that HDF5 parses only bytes that verified; a file without
+ * a manifest (written before dstk had them) goes to HDF5 unchecked. */
 static int open_file(struct ds_ckpt *c, struct ds_err *err)
 {
 	struct stat st;
@@ -101,6 +105,11 @@ static int open_file(struct ds_ckpt *c, struct ds_err *err)
 	if (stat(c->file, &st) != 0)
 		return ds_err_set(err, DS_EINVAL, "%s: no such file; not a checkpoint (give --load DIR with a "
 				  "'latest' file, DIR/global_stepN, or auto)", c->file);
+	if (!S_ISREG(st.st_mode))
+		return ds_err_set(err, DS_ECORRUPT, "%s: not a regular file; the checkpoint is damaged", c->file);
+	DS_TRY(ds_ckpt_manifest_load(c->file, &c->man, err));
+	if (c->man)
+		DS_TRY(ds_ckpt_manifest_check(c->file, c->man, "m", 0, UINT64_MAX, NULL, NULL, err));
 	if (H5Fis_hdf5(c->file) <= 0) {
 		H5Eclear2(H5E_DEFAULT);
 		return ds_err_set(err, DS_ECORRUPT, "%s: not an HDF5 file (%lld bytes); the checkpoint is corrupt or "
@@ -135,6 +144,7 @@ int ds_ckpt_open_tag(struct ds_ckpt **out, const char *dir, const char *tag, con
 	if (!c)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	c->f = -1;
+	c->dfd = -1;
 	c->save_dir = strdup(dir);
 	c->tag = strdup(tag);
 	if (c->save_dir) {  /* "ckpt/" and "ckpt" name the same directory */
@@ -197,8 +207,17 @@ int ds_ckpt_open(struct ds_ckpt **out, const char *load_dir, const char *tag, st
 		free(dir);
 		return rc;
 	}
-	if (tag && strcmp(tag, "auto") == 0)
-		return ds_ckpt_open_auto(out, load_dir, err);
+	if (tag && strcmp(tag, "auto") == 0) {
+		struct ds_ckpt_skip *sk;
+		size_t nsk;
+		int rc = ds_ckpt_pick(out, load_dir, NULL, NULL, NULL, &sk, &nsk, err);
+		for (size_t i = 0; i < nsk; i++)
+			ds_log_warn("checkpoint %s/%s skipped: %s", load_dir, sk[i].tag, sk[i].why);
+		free(sk);
+		if (rc == 0 && !*out)
+			rc = ds_err_set(err, DS_EINVAL, "%s: no finished global_stepN checkpoint to load (auto)", load_dir);
+		return rc;
+	}
 	if (!tag || strcmp(tag, "latest") == 0) {
 		char *p = ds_ckpt_join(load_dir, "state.h5"), *l = ds_ckpt_join(load_dir, "latest");
 		int direct = p && l && access(p, F_OK) == 0 && access(l, F_OK) != 0;
@@ -293,6 +312,9 @@ int ds_ckpt_rt_open(struct ds_ckpt *c, const char *name, struct ds_ckpt_rt *t, i
 		return ds_err_set(err, DS_ECORRUPT, "%s: /%s: bad dataspace", c->file, name);
 	}
 	H5Sclose(s);
+	haddr_t at = H5Dget_offset(t->dset);
+	t->off = at == HADDR_UNDEF ? UINT64_MAX : (uint64_t)at;
+	H5Eclear2(H5E_DEFAULT);
 	t->info.ndim = nd;
 	t->info.numel = 1;
 	for (int i = 0; i < nd; i++) {

@@ -1,12 +1,19 @@
 /* ckpt_write.c - the checkpoint writer: create, tensors written in slices
  * with their chunk CRC-32C pieces, attributes, and the atomic commit
- * (global_step<N>.tmp, fsync, rename, then `latest`); see ckpt.h.
+ * (global_step<N>.tmp, fsync, manifest, rename, then `latest`); see ckpt.h.
  *
- * The parallel writer (ds_ckpt_create_comm with more than one rank) opens
- * the one state.h5 of the save with the MPI-IO driver (ckpt_mpio.c):
- * metadata calls are collective, every rank writes its own range of a
- * tensor in one collective H5Dwrite, and commit gathers the CRC pieces,
- * closes the file together and votes before rank 0 renames anything.
+ * HDF5 runs on rank 0 only, and only for metadata: rank 0 creates state.h5,
+ * the groups, the attributes and every dataset with its space allocated at
+ * once (contiguous, never filled), and tells the other ranks where each
+ * dataset's bytes start.  Every rank then pwrite(2)s its own slices there,
+ * CRCing them as it goes.  So no HDF5 call is collective: a rank that fails
+ * can never leave another inside HDF5, and every outcome is agreed through
+ * the communicator (agree(): the lowest failing rank's message reaches all).
+ * HDF5's metadata cache keeps everything in memory (no evictions), so HDF5
+ * touches the disk only when rank 0 flushes at commit; when that flush (or
+ * a data write) fails, rank 0 closes the file with its descriptor swapped
+ * for an anonymous memory file (close_h5), because HDF5 1.10 crashes at exit
+ * after a failed H5Fclose.
  */
 #include "config.h"
 
@@ -15,14 +22,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/ckpt_int.h"
 #include "util/crc32c.h"
+#include "util/file.h"
+#include "util/progress.h"
+
+/* Tensors go to disk as their in-memory bytes: the file types are little
+ * endian (file_type below). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint writes assume a little-endian host"
+#endif
 
 #define piece ds_ckpt_crc_piece  /* the public record, ckpt.h */
 
@@ -208,13 +225,14 @@ static int write_meta(struct ds_ckpt *c, const struct ds_ckpt_meta *m, struct ds
 	return 0;
 }
 
-/* Remember this rank's first failure as a parallel writer (commit's vote
- * reports it; a serial caller simply stops at an error); returns rc. */
+/* Remember this rank's first failure (commit reports it to every rank);
+ * returns rc.  A serial caller's bad argument (DS_EINVAL: nothing was
+ * done) is its own business; in a parallel save the ranks must agree. */
 static int note(struct ds_ckpt *c, int rc, const struct ds_err *err)
 {
-	if (rc < 0 && c->par && c->wrc == 0) {
+	if (rc < 0 && c->wrc == 0 && (c->par || rc != DS_EINVAL)) {
 		c->wrc = rc;
-		if (err)
+		if (err && err->msg[0])
 			c->werr = *err;
 		else
 			ds_err_set(&c->werr, rc, "%s: a write failed", c->file);
@@ -222,19 +240,288 @@ static int note(struct ds_ckpt *c, int rc, const struct ds_err *err)
 	return rc;
 }
 
-/* Every rank learns whether all succeeded: 1 all did, 0 one failed (then
- * *bad is the lowest failing rank).  A failed collective counts as a failure. */
-static int all_ok(struct ds_ckpt *c, int ok, int *bad)
+/* The ranks agree on an outcome (ds_ckpt_agree). */
+static int agree(struct ds_ckpt *c, int rc, struct ds_err *err)
 {
-	int64_t v = ok ? INT64_MAX : c->rank;
-	if (!c->par) {
-		*bad = ok ? -1 : c->rank;
-		return ok;
+	return ds_ckpt_agree(c->par ? c->comm : NULL, rc, c->file, err);
+}
+
+/* "rank R " in a parallel save's messages, else "". */
+static const char *who(const struct ds_ckpt *c, char *buf, size_t n)
+{
+	if (c->par)
+		snprintf(buf, n, "rank %d ", c->rank);
+	else if (n)
+		buf[0] = '\0';
+	return buf;
+}
+
+/* ", <save>/latest still names global_stepN" (or says there is none):
+ * what a failed save leaves the user. */
+static void latest_note(const struct ds_ckpt *c, char *buf, size_t n)
+{
+	char tag[128] = "", *p = ds_ckpt_join(c->save_dir, "latest");
+	FILE *f = p ? fopen(p, "r") : NULL;
+	if (f) {
+		if (!fgets(tag, sizeof tag, f))
+			tag[0] = '\0';
+		fclose(f);
+		tag[strcspn(tag, " \t\r\n")] = '\0';
 	}
-	if (ds_comm_allreduce(c->comm, &v, 1, DS_I64, DS_MIN, NULL) < 0)
-		v = c->rank;
-	*bad = v == INT64_MAX ? -1 : (int)v;
-	return v == INT64_MAX;
+	if (tag[0])
+		snprintf(buf, n, "; %s still names %s", p, tag);
+	else
+		snprintf(buf, n, "; there is no earlier checkpoint in %s", c->save_dir);
+	free(p);
+}
+
+/* ---- test-only faults (ckpt.h) ---- */
+
+static int errno_named(const char *s)
+{
+	static const struct { const char *name; int e; } tab[] = {
+		{ "ENOSPC", ENOSPC }, { "EIO", EIO }, { "EDQUOT", EDQUOT }, { "EACCES", EACCES },
+		{ "EROFS", EROFS }, { "EFBIG", EFBIG },
+	};
+	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+		if (!strcmp(s, tab[i].name))
+			return tab[i].e;
+	return atoi(s) > 0 ? atoi(s) : EIO;
+}
+
+static void faults_from_env(struct ds_ckpt *c)
+{
+	const char *f = getenv("DS_TEST_FAULT_CKPT_FAIL_RANK");
+	char point[32] = "";
+	int r = -1, n = 1;
+	c->fault_rank = f && *f ? atoi(f) : -1;
+	c->fault_errno = 0;
+	if ((f = getenv("DS_TEST_FAULT_CKPT_WRITE")) && sscanf(f, "%d:%31s", &r, point) == 2 && r == c->rank)
+		c->fault_errno = errno_named(point);
+	c->fault_meta = (f = getenv("DS_TEST_FAULT_CKPT_META")) && *f && *f != '0' ? errno_named(f) : 0;
+	c->kill_point[0] = '\0';
+	if ((f = getenv("DS_TEST_FAULT_CKPT_KILL")) && sscanf(f, "%d:%31[a-z]:%d", &r, point, &n) >= 2 &&
+	    r == c->rank) {
+		snprintf(c->kill_point, sizeof c->kill_point, "%s", point);
+		c->kill_n = n > 0 ? n : 1;
+	}
+}
+
+/* DS_TEST_FAULT_CKPT_KILL: die here as a SIGKILL would kill the job. */
+static void maybe_kill(struct ds_ckpt *c, const char *point)
+{
+	if (c->kill_point[0] && !strcmp(c->kill_point, point) && --c->kill_n == 0)
+		raise(SIGKILL);
+}
+
+/* ---- closing HDF5's file on rank 0 ---- */
+
+/* The system's reason in HDF5's error stack ("No space left on device"
+ * from the "errno = 28" of a failed write), else its innermost message. */
+struct h5why { int err, pri; char desc[160]; };
+
+static herr_t why_cb(unsigned n, const H5E_error2_t *e, void *ud)
+{
+	struct h5why *w = ud;
+	const char *p = e->desc ? strstr(e->desc, "errno = ") : NULL;
+	if (n == 0 && e->desc)
+		snprintf(w->desc, sizeof w->desc, "%s", e->desc);
+	if (p) {
+		int pri = strstr(e->desc, "write failed") ? 2 : 1;  /* the write, not a later truncate */
+		if (pri > w->pri) {
+			w->pri = pri;
+			w->err = atoi(p + 8);
+		}
+	}
+	return 0;
+}
+
+static const char *h5why(char *buf, size_t n)
+{
+	struct h5why w = { 0, 0, "" };
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, why_cb, &w);
+	H5Eclear2(H5E_DEFAULT);
+	snprintf(buf, n, "%s", w.err > 0 ? strerror(w.err) : w.desc[0] ? w.desc : "unknown HDF5 error");
+	return buf;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* The byte ranges of [0, size) that hold no tensor bytes -- HDF5's own --
+ * as pairs {begin, end} (malloc'd, *n of them; NULL when out of memory). */
+static uint64_t (*hdf5_ranges(const struct ds_ckpt *c, uint64_t size, size_t *n))[2]
+{
+	uint64_t (*t)[2] = malloc((c->nt + 1) * sizeof *t), (*g)[2] = malloc((c->nt + 1) * sizeof *g), pos = 0;
+	size_t nt = 0, ng = 0;
+	if (!t || !g) {
+		free(t);
+		free(g);
+		return NULL;
+	}
+	for (size_t i = 0; i < c->nt; i++)
+		if (c->t[i].off != UINT64_MAX) {
+			t[nt][0] = c->t[i].off;
+			t[nt++][1] = c->t[i].off + c->t[i].numel * c->t[i].es;
+		}
+	qsort(t, nt, sizeof *t, range_cmp);
+	for (size_t i = 0; i <= nt; i++) {
+		uint64_t b = i < nt ? t[i][0] : size;
+		if (b > size)
+			b = size;
+		if (b > pos) {
+			g[ng][0] = pos;
+			g[ng++][1] = b;
+		}
+		if (i < nt && t[i][1] > pos)
+			pos = t[i][1];
+	}
+	free(t);
+	*n = ng;
+	return g;
+}
+
+/* Copy bytes [b, e) from fd `from` to fd `to` at the same offsets. */
+static int copy_range(int from, int to, uint64_t b, uint64_t e)
+{
+	uint8_t buf[1 << 16];
+	while (b < e) {
+		size_t k = e - b < sizeof buf ? (size_t)(e - b) : sizeof buf;
+		if (ds_pread_full(from, buf, k, b) != 0 || ds_pwrite_full(to, buf, k, b) != 0)
+			return -1;
+		b += k;
+	}
+	return 0;
+}
+
+/* Copy HDF5's bytes [b, e) from the memory file to the real one (or fail
+ * as DS_TEST_FAULT_CKPT_META says). */
+static int put_h5(const struct ds_ckpt *c, int mfd, int real, uint64_t b, uint64_t e)
+{
+	if (c->fault_meta && b < e) {
+		errno = c->fault_meta;
+		return -1;
+	}
+	return copy_range(mfd, real, b, e);
+}
+
+/* Close rank 0's HDF5 file without HDF5 ever meeting a failed write (HDF5
+ * 1.10 cannot close a file after a failed flush, and crashes at exit):
+ * while it flushes and closes, its descriptor points at an anonymous
+ * memory file, mfd.  keep: mfd first gets a copy of HDF5's part of the
+ * file -- everything but the tensors' bytes, where HDF5 never writes --
+ * and afterwards that part, and whatever HDF5 wrote past the old end of
+ * the file, goes to the real file with our own writes, then fsync.
+ * Otherwise (an abandoned save) what HDF5 writes is dropped.  Returns 0 or
+ * DS_EIO naming the file and the system's reason. */
+static int close_h5(struct ds_ckpt *c, int keep, struct ds_err *err)
+{
+	const off_t sentinel = (off_t)1 << 50;  /* mfd's size unless HDF5 truncates it */
+	int rc = 0, *fdp = NULL, real = -1, mfd = -1, ok = 1;
+	uint64_t (*g)[2] = NULL, old_size = 0, end;
+	size_t ng = 0;
+	struct stat st;
+	char why[160];
+	if (c->f < 0)
+		return 0;
+	for (size_t i = 0; i < c->nt; i++)
+		if (c->t[i].dset >= 0) {
+			H5Dclose(c->t[i].dset);
+			c->t[i].dset = -1;
+		}
+	if (H5Fget_vfd_handle(c->f, H5P_DEFAULT, (void **)&fdp) < 0 || !fdp || *fdp < 0)
+		ok = 0;
+	if (ok) {
+		real = dup(*fdp);
+		mfd = memfd_create("ds-ckpt-close", MFD_CLOEXEC);
+		ok = real >= 0 && mfd >= 0 && ftruncate(mfd, sentinel) == 0;
+	}
+	if (ok && keep) {
+		ok = fstat(real, &st) == 0 && (g = hdf5_ranges(c, old_size = (uint64_t)st.st_size, &ng));
+		for (size_t i = 0; ok && i < ng; i++)
+			ok = copy_range(real, mfd, g[i][0], g[i][1]) == 0;
+	}
+	if (ok)
+		ok = dup2(mfd, *fdp) >= 0;
+	if (!ok && keep)
+		rc = ds_err_set(err, DS_EIO, "%s: cannot stage the HDF5 metadata: %s", c->file, strerror(errno));
+	H5Eclear2(H5E_DEFAULT);
+	if (ok && keep && H5Fflush(c->f, H5F_SCOPE_LOCAL) < 0)
+		rc = ds_err_set(err, DS_EIO, "%s: cannot write the HDF5 metadata: %s", c->file, h5why(why, sizeof why));
+	if (H5Fclose(c->f) < 0 && rc == 0 && keep)
+		rc = ds_err_set(err, DS_EIO, "%s: cannot close: %s", c->file, h5why(why, sizeof why));
+	c->f = -1;
+	H5Eclear2(H5E_DEFAULT);
+	if (keep && rc == 0) {
+		/* HDF5's bytes: its part of the old file (up to where it may have
+		 * shrunk the file), then its data past the old end */
+		ok = fstat(mfd, &st) == 0;
+		end = st.st_size != sentinel ? (uint64_t)st.st_size : UINT64_MAX;
+		for (size_t i = 0; ok && i < ng && g[i][0] < end; i++)
+			ok = put_h5(c, mfd, real, g[i][0], g[i][1] < end ? g[i][1] : end) == 0;
+		for (off_t d = (off_t)old_size, h; ok && (d = lseek(mfd, d, SEEK_DATA)) >= 0 && (uint64_t)d < end; d = h) {
+			h = lseek(mfd, d, SEEK_HOLE);
+			ok = h > d && put_h5(c, mfd, real, (uint64_t)d, (uint64_t)h < end ? (uint64_t)h : end) == 0;
+		}
+		if (ok && st.st_size != sentinel && ftruncate(real, st.st_size) != 0)
+			ok = 0;
+		if (ok && fsync(real) != 0)
+			ok = 0;
+		if (!ok)
+			rc = ds_err_set(err, DS_EIO, "%s: cannot write the HDF5 metadata: %s", c->file,
+					strerror(errno ? errno : EIO));
+	}
+	if (mfd >= 0)
+		close(mfd);
+	if (real >= 0)
+		close(real);
+	free(g);
+	return rc;
+}
+
+/* An abandoned save: rank 0 closes its file without keeping anything and
+ * removes the .tmp directory.  Not collective. */
+void ds_ckpt_writer_abandon(struct ds_ckpt *c)
+{
+	struct ds_err e = DS_ERR_INIT;
+	if (c->dfd >= 0) {
+		close(c->dfd);
+		c->dfd = -1;
+	}
+	close_h5(c, 0, &e);
+	if (!c->committed && c->dir && c->rank == 0 && c->made_dir)
+		ds_ckpt_rm_rf(c->dir);
+	c->made_dir = 0;
+}
+
+/* ---- create ---- */
+
+/* Rank 0: the .tmp directory and state.h5 with the root attributes and
+ * the standard groups. */
+static int create_file(struct ds_ckpt *c, const struct ds_ckpt_meta *meta, struct ds_err *err)
+{
+	static const char *const groups[] = { "model", "optimizer", "scheduler", "loss_scaler", "data", "rng" };
+	char msg[160];
+	int rc = mkdir_p(c->save_dir, err);
+	if (rc == 0 && (ds_ckpt_rm_rf(c->dir) != 0 || mkdir(c->dir, 0777) != 0))
+		rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->dir, strerror(errno));
+	if (rc < 0)
+		return rc;
+	c->made_dir = 1;
+	hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = ds_ckpt_fapl(1);
+	H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+	c->f = H5Fcreate(c->file, H5F_ACC_TRUNC, fcpl, fapl);
+	H5Pclose(fcpl);
+	H5Pclose(fapl);
+	if (c->f < 0)
+		return ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->file, h5why(msg, sizeof msg));
+	DS_TRY(write_meta(c, meta, err));
+	for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+		DS_TRY(ensure_groups(c, groups[i], strlen(groups[i]), err));
+	return 0;
 }
 
 int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta, struct ds_err *err)
@@ -245,10 +532,9 @@ int ds_ckpt_create(struct ds_ckpt **out, const char *save_dir, const struct ds_c
 int ds_ckpt_create_comm(struct ds_ckpt **out, const char *save_dir, const struct ds_ckpt_meta *meta,
 			struct ds_comm *comm, struct ds_err *err)
 {
-	static const char *const groups[] = { "model", "optimizer", "scheduler", "loss_scaler", "data", "rng" };
 	struct ds_ckpt *c;
-	char tag[64], msg[160];
-	int rc = 0, bad;
+	char tag[64];
+	int rc = 0;
 	*out = NULL;
 	ds_ckpt_h5_quiet();
 	if (!save_dir || !*save_dir)
@@ -260,67 +546,37 @@ int ds_ckpt_create_comm(struct ds_ckpt **out, const char *save_dir, const struct
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	c->writing = 1;
 	c->f = -1;
-	c->dxpl = H5P_DEFAULT;
+	c->dfd = -1;
 	c->chunk_bytes = DS_CKPT_CHUNK_BYTES;
 	c->comm = comm;
-	c->par = comm && ds_comm_size(comm) > 1;
+	c->W = comm ? ds_comm_size(comm) : 1;
+	c->par = c->W > 1;
 	c->rank = comm ? ds_comm_rank(comm) : 0;
-	{
-		const char *f = getenv("DS_TEST_FAULT_CKPT_FAIL_RANK");
-		c->fault_rank = f && *f ? atoi(f) : -1;
-	}
+	faults_from_env(c);
 	snprintf(tag, sizeof tag, "global_step%lld", (long long)meta->step);
 	c->save_dir = strdup(save_dir);
 	c->tag = strdup(tag);
 	snprintf(tag + strlen(tag), sizeof tag - strlen(tag), ".tmp");
 	c->dir = ds_ckpt_join(save_dir, tag);
 	c->file = c->dir ? ds_ckpt_join(c->dir, "state.h5") : NULL;
-	if (!c->save_dir || !c->tag || !c->file) {
+	if (!c->save_dir || !c->tag || !c->file)
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
-		goto out;
+	/* rank 0 makes the directory and the file, then every rank opens the
+	 * file for its tensor bytes; each step is agreed */
+	if (rc == 0 && c->rank == 0)
+		rc = create_file(c, meta, err);
+	if ((rc = agree(c, rc, err)) == 0) {
+		c->dfd = open(c->file, O_WRONLY | O_CLOEXEC);
+		if (c->dfd < 0)
+			rc = ds_err_set(err, DS_EIO, "%s: rank %d cannot open for writing: %s", c->file, c->rank,
+					strerror(errno));
+		rc = agree(c, rc, err);
 	}
-	if (c->par && !ds_ckpt_mpio_built) {
-		rc = ds_ckpt_mpio_fapl(-1, comm, err);  /* says how to build it in */
-		goto out;
-	}
-	/* rank 0 alone prepares the directory; the others learn how it went */
-	if (c->rank == 0) {
-		rc = mkdir_p(save_dir, err);
-		if (rc == 0 && (ds_ckpt_rm_rf(c->dir) != 0 || mkdir(c->dir, 0777) != 0))
-			rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->dir, strerror(errno));
-	}
-	if (!all_ok(c, rc == 0, &bad)) {
-		if (rc == 0)
-			rc = ds_err_set(err, DS_EIO, "%s: rank %d could not create the checkpoint directory", c->dir, bad);
-		c->rank = -1;  /* nothing of ours to remove */
-		goto out;
-	}
-	{
-		hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = ds_ckpt_fapl(1);
-		H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-		if (c->par && (rc = ds_ckpt_mpio_fapl(fapl, comm, err)) < 0) {
-			H5Pclose(fcpl);
-			H5Pclose(fapl);
-			goto out;
-		}
-		c->f = H5Fcreate(c->file, H5F_ACC_TRUNC, fcpl, fapl);
-		H5Pclose(fcpl);
-		H5Pclose(fapl);
-	}
-	if (c->f < 0) {
-		rc = ds_err_set(err, DS_EIO, "%s: cannot create: %s", c->file, ds_ckpt_h5msg(msg));
-		goto out;
-	}
-	if (c->par)
-		c->dxpl = ds_ckpt_mpio_dxpl();
-	rc = write_meta(c, meta, err);
-	for (size_t i = 0; rc == 0 && i < sizeof groups / sizeof groups[0]; i++)
-		rc = ensure_groups(c, groups[i], strlen(groups[i]), err);
-out:
 	if (rc < 0) {
 		ds_ckpt_close(c);
 		return rc;
 	}
+	maybe_kill(c, "create");
 	*out = c;
 	return 0;
 }
@@ -345,13 +601,46 @@ static struct ds_ckpt_wt *find_w(struct ds_ckpt *c, const char *name)
 	return NULL;
 }
 
+/* ---- tensors ---- */
+
+/* Rank 0: the dataset of w, its bytes allocated now (contiguous, never
+ * filled: every byte is written once by pwrite); *off its file offset. */
+static int create_dataset(struct ds_ckpt *c, struct ds_ckpt_wt *w, uint64_t *off, struct ds_err *err)
+{
+	const char *slash = strrchr(w->name, '/');
+	hid_t space, dcpl;
+	haddr_t a;
+	char msg[160];
+	if (slash)
+		DS_TRY(ensure_groups(c, w->name, (size_t)(slash - w->name), err));
+	space = H5Screate_simple(w->ndim, w->shape, NULL);
+	dcpl = H5Pcreate(H5P_DATASET_CREATE);
+	H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+	H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+	H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+	w->dset = H5Dcreate2(c->f, w->name, file_type(w->dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+	H5Pclose(dcpl);
+	H5Sclose(space);
+	if (w->dset < 0)
+		return ds_err_set(err, DS_EIO, "%s: cannot create dataset /%s: %s", c->file, w->name, h5why(msg, sizeof msg));
+	uint64_t cb = w->chunk_bytes;
+	if (attr_put_str(w->dset, "dtype", ds_ckpt_dtype_name(w->dtype)) < 0 ||
+	    attr_put_scalar(w->dset, "crc_chunk_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, &cb) < 0)
+		return ds_err_set(err, DS_EIO, "%s: /%s: cannot write attributes: %s", c->file, w->name,
+				  h5why(msg, sizeof msg));
+	a = H5Dget_offset(w->dset);
+	if (a == HADDR_UNDEF)
+		return ds_err_set(err, DS_EIO, "%s: /%s: HDF5 allocated no file space for it", c->file, w->name);
+	*off = (uint64_t)a;
+	return 0;
+}
+
 static int tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
 			 struct ds_err *err)
 {
 	struct ds_ckpt_wt *w;
-	hid_t space, dcpl;
-	const char *slash;
-	char msg[160];
+	uint64_t off = UINT64_MAX;
+	int rc = 0;
 	name = ds_ckpt_skip_slash(name);
 	if (!c->writing || c->committed)
 		return ds_err_set(err, DS_EINVAL, "%s: opened for reading; cannot create %s", c->file, name);
@@ -361,6 +650,11 @@ static int tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndi
 		return ds_err_set(err, DS_EINVAL, "%s: tensor %s: bad dtype %d or ndim %d", c->file, name, dtype, ndim);
 	if (find_w(c, name))
 		return ds_err_set(err, DS_EINVAL, "%s: tensor %s created twice", c->file, name);
+	uint64_t numel = 1;
+	for (int i = 0; i < ndim; i++)
+		numel *= shape[i];
+	if (numel == 0)
+		return ds_err_set(err, DS_EINVAL, "%s: tensor %s has no elements", c->file, name);
 	if (c->nt == c->capt) {
 		size_t cap = c->capt ? 2 * c->capt : 64;
 		struct ds_ckpt_wt *t = realloc(c->t, cap * sizeof *t);
@@ -376,38 +670,27 @@ static int tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndi
 	w->ndim = ndim;
 	w->es = ds_ckpt_dtype_size(dtype);
 	w->chunk_bytes = c->chunk_bytes;
-	w->numel = 1;
-	for (int i = 0; i < ndim; i++) {
+	w->numel = numel;
+	for (int i = 0; i < ndim; i++)
 		w->shape[i] = shape[i];
-		w->numel *= shape[i];
-	}
-	if (w->numel == 0)
-		return ds_err_set(err, DS_EINVAL, "%s: tensor %s has no elements", c->file, name);
-	slash = strrchr(name, '/');
-	if (slash)
-		DS_TRY(ensure_groups(c, name, (size_t)(slash - name), err));
 	w->name = strdup(name);
 	if (!w->name)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
-	space = H5Screate_simple(ndim, w->shape, NULL);
-	dcpl = H5Pcreate(H5P_DATASET_CREATE);
-	H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  /* every byte is written once: no zero fill pass */
-	w->dset = H5Dcreate2(c->f, name, file_type(dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-	H5Pclose(dcpl);
-	H5Sclose(space);
-	if (w->dset < 0) {
-		free(w->name);
-		return ds_err_set(err, DS_EIO, "%s: cannot create dataset /%s: %s", c->file, name, ds_ckpt_h5msg(msg));
-	}
-	uint64_t cb = w->chunk_bytes;
-	if (attr_put_str(w->dset, "dtype", ds_ckpt_dtype_name(dtype)) < 0 ||
-	    attr_put_scalar(w->dset, "crc_chunk_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, &cb) < 0) {
-		H5Dclose(w->dset);
-		free(w->name);
-		return ds_err_set(err, DS_EIO, "%s: /%s: cannot write attributes: %s", c->file, name, ds_ckpt_h5msg(msg));
-	}
 	c->last = c->nt++;
-	return 0;
+	/* rank 0 makes the dataset (unless it failed before) and hands out
+	 * its offset; UINT64_MAX: none, the ranks skip its writes */
+	if (c->rank == 0 && c->wrc == 0)
+		rc = create_dataset(c, w, &off, err);
+	if (c->par) {
+		struct ds_err e = DS_ERR_INIT;
+		if (ds_comm_broadcast(c->comm, &off, 1, DS_I64, 0, &e) < 0) {
+			off = UINT64_MAX;
+			if (rc == 0)
+				rc = ds_err_set(err, DS_EIO, "%s: /%s: rank %d: %s", c->file, name, c->rank, e.msg);
+		}
+	}
+	w->off = rc < 0 ? UINT64_MAX : off;
+	return rc;
 }
 
 int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
@@ -416,67 +699,31 @@ int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int nd
 	return note(c, tensor_create(c, name, dtype, ndim, shape, err), err);
 }
 
-/* The parallel write: CRC pieces of the whole range, then one collective
- * H5Dwrite that every rank joins (with an empty selection when it has
- * nothing to write, or when its range is bad or its test fault fires). */
-static int write_par(struct ds_ckpt *c, struct ds_ckpt_wt *w, uint64_t begin, uint64_t end, const void *data,
+/* pwrite bytes [bb, be) of w's data from p (its byte bb), or fail as the
+ * test faults say. */
+static int put_bytes(struct ds_ckpt *c, struct ds_ckpt_wt *w, uint64_t bb, uint64_t be, const uint8_t *p,
 		     struct ds_err *err)
 {
-	const uint8_t *p = data;
-	char msg[160];
-	int rc = 0;
-	if (begin > end || end > w->numel) {
-		rc = ds_err_set(err, DS_EINVAL, "%s: /%s: slice [%llu, %llu) outside its %llu elements", c->file,
-				w->name, (unsigned long long)begin, (unsigned long long)end,
-				(unsigned long long)w->numel);
-	} else if (begin < end && c->fault_rank == c->rank && c->wrc == 0) {
-		rc = ds_err_set(err, DS_EIO, "%s: /%s: rank %d: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)",
-				c->file, w->name, c->rank);
-	} else if (begin < end) {
-		uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
-		size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
-		if ((rc = reserve_pieces(w, nnew, err)) == 0) {
-			#pragma omp parallel for schedule(dynamic, 1) if (nnew > 2)
-			for (size_t k = 0; k < nnew; k++) {
-				uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb;
-				uint64_t ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
-				w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs,
-							       ds_crc32c(0, p + (cs - bb), (size_t)(ce - cs)), 0 };
-			}
-			w->np += nnew;
-		}
-	}
-	if (rc < 0)
-		begin = end = 0;  /* still join the collective write */
-	if (ds_ckpt_xfer(w->dset, ds_ckpt_mem_type(w->dtype), w->ndim, w->shape, begin, end, (void *)(p ? p : (const uint8_t *)w),
-		 1, c->dxpl) < 0 && rc == 0)
-		rc = ds_err_set(err, DS_EIO, "%s: /%s: write of elements [%llu, %llu) failed: %s", c->file, w->name,
-				(unsigned long long)begin, (unsigned long long)end, ds_ckpt_h5msg(msg));
-	return note(c, rc, err);
+	int e = 0;
+	if (c->fault_errno)
+		e = c->fault_errno;
+	else if (ds_pwrite_full(c->dfd, p, (size_t)(be - bb), w->off + bb) != 0)
+		e = errno;
+	ds_progress_note();
+	if (!e)
+		return 0;
+	char buf[32];
+	return ds_err_set(err, DS_EIO, "%s: %scannot write /%s (%llu bytes at offset %llu): %s", c->file,
+			  who(c, buf, sizeof buf), w->name, (unsigned long long)(be - bb),
+			  (unsigned long long)(w->off + bb), strerror(e));
 }
 
-int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, uint64_t end, const void *data,
-			 struct ds_err *err)
+/* Write elements [begin, end) of w from data: one CRC piece per chunk the
+ * range touches, computed and written in runs of about RUN_BYTES (the
+ * threads share the CRCs, then the run goes out while it is in cache). */
+static int write_range(struct ds_ckpt *c, struct ds_ckpt_wt *w, uint64_t begin, uint64_t end, const void *data,
+		       struct ds_err *err)
 {
-	struct ds_ckpt_wt *w;
-	char msg[160];
-	name = ds_ckpt_skip_slash(name);
-	if (!c->writing || c->committed)
-		return ds_err_set(err, DS_EINVAL, "%s: not open for writing", c->file);
-	w = find_w(c, name);
-	if (!w)
-		return note(c, ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name), err);
-	if (c->par)
-		return write_par(c, w, begin, end, data, err);
-	if (begin > end || end > w->numel)
-		return ds_err_set(err, DS_EINVAL, "%s: /%s: slice [%llu, %llu) outside its %llu elements", c->file, name,
-				  (unsigned long long)begin, (unsigned long long)end, (unsigned long long)w->numel);
-	if (begin == end)
-		return 0;
-	if (c->fault_rank == c->rank && c->wrc == 0)
-		return note(c, ds_err_set(err, DS_EIO, "%s: /%s: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)",
-					  c->file, name), err);
-	/* one piece per chunk the slice touches */
 	const uint8_t *p = data;
 	uint64_t bb = begin * w->es, be = end * w->es, cb = w->chunk_bytes;
 	size_t k0 = w->np, nnew = (size_t)((be - 1) / cb - bb / cb + 1);
@@ -485,8 +732,6 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 		uint64_t ch = bb / cb + k, cs = ch * cb > bb ? ch * cb : bb, ce = (ch + 1) * cb < be ? (ch + 1) * cb : be;
 		w->p[k0 + k] = (struct piece){ ch, cs - ch * cb, ce - cs, 0, 0 };
 	}
-	/* in runs of about RUN_BYTES: the threads share the chunk CRCs, then
-	 * HDF5 copies the run out while it is still in cache */
 	for (size_t k = 0; k < nnew; ) {
 		size_t ke = k + 1;
 		uint64_t bytes = w->p[k0 + k].len;
@@ -497,18 +742,47 @@ int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, ui
 			struct piece *q = &w->p[k0 + j];
 			q->crc = ds_crc32c(0, p + (q->chunk * cb + q->off - bb), (size_t)q->len);
 		}
-		/* piece bounds are chunk bounds or slice ends: whole elements */
 		uint64_t rb = w->p[k0 + k].chunk * cb + w->p[k0 + k].off;
 		uint64_t re = w->p[k0 + ke - 1].chunk * cb + w->p[k0 + ke - 1].off + w->p[k0 + ke - 1].len;
-		if (ds_ckpt_xfer(w->dset, ds_ckpt_mem_type(w->dtype), w->ndim, w->shape, rb / w->es, re / w->es,
-			 (void *)(p + (rb - bb)), 1, H5P_DEFAULT) < 0)
-			return ds_err_set(err, DS_EIO, "%s: /%s: write of elements [%llu, %llu) failed: %s", c->file,
-					  name, (unsigned long long)(rb / w->es), (unsigned long long)(re / w->es),
-					  ds_ckpt_h5msg(msg));
+		DS_TRY(put_bytes(c, w, rb, re, p + (rb - bb), err));
 		k = ke;
 	}
 	w->np += nnew;
 	return 0;
+}
+
+int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, uint64_t end, const void *data,
+			 struct ds_err *err)
+{
+	struct ds_ckpt_wt *w;
+	name = ds_ckpt_skip_slash(name);
+	if (!c->writing || c->committed)
+		return ds_err_set(err, DS_EINVAL, "%s: not open for writing", c->file);
+	w = find_w(c, name);
+	if (!w)
+		return note(c, ds_err_set(err, DS_EINVAL, "%s: tensor %s was not created", c->file, name), err);
+	if (begin > end || end > w->numel)
+		return note(c, ds_err_set(err, DS_EINVAL, "%s: /%s: slice [%llu, %llu) outside its %llu elements",
+					  c->file, name, (unsigned long long)begin, (unsigned long long)end,
+					  (unsigned long long)w->numel), err);
+	if (begin == end)
+		return 0;
+	if (c->wrc < 0) {  /* this rank failed already: the save is lost, write nothing more */
+		if (err)
+			*err = c->werr;
+		return c->wrc;
+	}
+	if (w->off == UINT64_MAX)  /* rank 0 could not create it; commit tells why */
+		return 0;
+	maybe_kill(c, "write");
+	if (c->fault_rank == c->rank) {
+		if (c->par)
+			return note(c, ds_err_set(err, DS_EIO, "%s: /%s: rank %d: planted write failure "
+						  "(DS_TEST_FAULT_CKPT_FAIL_RANK)", c->file, name, c->rank), err);
+		return note(c, ds_err_set(err, DS_EIO, "%s: /%s: planted write failure (DS_TEST_FAULT_CKPT_FAIL_RANK)",
+					  c->file, name), err);
+	}
+	return note(c, write_range(c, w, begin, end, data, err), err);
 }
 
 /* Make room for n more pieces of w. */
@@ -577,6 +851,8 @@ int ds_ckpt_tensor_put(struct ds_ckpt *c, const char *name, int dtype, int ndim,
 	return ds_ckpt_tensor_write(c, name, 0, n, data, err);
 }
 
+/* ---- commit ---- */
+
 static int piece_cmp(const void *a, const void *b)
 {
 	const struct piece *x = a, *y = b;
@@ -585,7 +861,8 @@ static int piece_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Combine the pieces into one CRC per chunk and store them. */
+/* Rank 0: combine the pieces into one CRC per chunk (kept in w->crc for the
+ * manifest) and store them as the dataset's crc32c attribute. */
 static int finish_tensor(struct ds_ckpt *c, struct ds_ckpt_wt *w, struct ds_err *err)
 {
 	uint64_t total = w->numel * w->es, cb = w->chunk_bytes, nch = (total + cb - 1) / cb;
@@ -623,10 +900,44 @@ static int finish_tensor(struct ds_ckpt *c, struct ds_ckpt_wt *w, struct ds_err 
 		hsize_t n = nch;
 		hid_t s = H5Screate_simple(1, &n, NULL);
 		if (attr_put(w->dset, "crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32, s, crc) < 0)
-			rc = ds_err_set(err, DS_EIO, "%s: /%s: cannot store checksums: %s", c->file, w->name, ds_ckpt_h5msg(msg));
+			rc = ds_err_set(err, DS_EIO, "%s: /%s: cannot store checksums: %s", c->file, w->name,
+					h5why(msg, sizeof msg));
 		H5Sclose(s);
 	}
-	free(crc);
+	free(w->crc);
+	w->crc = rc == 0 ? crc : NULL;
+	if (rc < 0)
+		free(crc);
+	return rc;
+}
+
+/* Rank 0, state.h5 closed and synced: its manifest, every tensor's chunks
+ * with the CRCs the writers computed and the HDF5 metadata between them. */
+static int write_manifest(struct ds_ckpt *c, struct ds_err *err)
+{
+	size_t n = 0, k = 0;
+	struct ds_ckpt_extent *x;
+	int fd, rc;
+	for (size_t i = 0; i < c->nt; i++)
+		n += (size_t)((c->t[i].numel * c->t[i].es + c->t[i].chunk_bytes - 1) / c->t[i].chunk_bytes);
+	x = malloc((n ? n : 1) * sizeof *x);
+	if (!x)
+		return ds_err_set(err, DS_ENOMEM, "out of memory for %zu manifest extents", n);
+	for (size_t i = 0; i < c->nt; i++) {
+		const struct ds_ckpt_wt *w = &c->t[i];
+		uint64_t total = w->numel * w->es, cb = w->chunk_bytes;
+		for (uint64_t ch = 0; ch * cb < total; ch++)
+			x[k++] = (struct ds_ckpt_extent){ w->off + ch * cb, ch * cb + cb < total ? cb : total - ch * cb,
+							  w->crc[ch], DS_CKPT_EXT_DATA };
+	}
+	fd = open(c->file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		rc = ds_err_set(err, DS_EIO, "%s: cannot reopen: %s", c->file, strerror(errno));
+	else
+		rc = ds_ckpt_manifest_write(fd, c->file, x, k, err);
+	if (fd >= 0)
+		close(fd);
+	free(x);
 	return rc;
 }
 
@@ -660,14 +971,14 @@ out:
 	return rc;
 }
 
-/* Rename the closed, synced SAVE/tag.tmp to SAVE/tag, then replace
+/* Rename the complete, synced SAVE/tag.tmp to SAVE/tag, then replace
  * `latest` (c->committed is set once the tag directory is in place). */
 static int publish(struct ds_ckpt *c, struct ds_err *err)
 {
 	char *fin = NULL, *old = NULL;
 	int rc = 0, moved_old = 0;
-	if (fsync_path(c->file) != 0 || fsync_path(c->dir) != 0)
-		return ds_err_set(err, DS_EIO, "%s: fsync failed: %s", c->file, strerror(errno));
+	if (fsync_path(c->dir) != 0)
+		return ds_err_set(err, DS_EIO, "%s: fsync failed: %s", c->dir, strerror(errno));
 	fin = ds_ckpt_join(c->save_dir, c->tag);
 	old = fin ? ds_ckpt_join(c->save_dir, ".replaced") : NULL;
 	if (!old) {
@@ -700,6 +1011,7 @@ static int publish(struct ds_ckpt *c, struct ds_err *err)
 	fin = NULL;
 	free(c->file);
 	c->file = ds_ckpt_join(c->dir, "state.h5");
+	maybe_kill(c, "latest");
 	rc = write_latest(c, err);
 out:
 	free(fin);
@@ -711,10 +1023,10 @@ out:
  * (the same on every rank, since tensor_create is collective). */
 struct xpiece { uint64_t tensor, chunk, off, len, crc; };
 
-/* Allgather every rank's CRC pieces so that each rank holds all of them. */
+/* Allgather every rank's CRC pieces; rank 0 keeps the others'. */
 static int gather_pieces(struct ds_ckpt *c, struct ds_err *err)
 {
-	int W = ds_comm_size(c->comm), rc;
+	int W = c->W, rc;
 	int64_t *cnt = calloc((size_t)W, sizeof *cnt), n = 0, maxn = 0;
 	struct xpiece *mine = NULL, *all = NULL;
 	if (!cnt)
@@ -740,9 +1052,7 @@ static int gather_pieces(struct ds_ckpt *c, struct ds_err *err)
 		}
 	if (maxn && (rc = ds_comm_allgather(c->comm, mine, all, (size_t)maxn * sizeof *mine, DS_U8, err)) < 0)
 		goto out;
-	for (int r = 0; r < W && rc == 0; r++) {
-		if (r == c->rank)
-			continue;
+	for (int r = 1; r < W && rc == 0 && c->rank == 0; r++) {
 		for (int64_t k = 0; k < cnt[r] && rc == 0; k++) {
 			const struct xpiece *x = &all[(size_t)r * (size_t)maxn + (size_t)k];
 			struct piece q = { x->chunk, x->off, x->len, (uint32_t)x->crc, 0 };
@@ -761,89 +1071,72 @@ out:
 	return rc;
 }
 
-/* The parallel commit.  Every step is collective, so a rank that failed
- * earlier still takes part and only the vote tells: all ranks gather the
- * pieces and store the same checksums, flush and close the file together,
- * then agree on success; only if every rank succeeded does rank 0 rename
- * the tag directory and replace `latest`, and its outcome is shared. */
-static int commit_par(struct ds_ckpt *c, struct ds_err *err)
+/* Rank 0, every rank's bytes on disk: checksums, HDF5 metadata, manifest,
+ * rename, `latest`.  On failure before the rename the save is abandoned
+ * here (the .tmp directory removed). */
+static int finalize(struct ds_ckpt *c, struct ds_err *err)
 {
-	struct ds_err e = DS_ERR_INIT;
-	char msg[160];
-	int rc = 0, bad;
-	/* checksums only when every rank wrote its part (otherwise the gaps a
-	 * failed rank left would be reported instead of its failure); then the
-	 * pieces are the same on every rank, and so is each outcome here */
-	if (all_ok(c, c->wrc == 0, &bad)) {
-		rc = gather_pieces(c, &e);
-		for (size_t i = 0; i < c->nt && rc == 0; i++)
-			rc = finish_tensor(c, &c->t[i], &e);
-		note(c, rc, &e);
+	int rc = 0;
+	for (size_t i = 0; i < c->nt && rc == 0; i++)
+		rc = finish_tensor(c, &c->t[i], err);
+	if (rc == 0)
+		rc = close_h5(c, 1, err);
+	if (rc == 0) {
+		maybe_kill(c, "close");
+		rc = write_manifest(c, err);
 	}
-	for (size_t i = 0; i < c->nt; i++) {
-		H5Dclose(c->t[i].dset);
-		c->t[i].dset = -1;
-	}
-	if (H5Fflush(c->f, H5F_SCOPE_GLOBAL) < 0)  /* MPI_File_sync on every rank */
-		note(c, ds_err_set(&e, DS_EIO, "%s: flush failed: %s", c->file, ds_ckpt_h5msg(msg)), &e);
-	if (H5Fclose(c->f) < 0)
-		note(c, ds_err_set(&e, DS_EIO, "%s: close failed: %s", c->file, ds_ckpt_h5msg(msg)), &e);
-	c->f = -1;
-	ds_ckpt_mpio_dxpl_close(c->dxpl);
-	c->dxpl = H5P_DEFAULT;
-	if (!all_ok(c, c->wrc == 0, &bad)) {
-		if (c->wrc < 0) {
-			if (err)
-				*err = c->werr;
-			return c->wrc;
-		}
-		return ds_err_set(err, DS_EIO, "%s/%s not saved: rank %d failed writing its part (see its message); "
-				  "%s/latest is unchanged", c->save_dir, c->tag, bad, c->save_dir);
-	}
-	rc = 0;
-	if (c->rank == 0)
+	if (rc == 0) {
+		maybe_kill(c, "rename");
 		rc = publish(c, err);
-	/* {tag directory in place, everything done} as rank 0 saw it */
-	int64_t v[2] = { c->committed, rc == 0 };
-	if (ds_comm_broadcast(c->comm, v, 2, DS_I64, 0, &e) < 0 && rc == 0)
-		return ds_err_set(err, DS_EIO, "%s/%s: lost rank 0's outcome: %s", c->save_dir, c->tag, e.msg);
-	if (c->rank != 0) {
-		c->committed = (int)v[0];
-		if (!v[1])
-			rc = ds_err_set(err, DS_EIO, "%s/%s: rank 0 could not publish the checkpoint (see its message)",
-					c->save_dir, c->tag);
 	}
+	if (rc < 0 && !c->committed)
+		ds_ckpt_writer_abandon(c);
 	return rc;
 }
 
 int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err)
 {
-	char msg[160];
+	struct ds_err e = DS_ERR_INIT;
+	char tail[DS_ERR_MSG_MAX];
+	int rc;
 	if (!c->writing || c->committed)
 		return ds_err_set(err, DS_EINVAL, "%s: not an open checkpoint writer", c->file ? c->file : "checkpoint");
+	maybe_kill(c, "commit");
+	/* every rank's bytes on disk (a file system may report a full disk
+	 * only now), then all agree that everything was written */
+	if (c->dfd >= 0) {
+		if (c->wrc == 0 && fdatasync(c->dfd) != 0)
+			note(c, ds_err_set(&e, DS_EIO, "%s: %scannot write its bytes to disk: %s", c->file,
+					   who(c, tail, sizeof tail), strerror(errno)), &e);
+		close(c->dfd);
+		c->dfd = -1;
+	}
+	e = c->werr;
+	rc = agree(c, c->wrc, &e);
+	if (rc == 0 && c->par)
+		rc = agree(c, gather_pieces(c, &e), &e);
+	if (rc == 0)
+		rc = agree(c, c->rank == 0 ? finalize(c, &e) : 0, &e);
+	if (rc == 0)
+		return 0;
+	/* failed everywhere: rank 0 removes what is left, the others wait
+	 * for that, so the job ends with nothing half-written on disk */
+	if (!c->committed)
+		ds_ckpt_writer_abandon(c);
 	if (c->par)
-		return commit_par(c, err);
-	if (c->wrc < 0) {
-		if (err)
-			*err = c->werr;
-		return c->wrc;
+		ds_comm_barrier(c->comm, NULL);
+	if (!c->committed) {
+		latest_note(c, tail, sizeof tail);
+		ds_err_set(err, rc, "%.*s%s", (int)(sizeof e.msg - strlen(tail) - 1), e.msg, tail);
+	} else if (err) {
+		*err = e;
 	}
-	for (size_t i = 0; i < c->nt; i++)
-		DS_TRY(finish_tensor(c, &c->t[i], err));
-	for (size_t i = 0; i < c->nt; i++) {
-		H5Dclose(c->t[i].dset);
-		c->t[i].dset = -1;
-	}
-	if (H5Fclose(c->f) < 0) {
-		c->f = -1;
-		return ds_err_set(err, DS_EIO, "%s: close failed: %s", c->file, ds_ckpt_h5msg(msg));
-	}
-	c->f = -1;
-	return publish(c, err);
+	return rc;
 }
 
 /* ---- attribute API ------------------------------------------------------------ */
 
+/* Rank 0 writes every attribute; the other ranks' calls do nothing. */
 static int attr_set(struct ds_ckpt *c, const char *group, const char *key, int kind, const void *v,
 		    struct ds_err *err)
 {
@@ -851,13 +1144,20 @@ static int attr_set(struct ds_ckpt *c, const char *group, const char *key, int k
 	hid_t o;
 	herr_t rc;
 	char msg[160];
-	if (!c->writing || c->committed || c->f < 0)
+	if (!c->writing || c->committed)
 		return ds_err_set(err, DS_EINVAL, "%s: attributes are set on a checkpoint being written", c->file);
+	if (c->rank != 0)
+		return 0;
+	if (c->wrc < 0) {
+		if (err)
+			*err = c->werr;
+		return c->wrc;
+	}
 	if (*g)
-		DS_TRY(ensure_groups(c, g, strlen(g), err));
+		DS_TRY(note(c, ensure_groups(c, g, strlen(g), err), err));
 	o = ds_ckpt_open_obj(c, g);
 	if (o < 0)
-		return ds_err_set(err, DS_EIO, "%s: cannot open /%s: %s", c->file, g, ds_ckpt_h5msg(msg));
+		return note(c, ds_err_set(err, DS_EIO, "%s: cannot open /%s: %s", c->file, g, h5why(msg, sizeof msg)), err);
 	if (kind == 0)
 		rc = attr_put_scalar(o, key, H5T_STD_I64LE, H5T_NATIVE_INT64, v);
 	else if (kind == 1)
@@ -867,7 +1167,7 @@ static int attr_set(struct ds_ckpt *c, const char *group, const char *key, int k
 	H5Oclose(o);
 	if (rc < 0)
 		return note(c, ds_err_set(err, DS_EIO, "%s: /%s: cannot set attribute %s: %s", c->file, g, key,
-					  ds_ckpt_h5msg(msg)), err);
+					  h5why(msg, sizeof msg)), err);
 	return 0;
 }
 
@@ -885,4 +1185,3 @@ int ds_ckpt_attr_set_str(struct ds_ckpt *c, const char *group, const char *key, 
 {
 	return attr_set(c, group, key, 2, v, err);
 }
-

@@ -8,7 +8,8 @@ lib_util_libds_util_a_SOURCES = \
 	lib/util/half.c lib/util/half.h \
 	lib/util/rng.c lib/util/rng.h \
 	lib/util/crc32c.c lib/util/crc32c.h \
-	lib/util/file.c lib/util/file.h
+	lib/util/file.c lib/util/file.h \
+	lib/util/progress.c lib/util/progress.h
 LIBDS += lib/util/libds_util.a
 
 if HAVE_CMOCKA

@@ -130,8 +130,17 @@ static int make_one(const char *dir, int neox, const struct ds_model_config *giv
 		if ((rc = ds_ckpt_tensor_put(ck, name, DS_CKPT_F32, t->ndim, shape, buf, err)) < 0)
 			goto out;
 	}
+	/* the trained one has what a resume reads (ds-ckpt-convert verify
+	 * checks it); the others say they hold weights only */
 	if (!neox && !given && ((rc = ds_ckpt_attr_set_i64(ck, "optimizer", "step", 100, err)) < 0 ||
-		      (rc = ds_ckpt_attr_set_f64(ck, "scheduler", "lr", 1e-3, err)) < 0))
+		      (rc = ds_ckpt_attr_set_str(ck, "optimizer", "type", "adamw", err)) < 0 ||
+		      (rc = ds_ckpt_attr_set_str(ck, "optimizer", "states", "exp_avg,exp_avg_sq", err)) < 0 ||
+		      (rc = ds_ckpt_attr_set_f64(ck, "scheduler", "lr", 1e-3, err)) < 0 ||
+		      (rc = ds_ckpt_attr_set_i64(ck, "scheduler", "steps", 100, err)) < 0 ||
+		      (rc = ds_ckpt_attr_set_i64(ck, "data", "consumed_samples", meta.consumed_samples, err)) < 0 ||
+		      (rc = ds_ckpt_attr_set_i64(ck, "data", "skipped_steps", 0, err)) < 0))
+		goto out;
+	if ((neox || given) && (rc = ds_ckpt_attr_set_i64(ck, "/", "weights_only", 1, err)) < 0)
 		goto out;
 	rc = ds_ckpt_commit(ck, err);
 out:
