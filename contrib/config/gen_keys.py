@@ -323,8 +323,9 @@ EXTRA = [
      "on a non-finite gradient (bf16/fp32): skip the step and log it, or abort"),
     ("dstk.nonfinite_max_consecutive", "int", 10, None, 1, None, IMPL,
      "skip policy: abort after this many consecutive non-finite steps"),
-    ("dstk.watchdog_timeout_s", "float", 0.0, None, 0, None, IMPL,
-     "exit with status 5 when a step or collective stalls this long (0: off)"),
+    ("dstk.watchdog_timeout_s", "float", 1800.0, None, 0, None, IMPL,
+     "exit with status 5 when a rank makes no progress this long (DeepSpeed's 30-minute "
+     "process-group timeout; 0: off)"),
     ("dstk.signal_lead_s", "float", 0.0, None, 0, None, IMPL,
      "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), "
      "when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit"),

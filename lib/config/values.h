@@ -380,7 +380,7 @@ struct ds_config_values {
 	struct {
 		const char *nonfinite_policy;  /* on a non-finite gradient (bf16/fp32): skip the step and log it, or abort (default "skip") */
 		int64_t nonfinite_max_consecutive;  /* skip policy: abort after this many consecutive non-finite steps (default 10) */
-		double watchdog_timeout_s;  /* exit with status 5 when a step or collective stalls this long (0: off) (default 0.0) */
+		double watchdog_timeout_s;  /* exit with status 5 when a rank makes no progress this long (DeepSpeed's 30-minute process-group timeout; 0: off) (default 1800.0) */
 		double signal_lead_s;  /* seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit (default 0.0) */
 		const char *watchdog_dir;  /* where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp) */
 		const char *bf16_matmul;  /* bf16 runs: matrix products in bf16 on Intel AMX when this CPU and build have it (auto), or always fp32 sgemm (fp32) (default "auto") */

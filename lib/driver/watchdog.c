@@ -5,9 +5,11 @@
  */
 #include "driver/watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "util/log.h"
+#include "util/progress.h"
 
 #define HOST_MAX 128
 #define REPORT_MAX 16384
@@ -192,6 +195,7 @@ static void *run(void *arg)
 	if (poll < 0.02)
 		poll = 0.02;
 	unsigned long long last_beats = atomic_load(&wd->beats), last_done = ds_comm_ops_done();
+	unsigned long long last_work = ds_progress_count();
 	const char *last_op = NULL;
 	double t_progress = mono_now(), t_op = t_progress;
 	struct beat b;
@@ -204,15 +208,17 @@ static void *run(void *arg)
 		nanosleep(&ts, NULL);
 		double now = mono_now();
 		unsigned long long beats = atomic_load(&wd->beats), done = ds_comm_ops_done();
+		unsigned long long work = ds_progress_count();
 		const char *op = ds_comm_current_op();
 		/* a new collective (or the same op again after one finished) restarts op_age */
 		if (op != last_op || done != last_done) {
 			last_op = op;
 			t_op = now;
 		}
-		if (beats != last_beats || done != last_done) {
+		if (beats != last_beats || done != last_done || work != last_work) {
 			last_beats = beats;
 			last_done = done;
+			last_work = work;
 			t_progress = now;
 		}
 		const char *ph = atomic_load(&wd->phase);
@@ -321,6 +327,41 @@ void ds_watchdog_stop(struct ds_watchdog *wd)
 	free(wd);
 }
 
+/* Remove parent/ds-watchdog-<host>-<pid> directories whose process is gone
+ * (a run killed by SIGKILL leaves its heartbeats behind).  Only this host's:
+ * another node's pids mean nothing here. */
+static void remove_stale(const char *parent, const char *host)
+{
+	char prefix[256], path[4400];
+	DIR *d = opendir(parent);
+	struct dirent *de;
+	snprintf(prefix, sizeof prefix, "ds-watchdog-%s-", host);
+	while (d && (de = readdir(d))) {
+		const char *p = de->d_name + strlen(prefix);
+		char *end;
+		if (strncmp(de->d_name, prefix, strlen(prefix)))
+			continue;
+		long pid = strtol(p, &end, 10);
+		if (end == p || *end || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", parent, de->d_name);
+		DIR *h = opendir(path);
+		struct dirent *f;
+		while (h && (f = readdir(h))) {
+			char fp[4700];
+			if (f->d_name[0] == '.')
+				continue;
+			snprintf(fp, sizeof fp, "%s/%s", path, f->d_name);
+			unlink(fp);
+		}
+		if (h)
+			closedir(h);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cfg, struct ds_comm *comm,
 			    ds_watchdog_fn on_stall, void *ctx, struct ds_err *err)
 {
@@ -333,8 +374,10 @@ int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cf
 		parent = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	char dir[4096];
 	memset(dir, 0, sizeof dir);
-	if (ds_comm_rank(comm) == 0)
+	if (ds_comm_rank(comm) == 0) {
+		remove_stale(parent, ds_comm_hostname(comm));
 		snprintf(dir, sizeof dir, "%s/ds-watchdog-%s-%d", parent, ds_comm_hostname(comm), (int)getpid());
+	}
 	if (ds_comm_size(comm) > 1)
 		DS_TRY(ds_comm_broadcast(comm, dir, sizeof dir, DS_U8, 0, err));
 	dir[sizeof dir - 1] = 0;

@@ -2,7 +2,10 @@
  *
  * Each rank runs one watchdog thread.  The training loop marks progress
  * with ds_watchdog_beat (step and phase); the communicator's blocking
- * collectives count as progress too (ds_comm_current_op / ds_comm_ops_done).
+ * collectives count as progress too (ds_comm_current_op / ds_comm_ops_done),
+ * and so does other work (util/progress.h: each micro-batch's forward and
+ * backward, each chunk a checkpoint writes or reads), so a long save or a
+ * step without communication is not a stall.
  * Every poll the thread writes this rank's heartbeat (host, pid, step,
  * phase, the collective it is in and for how long) to DIR/rank<R>.hb, so
  * the ranks sharing DIR can see each other without MPI.  When a rank makes
@@ -41,10 +44,11 @@ int ds_watchdog_start(struct ds_watchdog **out, const struct ds_watchdog_opts *o
 struct ds_config;
 struct ds_comm;
 
-/* ds-train's watchdog from its config: nothing (*out NULL) unless
- * dstk.watchdog_timeout_s > 0.  The heartbeat directory is
+/* ds-train's watchdog from its config: nothing (*out NULL) when
+ * dstk.watchdog_timeout_s is 0 (default 1800).  The heartbeat directory is
  * <dstk.watchdog_dir, else $TMPDIR, else /tmp>/ds-watchdog-<host>-<pid> of
- * rank 0, broadcast to every rank (a collective: all ranks call this). */
+ * rank 0, broadcast to every rank (a collective: all ranks call this);
+ * rank 0 first removes the directories this host's dead runs left. */
 int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cfg, struct ds_comm *comm,
 			    ds_watchdog_fn on_stall, void *ctx, struct ds_err *err);
 

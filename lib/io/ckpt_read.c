@@ -16,6 +16,7 @@
 #include "io/ckpt_int.h"
 #include "util/crc32c.h"
 #include "util/log.h"
+#include "util/progress.h"
 
 static int dtype_from_name(const char *s)
 {
@@ -379,6 +380,7 @@ int ds_ckpt_rt_read(struct ds_ckpt *c, struct ds_ckpt_rt *t, uint64_t b, uint64_
 	DS_TRY(ensure_tmp(c, (size_t)cb, err));
 	for (uint64_t ch = bb / cb; ch * cb < be; ) {
 		uint64_t cs = ch * cb, ce = cs + cb < total ? cs + cb : total;
+		ds_progress_note();
 		if (out && cs >= bb && ce <= be) {
 			uint64_t run = ch + 1, re = ce;
 			/* runs of at most RUN_BYTES, so the CRC pass finds them in cache */

@@ -21,6 +21,7 @@
 #include "cpu/gpt_kernels.h"
 #include "util/half.h"
 #include "util/mem.h"
+#include "util/progress.h"
 #include "util/rng.h"
 #include "util/timer.h"
 
@@ -854,6 +855,7 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 			return ds_err_set(err, DS_EINVAL, "model: target id %d at sample %lld position %lld is outside the vocabulary [0, %d)",
 					  targets[i], (long long)(sample_offset + i / T), (long long)(i % T), m->V);
 	}
+	ds_progress_note();  /* the hang watchdog counts micro-batches as progress */
 	ws->have_fwd = 0;
 	ws->B = B;
 	ws->T = T;
@@ -938,6 +940,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 {
 	if (!ws->have_fwd)
 		return ds_err_set(err, DS_EINVAL, "model: backward needs a forward with targets first");
+	ds_progress_note();
 	ws->have_fwd = 0;
 	const int B = ws->B, T = ws->T, C = m->C, L = m->L, last = L + 1;
 	const int64_t N = (int64_t)B * T;
