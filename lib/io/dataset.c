@@ -174,7 +174,14 @@ int ds_dataset_open(struct ds_dataset **out, const char *path, int format, struc
 	if (!path || !*path)
 		return ds_err_set(err, DS_EINVAL, "no dataset given: pass --data PATH");
 	if (format == DS_DATA_AUTO) {
+		struct stat st;
 		format = detect(path);
+		if (format < 0 && stat(path, &st) == 0)  /* there, but not a file to read */
+			return ds_err_set(err, DS_EINVAL, "%s: %s, not a data file; give a text file, a Megatron prefix "
+					  "(PREFIX for PREFIX.bin + PREFIX.idx) or llm.c shards ('%s/*.bin')", path,
+					  S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+					  : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a pipe"
+					  : "not a regular file", S_ISDIR(st.st_mode) ? path : "DIR");
 		if (format < 0)
 			return ds_err_set(err, DS_EINVAL, "%s: no such file (nor a Megatron prefix %s.bin/.idx); "
 					  "give a text file, a Megatron prefix or llm.c shards", path, path);
