@@ -173,8 +173,19 @@ int ds_st_parse_header(const char *json, size_t n, uint64_t data_len, const char
 	if (n == 0 || json[0] != '{')
 		return ds_err_set(err, DS_ECORRUPT, "%s: not a safetensors file (header does not start with '{')",
 				  where);
-	if (memchr(json, 0, n))
-		return ds_err_set(err, DS_ECORRUPT, "%s: header holds a NUL byte: not a safetensors file", where);
+	const char *nul = memchr(json, 0, n);
+	if (nul) {
+		/* a whole JSON object before the NUL: the length field claims more
+		 * than the header (its bytes run into the tensor data) */
+		json_t *head = json_loadb(json, (size_t)(nul - json), JSON_DISABLE_EOF_CHECK, NULL);
+		json_decref(head);
+		if (head)
+			return ds_err_set(err, DS_ECORRUPT, "%s: header length %zu runs past the header's JSON, which "
+					  "ends before byte %zu (binary data follows): the length field is damaged or this "
+					  "is not a safetensors file", where, n, (size_t)(nul - json) + 8);
+		return ds_err_set(err, DS_ECORRUPT, "%s: header holds a NUL byte at byte %zu: not a safetensors file",
+				  where, (size_t)(nul - json) + 8);
+	}
 	root = json_loadb(json, n, JSON_REJECT_DUPLICATES, &je);
 	if (!root || !json_is_object(root)) {
 		rc = ds_err_set(err, DS_ECORRUPT, "%s: header JSON at byte %d: %s", where, root ? 0 : je.position,
