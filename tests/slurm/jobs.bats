@@ -169,3 +169,20 @@ has_losses() {
 }
 
 sweep_ended() { [ "$(grep -c ' Name=sweep JobState=\(COMPLETED\|FAILED\|CANCELLED\|TIMEOUT\)' "$SLURM_DIR/log/jobcomp.txt")" -ge 3 ]; }
+
+@test "train.sbatch: a TERM to the batch shell only is passed on as USR1: save, exit 4, requeue, resume" {
+	d=$BATS_TEST_TMPDIR
+	iters=200
+	mkdir -p "$d/pre"
+	j=$(submit_train "$d/pre" $iters --job-name preempt-t)
+	wait_losses "$d/pre" 5 || { show "$d/pre/job.out"; fail "training never started"; }
+	scancel --batch --signal=TERM "$j"
+	st=$(final_state "$j" 150)
+	[ "$st" = COMPLETED ] || { show "$d/pre/job.out"; fail "job $j: $st"; }
+	out=$d/pre/job.out
+	grep -q "train.sbatch: TERM: passing USR1 to the job step" "$out" || { show "$out"; false; }
+	grep -q "stopped by signal 10 at step [0-9]* after saving" "$out" || { show "$out"; false; }
+	grep -q "train.sbatch: job $j, restart 1," "$out"
+	[ "$(cat "$d/pre/ckpt/latest")" = "global_step$iters" ]
+	[ "$(tail -n +2 "$(losses "$d/pre")" | wc -l)" -eq $iters ]
+}
