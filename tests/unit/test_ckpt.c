@@ -1,5 +1,7 @@
 /* test_ckpt.c - HDF5 checkpoints: bitwise round trip, slices, attributes,
- * CRC corruption detection, `latest`/`auto` and failed saves.
+ * CRC corruption detection, `latest`/`auto` and failed saves; the manifest,
+ * every single-byte flip of a checkpoint's metadata, write faults, the
+ * choice of --load auto and what a resume needs (issue 16).
  *
  * Independent checks go through the HDF5 C API directly (shapes, the stored
  * crc32c array against ds_crc32c of the raw bytes, the data offset used to
@@ -15,7 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/model.h"
 #include "io/ckpt.h"
+#include "model/gpt.h"
 #include "util/crc32c.h"
 #include "util/log.h"
 
@@ -684,6 +688,342 @@ static void test_big(void **state)
 	free(rd);
 }
 
+
+/* ---- issue 16: manifest, byte flips, faults, --load auto, contents ------- */
+
+/* One line of a manifest as the test reads it itself. */
+struct mext { char kind; long long off, len; unsigned crc; };
+
+static int read_manifest(const char *file, struct mext *x, int max)
+{
+	char p[700], line[256];
+	int n = 0;
+	snprintf(p, sizeof p, "%s.manifest", file);
+	FILE *f = fopen(p, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof line, f))
+		if ((line[0] == 'm' || line[0] == 'd') && line[1] == ' ' && n < max &&
+		    sscanf(line + 2, "%lld %lld %x", &x[n].off, &x[n].len, &x[n].crc) == 3)
+			x[n++].kind = line[0];
+	fclose(f);
+	return n;
+}
+
+static unsigned char *read_all(const char *file, size_t *n)
+{
+	FILE *f = fopen(file, "rb");
+	struct stat st;
+	assert_non_null(f);
+	assert_int_equal(fstat(fileno(f), &st), 0);
+	unsigned char *b = malloc((size_t)st.st_size + 1);
+	assert_int_equal(fread(b, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+	fclose(f);
+	*n = (size_t)st.st_size;
+	return b;
+}
+
+static void test_manifest(void **state)
+{
+	const char *f = tp("man/global_step5/state.h5");
+	struct mext x[256];
+	size_t size;
+	(void)state;
+	save_small(tp("man"), 5, 1.0f);
+	unsigned char *b = read_all(f, &size);
+	int n = read_manifest(f, x, 256);
+	/* the extents tile the file in order, and each CRC is that of its bytes */
+	long long pos = 0;
+	int data = 0;
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(x[i].off, pos);
+		assert_true(x[i].len > 0);
+		assert_int_equal(x[i].crc, ds_crc32c(0, b + x[i].off, (size_t)x[i].len));
+		pos += x[i].len;
+		data += x[i].kind == 'd';
+	}
+	assert_int_equal(pos, (long long)size);
+	/* the tensor extents: each dataset's bytes in its 64-byte CRC chunks,
+	 * with its crc32c attribute's values (read through HDF5 directly) */
+	static const struct { const char *name; int bytes; } ds[] = { { "/model/w", 400 }, { "/model/b", 40 } };
+	assert_int_equal(data, 7 + 1);
+	for (int k = 0; k < 2; k++) {
+		long long off = data_offset(f, ds[k].name);
+		unsigned crc[8];
+		hid_t h = H5Fopen(f, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(h, ds[k].name, H5P_DEFAULT);
+		hid_t a = H5Aopen(d, "crc32c", H5P_DEFAULT);
+		assert_true(H5Aread(a, H5T_NATIVE_UINT, crc) >= 0);
+		H5Aclose(a);
+		H5Dclose(d);
+		H5Fclose(h);
+		int i = 0;
+		while (i < n && x[i].off != off)
+			i++;
+		for (int ch = 0; ch * 64 < ds[k].bytes; ch++, i++) {
+			assert_true(i < n);
+			assert_int_equal(x[i].kind, 'd');
+			assert_int_equal(x[i].off, off + ch * 64);
+			assert_int_equal(x[i].len, (ch + 1) * 64 <= ds[k].bytes ? 64 : ds[k].bytes - ch * 64);
+			assert_int_equal(x[i].crc, crc[ch]);
+		}
+	}
+	/* its own last line: the CRC of everything above it */
+	char mp[700];
+	size_t mn;
+	snprintf(mp, sizeof mp, "%s.manifest", f);
+	unsigned char *m = read_all(mp, &mn);
+	unsigned want;
+	assert_true(mn > 13 && sscanf((char *)m + mn - 13, "end %x", &want) == 1);
+	assert_int_equal(want, ds_crc32c(0, m, mn - 13));
+	free(m);
+	free(b);
+}
+
+/* Every single-byte flip of a small checkpoint's HDF5 metadata and of its
+ * manifest -- each byte, not a sample -- is refused before HDF5 reads the
+ * file, by open (what load and verify go through); --load auto then takes
+ * the previous tag.  Every flip of a tensor byte is caught by verify,
+ * naming the dataset.  A crash would end this test program. */
+static void test_flip_sweep(void **state)
+{
+	const char *dir = tp("flip"), *f = tp("flip/global_step20/state.h5");
+	char mp[700];
+	struct mext x[256];
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt *c;
+	long long meta = 0, meta_refused = 0, autos = 0, autos_ok = 0, man = 0, man_refused = 0, data = 0,
+		  data_caught = 0;
+	(void)state;
+	save_small(dir, 10, 1.0f);
+	save_small(dir, 20, 2.0f);
+	snprintf(mp, sizeof mp, "%s.manifest", f);
+	int n = read_manifest(f, x, 256);
+	for (int i = 0; i < n; i++)
+		for (long long off = x[i].off; off < x[i].off + x[i].len; off++) {
+			flip_byte(f, off);
+			int rc = ds_ckpt_open(&c, dir, "global_step20", &e);
+			if (x[i].kind == 'm') {
+				meta++;
+				meta_refused += rc == DS_ECORRUPT && strstr(e.msg, "HDF5 metadata") && !c;
+				/* auto on a stride (each pick also opens the good tag 10) */
+				if (off % 7 == 0) {
+					struct ds_ckpt_skip *sk;
+					size_t nsk;
+					autos++;
+					if (ds_ckpt_pick(&c, dir, NULL, NULL, NULL, &sk, &nsk, &e) == 0 && c &&
+					    !strcmp(ds_ckpt_tag(c), "global_step10") && nsk == 1 &&
+					    !strcmp(sk[0].tag, "global_step20"))
+						autos_ok++;
+					free(sk);
+				}
+			} else {
+				data++;
+				if (rc == 0 && ds_ckpt_verify(c, NULL, NULL, &e) == DS_ECORRUPT &&
+				    (strstr(e.msg, "/model/w") || strstr(e.msg, "/model/b")))
+					data_caught++;
+			}
+			ds_ckpt_close(c);
+			flip_byte(f, off);  /* back */
+		}
+	size_t mn;
+	free(read_all(mp, &mn));
+	for (size_t off = 0; off < mn; off++) {
+		flip_byte(mp, (long long)off);
+		man++;
+		man_refused += ds_ckpt_open(&c, dir, "global_step20", &e) == DS_ECORRUPT && !c;
+		ds_ckpt_close(c);
+		flip_byte(mp, (long long)off);
+	}
+	print_message("flip sweep: %lld metadata bytes, %lld refused before HDF5 (auto fell back on %lld of %lld); "
+		      "%lld manifest bytes, %lld refused; %lld tensor bytes, %lld caught by verify\n", meta,
+		      meta_refused, autos_ok, autos, man, man_refused, data, data_caught);
+	assert_true(meta > 1000);
+	assert_int_equal(meta_refused, meta);
+	assert_int_equal(autos_ok, autos);
+	assert_int_equal(man_refused, man);
+	assert_int_equal(data_caught, data);
+	/* and the untouched checkpoint still opens and verifies */
+	OK(ds_ckpt_open(&c, dir, "global_step20", &e));
+	OK(ds_ckpt_verify(c, NULL, NULL, &e));
+	ds_ckpt_close(c);
+}
+
+/* A checkpoint of an older dstk (no manifest) still opens and verifies,
+ * through the datasets' chunk CRCs. */
+static void test_no_manifest(void **state)
+{
+	const char *f = tp("old/global_step3/state.h5");
+	char mp[700];
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt *c;
+	(void)state;
+	save_small(tp("old"), 3, 1.0f);
+	snprintf(mp, sizeof mp, "%s.manifest", f);
+	assert_int_equal(unlink(mp), 0);
+	OK(ds_ckpt_open(&c, tp("old"), NULL, &e));
+	assert_int_equal(ds_ckpt_has_manifest(c), 0);
+	OK(ds_ckpt_verify(c, NULL, NULL, &e));
+	ds_ckpt_close(c);
+	flip_byte(f, data_offset(f, "/model/w") + 70);
+	OK(ds_ckpt_open(&c, tp("old"), NULL, &e));
+	expect_err(ds_ckpt_verify(c, NULL, NULL, &e), DS_ECORRUPT, &e, "/model/w", "chunk 1");
+	ds_ckpt_close(c);
+}
+
+/* The test-only faults make the writes fail as a full disk would: one line
+ * with the file and the system's reason and what latest names, the .tmp
+ * gone, latest kept, and the next save works. */
+static void test_write_faults(void **state)
+{
+	static const struct { const char *var, *val, *want; } f[] = {
+		{ "DS_TEST_FAULT_CKPT_WRITE", "0:ENOSPC", "No space left on device" },
+		{ "DS_TEST_FAULT_CKPT_WRITE", "0:EDQUOT", "quota exceeded" },
+		{ "DS_TEST_FAULT_CKPT_META", "ENOSPC", "HDF5 metadata: No space left on device" },
+		{ "DS_TEST_FAULT_CKPT_META", "EIO", "HDF5 metadata: Input/output error" },
+	};
+	const char *dir = tp("wf");
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt *c;
+	struct ds_ckpt_meta m = { .step = 20 };
+	float w[100];
+	uint64_t s[1] = { 100 };
+	(void)state;
+	fill_f32(w, 100, 3.0f);
+	save_small(dir, 10, 1.0f);
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+		setenv(f[i].var, f[i].val, 1);
+		OK(ds_ckpt_create(&c, dir, &m, &e));
+		ds_ckpt_tensor_put(c, "model/w", DS_CKPT_F32, 1, s, w, &e);
+		expect_err(ds_ckpt_commit(c, &e), DS_EIO, &e, "wf/global_step20.tmp/state.h5", f[i].want);
+		assert_non_null(strstr(e.msg, "wf/latest still names global_step10"));
+		ds_ckpt_close(c);
+		unsetenv(f[i].var);
+		assert_false(exists(tp("wf/global_step20.tmp")));
+		assert_false(exists(tp("wf/global_step20")));
+		char *l = slurp(tp("wf/latest"));
+		assert_string_equal(l, "global_step10\n");
+		free(l);
+	}
+	save_small(dir, 20, 2.0f);
+	OK(ds_ckpt_open(&c, dir, NULL, &e));
+	assert_string_equal(ds_ckpt_tag(c), "global_step20");
+	OK(ds_ckpt_verify(c, NULL, NULL, &e));
+	ds_ckpt_close(c);
+}
+
+static int refuse_all(void *ud, struct ds_ckpt *c, struct ds_err *err)
+{
+	(void)ud;
+	return ds_err_set(err, DS_EINVAL, "%s: not for this run", ds_ckpt_file(c));
+}
+
+/* --load auto's choice: the newest tag that verifies; newer ones named with
+ * the reason, unfinished saves too; none finished: nothing, no error. */
+static void test_pick(void **state)
+{
+	const char *dir = tp("pick");
+	struct ds_ckpt *c;
+	struct ds_ckpt_skip *sk;
+	size_t nsk;
+	struct ds_err e = DS_ERR_INIT;
+	(void)state;
+	/* a missing directory and one with only an unfinished save: start fresh */
+	OK(ds_ckpt_pick(&c, dir, NULL, NULL, NULL, &sk, &nsk, &e));
+	assert_null(c);
+	assert_int_equal(nsk, 0);
+	free(sk);
+	mkdir(dir, 0777);
+	mkdir(tp("pick/global_step30.tmp"), 0777);
+	OK(ds_ckpt_pick(&c, dir, NULL, NULL, NULL, &sk, &nsk, &e));
+	assert_null(c);
+	assert_int_equal(nsk, 1);
+	assert_string_equal(sk[0].tag, "global_step30.tmp");
+	assert_non_null(strstr(sk[0].why, "unfinished save"));
+	free(sk);
+	/* 10 good, 20 with a damaged tensor, 40 without its state.h5 */
+	save_small(dir, 10, 1.0f);
+	save_small(dir, 20, 2.0f);
+	const char *f20 = tp("pick/global_step20/state.h5");
+	flip_byte(f20, data_offset(f20, "/model/b") + 3);
+	mkdir(tp("pick/global_step40"), 0777);
+	OK(ds_ckpt_pick(&c, dir, NULL, NULL, NULL, &sk, &nsk, &e));
+	assert_non_null(c);
+	assert_string_equal(ds_ckpt_tag(c), "global_step10");
+	ds_ckpt_close(c);
+	assert_int_equal(nsk, 3);
+	assert_string_equal(sk[0].tag, "global_step40");
+	assert_non_null(strstr(sk[0].why, "no such file"));
+	assert_string_equal(sk[1].tag, "global_step20");
+	assert_non_null(strstr(sk[1].why, "/model/b"));
+	assert_non_null(strstr(sk[1].why, "CRC-32C"));
+	assert_string_equal(sk[2].tag, "global_step30.tmp");
+	free(sk);
+	/* a checkpoint that does not fit the run stops the search (20 opens;
+	 * its bytes would be checked after the fit) */
+	expect_err(ds_ckpt_pick(&c, dir, NULL, refuse_all, NULL, &sk, &nsk, &e), DS_EINVAL, &e, "global_step20",
+		   "not for this run");
+	assert_null(c);
+	free(sk);
+}
+
+/* What a resume reads: every tensor of the model under model/ and each
+ * optimizer state, in the model's shapes, and the step counters. */
+static void test_check_need(void **state)
+{
+	struct ds_model_config cfg;
+	struct ds_gpt *model;
+	struct ds_ckpt *c;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_ckpt_meta m = { .step = 2 };
+	const char *states[2] = { "exp_avg", "exp_avg_sq" };
+	char names[4][DS_CKPT_STATE_MAX];
+	int ns;
+	(void)state;
+	OK(ds_model_config_load_string("{\"num_layers\": 1, \"hidden_size\": 8, \"num_attention_heads\": 2, "
+				       "\"seq_length\": 4, \"vocab_size\": 16}", "test", &cfg, &e));
+	OK(ds_gpt_create(&model, &cfg, &e));
+	/* everything but exp_avg_sq of the last tensor, and wpe with the wrong shape */
+	OK(ds_ckpt_create(&c, tp("need"), &m, &e));
+	for (int i = 0; i < ds_gpt_num_tensors(model); i++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(model, i);
+		uint64_t shape[2] = { (uint64_t)t->shape[0], (uint64_t)t->shape[1] };
+		float *z = calloc((size_t)t->numel + 1, sizeof *z);
+		char name[DS_CKPT_NAME_MAX];
+		snprintf(name, sizeof name, "model/%s", t->name);
+		if (strstr(t->name, "wpe"))
+			shape[0]++;
+		float *zz = calloc((size_t)(shape[0] * (t->ndim > 1 ? shape[1] : 1)), sizeof *zz);
+		OK(ds_ckpt_tensor_put(c, name, DS_CKPT_F32, t->ndim, shape, zz, &e));
+		shape[0] = (uint64_t)t->shape[0];
+		for (int k = 0; k < 2; k++) {
+			if (k == 1 && i == ds_gpt_num_tensors(model) - 1)
+				continue;
+			snprintf(name, sizeof name, "optimizer/%s/%s", states[k], t->name);
+			OK(ds_ckpt_tensor_put(c, name, DS_CKPT_F32, t->ndim, shape, z, &e));
+		}
+		free(z);
+		free(zz);
+	}
+	OK(ds_ckpt_attr_set_i64(c, "optimizer", "step", 2, &e));
+	OK(ds_ckpt_attr_set_str(c, "optimizer", "type", "adamw", &e));
+	OK(ds_ckpt_attr_set_i64(c, "scheduler", "steps", 2, &e));
+	OK(ds_ckpt_commit(c, &e));
+	ds_ckpt_close(c);
+	OK(ds_ckpt_open(&c, tp("need"), NULL, &e));
+	/* the states a checkpoint without the "states" list holds: its type's */
+	OK(ds_ckpt_saved_states(c, names, 4, &ns, &e));
+	assert_int_equal(ns, 2);
+	assert_string_equal(names[1], "exp_avg_sq");
+	struct ds_ckpt_need need = { model, 0, states, 2, 1 };
+	expect_err(ds_ckpt_check_need(c, &need, NULL, NULL, &e), DS_EINVAL, &e, "wpe.weight", "is f32[5, 8] where "
+		   "f32[4, 8] is needed");
+	assert_non_null(strstr(e.msg, "(3 of the"));  /* wpe, the missing state, data skipped_steps */
+	/* weights only: the model's tensors alone */
+	struct ds_ckpt_need w = { model, 1, NULL, 0, 0 };
+	expect_err(ds_ckpt_check_need(c, &w, NULL, NULL, &e), DS_EINVAL, &e, "wpe", "(1 of the");
+	ds_ckpt_close(c);
+	ds_gpt_destroy(model);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -696,6 +1036,12 @@ int main(void)
 		cmocka_unit_test(test_many_chunks),
 		cmocka_unit_test(test_pieces),
 		cmocka_unit_test(test_big),
+		cmocka_unit_test(test_manifest),
+		cmocka_unit_test(test_flip_sweep),
+		cmocka_unit_test(test_no_manifest),
+		cmocka_unit_test(test_write_faults),
+		cmocka_unit_test(test_pick),
+		cmocka_unit_test(test_check_need),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
