@@ -40,12 +40,14 @@
  *   DS_TEST_FAULT_CKPT_WRITE=R:ERRNO rank R's writes of tensor bytes fail with
  *                                    ERRNO (ENOSPC, EIO, EDQUOT, ...)
  *   DS_TEST_FAULT_CKPT_META=ERRNO    rank 0's writes of HDF5's metadata fail
- *   DS_TEST_FAULT_CKPT_KILL=R:POINT[:N]  rank R raises SIGKILL at POINT of the
- *                                    save: create (the .tmp file exists),
- *                                    write (its N-th tensor write), commit,
- *                                    close (state.h5 complete, no manifest),
- *                                    rename (manifest written), latest (tag
- *                                    renamed, `latest` not yet replaced)
+ *   DS_TEST_FAULT_CKPT_KILL=R:POINT[:N]  rank R raises SIGKILL the N-th time
+ *                                    (default 1; counted over the process's
+ *                                    saves) it reaches POINT: create (the
+ *                                    .tmp file exists), write (a non-empty
+ *                                    tensor write), commit, close (state.h5
+ *                                    complete, no manifest), rename (manifest
+ *                                    written), latest (tag renamed, `latest`
+ *                                    not yet replaced)
  */
 #ifndef DS_IO_CKPT_H
 #define DS_IO_CKPT_H

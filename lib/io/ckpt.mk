@@ -21,3 +21,12 @@ check_PROGRAMS += tests/mpi/ckpt_check
 tests_mpi_ckpt_check_SOURCES = tests/mpi/ckpt_check.c
 tests_mpi_ckpt_check_LDADD = $(DS_LDADD)
 endif
+
+## issue 16: faults while checkpointing (a full disk, kills, damaged files)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-faults.bats
+if HAVE_MPI
+TESTS += tests/mpi/ckpt-faults.bats
+endif
+endif
+EXTRA_DIST += tests/cli/ds-train-faults.bats tests/mpi/ckpt-faults.bats

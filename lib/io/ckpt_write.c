@@ -256,8 +256,9 @@ static const char *who(const struct ds_ckpt *c, char *buf, size_t n)
 	return buf;
 }
 
-/* ", <save>/latest still names global_stepN" (or says there is none):
- * what a failed save leaves the user. */
+/* "; <save>/latest still names global_stepN" (or that there is none, or
+ * that the tag is complete but `latest` did not follow): what a failed save
+ * leaves the user. */
 static void latest_note(const struct ds_ckpt *c, char *buf, size_t n)
 {
 	char tag[128] = "", *p = ds_ckpt_join(c->save_dir, "latest");
@@ -268,7 +269,10 @@ static void latest_note(const struct ds_ckpt *c, char *buf, size_t n)
 		fclose(f);
 		tag[strcspn(tag, " \t\r\n")] = '\0';
 	}
-	if (tag[0])
+	if (c->committed)  /* the tag is in place; only `latest` could not follow */
+		snprintf(buf, n, "; %s/%s is complete (--load auto takes it) but %s %s%s", c->save_dir, c->tag, p,
+			 tag[0] ? "still names " : "was not written", tag);
+	else if (tag[0])
 		snprintf(buf, n, "; %s still names %s", p, tag);
 	else
 		snprintf(buf, n, "; there is no earlier checkpoint in %s", c->save_dir);
@@ -307,10 +311,12 @@ static void faults_from_env(struct ds_ckpt *c)
 	}
 }
 
-/* DS_TEST_FAULT_CKPT_KILL: die here as a SIGKILL would kill the job. */
+/* DS_TEST_FAULT_CKPT_KILL: die here as a SIGKILL would kill the job, at the
+ * N-th time this process reaches the point (counted over all its saves). */
 static void maybe_kill(struct ds_ckpt *c, const char *point)
 {
-	if (c->kill_point[0] && !strcmp(c->kill_point, point) && --c->kill_n == 0)
+	static int reached;
+	if (c->kill_point[0] && !strcmp(c->kill_point, point) && ++reached == c->kill_n)
 		raise(SIGKILL);
 }
 
@@ -1125,12 +1131,8 @@ int ds_ckpt_commit(struct ds_ckpt *c, struct ds_err *err)
 		ds_ckpt_writer_abandon(c);
 	if (c->par)
 		ds_comm_barrier(c->comm, NULL);
-	if (!c->committed) {
-		latest_note(c, tail, sizeof tail);
-		ds_err_set(err, rc, "%.*s%s", (int)(sizeof e.msg - strlen(tail) - 1), e.msg, tail);
-	} else if (err) {
-		*err = e;
-	}
+	latest_note(c, tail, sizeof tail);
+	ds_err_set(err, rc, "%.*s%s", (int)(sizeof e.msg - strlen(tail) - 1), e.msg, tail);
 	return rc;
 }
 
