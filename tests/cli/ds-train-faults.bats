@@ -212,3 +212,37 @@ latest_verifies() {
 	TMPDIR=$PWD/t run -0 --separate-stderr ds-train --deepspeed_config off.json --model "$MODEL" --train-iters 1
 	[[ "$stderr" != *"watchdog:"* ]] || fail "$stderr"
 }
+
+@test "ds-ckpt-convert verify on single-byte flips across the metadata (every 41st byte; test_ckpt flips each): exit 1, one line, never a crash" {
+	run -0 train --train-iters 2 --save ck
+	f=ck/global_step2/state.h5
+	cp $f orig.h5
+	n=0
+	while read -r kind off len _; do
+		[ "$kind" = m ] || continue
+		for ((b = off; b < off + len; b += 41)); do
+			printf '\x5a' | dd of=$f bs=1 seek=$b conv=notrunc status=none
+			run --separate-stderr ds-ckpt-convert verify ck
+			[ "$status" -eq 1 ] || fail "byte $b: exit $status: $stderr"
+			[ "${#stderr_lines[@]}" -eq 1 ] || fail "byte $b: $stderr"
+			[[ "$stderr" == *"(HDF5 metadata) fail their CRC-32C"* ]] || fail "byte $b: $stderr"
+			cp orig.h5 $f
+			n=$((n + 1))
+		done
+	done < $f.manifest
+	[ $n -gt 100 ] || fail "only $n flips"
+	run -0 ds-ckpt-convert verify ck
+}
+
+@test "a safetensors header length that runs into the tensor bytes is named as such, exit 2" {
+	st="$DS_SRCDIR/tests/data/ckpt-small/ref-gpt2/model.safetensors"
+	n=$(od -An -t u8 -N 8 "$st" | tr -d ' ')
+	mkdir long
+	cp "$DS_SRCDIR/tests/data/ckpt-small/ref-gpt2/config.json" long/
+	# the same file with its 8-byte header length 100 too large
+	perl -e 'print pack("Q<", $ARGV[0] + 100)' "$n" > long/model.safetensors
+	tail -c +9 "$st" >> long/model.safetensors
+	run -2 --separate-stderr ds-ckpt-convert long --to hdf5 -o out
+	[[ "$stderr" == *"long/model.safetensors: header length $((n + 100)) runs past the header's JSON"* ]] || fail "$stderr"
+	[ ! -e out ]
+}
