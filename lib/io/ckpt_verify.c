@@ -91,6 +91,19 @@ static void on_bad_ext(void *ud, const struct ds_ckpt_extent *x, uint32_t got)
 	b->got[b->n++] = got;
 }
 
+/* Tell cb about tensor t's outcome; keep the first failure in *first, err. */
+static void report(ds_ckpt_verify_fn cb, void *ud, const struct ds_ckpt_tensor_info *t, int rc,
+		   const struct ds_err *e, int *first, struct ds_err *err)
+{
+	if (cb)
+		cb(ud, t, rc, e->msg);
+	if (rc < 0 && *first == 0) {
+		*first = rc;
+		if (err)
+			*err = *e;
+	}
+}
+
 /* With a manifest: every byte, then each tensor against it. */
 static int verify_manifest(struct ds_ckpt *c, const struct ds_ckpt_tensor_info *v, size_t n, ds_ckpt_verify_fn cb,
 			   void *ud, struct ds_err *err)
@@ -118,13 +131,7 @@ static int verify_manifest(struct ds_ckpt *c, const struct ds_ckpt_tensor_info *
 					rc = bad_chunk(c, &t, &bad.x[b], bad.got[b], &e);
 			ds_ckpt_rt_close(&t);
 		}
-		if (cb)
-			cb(ud, &v[i], rc, e.msg);
-		if (rc < 0 && first == 0) {
-			first = rc;
-			if (err)
-				*err = e;
-		}
+		report(cb, ud, &v[i], rc, &e, &first, err);
 	}
 	/* what no tensor accounts for: HDF5's bytes, or tensor extents of no dataset */
 	uint64_t data = 0;
@@ -165,13 +172,7 @@ int ds_ckpt_verify(struct ds_ckpt *c, ds_ckpt_verify_fn cb, void *ud, struct ds_
 			rc = ds_ckpt_rt_read(c, &t, 0, t.info.numel, NULL, &e);
 			ds_ckpt_rt_close(&t);
 		}
-		if (cb)
-			cb(ud, &v[i], rc, e.msg);
-		if (rc < 0 && first == 0) {
-			first = rc;
-			if (err)
-				*err = e;
-		}
+		report(cb, ud, &v[i], rc, &e, &first, err);
 	}
 	free(v);
 	return first;
