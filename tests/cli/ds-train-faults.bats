@@ -7,6 +7,7 @@
 # watchdog.  Every run ends with 0, 1, 2 or 137 (the kill), never a crash
 # (>= 128 otherwise) or a hang, and `latest` always names a tag that
 # verifies.
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
 setup() {

@@ -44,7 +44,10 @@ timed_train() {
 agreed() { # ERRFILE N RE
 	local n
 	n=$(grep -c "^ds-train: .*$3" "$1")
-	[ "$n" -ge 1 ] && [ "$n" -le "$2" ] || { cat "$1" >&2; return 1; }
+	if [ "$n" -lt 1 ] || [ "$n" -gt "$2" ]; then
+		cat "$1" >&2
+		return 1
+	fi
 	[ "$(grep '^ds-train: ' "$1" | grep -v 'ds-train: adamw' | sort -u | wc -l)" -eq 1 ] || { cat "$1" >&2; return 1; }
 	! grep -q "error:" "$1" || { cat "$1" >&2; return 1; }
 }
