@@ -403,6 +403,22 @@ static int copy_range(int from, int to, uint64_t b, uint64_t e)
 	return 0;
 }
 
+/* An anonymous file in memory: memfd_create, or where the kernel lacks it
+ * (before 3.17) an unlinked file in /dev/shm or $TMPDIR.  -1 on failure. */
+static int anon_file(void)
+{
+	int fd = memfd_create("ds-ckpt-close", MFD_CLOEXEC);
+	for (int i = 0; fd < 0 && i < 2; i++) {
+		const char *d = i == 0 ? "/dev/shm" : getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+		char p[4096];
+		snprintf(p, sizeof p, "%s/ds-ckpt-close-XXXXXX", d);
+		fd = mkostemp(p, O_CLOEXEC);
+		if (fd >= 0)
+			unlink(p);
+	}
+	return fd;
+}
+
 /* Copy HDF5's bytes [b, e) from the memory file to the real one (or fail
  * as DS_TEST_FAULT_CKPT_META says). */
 static int put_h5(const struct ds_ckpt *c, int mfd, int real, uint64_t b, uint64_t e)
@@ -425,7 +441,7 @@ static int put_h5(const struct ds_ckpt *c, int mfd, int real, uint64_t b, uint64
  * DS_EIO naming the file and the system's reason. */
 static int close_h5(struct ds_ckpt *c, int keep, struct ds_err *err)
 {
-	const off_t sentinel = (off_t)1 << 50;  /* mfd's size unless HDF5 truncates it */
+	off_t sentinel = 0;  /* mfd's size unless HDF5 truncates it: far past the file's end */
 	int rc = 0, *fdp = NULL, real = -1, mfd = -1, ok = 1;
 	uint64_t (*g)[2] = NULL, old_size = 0, end;
 	size_t ng = 0;
@@ -442,20 +458,23 @@ static int close_h5(struct ds_ckpt *c, int keep, struct ds_err *err)
 		ok = 0;
 	if (ok) {
 		real = dup(*fdp);
-		mfd = memfd_create("ds-ckpt-close", MFD_CLOEXEC);
-		ok = real >= 0 && mfd >= 0 && ftruncate(mfd, sentinel) == 0;
+		mfd = anon_file();
+		ok = real >= 0 && mfd >= 0 && fstat(real, &st) == 0;
+		old_size = ok ? (uint64_t)st.st_size : 0;
+		sentinel = (off_t)old_size + ((off_t)1 << 40);
+		ok = ok && ftruncate(mfd, sentinel) == 0;
 	}
-	if (ok && keep) {
-		ok = fstat(real, &st) == 0 && (g = hdf5_ranges(c, old_size = (uint64_t)st.st_size, &ng));
-		for (size_t i = 0; ok && i < ng; i++)
-			ok = copy_range(real, mfd, g[i][0], g[i][1]) == 0;
-	}
-	if (ok)
+	int staged = ok && keep && (g = hdf5_ranges(c, old_size, &ng)) != NULL;
+	for (size_t i = 0; staged && i < ng; i++)
+		staged = copy_range(real, mfd, g[i][0], g[i][1]) == 0;
+	if (ok)  /* from here HDF5 writes into mfd */
 		ok = dup2(mfd, *fdp) >= 0;
-	if (!ok && keep)
+	if (keep && (!ok || !staged)) {
 		rc = ds_err_set(err, DS_EIO, "%s: cannot stage the HDF5 metadata: %s", c->file, strerror(errno));
+		keep = 0;
+	}
 	H5Eclear2(H5E_DEFAULT);
-	if (ok && keep && H5Fflush(c->f, H5F_SCOPE_LOCAL) < 0)
+	if (keep && H5Fflush(c->f, H5F_SCOPE_LOCAL) < 0)
 		rc = ds_err_set(err, DS_EIO, "%s: cannot write the HDF5 metadata: %s", c->file, h5why(why, sizeof why));
 	if (H5Fclose(c->f) < 0 && rc == 0 && keep)
 		rc = ds_err_set(err, DS_EIO, "%s: cannot close: %s", c->file, h5why(why, sizeof why));
