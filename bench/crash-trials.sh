@@ -45,12 +45,18 @@ train() { OMP_NUM_THREADS=1 exec "$tools/ds-train" --deepspeed_config ds.json --
 # the loss of step S (1-based): CSV rows are keyed by the samples before it (8 per step)
 loss_at() { awk -F, -v s="$2" '$1 == (s - 1) * 8 { print $2 }' "$1"; }
 
-# the uninterrupted run, and how long it takes
-t0=$(date +%s.%N)
-(train) >/dev/null 2>ref.err || { cat ref.err >&2; exit 1; }
-t1=$(date +%s.%N)
+# the uninterrupted run, and how long it takes (the shortest of three: the
+# first pays for cold caches)
+span=
+for _ in 1 2 3; do
+	rm -rf ck csv
+	t0=$(date +%s.%N)
+	(train) >/dev/null 2>ref.err || { cat ref.err >&2; exit 1; }
+	t1=$(date +%s.%N)
+	ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", (b - a) * 1000 }')
+	if [ -z "$span" ] || [ "$ms" -lt "$span" ]; then span=$ms; fi
+done
 cp csv/run/Train_Samples_train_loss.csv ref.csv
-span=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", (b - a) * 1000 }')
 echo "# uninterrupted: $iters steps, a save every $every, $span ms; trials kill within that span"
 
 points=(create write commit close rename latest)

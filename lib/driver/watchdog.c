@@ -31,6 +31,8 @@ struct ds_watchdog {
 	char dir[4096], host[HOST_MAX];
 	pthread_t thread;
 	atomic_int quit;
+	pthread_mutex_t mu;  /* with wake: stop ends the thread's poll wait at once */
+	pthread_cond_t wake;
 	atomic_llong step;
 	_Atomic(const char *) phase;
 	atomic_ullong beats;
@@ -204,8 +206,22 @@ static void *run(void *arg)
 	b.pid = (int)getpid();
 	snprintf(b.host, sizeof b.host, "%s", wd->host);
 	while (!atomic_load(&wd->quit)) {
-		struct timespec ts = { (time_t)poll, (long)((poll - (time_t)poll) * 1e9) };
-		nanosleep(&ts, NULL);
+		/* sleep a poll interval, or until ds_watchdog_stop (a run's exit
+		 * must not wait out the interval) */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)poll;
+		ts.tv_nsec += (long)((poll - (time_t)poll) * 1e9);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&wd->mu);
+		while (!atomic_load(&wd->quit) && pthread_cond_timedwait(&wd->wake, &wd->mu, &ts) == 0)
+			;
+		pthread_mutex_unlock(&wd->mu);
+		if (atomic_load(&wd->quit))
+			break;
 		double now = mono_now();
 		unsigned long long beats = atomic_load(&wd->beats), done = ds_comm_ops_done();
 		unsigned long long work = ds_progress_count();
@@ -291,6 +307,12 @@ int ds_watchdog_start(struct ds_watchdog **out, const struct ds_watchdog_opts *o
 	if (t && sscanf(t, "%d:%lld", &wd->stall_rank, &wd->stall_step) != 2)
 		wd->stall_rank = -1;
 	atomic_store(&wd->phase, "start");
+	pthread_mutex_init(&wd->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&wd->wake, &ca);
+	pthread_condattr_destroy(&ca);
 	if (pthread_create(&wd->thread, NULL, run, wd) != 0) {
 		free(wd);
 		return ds_err_set(err, DS_EIO, "cannot start the watchdog thread");
@@ -317,8 +339,13 @@ void ds_watchdog_stop(struct ds_watchdog *wd)
 {
 	if (!wd)
 		return;
+	pthread_mutex_lock(&wd->mu);
 	atomic_store(&wd->quit, 1);
+	pthread_cond_signal(&wd->wake);
+	pthread_mutex_unlock(&wd->mu);
 	pthread_join(wd->thread, NULL);
+	pthread_cond_destroy(&wd->wake);
+	pthread_mutex_destroy(&wd->mu);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/rank%d.hb", wd->dir, wd->o.rank);
 	unlink(path);
