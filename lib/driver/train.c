@@ -295,6 +295,9 @@ static int set_up(struct run *r, struct ds_err *err)
 	struct ds_train_setup *s = &r->s;
 	DS_TRY(ds_train_setup_load(s, r->o, r->W, r->rank, err));
 	r->have_setup = 1;
+	/* the watchdog first: it covers loading and resuming too, and its own
+	 * start (a broadcast and a barrier) stays out of the comms summary */
+	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));
 	DS_TRY(ds_train_commlog_start(&r->clog, s, r->comm, err));
 	if (cfg_dump_state(s))
 		ds_config_print(s->cfg, ds_log_stream(), NULL);
@@ -348,7 +351,6 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 	 * from here the peak measures the training loop */
 	r->held_setup = ds_mem_held();
 	ds_mem_peak_reset();
-	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));
 	r->log_every = r->o->log_interval ? r->o->log_interval : s->steps_per_print;
 	r->bar = r->rank == 0 && r->mo && r->mo->progress;
 	r->fp16 = s->eng.half == DS_HALF_FP16;

@@ -392,8 +392,9 @@ static void remove_stale(const char *parent, const char *host)
 int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cfg, struct ds_comm *comm,
 			    ds_watchdog_fn on_stall, void *ctx, struct ds_err *err)
 {
-	double t = ds_config_values(cfg)->dstk.watchdog_timeout_s;
-	const char *parent = ds_config_values(cfg)->dstk.watchdog_dir;
+	const struct ds_config_values *v = ds_config_values(cfg);
+	double t = v->dstk.watchdog_timeout_s;
+	const char *parent = v->dstk.watchdog_dir;
 	*out = NULL;
 	if (!(t > 0))
 		return 0;
@@ -416,7 +417,8 @@ int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cf
 	struct ds_watchdog_opts o = { t, dir, ds_comm_rank(comm), ds_comm_size(comm), ds_comm_hostname(comm), on_stall,
 				      ctx };
 	DS_TRY(ds_watchdog_start(out, &o, err));
-	if (ds_comm_rank(comm) == 0)
+	/* the default (on in every run) goes without saying; a chosen timeout is shown */
+	if (ds_comm_rank(comm) == 0 && DS_CONFIG_GIVEN(v, dstk.watchdog_timeout_s))
 		ds_log_info("watchdog: timeout %g s, heartbeats in %s", t, dir);
 	return 0;
 }

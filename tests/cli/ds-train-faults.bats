@@ -203,15 +203,22 @@ latest_verifies() {
 	mkdir "t/ds-watchdog-$host-$dead" "t/ds-watchdog-$host-$$"
 	echo x > "t/ds-watchdog-$host-$dead/rank0.hb"
 	TMPDIR=$PWD/t run -0 --separate-stderr train --train-iters 1
-	[[ "$stderr" == *"watchdog: timeout 1800 s, heartbeats in $PWD/t/ds-watchdog-$host-"* ]] || fail "$stderr"
+	# the default says nothing; the dead run's heartbeats are gone
+	[[ "$stderr" != *"watchdog:"* ]] || fail "$stderr"
 	[ ! -e "t/ds-watchdog-$host-$dead" ] || fail "[ ! -e \"t/ds-watchdog-\$host-\$dead\" ]"
 	[ -d "t/ds-watchdog-$host-$$" ] || fail "[ -d \"t/ds-watchdog-\$host-\$\$\" ]"
 	[ "$(ls t)" = "ds-watchdog-$host-$$" ]
 	run -0 ds-train --list-keys
 	assert_line --regexp '^dstk\.watchdog_timeout_s	.*	1800\.0	'
+	# a chosen timeout is shown; 0 starts no watchdog (no directory)
+	echo '{"train_micro_batch_size_per_gpu": 4, "dstk": {"watchdog_timeout_s": 1800}}' > set.json
+	TMPDIR=$PWD/t run -0 --separate-stderr ds-train --deepspeed_config set.json --model "$MODEL" --train-iters 1
+	[[ "$stderr" == *"watchdog: timeout 1800 s, heartbeats in $PWD/t/ds-watchdog-$host-"* ]] || fail "$stderr"
 	echo '{"train_micro_batch_size_per_gpu": 4, "dstk": {"watchdog_timeout_s": 0}}' > off.json
+	mkdir "t/ds-watchdog-$host-$dead"
 	TMPDIR=$PWD/t run -0 --separate-stderr ds-train --deepspeed_config off.json --model "$MODEL" --train-iters 1
 	[[ "$stderr" != *"watchdog:"* ]] || fail "$stderr"
+	[ -d "t/ds-watchdog-$host-$dead" ] || fail "with the watchdog off nothing looks at the heartbeats"
 }
 
 @test "ds-ckpt-convert verify on single-byte flips across the metadata (every 41st byte; test_ckpt flips each): exit 1, one line, never a crash" {
