@@ -23,7 +23,7 @@ small_disk() { # DIR KB
 }
 
 # timed_train DIR N [ENV=VALUE...] -- [ds-train flags]: train_run's job at
-# N ranks (ZeRO 1) under `timeout` (exit 124: it hung)
+# N ranks (ZeRO 1) through mpirun_n, which is bounded (exit 124: it hung)
 timed_train() {
 	local dir=$1 n=$2
 	shift 2
@@ -32,10 +32,8 @@ timed_train() {
 	[ "${1:-}" = "--" ] && shift
 	mkdir -p "$dir"
 	write_cfg "$dir/ds.json" 1 $((8 / n)) 1 "$dir/csv"
-	# shellcheck disable=SC2086
-	timeout 300 $MPIRUN -np "$n" -x OMP_NUM_THREADS=1 env "${envs[@]}" "$DS_BUILDDIR/tools/ds-train" \
-		--deepspeed_config "$dir/ds.json" --model "$MODEL_DROPOUT" --train-iters "$ITERS" --peak-gflops 1 "$@" \
-		>"$dir/out" 2>"$dir/err"
+	mpirun_n "$n" env "${envs[@]}" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$dir/ds.json" \
+		--model "$MODEL_DROPOUT" --train-iters "$ITERS" --peak-gflops 1 "$@" >"$dir/out" 2>"$dir/err"
 }
 
 # the ranks' last stderr lines: from 1 to N of them (mpirun kills the ranks
