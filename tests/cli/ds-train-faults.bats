@@ -242,6 +242,21 @@ latest_verifies() {
 	run -0 ds-ckpt-convert verify ck
 }
 
+@test "a flip in the config_json attribute's text is caught (it changed the config silently): verify exit 1, --load exit 2" {
+	run -0 train --train-iters 2 --save ck
+	f=ck/global_step2/state.h5
+	# the saved config's text, where HDF5 keeps it: "gradient_accumulation_steps": 2 -> 7
+	off=$(grep -abo '"gradient_accumulation_steps": 2' $f | head -1 | cut -d: -f1)
+	[ -n "$off" ] || fail "config_json's text not found in $f"
+	printf 7 | dd of=$f bs=1 seek=$((off + 31)) conv=notrunc status=none
+	grep -aq '"gradient_accumulation_steps": 7' $f || fail "the flip did not land in the config's text"
+	run -1 --separate-stderr ds-ckpt-convert verify ck
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "$stderr"
+	[[ "$stderr" == *"ck/global_step2/state.h5: bytes "*" (HDF5 metadata) fail their CRC-32C"* ]] || fail "$stderr"
+	run -2 --separate-stderr train --train-iters 3 --load ck
+	[[ "$stderr" == *"(HDF5 metadata) fail their CRC-32C"* ]] || fail "$stderr"
+}
+
 @test "a safetensors header length that runs into the tensor bytes is named as such, exit 2" {
 	st="$DS_SRCDIR/tests/data/ckpt-small/ref-gpt2/model.safetensors"
 	n=$(od -An -t u8 -N 8 "$st" | tr -d ' ')
