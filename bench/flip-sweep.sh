@@ -48,7 +48,7 @@ cp "$f.manifest" manifest.orig
 flip() {
 	local b
 	b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
-	printf "\\$(printf %03o $((b ^ 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+	printf '%b' "\\0$(printf %03o $((b ^ 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
 }
 
 v_caught=0 v_crash=0 v_pass=0 v_unloadable=0 v_other=0
@@ -108,6 +108,8 @@ for ((b = 0; b < msize; b++)); do
 		trial "$f.manifest" "$b" manifest
 	fi
 done
-echo "flip-sweep: $n single-byte flips (every ${stride}th of $meta HDF5 metadata bytes and $msize manifest bytes, plus each extent's last)"
+which="every byte"
+[ "$stride" -gt 1 ] && which="every ${stride}th byte and each extent's last"
+echo "flip-sweep: $n single-byte flips ($which of $meta HDF5 metadata bytes and $msize manifest bytes)"
 echo "verify:      $v_caught caught, $v_crash crashed, $v_pass passed and loadable, $v_unloadable passed but unloadable, $v_other other"
 echo "--load auto: $a_caught fell back to the tag before, $a_crash crashed, $a_pass took the flipped tag and trained, $a_unloadable took it and failed, $a_other other"
