@@ -400,20 +400,26 @@ int ds_watchdog_from_config(struct ds_watchdog **out, const struct ds_config *cf
 		return 0;
 	if (!parent || !*parent)
 		parent = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	/* rank 0 creates the directory and broadcasts its name, or "" and the
+	 * errno when it cannot: every rank returns the same error (none waits
+	 * in a collective that rank 0 left) */
 	char dir[4096];
+	int32_t e = 0;
 	memset(dir, 0, sizeof dir);
 	if (ds_comm_rank(comm) == 0) {
 		remove_stale(parent, ds_comm_hostname(comm));
 		snprintf(dir, sizeof dir, "%s/ds-watchdog-%s-%d", parent, ds_comm_hostname(comm), (int)getpid());
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+			e = errno;
 	}
-	if (ds_comm_size(comm) > 1)
+	if (ds_comm_size(comm) > 1) {
 		DS_TRY(ds_comm_broadcast(comm, dir, sizeof dir, DS_U8, 0, err));
+		DS_TRY(ds_comm_broadcast(comm, &e, 1, DS_I32, 0, err));
+	}
 	dir[sizeof dir - 1] = 0;
-	if (ds_comm_rank(comm) == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+	if (e)
 		return ds_err_set(err, DS_EINVAL, "dstk.watchdog_dir %s: cannot create %s: %s; give a writable directory",
-				  parent, dir, strerror(errno));
-	if (ds_comm_size(comm) > 1)
-		DS_TRY(ds_comm_barrier(comm, err));
+				  parent, dir, strerror(e));
 	struct ds_watchdog_opts o = { t, dir, ds_comm_rank(comm), ds_comm_size(comm), ds_comm_hostname(comm), on_stall,
 				      ctx };
 	DS_TRY(ds_watchdog_start(out, &o, err));
