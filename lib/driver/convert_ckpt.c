@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "driver/ckpt_need.h"
 #include "driver/convert_hf.h"
 #include "driver/convert_int.h"
 #include "io/ckpt.h"
@@ -271,8 +272,12 @@ static int check_contents(struct ds_ckpt *c, const struct ds_ckpt_meta *meta, in
 		on_missing(ci, "optimizer@states", e.msg);
 	for (int i = 0; i < ns; i++)
 		states[i] = names[i];
-	struct ds_ckpt_need need = { model, weights_only, states, weights_only ? 0 : ns, !weights_only };
-	rc = ds_ckpt_check_need(c, &need, on_missing, ci, &e);
+	struct ds_ckpt_need_tensor *nt = ds_ckpt_need_tensors(model);
+	struct ds_ckpt_need need = { nt, ds_gpt_num_tensors(model), weights_only, states, weights_only ? 0 : ns,
+				     !weights_only };
+	rc = nt ? ds_ckpt_check_need(c, &need, on_missing, ci, &e)
+		: ds_err_set(&e, DS_ENOMEM, "out of memory listing the model's tensors");
+	free(nt);
 	ds_gpt_destroy(model);
 	if (rc == DS_EINVAL)  /* the problems are the report (MISSING rows) */
 		return 0;

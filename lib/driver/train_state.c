@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "driver/ckpt_need.h"
 #include "io/ckpt.h"
 #include "util/log.h"
 
@@ -167,12 +168,13 @@ static int read_tensor(struct ds_ckpt *ck, const char *name, const struct ds_gpt
 }
 
 /* Everything the load below reads, for ds_ckpt_check_need. */
-static void need_of(struct ds_engine *e, int weights_only, const char **states, struct ds_ckpt_need *n)
+static void need_of(struct ds_engine *e, const struct ds_ckpt_need_tensor *nt, int weights_only, const char **states,
+		    struct ds_ckpt_need *n)
 {
 	int k = weights_only ? 0 : ds_engine_num_states(e);
 	for (int i = 0; i < k; i++)
 		states[i] = ds_engine_state_name(e, i);
-	*n = (struct ds_ckpt_need){ ds_engine_model(e), 0, states, k, !weights_only };
+	*n = (struct ds_ckpt_need){ nt, ds_gpt_num_tensors(ds_engine_model(e)), 0, states, k, !weights_only };
 }
 
 /* ds_ckpt_check_need with what to do about it. */
@@ -209,9 +211,9 @@ static int pick(const char *dir, const struct ds_ckpt_need *n, struct ds_comm *c
 	return rc;
 }
 
-int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
-		  const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
-		  struct ds_err *err)
+static int load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
+		const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
+		const struct ds_ckpt_need_tensor *nt, struct ds_err *err)
 {
 	struct ds_ckpt *ck = NULL;
 	struct ds_ckpt_meta meta;
@@ -221,7 +223,7 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 	int64_t v;
 	if (tag_out)
 		*tag_out = NULL;
-	need_of(e, weights_only, states, &need);
+	need_of(e, nt, weights_only, states, &need);
 	if (tag && !strcmp(tag, "auto")) {
 		DS_TRY(pick(dir, &need, s->W > 1 ? comm : NULL, &ck, err));
 		if (!ck)
@@ -302,5 +304,17 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 	if (rc == 0 && tag_out)
 		*tag_out = strdup(ds_ckpt_tag(ck));
 	ds_ckpt_close(ck);
+	return rc;
+}
+
+int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_engine *e,
+		  const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
+		  struct ds_err *err)
+{
+	struct ds_ckpt_need_tensor *nt = ds_ckpt_need_tensors(ds_engine_model(e));
+	if (!nt)
+		return ds_err_set(err, DS_ENOMEM, "out of memory listing the model's tensors");
+	int rc = load(dir, tag, weights_only, e, s, st, comm, tag_out, nt, err);
+	free(nt);
 	return rc;
 }

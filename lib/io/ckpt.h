@@ -207,16 +207,22 @@ int ds_ckpt_verify(struct ds_ckpt *c, ds_ckpt_verify_fn cb, void *ud, struct ds_
 
 /* ---- what a resume needs ---------------------------------------------- */
 
-struct ds_gpt;
-
 /* The optimizer states a checkpoint holds per tensor ("exp_avg", ...): its
  * /optimizer "states" attribute, or for checkpoints written before it, the
  * states of its /optimizer "type".  names[0..*n) of at most max. */
 int ds_ckpt_saved_states(struct ds_ckpt *c, char (*names)[DS_CKPT_STATE_MAX], int max, int *n, struct ds_err *err);
 
+/* One tensor a resume reads, in its shape (the driver lists a model's). */
+struct ds_ckpt_need_tensor {
+	const char *name;
+	int ndim;                     /* 1 or 2 */
+	uint64_t shape[2];
+};
+
 /* What a resume reads from a checkpoint. */
 struct ds_ckpt_need {
-	const struct ds_gpt *model;   /* model/<name> for each of its tensors, in its shapes */
+	const struct ds_ckpt_need_tensor *tensors; /* model/<name> for each, in its shape */
+	int ntensors;
 	int any16;                    /* those may be f16 or bf16 as well as f32 (weights files) */
 	const char *const *states;    /* optimizer/<state>/<name>, f32, for each of nstates */
 	int nstates;

@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 
 #include "io/ckpt_int.h"
-#include "model/gpt.h"
 #include "util/log.h"
 
 /* ---- every byte ---------------------------------------------------------- */
@@ -317,10 +316,10 @@ static void fmt_shape(char *b, size_t n, const char *dt, int ndim, const uint64_
 		snprintf(b + k, n - k, "]");
 }
 
-static void need_tensor(struct need_ctx *x, const char *name, const struct ds_gpt_tensor *t, int any16)
+static void need_tensor(struct need_ctx *x, const char *name, const struct ds_ckpt_need_tensor *t, int any16)
 {
 	struct ds_ckpt_tensor_info info;
-	uint64_t want[2] = { (uint64_t)t->shape[0], (uint64_t)(t->ndim > 1 ? t->shape[1] : 0) };
+	uint64_t want[2] = { t->shape[0], t->ndim > 1 ? t->shape[1] : 0 };
 	char what[256], have[96], need[96];
 	if (ds_ckpt_tensor_info(x->c, name, &info, NULL) < 0) {
 		problem(x, name, "is missing");
@@ -344,8 +343,8 @@ int ds_ckpt_check_need(struct ds_ckpt *c, const struct ds_ckpt_need *need, ds_ck
 	struct need_ctx x = { c, cb, ud, 0, "" };
 	char name[DS_CKPT_NAME_MAX];
 	int total = 0;
-	for (int i = 0; i < ds_gpt_num_tensors(need->model); i++) {
-		const struct ds_gpt_tensor *t = ds_gpt_tensor(need->model, i);
+	for (int i = 0; i < need->ntensors; i++) {
+		const struct ds_ckpt_need_tensor *t = &need->tensors[i];
 		snprintf(name, sizeof name, "model/%s", t->name);
 		need_tensor(&x, name, t, need->any16);
 		total++;

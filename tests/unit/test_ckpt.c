@@ -19,6 +19,7 @@
 
 #include "config/model.h"
 #include "io/ckpt.h"
+#include "driver/ckpt_need.h"
 #include "model/gpt.h"
 #include "util/crc32c.h"
 #include "util/log.h"
@@ -1021,14 +1022,17 @@ static void test_check_need(void **state)
 	OK(ds_ckpt_saved_states(c, names, 4, &ns, &e));
 	assert_int_equal(ns, 2);
 	assert_string_equal(names[1], "exp_avg_sq");
-	struct ds_ckpt_need need = { model, 0, states, 2, 1 };
+	struct ds_ckpt_need_tensor *nt = ds_ckpt_need_tensors(model);
+	assert_non_null(nt);
+	struct ds_ckpt_need need = { nt, ds_gpt_num_tensors(model), 0, states, 2, 1 };
 	expect_err(ds_ckpt_check_need(c, &need, NULL, NULL, &e), DS_EINVAL, &e, "wpe.weight", "is f32[5, 8] where "
 		   "f32[4, 8] is needed");
 	assert_non_null(strstr(e.msg, "(3 of the"));  /* wpe, the missing state, data skipped_steps */
 	/* weights only: the model's tensors alone */
-	struct ds_ckpt_need w = { model, 1, NULL, 0, 0 };
+	struct ds_ckpt_need w = { nt, ds_gpt_num_tensors(model), 1, NULL, 0, 0 };
 	expect_err(ds_ckpt_check_need(c, &w, NULL, NULL, &e), DS_EINVAL, &e, "wpe", "(1 of the");
 	ds_ckpt_close(c);
+	free(nt);
 	ds_gpt_destroy(model);
 }
 
