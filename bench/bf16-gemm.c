@@ -1,88 +1,68 @@
-/* bf16-gemm.c - are bf16 matrix products faster than fp32 sgemm on this
- * CPU?  (issue 5: use them when they are, else report the figure.)
+/* bf16-gemm.c - every matrix product of a GPT training step in fp32 sgemm,
+ * through oneDNN in bf16 and on dstk's own AVX512_BF16 kernel (issues 5
+ * and 21): the measurements behind dstk.bf16_matmul "auto"'s choice per
+ * shape class (kernels/cpu/gemm_bf16.c, ds_gemm_bf16_pick).
  *
- * Measures, with the same thread count and the forward shapes of a
- * GPT-2-sized layer (out (M, N) = in (M, K) @ w (N, K)^T):
- *   sgemm     OpenBLAS cblas_sgemm in fp32 (the machine's ceiling here,
- *             and what lib/model/gpt.c uses);
- *   sbgemm    OpenBLAS cblas_sbgemm, when the library exports it (Debian's
- *             0.3.21 declares it in cblas.h but is built without
- *             BUILD_BFLOAT16, so it is looked up at run time with dlsym);
- *   dpbf16    a native AVX-512 BF16 kernel (vdpbf16ps, 4x4 register block
- *             over K-contiguous rows, 64-row L2 tiles of w, fp32
- *             accumulation), when the CPU has avx512_bf16.  It is a first
- *             kernel, not a tuned one: no packing, no K blocking.
- * Each figure is the best of several repetitions in GFLOP/s (2*M*N*K per
- * product; with OMP_NUM_THREADS=1 timed by the thread's CPU clock, so a
- * busy shared machine distorts it less) and its ratio to sgemm; the kernel's result is checked against
- * sgemm of the same bf16-rounded inputs.  Not a test: it asserts nothing.
+ * Models: gpt-tiny (B=8, T=128: share/configs/default.json's micro-batch),
+ * GPT-2 124M at B=4, T=64 (bench/gpt-step's gpt2) and at B=1, T=1024
+ * (attention-heavy).  Products, row-major with N = B*T as lib/model/gpt.c
+ * issues them:
+ *   linear NT  out (N,OC) = inp (N,IC) @ w (OC,IC)^T        (forward)
+ *          NN  dinp (N,IC) = dout (N,OC) @ w (OC,IC)         (backward)
+ *          TN  dw (OC,IC) += dout^T @ inp                    (backward)
+ *   for qkv, attn.proj, fc, fc.proj and the head (OC = V, the logits with
+ *   leading dimension Vp); attention: the B*NH per-head products on
+ *   strided views of qkv (lda 3C), forward S = q k^T, y = P v and backward
+ *   dP = dy v^T, dv = P^T dy, dq = dS k, dk = dS^T q, each timed as one
+ *   batch (gpt.c's ds_gemm_bf16_batch; sgemm: its loop of calls).
+ * Columns: GFLOP/s of sgemm (fp32 inputs), oneDNN and the kernel (both on
+ * the same fp32 inputs, so rounding them to bf16 is included, as every
+ * call in gpt.c pays it), each one's ratio to sgemm, what auto picks, and
+ * max_relerr: the kernel (oneDNN where the CPU has no AVX512_BF16)
+ * against sgemm of the bf16-rounded inputs (max |diff| / max |ref|: the
+ * fp32 summation order only).  The variants are timed in turn, repetition
+ * after repetition, so a shared machine's load hits them alike; each
+ * figure is the best of `reps` (wall time, or with OMP_NUM_THREADS=1 the
+ * thread's CPU time, the ceiling too).  The sgemm ceiling (1024^3) is
+ * measured at the start and end.  Not a test: it asserts nothing.
  *
- * Usage: bench/bf16-gemm [M] [reps]   (M rows, default 512; reps default 5)
+ * Usage: bench/bf16-gemm [reps] [tiny|gpt2|gpt2-1024|all]   (default 5 all)
  */
 #include <cblas.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "cpu/gemm_bf16.h"
+#include "cpu/ceiling.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 10)
-#include <immintrin.h>
-#define HAVE_DPBF16 1
-#endif
+/* one product, or a batch of them (bt.count > 1: entry e at offsets
+ * (e / inner) * s[0] + (e % inner) * s[1], as gpt.c's attention) */
+struct prod {
+	char name[40];
+	const char *lay;
+	int M, N, K, lda, ldb, ldc;
+	float alpha, beta;
+	struct ds_gemm_bf16_batch bt;
+};
 
-typedef void (*sbgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const uint16_t *a, int lda,
-			  const uint16_t *b, int ldb, float beta, float *c, int ldc);
-
-#ifdef HAVE_DPBF16
-/* c (M,N) = a (M,K) @ b (N,K)^T, K a multiple of 32; bf16 in, fp32 out.
- * 4 rows of a x 4 rows of b: 16 accumulators kept in registers (written
- * out by hand: GCC keeps an array of them in memory). */
-#define DP_ROW(i) \
-	c##i##0 = _mm512_dpbf16_ps(c##i##0, a##i, b0); c##i##1 = _mm512_dpbf16_ps(c##i##1, a##i, b1); \
-	c##i##2 = _mm512_dpbf16_ps(c##i##2, a##i, b2); c##i##3 = _mm512_dpbf16_ps(c##i##3, a##i, b3);
-#define DP_OUT(i) \
-	c[(size_t)(i0 + i) * N + j0 + 0] = _mm512_reduce_add_ps(c##i##0); \
-	c[(size_t)(i0 + i) * N + j0 + 1] = _mm512_reduce_add_ps(c##i##1); \
-	c[(size_t)(i0 + i) * N + j0 + 2] = _mm512_reduce_add_ps(c##i##2); \
-	c[(size_t)(i0 + i) * N + j0 + 3] = _mm512_reduce_add_ps(c##i##3);
-__attribute__((target("avx512f,avx512bf16"))) static void dpbf16_gemm(const uint16_t *a, const uint16_t *b,
-								       float *c, int M, int N, int K)
+/* offset of entry e with strides s */
+static long off(const struct ds_gemm_bf16_batch *bt, const long s[2], int e)
 {
-	/* 64 rows of b (96 KiB at K = 768) stay in L2 while every row block of
-	 * a passes over them */
-	for (int jb = 0; jb < N; jb += 64)
-#pragma omp parallel for schedule(static)
-	for (int i0 = 0; i0 < M; i0 += 4)
-		for (int j0 = jb; j0 < jb + 64 && j0 < N; j0 += 4) {
-			__m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
-			       c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00,
-			       c32 = c00, c33 = c00;
-			const uint16_t *pa = a + (size_t)i0 * K, *pb = b + (size_t)j0 * K;
-			for (int k = 0; k < K; k += 32) {
-				__m512bh a0 = (__m512bh)_mm512_loadu_si512(pa + k);
-				__m512bh a1 = (__m512bh)_mm512_loadu_si512(pa + K + k);
-				__m512bh a2 = (__m512bh)_mm512_loadu_si512(pa + 2 * (size_t)K + k);
-				__m512bh a3 = (__m512bh)_mm512_loadu_si512(pa + 3 * (size_t)K + k);
-				__m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + k);
-				__m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + K + k);
-				__m512bh b2 = (__m512bh)_mm512_loadu_si512(pb + 2 * (size_t)K + k);
-				__m512bh b3 = (__m512bh)_mm512_loadu_si512(pb + 3 * (size_t)K + k);
-				DP_ROW(0) DP_ROW(1) DP_ROW(2) DP_ROW(3)
-			}
-			DP_OUT(0) DP_OUT(1) DP_OUT(2) DP_OUT(3)
-		}
+	return (long)(e / bt->inner) * s[0] + (long)(e % bt->inner) * s[1];
 }
-#endif
 
-/* seconds: the thread's CPU time with one thread (a shared machine's
- * preemption does not count), else wall time */
+enum { SG = 0, DN, KN, NV };   /* sgemm, oneDNN, kernel */
+
+static float *A, *B, *C, *R, *Ar, *Br;
+
+/* seconds: the thread's CPU time with one thread, else wall time */
 static double now(void)
 {
 	struct timespec ts;
@@ -91,123 +71,208 @@ static double now(void)
 	return ds_now();
 }
 
-static double best_of(int reps, void (*fn)(void *), void *arg)
+/* the sgemm ceiling: ds_ceiling_sgemm_gflops's 1024^3 product, timed by now() */
+static double ceiling(void)
 {
-	double best = 1e30;
-	for (int r = 0; r < reps; r++) {
+	if (omp_get_max_threads() != 1)
+		return ds_ceiling_sgemm_gflops(0, 1.0);
+	const int n = 1024;
+	float *a = ds_alloc((size_t)n * n * 4), *b = ds_alloc((size_t)n * n * 4), *c = ds_alloc((size_t)n * n * 4);
+	if (!a || !b || !c)
+		return -1;
+	for (size_t i = 0; i < (size_t)n * n; i++)
+		a[i] = b[i] = (float)(i % 13) * 0.01f;
+	double t = 1e30;
+	for (int r = 0; r < 6; r++) {
 		double t0 = now();
-		fn(arg);
-		double t = now() - t0;
-		if (t < best)
-			best = t;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+		double d = now() - t0;
+		t = d < t ? d : t;
 	}
-	return best;
+	ds_free(a); ds_free(b); ds_free(c);
+	return 2.0 * n * n * n / t * 1e-9;
 }
 
-struct job {
-	int M, N, K;
-	const float *af, *bf;
-	const uint16_t *ah, *bh;
-	float *c;
-	sbgemm_fn sb;
-};
-
-static void run_sgemm(void *p)
+/* p with variant v on a, b, c; 0, or -1 when v cannot run it */
+static int run(const struct prod *p, int v, const float *a, const float *b, float *c)
 {
-	struct job *j = p;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, j->N, j->K, 1.0f, j->af, j->K, j->bf, j->K, 0.0f,
-		    j->c, j->N);
+	int ta = p->lay[0] == 'T', tb = p->lay[1] == 'T';
+	const struct ds_gemm_bf16_batch *bt = &p->bt;
+	if (v == SG) {
+		for (int i = 0; i < bt->count; i++)
+			cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, p->M,
+				    p->N, p->K, p->alpha, a + off(bt, bt->sa, i), p->lda, b + off(bt, bt->sb, i), p->ldb,
+				    p->beta, c + off(bt, bt->sc, i), p->ldc);
+		return 0;
+	}
+	enum ds_bf16_impl im = v == DN ? DS_BF16_ONEDNN : DS_BF16_KERNEL;
+	if (bt->count > 1)
+		return ds_gemm_bf16_batch(im, bt, ta, tb, p->M, p->N, p->K, p->alpha, a, p->lda, b, p->ldb, p->beta, c,
+					  p->ldc);
+	return ds_gemm_bf16(im, ta, tb, p->M, p->N, p->K, p->alpha, a, p->lda, b, p->ldb, p->beta, c, p->ldc);
 }
 
-static void run_sbgemm(void *p)
+/* elements one operand spans: rows x ld, over all entries */
+static long span(const struct ds_gemm_bf16_batch *bt, int rows, int ld, const long s[2])
 {
-	struct job *j = p;
-	j->sb(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, j->N, j->K, 1.0f, j->ah, j->K, j->bh, j->K, 0.0f, j->c,
-	      j->N);
+	return (long)rows * ld + off(bt, s, bt->count - 1);
 }
 
-#ifdef HAVE_DPBF16
-static void run_dpbf16(void *p)
+/* the products of one model's step (see the top comment) */
+static int add_model(struct prod *ps, const char *name, int C, int NH, int F, int V, int Vp, int B, int T)
 {
-	struct job *j = p;
-	dpbf16_gemm(j->ah, j->bh, j->c, j->M, j->N, j->K);
+	const int N = B * T, hs = C / NH, C3 = 3 * C;
+	const struct { const char *n; int ic, oc; } lin[5] = {
+		{ "qkv", C, C3 }, { "attn.proj", C, C }, { "fc", C, F }, { "fc.proj", F, C }, { "head", C, V }
+	};
+	int np = 0;
+	for (int l = 0; l < 5; l++) {
+		int ic = lin[l].ic, oc = lin[l].oc, head = l == 4, ldo = head ? Vp : oc;
+		const char *lays[3] = { "NT", "NN", "TN" };
+		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+		struct prod q[3] = {
+			/* out (N,oc) = inp (N,ic) @ w^T, += bias (the head writes, ldc Vp) */
+			{ "", "NT", N, oc, ic, ic, ic, ldo, 1.0f, head ? 0.0f : 1.0f, one },
+			/* dinp (N,ic) = dout (N,oc) @ w (oc,ic) */
+			{ "", "NN", N, ic, oc, ldo, ic, ic, 1.0f, 0.0f, one },
+			/* dw (oc,ic) += dout^T @ inp */
+			{ "", "TN", oc, ic, N, ldo, ic, ic, 1.0f, 1.0f, one },
+		};
+		for (int k = 0; k < 3; k++) {
+			q[k].lay = lays[k];
+			snprintf(q[k].name, sizeof q[k].name, "%s %s", name, lin[l].n);
+			ps[np++] = q[k];
+		}
+	}
+	/* attention: B*NH products on strided views (gpt.c's batches) */
+	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
+	const float sc = 1.0f / sqrtf((float)hs);
+	const int n = B * NH;
+	struct prod att[6] = {
+		/* S = q k^T */
+		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } } },
+		/* y = P v */
+		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs } } },
+		/* dP = dy v^T */
+		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } } },
+		/* dv = P^T dy */
+		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } } },
+		/* dq = dS k */
+		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } } },
+		/* dk = dS^T q */
+		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } } },
+	};
+	const char *an[6] = { "S=qk'", "y=Pv", "dP=dyv'", "dv=P'dy", "dq=dSk", "dk=dS'q" };
+	for (int k = 0; k < 6; k++) {
+		att[k].lay = k == 0 || k == 2 ? "NT" : k == 1 || k == 4 ? "NN" : "TN";
+		snprintf(att[k].name, sizeof att[k].name, "%s att %s", name, an[k]);
+		ps[np++] = att[k];
+	}
+	return np;
 }
-#endif
 
 int main(int argc, char **argv)
 {
-	int M = argc > 1 ? atoi(argv[1]) : 512, reps = argc > 2 ? atoi(argv[2]) : 5;
-	if (M < 4 || M % 4 || reps < 1) {
-		fprintf(stderr, "usage: bf16-gemm [M (multiple of 4)] [reps]\n");
+	int reps = argc > 1 ? atoi(argv[1]) : 5;
+	const char *which = argc > 2 ? argv[2] : "all";
+	if (reps < 1 || (strcmp(which, "all") && strcmp(which, "tiny") && strcmp(which, "gpt2") &&
+			 strcmp(which, "gpt2-1024"))) {
+		fprintf(stderr, "usage: bf16-gemm [reps] [tiny|gpt2|gpt2-1024|all]\n");
 		return 2;
 	}
-	/* GPT-2 124M forward products: c_attn, attn c_proj, c_fc, mlp c_proj */
-	const int shapes[4][2] = { { 2304, 768 }, { 768, 768 }, { 3072, 768 }, { 768, 3072 } };
-	const char *names[4] = { "c_attn", "attn.c_proj", "c_fc", "mlp.c_proj" };
-	sbgemm_fn sb = (sbgemm_fn)dlsym(RTLD_DEFAULT, "cblas_sbgemm");
-	int have_native = 0;
-#ifdef HAVE_DPBF16
-	__builtin_cpu_init();
-	have_native = __builtin_cpu_supports("avx512bf16");
-#endif
-	printf("# bf16 vs fp32 matrix products, M %d, %d threads, best of %d\n", M, omp_get_max_threads(), reps);
-	printf("# cblas_sbgemm in the linked OpenBLAS: %s; AVX-512 BF16 on this CPU: %s\n", sb ? "yes" : "no (not exported)",
-	       have_native ? "yes" : "no");
-	printf("# %-12s %6s %6s %6s %12s %12s %12s %8s %8s %10s\n", "product", "M", "N", "K", "sgemm_gflops",
-	       "sbgemm_gflops", "dpbf16_gflops", "sb/s", "dp/s", "max_relerr");
-	for (int s = 0; s < 4; s++) {
-		int N = shapes[s][0], K = shapes[s][1];
-		size_t na = (size_t)M * K, nb = (size_t)N * K;
-		float *af = ds_alloc(na * 4), *bf = ds_alloc(nb * 4), *c = ds_alloc((size_t)M * N * 4),
-		      *ref = ds_alloc((size_t)M * N * 4);
-		uint16_t *ah = ds_alloc(na * 2), *bh = ds_alloc(nb * 2);
-		if (!af || !bf || !c || !ref || !ah || !bh) {
-			fprintf(stderr, "bf16-gemm: out of memory\n");
-			return 1;
-		}
-		for (size_t i = 0; i < na; i++)
-			af[i] = (float)((i * 2654435761u % 2001) / 1000.0 - 1.0);
-		for (size_t i = 0; i < nb; i++)
-			bf[i] = (float)((i * 40503u % 2001) / 1000.0 - 1.0) * 0.05f;
-		/* the same bf16-rounded inputs for every variant */
-		ds_half_round_n(DS_HALF_BF16, af, na);
-		ds_half_round_n(DS_HALF_BF16, bf, nb);
-		ds_fp32_to_bf16_n(ah, af, na);
-		ds_fp32_to_bf16_n(bh, bf, nb);
-		struct job j = { M, N, K, af, bf, ah, bh, ref, sb };
-		double flops = 2.0 * M * N * K;
-		run_sgemm(&j);
-		double ts = best_of(reps, run_sgemm, &j);
-		double tsb = 0, tdp = 0, err = 0;
-		j.c = c;
-		if (sb) {
-			run_sbgemm(&j);
-			tsb = best_of(reps, run_sbgemm, &j);
-		}
-#ifdef HAVE_DPBF16
-		if (have_native) {
-			run_dpbf16(&j);
-			tdp = best_of(reps, run_dpbf16, &j);
-			double mx = 0;
-			for (size_t i = 0; i < (size_t)M * N; i++) {
-				double d = fabs((double)c[i] - ref[i]);
-				if (d > err)
-					err = d;
-				if (fabs(ref[i]) > mx)
-					mx = fabs(ref[i]);
-			}
-			err = mx > 0 ? err / mx : err;
-		}
-#endif
-		printf("  %-12s %6d %6d %6d %12.1f %12.1f %12.1f %8.2f %8.2f %10.2e\n", names[s], M, N, K, flops / ts * 1e-9,
-		       tsb > 0 ? flops / tsb * 1e-9 : 0.0, tdp > 0 ? flops / tdp * 1e-9 : 0.0, tsb > 0 ? ts / tsb : 0.0,
-		       tdp > 0 ? ts / tdp : 0.0, err);
-		ds_free(af);
-		ds_free(bf);
-		ds_free(c);
-		ds_free(ref);
-		ds_free(ah);
-		ds_free(bh);
+	static struct prod ps[64];
+	int np = 0;
+	if (!strcmp(which, "all") || !strcmp(which, "tiny"))
+		np += add_model(ps + np, "tiny", 384, 6, 1536, 256, 256, 8, 128);
+	if (!strcmp(which, "all") || !strcmp(which, "gpt2"))
+		np += add_model(ps + np, "gpt2", 768, 12, 3072, 50257, 50304, 4, 64);
+	if (!strcmp(which, "all") || !strcmp(which, "gpt2-1024"))
+		np += add_model(ps + np, "gpt2/1024", 768, 12, 3072, 50257, 50304, 1, 1024);
+	long big = 0;
+	for (int i = 0; i < np; i++) {
+		const struct prod *p = &ps[i];
+		int ta = p->lay[0] == 'T', tb = p->lay[1] == 'T';
+		long a = span(&p->bt, ta ? p->K : p->M, p->lda, p->bt.sa);
+		long b = span(&p->bt, tb ? p->N : p->K, p->ldb, p->bt.sb);
+		long c = span(&p->bt, p->M, p->ldc, p->bt.sc);
+		big = a > big ? a : big;
+		big = b > big ? b : big;
+		big = c > big ? c : big;
 	}
+	A = ds_alloc((size_t)big * 4); B = ds_alloc((size_t)big * 4); C = ds_alloc((size_t)big * 4);
+	R = ds_alloc((size_t)big * 4); Ar = ds_alloc((size_t)big * 4); Br = ds_alloc((size_t)big * 4);
+	if (!A || !B || !C || !R || !Ar || !Br) {
+		fprintf(stderr, "bf16-gemm: out of memory\n");
+		return 1;
+	}
+	for (long i = 0; i < big; i++) {
+		A[i] = (float)((i * 2654435761u % 2001) / 1000.0 - 1.0);
+		B[i] = (float)((i * 40503u % 2001) / 1000.0 - 1.0) * 0.05f;
+		C[i] = 0.0f;
+	}
+	memcpy(Ar, A, (size_t)big * 4);
+	memcpy(Br, B, (size_t)big * 4);
+	ds_half_round_n(DS_HALF_BF16, Ar, (size_t)big);
+	ds_half_round_n(DS_HALF_BF16, Br, (size_t)big);
+
+	double ceil0 = ceiling();
+	const char *why = NULL;
+	int have[NV] = { 1, ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL), ds_gemm_bf16_available(DS_BF16_KERNEL, &why) };
+	char plan[512];
+	ds_gemm_bf16_plan(DS_BF16_MM_AUTO, plan, sizeof plan);
+	printf("# bf16-gemm: %d threads, best of %d (%s), variants interleaved\n", omp_get_max_threads(), reps,
+	       omp_get_max_threads() == 1 ? "thread CPU time" : "wall time");
+	printf("# oneDNN: %s\n# kernel: %s\n# auto: %s\n", ds_gemm_bf16_onednn_describe(),
+	       have[KN] ? "dstk's AVX512_BF16 kernel (vdpbf16ps)" : why, plan);
+	printf("# sgemm_ceiling_gflops (1024^3, start) %.1f\n", ceil0);
+	printf("# %-24s %-3s %5s %5s %5s %5s %8s %8s %8s %6s %6s %-7s %9s\n", "product", "lay", "M", "N", "K", "calls",
+	       "sgemm_gf", "onednn_gf", "kernel_gf", "dn/s", "kn/s", "auto", "max_relerr");
+	double tot[NV + 1] = { 0 };
+	for (int i = 0; i < np; i++) {
+		const struct prod *p = &ps[i];
+		double flops = 2.0 * p->M * p->N * p->K * p->bt.count, t[NV] = { 1e30, 1e30, 1e30 };
+		int ok[NV];
+		for (int v = 0; v < NV; v++)   /* warm: primitives, pages */
+			ok[v] = have[v] && run(p, v, A, B, C) == 0;
+		for (int r = 0; r < reps; r++)
+			for (int v = 0; v < NV; v++) {
+				if (!ok[v])
+					continue;
+				double t0 = now();
+				run(p, v, A, B, C);
+				double d = now() - t0;
+				t[v] = d < t[v] ? d : t[v];
+			}
+		int ta = p->lay[0] == 'T', tb = p->lay[1] == 'T';
+		enum ds_bf16_impl pick = ds_gemm_bf16_pick(DS_BF16_MM_AUTO, ta, tb, p->M, p->N, p->K, p->bt.count);
+		int pv = pick == DS_BF16_ONEDNN ? DN : pick == DS_BF16_KERNEL ? KN : SG;
+		for (int v = 0; v < NV; v++)
+			tot[v] += ok[v] ? t[v] : t[SG];
+		tot[NV] += ok[pv] ? t[pv] : t[SG];
+		double err = 0;
+		int ev = ok[KN] ? KN : ok[DN] ? DN : SG;
+		if (ev != SG) {   /* bf16 on the fp32 inputs vs sgemm on the bf16-rounded ones, from the same C */
+			long nc = span(&p->bt, p->M, p->ldc, p->bt.sc);
+			for (long j = 0; j < nc; j++)
+				C[j] = R[j] = (float)(j % 7) * 0.125f;
+			run(p, ev, A, B, C);
+			run(p, SG, Ar, Br, R);
+			double mx = 0, d = 0;
+			for (long j = 0; j < nc; j++) {
+				d = fmax(d, fabs((double)C[j] - R[j]));
+				mx = fmax(mx, fabs((double)R[j]));
+			}
+			err = mx > 0 ? d / mx : d;
+		}
+		printf("  %-24s %-3s %5d %5d %5d %5d %8.1f %8.1f %8.1f %6.2f %6.2f %-7s %9.2e\n", p->name, p->lay, p->M,
+		       p->N, p->K, p->bt.count, flops / t[SG] * 1e-9, ok[DN] ? flops / t[DN] * 1e-9 : 0.0,
+		       ok[KN] ? flops / t[KN] * 1e-9 : 0.0, ok[DN] ? t[SG] / t[DN] : 0.0, ok[KN] ? t[SG] / t[KN] : 0.0,
+		       pv == DN ? "onednn" : pv == KN ? "kernel" : "sgemm", err);
+	}
+	double ceil1 = ceiling();
+	printf("# sgemm_ceiling_gflops (1024^3, end) %.1f\n", ceil1);
+	printf("# all products once (ms): sgemm %.2f, onednn %.2f, kernel %.2f, auto %.2f (auto %.2fx sgemm)\n",
+	       tot[SG] * 1e3, tot[DN] * 1e3, tot[KN] * 1e3, tot[NV] * 1e3, tot[SG] / tot[NV]);
+	ds_free(A); ds_free(B); ds_free(C); ds_free(R); ds_free(Ar); ds_free(Br);
 	return 0;
 }

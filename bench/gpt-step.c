@@ -1,17 +1,23 @@
 /* gpt-step.c - benchmark of one GPT forward+backward step on CPU next to the
  * sgemm ceiling measured in the same run (DESIGN.md "Benchmarks").
  *
- * Usage: bench/gpt-step [gpt2|tiny|L C NH V B T] [steps] [ckpt] [dtype]
+ * Usage: bench/gpt-step [gpt2|tiny|L C NH V B T] [steps] [ckpt] [dtype[,dtype...]]
  *   gpt2: 12 layers, 768, 12 heads, vocab 50304, B=4, T=64 (default)
  *   tiny: 6 layers, 384, 6 heads, vocab 256, B=8, T=128
- *   dtype: fp32 (default), fp16, bf16 (matrix products in bf16 on AMX when
- *   usable, as ds-train's dstk.bf16_matmul "auto"), bf16-sgemm (bf16
- *   activations, fp32 sgemm: dstk.bf16_matmul "fp32"); 16-bit runs use
- *   parameters rounded to that format, as the engine's 16-bit copy.
+ *   dtype: fp32 (default), fp16, bf16 (matrix products as ds-train's
+ *   dstk.bf16_matmul "auto"), bf16-onednn, bf16-kernel (dstk.bf16_matmul
+ *   "onednn", "avx512_bf16"), bf16-sgemm (bf16 activations, fp32 sgemm:
+ *   dstk.bf16_matmul "fp32"); 16-bit runs use parameters rounded to that
+ *   format, as the engine's 16-bit copy.  Several dtypes, comma-separated,
+ *   run in the same process, step by step in turn (so a shared machine's
+ *   load falls on each alike), and each one's step time is also given as
+ *   a ratio to the first's (ratio_step_<dtype>: mean, best and median of
+ *   the per-step ratios).
  * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
  * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
- * ceiling, and the time of the step's matrix products alone with the same
- * shapes (the bound the step can reach with this BLAS; skip it with
+ * ceiling, which implementation ran the matrix products, and the time of
+ * the step's matrix products alone in fp32 sgemm with the same shapes (the
+ * bound the step can reach with this BLAS; skip it with
  * GPT_STEP_NO_MATMUL_ONLY=1).  Best-of figures matter on a shared machine.
  * Not a test: it asserts nothing.
  */
@@ -23,6 +29,7 @@
 
 #include "cpu/ceiling.h"
 #include "model/count.h"
+#include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "util/half.h"
 #include "util/mem.h"
@@ -55,6 +62,24 @@ static double sgemm_only_step(int L, int C, int F, int V, int N)
 	return t;
 }
 
+#define MAXD 6
+
+/* one dtype's run: its workspace, 16-bit-rounded parameters and figures */
+struct run {
+	char name[16];
+	int half, mm;
+	struct ds_gpt_ws *ws;
+	float *p;
+	double tf, tb, best, *step;
+	float loss;
+};
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 int main(int argc, char **argv)
 {
 	int L = 12, C = 768, NH = 12, V = 50304, B = 4, T = 64, steps = 5, ckpt = 0, a = 1;
@@ -70,12 +95,31 @@ int main(int argc, char **argv)
 		steps = atoi(argv[a]);
 	if (argc > a + 1)
 		ckpt = atoi(argv[a + 1]);
-	const char *dt = argc > a + 2 ? argv[a + 2] : "fp32";
-	int half = !strcmp(dt, "fp16") ? DS_HALF_FP16 : !strncmp(dt, "bf16", 4) ? DS_HALF_BF16 : DS_HALF_NONE;
-	int fp32_mm = !strcmp(dt, "bf16-sgemm");
-	if (strcmp(dt, "fp32") && strcmp(dt, "fp16") && strcmp(dt, "bf16") && !fp32_mm) {
-		fprintf(stderr, "gpt-step: dtype '%s': give fp32, fp16, bf16 or bf16-sgemm\n", dt);
+	if (steps < 1) {
+		fprintf(stderr, "gpt-step: steps must be >= 1\n");
 		return 2;
+	}
+	static const struct { const char *name; int half, mm; } dts[] = {
+		{ "fp32", DS_HALF_NONE, 0 }, { "fp16", DS_HALF_FP16, 0 }, { "bf16", DS_HALF_BF16, DS_BF16_MM_AUTO },
+		{ "bf16-onednn", DS_HALF_BF16, DS_BF16_MM_ONEDNN }, { "bf16-kernel", DS_HALF_BF16, DS_BF16_MM_KERNEL },
+		{ "bf16-sgemm", DS_HALF_BF16, DS_BF16_MM_FP32 },
+	};
+	struct run rs[MAXD];
+	int nd = 0;
+	char list[128];
+	snprintf(list, sizeof list, "%s", argc > a + 2 ? argv[a + 2] : "fp32");
+	for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+		size_t k = 0;
+		while (k < sizeof dts / sizeof dts[0] && strcmp(t, dts[k].name))
+			k++;
+		if (k == sizeof dts / sizeof dts[0] || nd == MAXD) {
+			fprintf(stderr, "gpt-step: dtype '%s': give up to %d of fp32, fp16, bf16, bf16-onednn, "
+				"bf16-kernel, bf16-sgemm\n", t, MAXD);
+			return 2;
+		}
+		rs[nd] = (struct run){ .half = dts[k].half, .mm = dts[k].mm, .best = 1e30 };
+		snprintf(rs[nd].name, sizeof rs[nd].name, "%s", t);
+		nd++;
 	}
 
 	struct ds_model_config c;
@@ -86,70 +130,98 @@ int main(int argc, char **argv)
 	c.layernorm_epsilon = 1e-5; c.init_method_std = 0.02; c.rotary_pct = 1; c.rotary_emb_base = 10000;
 	struct ds_err err = DS_ERR_INIT;
 	struct ds_gpt *m;
-	struct ds_gpt_ws *ws;
 	if (ds_gpt_create(&m, &c, &err)) {
 		fprintf(stderr, "gpt-step: %s\n", err.msg);
 		return 2;
 	}
-	struct ds_gpt_ws_opts o = { B, T, ckpt, 1, half, fp32_mm };
-	if (ds_gpt_ws_create(&ws, m, &o, &err)) {
-		fprintf(stderr, "gpt-step: %s\n", err.msg);
-		return 1;
-	}
 	int64_t n = ds_gpt_num_params(m);
-	float *p = ds_alloc((size_t)n * 4), *g = ds_alloc((size_t)n * 4);
+	float *g = ds_alloc((size_t)n * 4);
 	int32_t *tok = malloc((size_t)B * T * 4), *tgt = malloc((size_t)B * T * 4);
 	for (int i = 0; i < B * T; i++) {
 		tok[i] = (i * 7919) % V;
 		tgt[i] = (i * 104729 + 1) % V;
 	}
-	ds_gpt_init(m, 1, p, 0, n);
-	ds_half_round_n((enum ds_half_kind)half, p, (size_t)n);
+	for (int d = 0; d < nd; d++) {
+		struct ds_gpt_ws_opts o = { B, T, ckpt, 1, rs[d].half, rs[d].mm };
+		if (ds_gpt_ws_create(&rs[d].ws, m, &o, &err)) {
+			fprintf(stderr, "gpt-step: %s: %s\n", rs[d].name, err.msg);
+			return err.code == DS_ENOTSUP ? 3 : 1;
+		}
+		rs[d].p = ds_alloc((size_t)n * 4);
+		rs[d].step = calloc((size_t)steps, sizeof(double));
+		if (!rs[d].p || !rs[d].step) {
+			fprintf(stderr, "gpt-step: out of memory\n");
+			return 1;
+		}
+		ds_gpt_init(m, 1, rs[d].p, 0, n);
+		ds_half_round_n((enum ds_half_kind)rs[d].half, rs[d].p, (size_t)n);
+	}
 	struct ds_count_totals tot;
 	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);
 
 	double ceil_gf = ds_ceiling_sgemm_gflops(0, 1.0);
-	double tf = 0, tb = 0, best = 1e30, mm = 1e30;
-	float loss = 0;
+	double mm = 1e30;
 	for (int s = -1; s < steps; s++) {   /* step -1 warms up */
-		memset(g, 0, (size_t)n * 4);
-		double t0 = ds_now();
-		ds_gpt_forward(m, ws, p, tok, tgt, B, T, s, 0, 1, &loss, &err);
-		double t1 = ds_now();
-		ds_gpt_backward(m, ws, p, g, 1.0f, &err);
-		double t2 = ds_now();
+		for (int d = 0; d < nd; d++) {
+			struct run *r = &rs[d];
+			memset(g, 0, (size_t)n * 4);
+			double t0 = ds_now();
+			ds_gpt_forward(m, r->ws, r->p, tok, tgt, B, T, s, 0, 1, &r->loss, &err);
+			double t1 = ds_now();
+			ds_gpt_backward(m, r->ws, r->p, g, 1.0f, &err);
+			double t2 = ds_now();
+			if (s < 0)
+				continue;
+			r->tf += t1 - t0;
+			r->tb += t2 - t1;
+			r->step[s] = t2 - t0;
+			if (t2 - t0 < r->best)
+				r->best = t2 - t0;
+		}
 		double tm = getenv("GPT_STEP_NO_MATMUL_ONLY") ? 1e30
 			: sgemm_only_step(L, C, 4 * C, ds_gpt_config(m)->padded_vocab_size, B * T);
 		if (tm < mm)
 			mm = tm;
-		if (s < 0)
-			continue;
-		tf += t1 - t0;
-		tb += t2 - t1;
-		if (t2 - t0 < best)
-			best = t2 - t0;
 	}
 	double c2 = ds_ceiling_sgemm_gflops(0, 1.0);   /* again: the machine may be shared */
 	if (c2 > ceil_gf)
 		ceil_gf = c2;
-	double step = (tf + tb) / steps;
-	double gf = tot.train_flops_step / step / 1e9;
-	double gfb = tot.train_flops_step / best / 1e9;
 	printf("# gpt-step: L=%d C=%d NH=%d V=%d B=%d T=%d ckpt=%d params=%lld threads=%d\n", L, C, NH, V, B,
 	       T, ckpt, (long long)n, omp_get_max_threads());
-	printf("# dtype %s, matrix products: %s\n", dt,
-	       ds_gpt_ws_bf16_matmul(ws) ? "bf16 on AMX" : "fp32 sgemm");
 	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
-	printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * tf / steps,
-	       1e3 * tb / steps, 1e3 * step, 1e3 * best);
-	printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
-	printf("best_model_gflops %.1f\nbest_fraction_of_sgemm %.3f\n", gfb, gfb / ceil_gf);
 	if (mm < 1e30)
-		printf("matmul_only_step_ms %.2f\nbest_step_over_matmul_only %.3f\n", 1e3 * mm, mm / best);
-	printf("activation_bytes %zu\nloss %.6f\n", ds_gpt_ws_bytes(ws), loss);
-	ds_gpt_ws_destroy(ws);
+		printf("matmul_only_step_ms %.2f\n", 1e3 * mm);
+	for (int d = 0; d < nd; d++) {
+		struct run *r = &rs[d];
+		char plan[512];
+		ds_gpt_ws_bf16_matmul(r->ws, plan, sizeof plan);
+		double step = (r->tf + r->tb) / steps;
+		double gf = tot.train_flops_step / step / 1e9;
+		double gfb = tot.train_flops_step / r->best / 1e9;
+		printf("# dtype %s, matrix products: %s\n", r->name, plan);
+		printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * r->tf / steps,
+		       1e3 * r->tb / steps, 1e3 * step, 1e3 * r->best);
+		printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
+		printf("best_model_gflops %.1f\nbest_fraction_of_sgemm %.3f\n", gfb, gfb / ceil_gf);
+		if (mm < 1e30)
+			printf("best_step_over_matmul_only %.3f\n", mm / r->best);
+		printf("activation_bytes %zu\nloss %.6f\n", ds_gpt_ws_bytes(r->ws), r->loss);
+		if (d > 0) {   /* against the first dtype, step by step */
+			double rat[steps];
+			for (int s = 0; s < steps; s++)
+				rat[s] = r->step[s] / rs[0].step[s];
+			qsort(rat, (size_t)steps, sizeof rat[0], cmp_dbl);
+			printf("ratio_step_%s_over_%s %.3f (best %.3f, median of steps %.3f)\n", r->name, rs[0].name,
+			       step / ((rs[0].tf + rs[0].tb) / steps), r->best / rs[0].best,
+			       steps % 2 ? rat[steps / 2] : 0.5 * (rat[steps / 2 - 1] + rat[steps / 2]));
+		}
+	}
+	for (int d = 0; d < nd; d++) {
+		ds_gpt_ws_destroy(rs[d].ws);
+		ds_free(rs[d].p);
+		free(rs[d].step);
+	}
 	ds_gpt_destroy(m);
-	ds_free(p);
 	ds_free(g);
 	free(tok);
 	free(tgt);

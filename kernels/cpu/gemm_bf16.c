@@ -1,18 +1,344 @@
-/* gemm_bf16.c - bf16 matrix products on AMX through oneDNN (gemm_bf16.h).
+/* gemm_bf16.c - bf16 matrix products: the choice of implementation per
+ * product and the oneDNN one (gemm_bf16.h); dstk's own kernel is in
+ * gemm_bf16_kernel.c.
  *
- * Each call rounds op(A) and op(B) into bf16 scratch buffers (dense, in
- * their stored orientation: the transposition is left to oneDNN's
- * strides) and runs a oneDNN matmul primitive with bf16 src/weights and a
- * dense fp32 destination (C itself, or a dense copy when ldc != N: oneDNN
- * 2.6 picks no AMX kernel for a strided destination); alpha is the output
- * scale and beta a sum post-op.  Primitives are kept per (layout, M, N, K,
- * alpha, beta) in a small least-recently-used table: creating one
- * costs far more than running a small one.  A shape for which oneDNN would
- * pick a non-AMX implementation is remembered and answered -1 (sgemm).
+ * oneDNN: each call rounds op(A) and op(B) into bf16 scratch buffers
+ * (dense, in their stored orientation: the transposition is left to
+ * oneDNN's strides) and runs a oneDNN matmul primitive with bf16
+ * src/weights and a dense fp32 destination (C itself, or a dense copy when
+ * ldc != N: oneDNN 2.6 picks no AMX kernel for a strided destination);
+ * alpha is the output scale and beta a sum post-op.  Primitives are kept
+ * per (layout, M, N, K, alpha, beta) in a small least-recently-used table:
+ * creating one costs far more than running a small one.  A shape for which
+ * oneDNN would pick no bf16 kernel (AMX or AVX512_BF16) is remembered and
+ * answered -1 (sgemm).
  */
 #include "config.h"
 
 #include "cpu/gemm_bf16.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm_bf16_int.h"
+#include <time.h>
+
+/* oneDNN's side, below */
+static int onednn_isa(void);   /* 2 AMX, 1 AVX512_BF16, 0 not usable */
+static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		     const float *B, int ldb, float beta, float *C, int ldc);
+
+static const char *const mode_names[] = { "auto", "onednn", "avx512_bf16", "fp32" };
+
+int ds_bf16_mode_parse(const char *s)
+{
+	for (int i = 0; i < (int)(sizeof mode_names / sizeof mode_names[0]); i++)
+		if (s && !strcmp(s, mode_names[i]))
+			return i;
+	return -1;
+}
+
+const char *ds_bf16_mode_name(int mode)
+{
+	return mode >= 0 && mode < (int)(sizeof mode_names / sizeof mode_names[0]) ? mode_names[mode] : "?";
+}
+
+int ds_gemm_bf16_available(enum ds_bf16_impl impl, const char **why)
+{
+	const char *w = NULL;
+	switch (impl) {
+	case DS_BF16_ONEDNN:
+		if (!onednn_isa())
+			w = ds_gemm_bf16_onednn_describe();
+		break;
+	case DS_BF16_KERNEL:
+		if (!ds_gemm_bf16_cpu_avx512bf16())
+			w = "this CPU has no AVX512_BF16";
+		break;
+	case DS_BF16_PORTABLE:
+		break;
+	default:
+		w = "fp32 sgemm is not a bf16 implementation";
+	}
+	if (why)
+		*why = w;
+	return w == NULL;
+}
+
+int ds_gemm_bf16_amx(void) { return onednn_isa() == 2; }
+
+int ds_gemm_bf16_mode_check(int mode, char *why, size_t whysz)
+{
+	const char *w = NULL;
+	if (mode == DS_BF16_MM_ONEDNN)
+		ds_gemm_bf16_available(DS_BF16_ONEDNN, &w);
+	else if (mode == DS_BF16_MM_KERNEL)
+		ds_gemm_bf16_available(DS_BF16_KERNEL, &w);
+	if (w && why)
+		snprintf(why, whysz, "dstk.bf16_matmul \"%s\": %s; use \"auto\"", ds_bf16_mode_name(mode), w);
+	return w ? -1 : 0;
+}
+
+/* ---- auto's measurement ------------------------------------------------------
+ *
+ * Whether dstk's kernel beats fp32 sgemm depends on more than the CPU's
+ * flags: vdpbf16ps runs at twice the fp32 FMA rate on AMD Zen 4 but at half
+ * of it on Intel cores with two 512-bit FMA ports (Sapphire Rapids without
+ * AMX, as in a VM that hides it), and the BLAS may run a kernel below what
+ * the CPU has (OpenBLAS picks its SSE3 "Prescott" kernel on CPUs it does not
+ * recognise).  So auto times both, once per process, on one product of
+ * each shape class the model issues (a GPT-2 layer's (256, 768, 768)
+ * product, and a batch of 24 attention per-head (64, 64, 64) ones), best of
+ * CAL_REPS interleaved, and gives a class to the kernel only where it is at
+ * least CAL_MARGIN times sgemm's rate (a near tie stays on sgemm, so noise
+ * cannot flip the choice between runs).  The timings are one thread's CPU
+ * time on one thread: the rate per core, which a shared machine's load
+ * (another process on the core, a descheduled OpenMP thread) barely moves;
+ * both implementations spread a product over the threads alike. */
+#define CAL_REPS 5
+#define CAL_MARGIN 1.1
+
+static pthread_once_t cal_once = PTHREAD_ONCE_INIT;
+static double cal_gf[DS_BF16_NCLASS][2];   /* [class][0 sgemm, 1 kernel] GFLOP/s; 0: not measured */
+
+static void cal_fill(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) / 1000.0f;
+}
+
+/* One timed run of class cls on implementation k (0 sgemm, 1 kernel): calls
+ * back-to-back products (a layer's NT forward one, or a batch of NB
+ * per-head S = q k^T on (T, 64) views with lda 3C as gpt.c issues them);
+ * its seconds, or -1 when the kernel failed. */
+enum { CAL_M = 256, CAL_N = 768, CAL_K = 768, CAL_T = 64, CAL_NB = 24, CAL_LD = 3 * CAL_N / 2 };
+
+/* this thread's CPU seconds */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cal_run(int cls, int k, int calls, const float *a, const float *b, float *c)
+{
+	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T } };
+	const double t0 = cpu_now();
+	for (int i = 0; i < calls; i++) {
+		if (cls == DS_BF16_CLASS_LAYER && !k)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CAL_M, CAL_N, CAL_K, 1.0f, a, CAL_K, b, CAL_K,
+				    0.0f, c, CAL_N);
+		else if (cls == DS_BF16_CLASS_LAYER) {
+			if (ds_gemm_bf16_kernel(1, 0, NULL, 0, 1, CAL_M, CAL_N, CAL_K, 1.0f, a, CAL_K, b, CAL_K, 0.0f, c,
+						CAL_N))
+				return -1;
+		} else if (!k) {
+			for (int e = 0; e < CAL_NB; e++)
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CAL_T, CAL_T, CAL_T, 1.0f, a + e * CAL_T,
+					    CAL_LD, b + e * CAL_T, CAL_LD, 0.0f, c + (size_t)e * CAL_T * CAL_T, CAL_T);
+		} else if (ds_gemm_bf16_kernel(1, 0, &h, 0, 1, CAL_T, CAL_T, CAL_T, 1.0f, a, CAL_LD, b, CAL_LD, 0.0f, c,
+					       CAL_T)) {
+			return -1;
+		}
+	}
+	return cpu_now() - t0;
+}
+
+static void calibrate(void)
+{
+	if (!ds_gemm_bf16_cpu_avx512bf16())
+		return;
+	const int nt = omp_get_max_threads();
+	const size_t na = (size_t)CAL_M * CAL_K, nb = (size_t)CAL_N * CAL_K, nc = (size_t)CAL_M * CAL_N;
+	float *a = malloc(sizeof(float) * na), *b = malloc(sizeof(float) * nb), *c = malloc(sizeof(float) * nc);
+	if (!a || !b || !c)
+		goto out;
+	cal_fill(a, na);
+	cal_fill(b, nb);
+	omp_set_num_threads(1);
+	for (int cls = 0; cls < DS_BF16_NCLASS; cls++) {
+		/* about 2x 0.3 GFLOP per timing: long enough that one descheduled
+		 * thread of a shared machine does not decide it */
+		const int calls = cls == DS_BF16_CLASS_LAYER ? 2 : 48;
+		const double flop = cls == DS_BF16_CLASS_LAYER ? 2.0 * CAL_M * CAL_N * CAL_K
+							       : 2.0 * CAL_NB * CAL_T * CAL_T * CAL_T;
+		double best[2] = { 1e30, 1e30 };
+		if (cal_run(cls, 0, 1, a, b, c) < 0 || cal_run(cls, 1, 1, a, b, c) < 0)   /* warm-up */
+			goto out;
+		for (int r = 0; r < CAL_REPS; r++)
+			for (int k = 0; k < 2; k++) {
+				const double t = cal_run(cls, k, calls, a, b, c);
+				if (t < 0)
+					goto out;
+				if (t < best[k])
+					best[k] = t;
+			}
+		for (int k = 0; k < 2; k++)
+			cal_gf[cls][k] = flop * calls / (best[k] > 1e-9 ? best[k] : 1e-9) / 1e9;
+	}
+out:
+	omp_set_num_threads(nt);
+	free(a);
+	free(b);
+	free(c);
+}
+
+int ds_gemm_bf16_measured(int cls, double *sgemm_gf, double *kernel_gf)
+{
+	pthread_once(&cal_once, calibrate);
+	if (cls < 0 || cls >= DS_BF16_NCLASS)
+		return 0;
+	if (sgemm_gf)
+		*sgemm_gf = cal_gf[cls][0];
+	if (kernel_gf)
+		*kernel_gf = cal_gf[cls][1];
+	return cal_gf[cls][1] > 0 && cal_gf[cls][1] >= CAL_MARGIN * cal_gf[cls][0];
+}
+
+/* auto's choice for one product (count 1) or a batch of count products. */
+static enum ds_bf16_impl pick_auto(int ta, int tb, int M, int N, int K, int count)
+{
+	const long long mnk = (long long)M * N * K;
+	(void)ta;
+	(void)tb;
+	if (onednn_isa() == 2 && mnk >= DS_GEMM_BF16_MIN_MNK)
+		return DS_BF16_ONEDNN;   /* AMX: as before issue 21 (not measured here otherwise) */
+	if (ds_gemm_bf16_cpu_avx512bf16() &&
+	    ds_gemm_bf16_measured(count > 1 ? DS_BF16_CLASS_HEADS : DS_BF16_CLASS_LAYER, NULL, NULL))
+		return DS_BF16_KERNEL;
+	return DS_BF16_SGEMM;
+}
+
+enum ds_bf16_impl ds_gemm_bf16_pick(int mode, int ta, int tb, int M, int N, int K, int count)
+{
+	switch (mode) {
+	case DS_BF16_MM_AUTO:
+		return pick_auto(ta, tb, M, N, K, count);
+	case DS_BF16_MM_ONEDNN:
+		return onednn_isa() ? DS_BF16_ONEDNN : DS_BF16_SGEMM;
+	case DS_BF16_MM_KERNEL:
+		return ds_gemm_bf16_cpu_avx512bf16() ? DS_BF16_KERNEL : DS_BF16_SGEMM;
+	default:
+		return DS_BF16_SGEMM;
+	}
+}
+
+int ds_gemm_bf16_plan(int mode, char *buf, size_t n)
+{
+	static const char kn[] = "dstk's AVX512_BF16 kernel (vdpbf16ps)";
+	const int kern = ds_gemm_bf16_cpu_avx512bf16(), isa = onednn_isa();
+	const char *dn = ds_gemm_bf16_onednn_describe();
+	switch (mode) {
+	case DS_BF16_MM_FP32:
+		snprintf(buf, n, "fp32 sgemm");
+		return 0;
+	case DS_BF16_MM_ONEDNN:
+		if (isa)
+			snprintf(buf, n, "bf16 on %s for every product", dn);
+		else
+			snprintf(buf, n, "fp32 sgemm: %s", dn);
+		return isa != 0;
+	case DS_BF16_MM_KERNEL:
+		if (kern)
+			snprintf(buf, n, "bf16 on %s for every product", kn);
+		else
+			snprintf(buf, n, "fp32 sgemm: this CPU has no AVX512_BF16");
+		return kern;
+	default:
+		break;
+	}
+	if (!kern && !isa) {
+		snprintf(buf, n, "fp32 sgemm: this CPU has no AVX512_BF16 or AMX-BF16");
+		return 0;
+	}
+	double s[DS_BF16_NCLASS] = { 0 }, k[DS_BF16_NCLASS] = { 0 };
+	int win[DS_BF16_NCLASS];
+	for (int c = 0; c < DS_BF16_NCLASS; c++)
+		win[c] = ds_gemm_bf16_measured(c, &s[c], &k[c]);
+	char meas[160];
+	snprintf(meas, sizeof meas,
+		 "measured here per core: layer products %.0f vs sgemm's %.0f GFLOP/s, per-head %.0f vs %.0f", k[0], s[0],
+		 k[1], s[1]);
+	if (isa == 2) {
+		snprintf(buf, n, "bf16 on %s for products of 2^19 multiply-adds and more; smaller ones on %s%s%s%s", dn,
+			 win[0] || win[1] ? kn : "fp32 sgemm", kern ? " (" : "", kern ? meas : "", kern ? ")" : "");
+		return 1;
+	}
+	if (!kern) {   /* oneDNN's AVX512_BF16 kernel without the CPU flag: not reached */
+		snprintf(buf, n, "fp32 sgemm: oneDNN has %s, this CPU no AVX512_BF16 for dstk's kernel", dn);
+		return 0;
+	}
+	if (win[0] && win[1])
+		snprintf(buf, n, "bf16 on %s, faster than fp32 sgemm (%s)%s%s", kn, meas, isa ? "; oneDNN's " : "",
+			 isa ? "AVX512_BF16 kernel is no faster without AMX (bench/bf16-gemm)" : "");
+	else if (win[0] || win[1])
+		snprintf(buf, n, "bf16 on %s for %s products, fp32 sgemm for the %s ones, the faster of the two (%s)", kn,
+			 win[0] ? "layer" : "per-head", win[0] ? "per-head" : "layer", meas);
+	else
+		snprintf(buf, n, "fp32 sgemm: faster here than %s (%s; this CPU's vdpbf16ps rate is below its "
+			 "fp32 FMA rate)", kn, meas);
+	return win[0] || win[1];
+}
+
+int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		 const float *B, int ldb, float beta, float *C, int ldc)
+{
+	if (impl == DS_BF16_ONEDNN)
+		return onednn_gemm(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+					   ldc);
+	return -1;
+}
+
+int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M, int N, int K, float alpha,
+			const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	if (impl == DS_BF16_ONEDNN)
+		return onednn_gemm(same ? 2 : 1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, same ? 2 : 1, NULL, ta, tb, M, N, K, alpha, A, lda, B,
+					   ldb, beta, C, ldc);
+	return -1;
+}
+
+int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
+		       int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+		       int ldc)
+{
+	if (bt->count < 1 || bt->inner < 1)
+		return bt->count == 0 ? 0 : -1;
+	if (impl == DS_BF16_ONEDNN) {
+		/* one primitive for every entry: the first call answers for all;
+		 * should a later one fail, the portable kernel does the rest */
+		for (int e = 0; e < bt->count; e++) {
+			const long q = e / bt->inner, r = e % bt->inner;
+			const long oa = q * bt->sa[0] + r * bt->sa[1], ob = q * bt->sb[0] + r * bt->sb[1],
+				   oc = q * bt->sc[0] + r * bt->sc[1];
+			if (onednn_gemm(0, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, beta, C + oc, ldc) == 0)
+				continue;
+			if (e == 0)
+				return -1;
+			for (; e < bt->count; e++) {
+				const long q2 = e / bt->inner, r2 = e % bt->inner;
+				if (ds_gemm_bf16_kernel(0, 0, NULL, ta, tb, M, N, K, alpha, A + q2 * bt->sa[0] + r2 * bt->sa[1],
+							lda, B + q2 * bt->sb[0] + r2 * bt->sb[1], ldb, beta,
+							C + q2 * bt->sc[0] + r2 * bt->sc[1], ldc))
+					return -1;
+			}
+		}
+		return 0;
+	}
+	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+					   ldc);
+	return -1;
+}
 
 #ifdef HAVE_DNNL
 
@@ -29,7 +355,7 @@
 struct prim {
 	int ta, tb, M, N, K, ldc;
 	float alpha, beta;
-	int amx;                      /* 0: oneDNN picks no AMX kernel for it (answer -1) */
+	int bf16;                     /* 0: oneDNN picks no bf16 kernel for it (answer -1) */
 	unsigned long used;           /* 0: empty slot */
 	dnnl_primitive_t p;
 	dnnl_memory_t a, b, c;
@@ -37,7 +363,7 @@ struct prim {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int usable;
+static int isa;                 /* 2 AMX, 1 AVX512_BF16, 0 none */
 static char desc[200];
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;
@@ -45,7 +371,7 @@ static struct prim cache[NCACHE];
 static unsigned long tick;
 static uint16_t *abuf, *bbuf;   /* bf16 A and B */
 static size_t abuf_n, bbuf_n;
-static uint16_t *kbuf;          /* bf16 B of ds_gemm_bf16_reuse_b, kept */
+static uint16_t *kbuf;          /* bf16 B of ds_gemm_bf16_keep_b, kept */
 static size_t kbuf_n;
 static struct { const float *src; int rows, cols, ld; } kept;   /* what kbuf holds (src NULL: nothing) */
 static float *cdense;           /* C when ldc != N (oneDNN's AMX matmul wants a dense one) */
@@ -64,8 +390,15 @@ static void prim_free(struct prim *e)
 	memset(e, 0, sizeof *e);
 }
 
+/* 2 when oneDNN's implementation name is an AMX bf16 kernel, 1 an
+ * AVX512_BF16 one, else 0 (a reference or fp32-converting one) */
+static int bf16_kind(const char *name)
+{
+	return strstr(name, "amx") ? 2 : strstr(name, "avx512_core_bf16") ? 1 : 0;
+}
+
 /* Build the primitive of e's key; impl receives oneDNN's implementation
- * name.  Returns 0 (e->amx says whether it runs on AMX) or -1. */
+ * name.  Returns 0 (e->bf16 says whether it runs on a bf16 kernel) or -1. */
 static int prim_make(struct prim *e, char *impl, size_t implsz)
 {
 	dnnl_memory_desc_t a, b, c;
@@ -99,8 +432,8 @@ static int prim_make(struct prim *e, char *impl, size_t implsz)
 	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) || !name)
 		goto out;
 	snprintf(impl, implsz, "%s", name);
-	e->amx = strstr(name, "amx") != NULL;
-	if (e->amx && (dnnl_primitive_create(&e->p, pd) || dnnl_memory_create(&e->a, &a, eng, DNNL_MEMORY_NONE) ||
+	e->bf16 = bf16_kind(name) != 0;
+	if (e->bf16 && (dnnl_primitive_create(&e->p, pd) || dnnl_memory_create(&e->a, &a, eng, DNNL_MEMORY_NONE) ||
 		       dnnl_memory_create(&e->b, &b, eng, DNNL_MEMORY_NONE) ||
 		       dnnl_memory_create(&e->c, &c, eng, DNNL_MEMORY_NONE)))
 		goto out;
@@ -120,26 +453,26 @@ static void probe(void)
 		return;
 	}
 	/* what oneDNN picks for a small product tells whether it reaches AMX
-	 * here (CPU, kernel permission, ONEDNN_MAX_CPU_ISA) */
+	 * or AVX512_BF16 here (CPU, kernel permission, ONEDNN_MAX_CPU_ISA) */
 	struct prim e = { .ta = 0, .tb = 1, .M = 32, .N = 32, .K = 32, .ldc = 32, .alpha = 1.0f, .beta = 0.0f };
 	char impl[128] = "none";
-	if (prim_make(&e, impl, sizeof impl) == 0 && e.amx) {
-		usable = 1;
+	if (prim_make(&e, impl, sizeof impl) == 0 && e.bf16) {
+		isa = bf16_kind(impl);
 		snprintf(desc, sizeof desc, "oneDNN %d.%d.%d %s", v->major, v->minor, v->patch, impl);
 	} else {
-		snprintf(desc, sizeof desc, "no AMX bf16 (oneDNN %d.%d.%d picks %s on this CPU)", v->major, v->minor,
-			 v->patch, impl);
+		snprintf(desc, sizeof desc, "no bf16 kernel in oneDNN %d.%d.%d on this CPU (it picks %s)", v->major,
+			 v->minor, v->patch, impl);
 	}
 	prim_free(&e);
 }
 
-int ds_gemm_bf16_usable(void)
+static int onednn_isa(void)
 {
 	pthread_once(&once, probe);
-	return usable;
+	return isa;
 }
 
-const char *ds_gemm_bf16_describe(void)
+const char *ds_gemm_bf16_onednn_describe(void)
 {
 	pthread_once(&once, probe);
 	return desc;
@@ -147,8 +480,8 @@ const char *ds_gemm_bf16_describe(void)
 
 /* dst (rows, cols) dense = bf16 of src (rows, cols) with leading dimension
  * ld: round to nearest even, NaN stays a quiet NaN (ds_fp32_to_bf16's bits;
- * vcvtneps2bf16 would flush subnormals).  Only called where AMX runs, so
- * AVX-512 is there. */
+ * vcvtneps2bf16 would flush subnormals).  Only called where oneDNN runs a
+ * bf16 kernel, so AVX-512 is there. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void to_bf16(uint16_t *dst, const float *src, int rows,
 									 int cols, int ld)
 {
@@ -216,22 +549,26 @@ static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, 
 		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
 }
 
-static int gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-		float beta, float *C, int ldc, int reuse)
+/* keep: 0 none, 1 convert B and keep it, 2 reuse the kept copy if it matches */
+static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		     const float *B, int ldb, float beta, float *C, int ldc)
 {
-	if (!ds_gemm_bf16_usable() || M <= 0 || N <= 0 || K <= 0 || ldc < N)
+	const int reuse = keep != 0;
+	if (!onednn_isa() || M <= 0 || N <= 0 || K <= 0 || ldc < N)
 		return -1;
 	ta = ta != 0;
 	tb = tb != 0;
 	const int br = tb ? N : K, bc = tb ? K : N;
 	int rc = -1, dense = ldc == N;
 	pthread_mutex_lock(&lock);
+	if (keep == 1)
+		kept.src = NULL;   /* a new B: whatever happens below, the old copy is stale */
 	if (grow((void **)&abuf, &abuf_n, (size_t)M * (size_t)K, 2) ||
 	    grow(reuse ? (void **)&kbuf : (void **)&bbuf, reuse ? &kbuf_n : &bbuf_n, (size_t)K * (size_t)N, 2) ||
 	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
 		goto out;
 	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta);
-	if (!e || !e->amx)
+	if (!e || !e->bf16)
 		goto out;
 	uint16_t *bh = reuse ? kbuf : bbuf;
 	float *cd = dense ? C : cdense;
@@ -262,40 +599,17 @@ out:
 	return rc;
 }
 
-int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		 int ldb, float beta, float *C, int ldc)
-{
-	return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
-}
-
-int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-			const float *B, int ldb, float beta, float *C, int ldc)
-{
-	if (!same) {
-		pthread_mutex_lock(&lock);
-		kept.src = NULL;
-		pthread_mutex_unlock(&lock);
-	}
-	return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);
-}
-
 #else /* !HAVE_DNNL */
 
-int ds_gemm_bf16_usable(void) { return 0; }
+static int onednn_isa(void) { return 0; }
 
-const char *ds_gemm_bf16_describe(void)
+const char *ds_gemm_bf16_onednn_describe(void)
 {
 	return "not built with oneDNN (apt-get install libdnnl-dev, configure --with-dnnl)";
 }
 
-int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		 int ldb, float beta, float *C, int ldc)
-{
-	return -1;
-}
-
-int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-			const float *B, int ldb, float beta, float *C, int ldc)
+static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		     const float *B, int ldb, float beta, float *C, int ldc)
 {
 	return -1;
 }

@@ -1,54 +1,138 @@
-/* gemm_bf16.h - bf16 matrix products on Intel AMX, through oneDNN (issue 5).
+/* gemm_bf16.h - bf16 matrix products on CPU: oneDNN (AMX or AVX512_BF16)
+ * or dstk's own AVX512_BF16 kernel, chosen per product (issues 5 and 21).
  *
- * ds_gemm_bf16 computes what cblas_sgemm(CblasRowMajor, ...) computes with
- * the same arguments, except that A and B are first rounded to bf16 (round
- * to nearest even, as ds_fp32_to_bf16) and the products are accumulated in
- * fp32 by AMX's TDPBF16PS in oneDNN's order: the result equals an fp32
- * product of the bf16-rounded inputs up to the accumulation order (and
- * TDPBF16PS's treatment of bf16 subnormal inputs as zero).  On the 2-core
- * AMX machine it was written on it is 3-4.8x OpenBLAS's sgemm on the GPT
- * linear and head shapes, conversion included (bench/amx-gemm).  AMX-FP16
- * (Granite Rapids) is not used: fp16 products stay on sgemm.
- *
- * Built on oneDNN 2.x (Debian 12's libdnnl-dev, configure --with-dnnl);
- * without it every call reports "not usable" and callers keep sgemm.  Like
- * cblas_sgemm it must not be called inside an OpenMP parallel region (it
- * runs its own, on the same libgomp pool).  Calls are serialised by a lock.
+ * Every implementation computes what cblas_sgemm(CblasRowMajor, ...)
+ * computes with the same arguments, except that A and B are first rounded
+ * to bf16 (round to nearest even, as ds_fp32_to_bf16) and the exact
+ * products are accumulated in fp32: the result equals an fp32 product of
+ * the bf16-rounded inputs up to the order of the fp32 sums (and the
+ * hardware's reading of bf16 subnormal inputs as zero).  Implementations:
+ *   oneDNN   oneDNN 2.x's matmul (Debian 12's libdnnl-dev, configure
+ *            --with-dnnl) where it picks a bf16 kernel on this CPU: AMX
+ *            (brg:avx512_core_amx_bf16) or AVX512_BF16 (brg:avx512_core_bf16);
+ *   kernel   dstk's packed vdpbf16ps kernel (gemm_bf16_kernel.c), on every
+ *            CPU with AVX512_BF16 (Intel Cooper Lake and later, AMD Zen 4
+ *            and later), with or without oneDNN;
+ *   portable the same kernel's C micro-kernel, on any CPU: slower than
+ *            sgemm, for tests only (auto never picks it).
+ * dstk.bf16_matmul chooses: "auto" picks per product the implementation
+ * measured fastest for its shape class on this CPU, fp32 sgemm included
+ * (see ds_gemm_bf16_pick),
+ * "onednn" and "avx512_bf16" force one, "fp32" keeps fp32 sgemm.  fp16 runs
+ * never use these: the CPUs' fp16 arithmetic (AVX512-FP16) accumulates in
+ * fp16, and rounding fp16 to bf16 would drop 3 mantissa bits.
+ * Like cblas_sgemm, none of these may be called inside an OpenMP parallel
+ * region (they run their own, on the same libgomp pool); calls are
+ * serialised by locks.
  */
 #ifndef DS_KERNELS_GEMM_BF16_H
 #define DS_KERNELS_GEMM_BF16_H
 
-/* Below this M*N*K a call costs more than it saves (conversion and
- * oneDNN's per-call work): GPT-2's per-head 64x64x64 attention products ran
- * at 0.3-0.9x sgemm with 2 threads, gpt-tiny's 128x128x64 and 128x64x128 at
- * 1.1-1.8x (bench/amx-gemm).  Callers that choose per call keep sgemm below
- * it. */
+#include <stddef.h>
+
+/* Below this M*N*K a oneDNN call costs more than it saves (conversion and
+ * per-call work): GPT-2's per-head 64x64x64 attention products ran at
+ * 0.3-0.9x sgemm on AMX with 2 threads (bench/amx-gemm, now part of
+ * bench/bf16-gemm).  auto keeps such
+ * products off oneDNN. */
 #define DS_GEMM_BF16_MIN_MNK (1 << 19)
 
-/* 1 when bf16 products run on AMX in this process: oneDNN is built in and
- * its matmul picks an AMX implementation on this CPU (checked once, on a
- * small product); else 0. */
-int ds_gemm_bf16_usable(void);
+/* Who runs one product. */
+enum ds_bf16_impl {
+	DS_BF16_SGEMM = 0,   /* nobody here: the caller runs fp32 sgemm */
+	DS_BF16_ONEDNN,      /* oneDNN's matmul on a bf16 kernel (AMX or AVX512_BF16) */
+	DS_BF16_KERNEL,      /* dstk's vdpbf16ps kernel (AVX512_BF16) */
+	DS_BF16_PORTABLE,    /* dstk's kernel with its portable C micro-kernel (tests) */
+};
 
-/* One line for reports: the implementation ("oneDNN 2.6.3
- * brg:avx512_core_amx_bf16") or why it is not usable. */
-const char *ds_gemm_bf16_describe(void);
+/* dstk.bf16_matmul */
+enum ds_bf16_mode {
+	DS_BF16_MM_AUTO = 0,   /* "auto": the fastest measured per shape class, sgemm where none is */
+	DS_BF16_MM_ONEDNN,     /* "onednn": oneDNN for every product */
+	DS_BF16_MM_KERNEL,     /* "avx512_bf16": dstk's kernel for every product */
+	DS_BF16_MM_FP32,       /* "fp32": fp32 sgemm for every product */
+};
+
+/* The mode a dstk.bf16_matmul value names, or -1. */
+int ds_bf16_mode_parse(const char *s);
+/* "auto", "onednn", "avx512_bf16" or "fp32". */
+const char *ds_bf16_mode_name(int mode);
+
+/* 1 when impl can run on this build and CPU, else 0 with *why (optional)
+ * saying why not (static text).  oneDNN is probed once, on a small
+ * product: it counts when its matmul picks a bf16 kernel (AMX or
+ * AVX512_BF16; ONEDNN_MAX_CPU_ISA and the kernel's AMX permission apply). */
+int ds_gemm_bf16_available(enum ds_bf16_impl impl, const char **why);
+/* oneDNN's kernel name on this CPU ("brg:avx512_core_amx_bf16") and
+ * version, or why oneDNN is not used (static text). */
+const char *ds_gemm_bf16_onednn_describe(void);
+/* 1 when oneDNN runs bf16 products on AMX here. */
+int ds_gemm_bf16_amx(void);
+
+/* Whether mode can be honoured here: 0, or -1 with why (an explicit
+ * "onednn" without oneDNN's bf16 kernel, "avx512_bf16" on a CPU without
+ * it).  auto and fp32 always can. */
+int ds_gemm_bf16_mode_check(int mode, char *why, size_t whysz);
+
+/* auto's shape classes: a layer's linear products, and the batches of
+ * attention's per-head ones. */
+enum { DS_BF16_CLASS_LAYER = 0, DS_BF16_CLASS_HEADS, DS_BF16_NCLASS };
+
+/* auto's measurement of this process (taken once, on first use: best of a
+ * few runs of one product of class cls, a GPT-2 layer's (256, 768, 768)
+ * or 24 per-head (64, 64, 64) ones, in fp32 sgemm and on dstk's kernel):
+ * both rates in GFLOP/s (0 where the CPU has no AVX512_BF16), and 1 when
+ * the kernel is faster by a margin (auto then gives it the class), else 0. */
+int ds_gemm_bf16_measured(int cls, double *sgemm_gf, double *kernel_gf);
+
+/* One line: what mode does on this build and CPU and why, e.g. "bf16 on
+ * dstk's AVX512_BF16 kernel (vdpbf16ps), faster than fp32 sgemm (measured
+ * here: ...)" (without the mode's name: callers add it).  Returns 1 when
+ * some products run in bf16, 0 when all stay on sgemm. */
+int ds_gemm_bf16_plan(int mode, char *buf, size_t n);
+
+/* The implementation mode gives a product of this shape (count > 1: a
+ * batch of that many, attention's per-head ones).
+ * Never an unavailable one: DS_BF16_SGEMM when nothing fits.  auto on an
+ * AMX CPU keeps what it chose before issue 21 (oneDNN for products of at
+ * least DS_GEMM_BF16_MIN_MNK); every other product goes to dstk's kernel
+ * where ds_gemm_bf16_measured says it beats sgemm for its class, else to
+ * sgemm (without AMX, oneDNN's AVX512_BF16 kernel was no faster than
+ * dstk's in bench/bf16-gemm, and slower on the per-head products). */
+enum ds_bf16_impl ds_gemm_bf16_pick(int mode, int ta, int tb, int M, int N, int K, int count);
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major; ta/tb nonzero mean
  * op(X) = X^T (A stored (K,M), B stored (N,K)); lda/ldb/ldc as in
  * cblas_sgemm.  beta 0 overwrites C without reading it.  Returns 0, or -1
- * when not usable or out of memory (C untouched: the caller runs sgemm). */
-int ds_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		 int ldb, float beta, float *C, int ldc);
+ * when impl cannot run it (not available, out of memory; C untouched: the
+ * caller runs sgemm). */
+int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		 const float *B, int ldb, float beta, float *C, int ldc);
 
 /* ds_gemm_bf16 with B's bf16 copy kept for the next call: same = 0
  * converts B (and keeps the copy), same = 1 promises that B holds the same
  * values as in the previous ds_gemm_bf16_keep_b call and reuses the copy if
- * that call had the same B pointer, orientation, size and ldb.  For a
- * product split into row chunks against one weight matrix (the model's
- * head: converting its (V, C) embedding per chunk would cost more than the
- * product).  One kept copy per process; ds_gemm_bf16 calls do not touch it. */
-int ds_gemm_bf16_keep_b(int same, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-			const float *B, int ldb, float beta, float *C, int ldc);
+ * that call had the same implementation, B pointer, orientation, size and
+ * ldb.  For a product split into row chunks against one weight matrix (the
+ * model's head: converting its (V, C) embedding per chunk would cost more
+ * than the product).  One kept copy per implementation and process;
+ * ds_gemm_bf16 calls do not touch it. */
+int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M, int N, int K, float alpha,
+			const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Where entry e of a batch of products lives: X + (e / inner) * s[0] +
+ * (e % inner) * s[1] for X = A, B, C (attention's (b, head) products:
+ * inner = heads). */
+struct ds_gemm_bf16_batch {
+	int count, inner;
+	long sa[2], sb[2], sc[2];
+};
+
+/* The batch's products, each ds_gemm_bf16 with the same shape and
+ * arguments on its own A, B and C; the kernel runs whole entries per
+ * thread.  Returns 0 or -1 as ds_gemm_bf16 (-1: every C untouched). */
+int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
+		       int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+		       int ldc);
 
 #endif

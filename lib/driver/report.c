@@ -217,19 +217,34 @@ static void rows_comm_io(struct ds_report *r, const struct ds_gpu_info *gi, int 
 	}
 }
 
-/* bf16 matrix products on AMX (kernels/cpu/gemm_bf16): built with oneDNN,
- * and oneDNN reaches AMX on this CPU (what bf16 training with
- * dstk.bf16_matmul "auto" uses). */
-static void row_amx(struct ds_report *r)
+/* bf16 matrix products (kernels/cpu/gemm_bf16): which implementation
+ * bf16 training with dstk.bf16_matmul "auto" uses on this build and CPU,
+ * and why.  dstk's AVX512_BF16 kernel is always built; oneDNN (AMX,
+ * AVX512_BF16) only with --with-dnnl. */
+static void row_bf16_matmul(struct ds_report *r)
 {
-	int cpu = ds_sysinfo_cpu_has("amx_bf16", NULL) == 1 && ds_sysinfo_cpu_has("amx_tile", NULL) == 1;
-	int ok = ds_gemm_bf16_usable();
-	char why[224];
-	snprintf(why, sizeof why, "%s", cpu ? ds_gemm_bf16_describe() : "this CPU has no amx_bf16/amx_tile");
-	struct ds_report_row *w = feature(r, "amx_bf16", "onednn", ds_app_has("onednn") ? ok : cpu, why,
-					  cpu ? "check ONEDNN_MAX_CPU_ISA and the kernel's AMX support (Linux >= 5.16)"
-					      : "none needed: bf16 training uses fp32 sgemm");
-	snprintf(w->value, sizeof w->value, "%s", ok ? ds_gemm_bf16_describe() : "bf16 training uses fp32 sgemm");
+	int amx_cpu = ds_sysinfo_cpu_has("amx_bf16", NULL) == 1 && ds_sysinfo_cpu_has("amx_tile", NULL) == 1;
+	char plan[512];
+	int ok = ds_gemm_bf16_plan(DS_BF16_MM_AUTO, plan, sizeof plan);
+	struct ds_report_row *w = add(r, DS_REPORT_FEATURE, "bf16_matmul", "%s", "");
+	w->compatible = ok;
+	if (!ok) {   /* the plan is "fp32 sgemm: why" */
+		const char *why = strncmp(plan, "fp32 sgemm: ", 12) ? plan : plan + 12;
+		snprintf(w->value, sizeof w->value, "bf16 training uses fp32 sgemm");
+		snprintf(w->reason, sizeof w->reason, "%.*s", (int)sizeof w->reason - 1, why);
+		snprintf(w->fix, sizeof w->fix, "%s",
+			 amx_cpu ? "check ONEDNN_MAX_CPU_ISA and the kernel's AMX support (Linux >= 5.16)"
+			 : ds_gemm_bf16_available(DS_BF16_KERNEL, NULL)
+				 ? "none needed (dstk.bf16_matmul \"avx512_bf16\" forces the kernel)"
+				 : "none needed: bf16 training uses fp32 sgemm");
+		return;
+	}
+	const char *p = strncmp(plan, "bf16 on ", 8) ? plan : plan + 8;
+	if (amx_cpu && !ds_gemm_bf16_amx())
+		snprintf(w->value, sizeof w->value, "%.*s; AMX unused: oneDNN is not built in or does not reach it",
+			 (int)sizeof w->value - 64, p);
+	else
+		snprintf(w->value, sizeof w->value, "%.*s", (int)sizeof w->value - 1, p);
 }
 
 /* CPU SIMD used by CPU-Adam: the build always carries these code paths
@@ -360,7 +375,7 @@ int ds_report_run(const struct ds_report_opts *opts, struct ds_report *rep, stru
 	rows_openmp_blas(rep, &si);
 	rows_comm_io(rep, &gi, gpu_rc);
 	rows_simd(rep);
-	row_amx(rep);
+	row_bf16_matmul(rep);
 	DS_TRY(rows_machine(rep, opts, &si, &gi, gpu_rc, err));
 	rows_versions(rep, &gi, gpu_rc);
 	return 0;

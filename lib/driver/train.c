@@ -338,11 +338,11 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		    ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
-	if (s->eng.half == DS_HALF_BF16)   /* which matrix products the bf16 run uses (gpt.h) */
-		ds_log_info("matmul: %s%s%s", s->eng.fp32_matmul ? "fp32 sgemm (dstk.bf16_matmul \"fp32\")"
-			    : ds_gemm_bf16_usable() ? "bf16 on AMX, " : "fp32 sgemm, ",
-			    s->eng.fp32_matmul ? "" : ds_gemm_bf16_describe(),
-			    s->eng.fp32_matmul || ds_gemm_bf16_usable() ? "" : " (dstk.bf16_matmul \"auto\")");
+	if (s->eng.half == DS_HALF_BF16) {   /* which matrix products the bf16 run uses (gpt.h) */
+		char plan[512];
+		ds_gemm_bf16_plan(s->eng.bf16_matmul, plan, sizeof plan);
+		ds_log_info("matmul: %s (dstk.bf16_matmul \"%s\")", plan, ds_bf16_mode_name(s->eng.bf16_matmul));
+	}
 
 	r->rows = ds_alloc(sizeof(int32_t) * (size_t)(s->mb * s->ga * (r->T + 1)));
 	if (!r->rows)

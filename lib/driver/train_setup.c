@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_bf16.h"
 #include "util/log.h"
 
 static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
@@ -117,7 +118,9 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	s->eng.comm_half = s->eng.half != DS_HALF_NONE ? DS_HALF_NONE
 			   : !strcmp(cdt, "fp16") ? DS_HALF_FP16 : !strcmp(cdt, "bf16") ? DS_HALF_BF16 : DS_HALF_NONE;
 	s->eng.comm_fp32 = s->eng.half != DS_HALF_NONE && !strcmp(cdt, "fp32");
-	s->eng.fp32_matmul = !strcmp(v->dstk.bf16_matmul, "fp32");
+	s->eng.bf16_matmul = ds_bf16_mode_parse(v->dstk.bf16_matmul);
+	if (s->eng.bf16_matmul < 0)   /* the key table admits only the modes */
+		s->eng.bf16_matmul = DS_BF16_MM_AUTO;
 	s->nonfinite_abort = !strcmp(v->dstk.nonfinite_policy, "abort");
 	s->nonfinite_max = v->dstk.nonfinite_max_consecutive;
 	struct ds_fp16_cfg fc;

@@ -727,7 +727,7 @@ static int build_model(struct ds_engine *e, struct ds_err *err)
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
 				     .dropout_seed = opts->seed, .half = opts->half,
-				     .fp32_matmul = opts->fp32_matmul };
+				     .bf16_matmul = opts->bf16_matmul };
 	DS_TRY(ds_gpt_ws_create(&e->ws, e->model, &wo, err));
 	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };
 	ds_gpt_ws_set_hooks(e->ws, &h);

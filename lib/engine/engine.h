@@ -103,7 +103,7 @@ struct ds_engine_opts {
 	 * (communication_data_type "fp32") rather than in the model's dtype
 	 * (DeepSpeed's default); ignored otherwise */
 	int comm_fp32;
-	int fp32_matmul;               /* bf16: products on sgemm, not AMX (dstk.bf16_matmul "fp32") */
+	int bf16_matmul;               /* bf16: enum ds_bf16_mode of the products (dstk.bf16_matmul; 0 auto) */
 	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
 	 * reduce in fp32; ignored for a 16-bit model): each gradient
 	 * reduction casts to that type, scales and sums there (the 16-bit sum

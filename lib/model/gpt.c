@@ -2,8 +2,9 @@
  *
  * Matrix products go through gemm(): cblas_sgemm (the OpenMP OpenBLAS, one
  * thread pool with our loops; never called inside a parallel region), or in
- * bf16 runs AMX bf16 products (kernels/cpu/gemm_bf16); everything else
- * is in kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
+ * bf16 runs bf16 products (kernels/cpu/gemm_bf16: oneDNN on AMX or
+ * AVX512_BF16, or dstk's AVX512_BF16 kernel); everything else is in
+ * kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
  * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
  * Vp padded vocabulary, L layers, N = B*T.  Mixed precision rounds
  * activations to 16 bits in place and stores the saved ones in 16 bits
@@ -61,7 +62,7 @@ struct hacts {
 struct ds_gpt_ws {
 	int Bmax, Tmax, ckpt, Vp;
 	enum ds_half_kind half;       /* round activations to this format */
-	int mm_bf16;                  /* matrix products in bf16 on AMX (gemm) */
+	int mm;                       /* enum ds_bf16_mode of bf16 runs' products (gemm), -1: sgemm */
 	uint64_t seed;
 	void *mem;
 	size_t bytes;
@@ -373,7 +374,15 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->ckpt = o->checkpointing != 0;
 	ws->seed = o->dropout_seed;
 	ws->half = (enum ds_half_kind)o->half;
-	ws->mm_bf16 = ws->half == DS_HALF_BF16 && !o->fp32_matmul && ds_gemm_bf16_usable();
+	ws->mm = -1;
+	if (ws->half == DS_HALF_BF16) {
+		char why[200];
+		if (ds_gemm_bf16_mode_check(o->bf16_matmul, why, sizeof why)) {
+			free(ws);
+			return ds_err_set(err, DS_ENOTSUP, "model workspace: %s", why);
+		}
+		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
+	}
 	ws->ckpt_layer = -1;
 	const int hp = ws->half != DS_HALF_NONE;
 	ws->la = calloc(ws->ckpt || hp ? 1 : (size_t)m->L, sizeof(*ws->la));
@@ -435,7 +444,18 @@ void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst)
 		ds_half_unpack_n(ws->half, dst, ws->logits16, cnt);
 }
 
-int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws) { return ws->mm_bf16; }
+int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws, char *buf, size_t n)
+{
+	if (ws->half != DS_HALF_BF16) {
+		snprintf(buf, n, "fp32 sgemm (%s runs keep fp32 products)", ds_half_name(ws->half));
+		return 0;
+	}
+	const int mode = ws->mm < 0 ? DS_BF16_MM_FP32 : ws->mm;
+	char plan[448];
+	int rc = ds_gemm_bf16_plan(mode, plan, sizeof plan);
+	snprintf(buf, n, "%s (dstk.bf16_matmul \"%s\")", plan, ds_bf16_mode_name(mode));
+	return rc;
+}
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws) { return ws->recompute_s; }
 
 void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
@@ -569,35 +589,54 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
 
 /* ---- matmuls ------------------------------------------------------------ */
 
-/* Every matrix product: cblas_sgemm's row-major arguments.  A bf16
- * workspace on a CPU with AMX (ws->mm_bf16) rounds A and B to bf16 and
- * accumulates in fp32 (ds_gemm_bf16), as a GPU's bf16 GEMM does; the inputs
- * are bf16 values already (rounded activations and gradients, the bf16
- * parameter copy) but for dropout-scaled attention probabilities, so mostly
- * only the accumulation order changes.  Anything else, a product too small to
- * gain (DS_GEMM_BF16_MIN_MNK) or a shape oneDNN runs without AMX, is
+/* Every matrix product: cblas_sgemm's row-major arguments, or with bt a
+ * batch of them (attention's per-(b, head) products, gemm_bf16.h).
+ * A bf16 workspace (ws->mm >= 0) runs the implementation
+ * ds_gemm_bf16_pick chooses for the shape: it rounds A and B to bf16 and
+ * accumulates in fp32, as a GPU's bf16 GEMM does; the inputs are bf16
+ * values already (rounded activations and gradients, the bf16 parameter
+ * copy) but for dropout-scaled attention probabilities, so mostly only the
+ * accumulation order changes.  The choice depends on the shape, the CPU
+ * and the build only, so a run repeats its results.  Anything else is
  * cblas_sgemm. */
+static void gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *bt, enum CBLAS_TRANSPOSE ta,
+		    enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+		    int ldb, float beta, float *C, int ldc)
+{
+	const int t1 = ta == CblasTrans, t2 = tb == CblasTrans;
+	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+	if (!bt)
+		bt = &one;
+	enum ds_bf16_impl im = ws->mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(ws->mm, t1, t2, M, N, K, bt->count);
+	if (im != DS_BF16_SGEMM && (bt->count == 1 ? ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+				    : ds_gemm_bf16_batch(im, bt, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) == 0)
+		return;
+	for (int e = 0; e < bt->count; e++) {
+		const long q = e / bt->inner, r = e % bt->inner;
+		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
+			    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
+	}
+}
+
 static void gemm(const struct ds_gpt_ws *ws, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
 		 int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	if (ws->mm_bf16 && (int64_t)M * N * K >= DS_GEMM_BF16_MIN_MNK &&
-	    ds_gemm_bf16(ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
-		return;
-	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	gemm_bt(ws, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* gemm() for the head's row chunks against its one weight matrix B: same
- * says B is unchanged since the previous chunk, so on AMX its bf16 copy is
- * reused (converting GPT-2's (V, C) embedding per chunk would cost more
- * than the chunk's product).  Chunks only shrink, so a first chunk left to
- * sgemm leaves every later one there too. */
-static void gemm_kb(const struct ds_gpt_ws *ws, int same, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
-		    int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-		    float *C, int ldc)
+ * says B is unchanged since the previous chunk, so its bf16 copy is reused
+ * (converting GPT-2's (V, C) embedding per chunk would cost more than the
+ * chunk's product).  Every chunk is picked for the first chunk's shape, so
+ * the chunks of one product share one implementation and its copy. */
+static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, enum CBLAS_TRANSPOSE ta,
+		    enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+		    int ldb, float beta, float *C, int ldc)
 {
-	if (ws->mm_bf16 && (int64_t)M * N * K >= DS_GEMM_BF16_MIN_MNK &&
-	    ds_gemm_bf16_keep_b(same, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
-				ldc) == 0)
+	const int t1 = ta == CblasTrans, t2 = tb == CblasTrans;
+	enum ds_bf16_impl im = ws->mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(ws->mm, t1, t2, M0, N, K, 1);
+	if (im != DS_BF16_SGEMM &&
+	    ds_gemm_bf16_keep_b(im, same, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
 		return;
 	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -642,36 +681,28 @@ static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float 
 
 /* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
  * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout.  The
- * products are one sgemm per (b, head) on strided views of qkv (lda 3C),
- * issued serially so BLAS owns the threads; the softmax is one OpenMP
- * pass over all rows. */
+ * products are batches over (b, head) on strided views of qkv (lda 3C):
+ * one bf16 batch call, or sgemm calls issued serially so BLAS owns the
+ * threads; the softmax is one OpenMP pass over all rows. */
 static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
 			      int B, int T)
 {
 	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const long TT = (long)T * T, TC3 = (long)T * C3;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
-			/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-			gemm(ws, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C, C3,
-				    0.0f, a->att + ((int64_t)b * NH + h) * T * T, T);
-		}
+	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
+	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } };
+	gemm_bt(ws, &s, CblasNoTrans, CblasTrans, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
 	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
 		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
-			gemm(ws, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
-				    P + ((int64_t)b * NH + h) * T * T, T,
-				    a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs, C3, 0.0f,
-				    a->atty + (int64_t)b * T * C + h * hs, C);
-		}
+	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
+	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs } };
+	gemm_bt(ws, &y, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C). */
@@ -679,39 +710,28 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 			       int l, int B, int T)
 {
 	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	if (drop)   /* the dropped probabilities again, from the same keys */
 		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			const int64_t bh = ((int64_t)b * NH + h) * T * T;
-			const float *dy = ws->datty + (int64_t)b * T * C + h * hs;
-			const float *v = a->qkv + (int64_t)b * T * C3 + 2 * C + h * hs;
-			float *dv = ws->dqkv + (int64_t)b * T * C3 + 2 * C + h * hs;
-			/* datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
-			gemm(ws, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
-				    0.0f, ws->datt + bh, T);
-			gemm(ws, CblasTrans, CblasNoTrans, T, hs, T, 1.0f,
-				    (drop ? ws->attd : P) + bh, T, dy, C, 0.0f, dv, C3);
-		}
+	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
+	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } };
+	gemm_bt(ws, &dp, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f, ws->datt,
+		T);
+	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } };
+	gemm_bt(ws, &dv, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
+		ws->dqkv + 2 * C, C3);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
 	ds_kernel_causal_softmax_backward(ws->datt, P, B, NH, T, scale, drop ? pa : 0.0f,
 					  drop ? streams(ws, B, l + 1, 1) : NULL);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < NH; h++) {
-			const int64_t bh = ((int64_t)b * NH + h) * T * T;
-			const float *q = a->qkv + (int64_t)b * T * C3 + h * hs;
-			float *dq = ws->dqkv + (int64_t)b * T * C3 + h * hs;
-			/* dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
-			gemm(ws, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
-				    q + C, C3, 0.0f, dq, C3);
-			gemm(ws, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt + bh, T,
-				    q, C3, 0.0f, dq + C, C3);
-		}
+	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
+	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } };
+	gemm_bt(ws, &dq, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
+	gemm_bt(ws, &dq, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 }
 
 /* ---- one transformer layer --------------------------------------------- */
@@ -825,7 +845,8 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 		      int64_t n, const float *head)
 {
 	const int V = m->V, Vp = m->Vp, C = m->C;
-	gemm_kb(ws, r0 > 0, CblasNoTrans, CblasTrans, (int)n, V, C, 1.0f, ws->lnf + r0 * C, C,
+	gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), CblasNoTrans, CblasTrans, (int)n, V, C,
+		1.0f, ws->lnf + r0 * C, C,
 		    head, C, 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V) {
@@ -962,7 +983,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
 		rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
 		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
-		gemm_kb(ws, r0 > 0, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
+		gemm_kb(ws, r0 > 0, (int)R, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
 			    tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
 		gemm(ws, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
 			    ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);

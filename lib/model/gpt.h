@@ -97,7 +97,7 @@ struct ds_gpt_ws_opts {
 	int checkpointing;       /* 1: keep only each layer's input, recompute in backward */
 	uint64_t dropout_seed;   /* key of the dropout streams */
 	int half;                /* enum ds_half_kind: round activations to 16 bits (0: fp32) */
-	int fp32_matmul;         /* bf16: keep the matrix products on fp32 sgemm (dstk.bf16_matmul "fp32") */
+	int bf16_matmul;         /* bf16: enum ds_bf16_mode of the matrix products (dstk.bf16_matmul; 0 auto) */
 };
 
 /* Mixed precision (half != DS_HALF_NONE): activations are computed in fp32
@@ -117,15 +117,15 @@ struct ds_gpt_ws_opts {
  * (and in backward their gradient) a few rows at a time in fp32 scratch
  * that backward's layer buffers lend it.  The final norm, one working layer
  * and the backward scratch stay fp32: the compute is fp32, except that
- * bf16 on a CPU with AMX (ds_gemm_bf16_usable), unless fp32_matmul, runs
- * every matrix product of at least DS_GEMM_BF16_MIN_MNK multiply-adds with
- * both inputs rounded to bf16 and fp32 accumulation (a GPU's bf16 GEMM):
- * every input is a bf16 value already (rounded activations and gradients,
- * the bf16 parameter copy) except the attention probabilities scaled by
- * dropout's 1/(1-p), rounded on entry as on a GPU, so results differ from
- * sgemm by the order of the fp32 sums (and AMX reads bf16 subnormals as 0).
+ * bf16 runs the matrix products bf16_matmul picks (kernels/cpu/gemm_bf16.h:
+ * on AMX or AVX512_BF16 CPUs, unless "fp32") with both inputs rounded to
+ * bf16 and fp32 accumulation (a GPU's bf16 GEMM): every input is a bf16
+ * value already (rounded activations and gradients, the bf16 parameter
+ * copy) except the attention probabilities scaled by dropout's 1/(1-p),
+ * rounded on entry as on a GPU, so results differ from sgemm by the order
+ * of the fp32 sums (and the hardware reads bf16 subnormals as 0).
  * fp16 keeps fp32 sgemm (rounding fp16 to bf16 would drop 3 mantissa bits;
- * the CPUs here have no AMX-FP16). */
+ * AVX512-FP16 accumulates in fp16, and oneDNN 2.6 has no AMX-FP16). */
 
 /* Activation bytes a workspace for (B, T, checkpointing, half: enum
  * ds_half_kind) holds, without
@@ -138,7 +138,9 @@ size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, 
 size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);
 
 /* Allocate (ds_alloc) a workspace.  Returns 0, DS_EINVAL (T > max positions
- * for learned, B or T < 1) or DS_ENOMEM.  Free with ds_gpt_ws_destroy. */
+ * for learned, B or T < 1), DS_ENOTSUP (bf16 with a bf16_matmul this build
+ * or CPU cannot run: "onednn" without oneDNN's bf16 kernel, "avx512_bf16"
+ * without AVX512_BF16) or DS_ENOMEM.  Free with ds_gpt_ws_destroy. */
 int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
 		     struct ds_err *err);
 void ds_gpt_ws_destroy(struct ds_gpt_ws *ws);   /* accepts NULL */
@@ -152,8 +154,10 @@ void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst);
 /* Seconds spent recomputing layers in backward so far (activation
  * checkpointing's `profile` figure); 0 without checkpointing. */
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws);
-/* 1 when the workspace's matrix products run in bf16 on AMX (see above). */
-int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws);
+/* 1 when some of the workspace's matrix products run in bf16 (see above),
+ * else 0; buf (n bytes) receives one line saying which implementation
+ * runs them and why (ds_gemm_bf16_plan). */
+int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws, char *buf, size_t n);
 
 /* ---- per-segment hooks (ZeRO-3) ---------------------------------------- */
 

@@ -20,14 +20,9 @@ tests_unit_test_util_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_util_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
-## Benchmark (not a test): bf16 vs fp32 matrix products (issue 5); built by
+## Benchmark (not a test): a GPT step's matrix products in fp32 sgemm,
+## oneDNN bf16 and dstk's AVX512_BF16 kernel (issues 5, 21); built by
 ## `make check` or `make bench/bf16-gemm`, never run by it.
 check_PROGRAMS += bench/bf16-gemm
 bench_bf16_gemm_SOURCES = bench/bf16-gemm.c
-bench_bf16_gemm_LDADD = $(DS_LDADD) -ldl
-
-## Benchmark (not a test): AMX bf16 products (oneDNN) vs sgemm on the GPT
-## step's shapes (issue 5); built by `make check`, never run by it.
-check_PROGRAMS += bench/amx-gemm
-bench_amx_gemm_SOURCES = bench/amx-gemm.c
-bench_amx_gemm_LDADD = $(DS_LDADD)
+bench_bf16_gemm_LDADD = $(DS_LDADD)

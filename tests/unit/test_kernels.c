@@ -1,11 +1,14 @@
 /* test_kernels.c - the per-element math (kernels/common) and the CPU kernels
  * (kernels/cpu) against hand-computed values and double-precision
- * derivatives; the AMX bf16 products against a double-precision product of
- * the bf16-rounded inputs.
+ * derivatives; every bf16 product implementation this CPU has (oneDNN on
+ * AMX or AVX512_BF16, dstk's AVX512_BF16 kernel, and always the kernel's
+ * portable micro-kernel) against a double-precision product of the
+ * bf16-rounded inputs.
  */
 #include "unit.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,123 +174,284 @@ static void fill(float *x, int rows, int cols, int ld, unsigned seed)
 
 static float bf(float x) { return ds_bf16_to_fp32(ds_fp32_to_bf16(x)); }
 
-/* ds_gemm_bf16 = alpha op(bf16(A)) op(bf16(B)) + beta C for the layouts the
- * model uses (NT forward, NN and TN backward, and TT), sizes that are not
- * multiples of AMX's 16x32 tiles, strided lda/ldb/ldc, alpha/beta; the
- * reference is the exact (double) product of the bf16-rounded inputs and
- * the bound fp32 accumulation order allows, 4(K+2) u sum|terms| (u = 2^-24).
- * The same bound rejects the product of the unrounded inputs (so a kernel
- * that skipped the rounding fails), beta 0 must not read C (NaN there), and
- * C's padding columns stay untouched.  Sizes start above oneDNN 2.6's AMX
- * minimum (about M, N > 8 and K > 16; smaller products answer -1 and stay on
- * sgemm).  Skipped where AMX is not usable. */
+/* The implementations to test here: every one this build and CPU can run
+ * (the portable one always), each printed with why an absent one is. */
+static int impls(enum ds_bf16_impl *out)
+{
+	static const enum ds_bf16_impl all[] = { DS_BF16_ONEDNN, DS_BF16_KERNEL, DS_BF16_PORTABLE };
+	static const char *const name[] = { "oneDNN", "kernel", "portable" };
+	int n = 0;
+	for (int i = 0; i < 3; i++) {
+		const char *why = NULL;
+		if (ds_gemm_bf16_available(all[i], &why))
+			out[n++] = all[i];
+		else
+			printf("# %s: not on this build/CPU (%s)\n", name[i], why);
+	}
+	return n;
+}
+
+static const char *impl_name(enum ds_bf16_impl im)
+{
+	return im == DS_BF16_ONEDNN ? "oneDNN" : im == DS_BF16_KERNEL ? "kernel" : "portable";
+}
+
+/* C (M, ldc) against alpha op(bf16(A)) op(bf16(B)) + beta C0 in double,
+ * within the bound fp32 accumulation order allows, 4(K+2) u sum|terms|
+ * (u = 2^-24); beta 0 takes 0 for C0.  Returns the number of elements where
+ * the product of the unrounded inputs falls outside that bound (a kernel
+ * that skipped the rounding would fail there).  C's padding columns must
+ * equal C0's. */
+static int check_prod(const char *what, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		      const float *B, int ldb, float beta, const float *C0, const float *C, int ldc)
+{
+	int sensitive = 0;
+	for (int i = 0; i < M; i++) {
+		for (int j = 0; j < N; j++) {
+			double r = 0, r32 = 0, mag = 0;
+			for (int k = 0; k < K; k++) {
+				float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+				float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+				r += (double)bf(a) * bf(b);
+				r32 += (double)a * b;
+				mag += fabs((double)bf(a) * bf(b));
+			}
+			double c0 = beta == 0.0f ? 0.0 : (double)C0[(size_t)i * ldc + j];
+			double want = alpha * r + beta * c0, want32 = alpha * r32 + beta * c0;
+			double tol = 4.0 * (K + 2) * ldexp(1.0, -24) * (fabs(alpha) * mag + fabs(beta * c0));
+			double got = C[(size_t)i * ldc + j];
+			if (!(fabs(got - want) <= tol))
+				fail_msg("%s %s%s M%d N%d K%d alpha %g beta %g: C[%d,%d] = %.9g, want %.9g +- %.3g", what,
+					 ta ? "T" : "N", tb ? "T" : "N", M, N, K, alpha, beta, i, j, got, want, tol);
+			sensitive += fabs(want32 - want) > tol;
+		}
+		for (int j = N; j < ldc; j++)
+			assert_true(memcmp(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], sizeof(float)) == 0);
+	}
+	return sensitive;
+}
+
+/* ds_gemm_bf16 = alpha op(bf16(A)) op(bf16(B)) + beta C (check_prod) for
+ * every implementation here, the layouts the model uses (NT forward, NN
+ * and TN backward, and TT), sizes that are not multiples of AMX's 16x32
+ * tiles or of the kernel's 6x64 micro-tile and 16-pair packing blocks, odd
+ * K, K beyond one 256-deep K block (the kernel's accumulation across
+ * blocks), strided lda/ldb/ldc, alpha/beta; beta 0 must not read C (NaN
+ * there), and C's padding columns stay untouched.  Sizes start above
+ * oneDNN 2.6's AMX minimum (about M, N > 8 and K > 16; smaller products
+ * may answer -1 there and stay on sgemm).  No implementation is skipped
+ * for want of AMX: the portable micro-kernel runs on every CPU. */
 static void test_gemm_bf16(void **state)
 {
 	(void)state;
-	if (!ds_gemm_bf16_usable()) {
-		printf("# skipped: %s\n", ds_gemm_bf16_describe());
-		skip();
-	}
-	static const int sz[][3] = { { 17, 18, 33 }, { 17, 33, 45 }, { 37, 19, 71 }, { 64, 48, 96 }, { 130, 77, 300 } };
+	static const int sz[][3] = { { 17, 18, 33 }, { 17, 33, 45 }, { 37, 19, 71 }, { 64, 48, 96 }, { 130, 77, 300 },
+				     { 23, 150, 601 } };
 	static const float ab[][2] = { { 1.0f, 0.0f }, { 0.5f, 1.0f }, { -1.25f, 0.75f } };
-	int checked = 0, sensitive = 0;
-	for (int lay = 0; lay < 4; lay++)
-		for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
-			for (size_t q = 0; q < sizeof ab / sizeof ab[0]; q++) {
-				const int ta = lay == 2 || lay == 3, tb = lay == 0 || lay == 3;
-				const int M = sz[s][0], N = sz[s][1], K = sz[s][2];
-				const float alpha = ab[q][0], beta = ab[q][1];
-				const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-				const int lda = ac + 3, ldb = bc + 5, ldc = N + 7;
-				float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
-				float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
-				assert_non_null(A); assert_non_null(B); assert_non_null(C); assert_non_null(C0);
-				fill(A, ar, ac, lda, 11u + (unsigned)s);
-				fill(B, br, bc, ldb, 97u + (unsigned)q);
-				fill(C0, M, ldc, ldc, 5u);
-				if (beta == 0.0f)
-					for (int i = 0; i < M; i++)
-						for (int j = 0; j < N; j++)
-							C0[(size_t)i * ldc + j] = NAN;
-				memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
-				if (ds_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-					fail_msg("%s%s M%d N%d K%d alpha %g beta %g: not run on AMX", ta ? "T" : "N",
-						 tb ? "T" : "N", M, N, K, alpha, beta);
-				for (int i = 0; i < M; i++) {
-					for (int j = 0; j < N; j++) {
-						double r = 0, r32 = 0, mag = 0;
-						for (int k = 0; k < K; k++) {
-							float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-							float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-							r += (double)bf(a) * bf(b);
-							r32 += (double)a * b;
-							mag += fabs((double)bf(a) * bf(b));
-						}
-						double c0 = beta == 0.0f ? 0.0 : (double)C0[(size_t)i * ldc + j];
-						double want = alpha * r + beta * c0, want32 = alpha * r32 + beta * c0;
-						double tol = 4.0 * (K + 2) * ldexp(1.0, -24) * (fabs(alpha) * mag + fabs(beta * c0));
-						double got = C[(size_t)i * ldc + j];
-						if (!(fabs(got - want) <= tol))
-							fail_msg("%s%s M%d N%d K%d alpha %g beta %g: C[%d,%d] = %.9g, want %.9g +- %.3g",
-								 ta ? "T" : "N", tb ? "T" : "N", M, N, K, alpha, beta, i, j, got, want, tol);
-						sensitive += fabs(want32 - want) > tol;
-						checked++;
-					}
-					for (int j = N; j < ldc; j++)
-						assert_true(memcmp(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], sizeof(float)) == 0);
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	assert_true(nim >= 1);
+	for (int v = 0; v < nim; v++) {
+		int checked = 0, sensitive = 0;
+		for (int lay = 0; lay < 4; lay++)
+			for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+				for (size_t q = 0; q < sizeof ab / sizeof ab[0]; q++) {
+					const int ta = lay == 2 || lay == 3, tb = lay == 0 || lay == 3;
+					const int M = sz[s][0], N = sz[s][1], K = sz[s][2];
+					const float alpha = ab[q][0], beta = ab[q][1];
+					const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+					const int lda = ac + 3, ldb = bc + 5, ldc = N + 7;
+					float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
+					float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
+					assert_non_null(A); assert_non_null(B); assert_non_null(C); assert_non_null(C0);
+					fill(A, ar, ac, lda, 11u + (unsigned)s);
+					fill(B, br, bc, ldb, 97u + (unsigned)q);
+					fill(C0, M, ldc, ldc, 5u);
+					if (beta == 0.0f)
+						for (int i = 0; i < M; i++)
+							for (int j = 0; j < N; j++)
+								C0[(size_t)i * ldc + j] = NAN;
+					memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+					if (ds_gemm_bf16(im[v], ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+						fail_msg("%s %s%s M%d N%d K%d alpha %g beta %g: not run", impl_name(im[v]),
+							 ta ? "T" : "N", tb ? "T" : "N", M, N, K, alpha, beta);
+					sensitive += check_prod(impl_name(im[v]), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+								C0, C, ldc);
+					checked += M * N;
+					free(A); free(B); free(C); free(C0);
 				}
-				free(A); free(B); free(C); free(C0);
+		assert_true(sensitive > checked / 2);
+		/* round to nearest even: 1 + 2^-8 is a tie that rounds to 1, 1 + 3 2^-8
+		 * one that rounds up to 1 + 2^-6 (a (32,32) @ (32,32)^T product with
+		 * one nonzero column) */
+		float a[32 * 32] = { 0 }, b[32 * 32] = { 0 }, c[32 * 32];
+		a[0] = 1.0f + 0x1p-8f;
+		a[32] = 1.0f + 0x3p-8f;
+		for (int j = 0; j < 32; j++)
+			b[j * 32] = 1.0f;
+		assert_int_equal(ds_gemm_bf16(im[v], 0, 1, 32, 32, 32, 1.0f, a, 32, b, 32, 0.0f, c, 32), 0);
+		for (int j = 0; j < 32; j++)
+			assert_true(c[j] == 1.0f && c[32 + j] == 1.0f + 0x1p-6f && c[64 + j] == 0.0f);
+		printf("# %s: %d elements checked\n", impl_name(im[v]), checked);
+	}
+	printf("# oneDNN: %s\n", ds_gemm_bf16_onednn_describe());
+}
+
+/* ds_gemm_bf16_batch: attention's per-(b, head) products, entry e at
+ * (e / inner) * s[0] + (e % inner) * s[1] on strided views (lda 3C), as
+ * gpt.c issues them, for batches smaller and larger than the thread count
+ * (the kernel runs those two differently); every entry against
+ * check_prod, and memory between the entries' outputs untouched. */
+static void test_gemm_bf16_batch(void **state)
+{
+	(void)state;
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	enum { T = 40, hs = 24, NH = 3, C = NH * hs, C3 = 3 * C };
+	const int nt = omp_get_max_threads();
+	for (int v = 0; v < nim; v++)
+		for (int Bn = 1; Bn <= 7; Bn += 6) {   /* 3 products on 4 threads, 21 on the default */
+			omp_set_num_threads(Bn == 1 ? 4 : nt);
+			const int n = Bn * NH;
+			const long TT = (long)T * T;
+			float *qkv = malloc(sizeof(float) * (size_t)Bn * T * C3);
+			float *S = malloc(sizeof(float) * (size_t)n * TT), *S0 = malloc(sizeof(float) * (size_t)n * TT);
+			float *y = malloc(sizeof(float) * (size_t)Bn * T * C), *y0 = malloc(sizeof(float) * (size_t)Bn * T * C);
+			assert_non_null(qkv); assert_non_null(S); assert_non_null(S0); assert_non_null(y); assert_non_null(y0);
+			fill(qkv, Bn * T, C3, C3, 3u);
+			fill(S0, n, (int)TT, (int)TT, 7u);
+			memcpy(S, S0, sizeof(float) * (size_t)n * TT);
+			/* S[b,h] (T,T) = 0.5 q k^T, q and k strided views of qkv */
+			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT } };
+			assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, qkv, C3, qkv + C, C3, 0.0f, S,
+							    T), 0);
+			for (int e = 0; e < n; e++) {
+				const long oq = (e / NH) * (long)T * C3 + (e % NH) * hs, os = (long)e * TT;
+				check_prod(impl_name(im[v]), 0, 1, T, T, hs, 0.5f, qkv + oq, C3, qkv + oq + C, C3, 0.0f, S0 + os,
+					   S + os, T);
 			}
-	assert_true(sensitive > checked / 2);
-	/* round to nearest even: 1 + 2^-8 is a tie that rounds to 1, 1 + 3 2^-8
-	 * one that rounds up to 1 + 2^-6 (a (32,32) @ (32,32)^T product with
-	 * one nonzero column) */
-	float a[32 * 32] = { 0 }, b[32 * 32] = { 0 }, c[32 * 32];
-	a[0] = 1.0f + 0x1p-8f;
-	a[32] = 1.0f + 0x3p-8f;
-	for (int j = 0; j < 32; j++)
-		b[j * 32] = 1.0f;
-	assert_int_equal(ds_gemm_bf16(0, 1, 32, 32, 32, 1.0f, a, 32, b, 32, 0.0f, c, 32), 0);
-	for (int j = 0; j < 32; j++)
-		assert_true(c[j] == 1.0f && c[32 + j] == 1.0f + 0x1p-6f && c[64 + j] == 0.0f);
-	printf("# %d elements checked (%s)\n", checked, ds_gemm_bf16_describe());
+			/* y[b,:,h] (T,hs) = S[b,h] @ v: strided output, beta 1 */
+			fill(y0, Bn * T, C, C, 9u);
+			memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
+			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs } };
+			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3, 1.0f, y,
+							    C), 0);
+			for (int e = 0; e < n; e++) {
+				const long os = (long)e * TT, ov = (e / NH) * (long)T * C3 + 2 * C + (e % NH) * hs,
+					   oy = (e / NH) * (long)T * C + (e % NH) * hs;
+				/* ldc C: the columns past hs belong to the other heads, checked by their own entry */
+				for (int i = 0; i < T; i++)
+					for (int j = 0; j < hs; j++) {
+						double r = 0, mag = 0;
+						for (int k = 0; k < T; k++) {
+							double t = (double)bf(S[os + (long)i * T + k]) * bf(qkv[ov + (long)k * C3 + j]);
+							r += t;
+							mag += fabs(t);
+						}
+						double c0 = y0[oy + (long)i * C + j], want = r + c0;
+						double tol = 4.0 * (T + 2) * ldexp(1.0, -24) * (mag + fabs(c0));
+						if (!(fabs(y[oy + (long)i * C + j] - want) <= tol))
+							fail_msg("%s batch y entry %d [%d,%d] = %.9g, want %.9g", impl_name(im[v]), e,
+								 i, j, y[oy + (long)i * C + j], want);
+					}
+			}
+			free(qkv); free(S); free(S0); free(y); free(y0);
+		}
+	omp_set_num_threads(nt);
 }
 
 /* ds_gemm_bf16_keep_b: same = 1 reuses the copy of B made by the previous
  * call (so a B changed in between is not seen: the caller's promise),
  * same = 0 converts again; a different B pointer is converted even with
- * same = 1. */
+ * same = 1.  For every implementation here. */
 static void test_gemm_bf16_keep_b(void **state)
 {
 	(void)state;
-	if (!ds_gemm_bf16_usable()) {
-		printf("# skipped: %s\n", ds_gemm_bf16_describe());
-		skip();
-	}
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
 	enum { M = 32, N = 48, K = 64 };
 	static float a[M * K], b[N * K], b2[N * K], c[M * N];
-	for (int i = 0; i < M * K; i++)
-		a[i] = (float)(i % 7) - 3.0f;
-	for (int i = 0; i < N * K; i++)
-		b[i] = b2[i] = 1.0f;
-	/* small integers: every product is exact, so sums are too */
-	assert_int_equal(ds_gemm_bf16_keep_b(0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
-	double row0 = 0;
-	for (int k = 0; k < K; k++)
-		row0 += a[k];
-	assert_true(c[0] == (float)row0);
-	for (int i = 0; i < N * K; i++)
-		b[i] = 2.0f;
-	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
-	assert_true(c[0] == (float)row0);           /* the kept copy of the ones */
-	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b2, K, 0.0f, c, N), 0);
-	assert_true(c[0] == (float)row0);           /* another pointer: converted (ones) */
-	assert_int_equal(ds_gemm_bf16_keep_b(1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
-	assert_true(c[0] == (float)(2 * row0));     /* b2's copy did not match b: converted */
-	for (int i = 0; i < N * K; i++)
-		b[i] = 3.0f;
-	assert_int_equal(ds_gemm_bf16_keep_b(0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
-	assert_true(c[0] == (float)(3 * row0));     /* same = 0: converted again */
+	for (int v = 0; v < nim; v++) {
+		const enum ds_bf16_impl x = im[v];
+		for (int i = 0; i < M * K; i++)
+			a[i] = (float)(i % 7) - 3.0f;
+		for (int i = 0; i < N * K; i++)
+			b[i] = b2[i] = 1.0f;
+		/* small integers: every product is exact, so sums are too */
+		assert_int_equal(ds_gemm_bf16_keep_b(x, 0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+		double row0 = 0;
+		for (int k = 0; k < K; k++)
+			row0 += a[k];
+		assert_true(c[0] == (float)row0);
+		for (int i = 0; i < N * K; i++)
+			b[i] = 2.0f;
+		assert_int_equal(ds_gemm_bf16_keep_b(x, 1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+		assert_true(c[0] == (float)row0);           /* the kept copy of the ones */
+		assert_int_equal(ds_gemm_bf16_keep_b(x, 1, 0, 1, M, N, K, 1.0f, a, K, b2, K, 0.0f, c, N), 0);
+		assert_true(c[0] == (float)row0);           /* another pointer: converted (ones) */
+		assert_int_equal(ds_gemm_bf16_keep_b(x, 1, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+		assert_true(c[0] == (float)(2 * row0));     /* b2's copy did not match b: converted */
+		for (int i = 0; i < N * K; i++)
+			b[i] = 3.0f;
+		assert_int_equal(ds_gemm_bf16_keep_b(x, 0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+		assert_true(c[0] == (float)(3 * row0));     /* same = 0: converted again */
+	}
+}
+
+/* dstk.bf16_matmul's modes: names round-trip; "fp32" never picks a bf16
+ * implementation; auto and the forced modes pick only what is available
+ * here (ds_gemm_bf16_available), auto oneDNN for large products on AMX and
+ * otherwise the kernel exactly for the shape classes where its measurement
+ * found it faster than sgemm, sgemm elsewhere; an explicit mode this CPU
+ * cannot honour is refused with a reason. */
+static void test_gemm_bf16_modes(void **state)
+{
+	(void)state;
+	static const char *const names[] = { "auto", "onednn", "avx512_bf16", "fp32" };
+	for (int m = 0; m < 4; m++) {
+		assert_int_equal(ds_bf16_mode_parse(names[m]), m);
+		assert_string_equal(ds_bf16_mode_name(m), names[m]);
+	}
+	assert_int_equal(ds_bf16_mode_parse("amx"), -1);
+	const int dn = ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL), kn = ds_gemm_bf16_available(DS_BF16_KERNEL, NULL);
+	static const int shp[][4] = { { 256, 768, 768, 1 }, { 64, 64, 64, 48 }, { 8, 8, 8, 1 }, { 256, 50257, 768, 1 } };
+	for (size_t s = 0; s < sizeof shp / sizeof shp[0]; s++) {
+		const int M = shp[s][0], N = shp[s][1], K = shp[s][2], n = shp[s][3];
+		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_FP32, 0, 1, M, N, K, n), DS_BF16_SGEMM);
+		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_ONEDNN, 0, 1, M, N, K, n), dn ? DS_BF16_ONEDNN : DS_BF16_SGEMM);
+		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_KERNEL, 0, 1, M, N, K, n), kn ? DS_BF16_KERNEL : DS_BF16_SGEMM);
+		enum ds_bf16_impl a = ds_gemm_bf16_pick(DS_BF16_MM_AUTO, 0, 1, M, N, K, n);
+		assert_true(a == DS_BF16_SGEMM || ds_gemm_bf16_available(a, NULL));
+		assert_true(a != DS_BF16_PORTABLE);
+		/* auto follows its measurement: oneDNN on AMX for large products, else
+		 * the kernel exactly where it was measured faster than sgemm */
+		const int cls = n > 1 ? DS_BF16_CLASS_HEADS : DS_BF16_CLASS_LAYER;
+		if (ds_gemm_bf16_amx() && (long long)M * N * K >= DS_GEMM_BF16_MIN_MNK)
+			assert_int_equal(a, DS_BF16_ONEDNN);
+		else
+			assert_int_equal(a, kn && ds_gemm_bf16_measured(cls, NULL, NULL) ? DS_BF16_KERNEL : DS_BF16_SGEMM);
+	}
+	/* the measurement: rates where the CPU has AVX512_BF16, none where not */
+	for (int cls = 0; cls < DS_BF16_NCLASS; cls++) {
+		double sg = -1, kg = -1;
+		const int win = ds_gemm_bf16_measured(cls, &sg, &kg);
+		assert_true(kn ? sg > 0 && kg > 0 : sg == 0 && kg == 0 && !win);
+		assert_int_equal(win, kg >= 1.1 * sg && kg > 0);
+		printf("# class %d: kernel %.1f GFLOP/s, sgemm %.1f\n", cls, kg, sg);
+	}
+	assert_int_equal(ds_gemm_bf16_measured(DS_BF16_NCLASS, NULL, NULL), 0);
+	char why[200], plan[512];
+	assert_int_equal(ds_gemm_bf16_mode_check(DS_BF16_MM_AUTO, why, sizeof why), 0);
+	assert_int_equal(ds_gemm_bf16_mode_check(DS_BF16_MM_FP32, why, sizeof why), 0);
+	assert_int_equal(ds_gemm_bf16_mode_check(DS_BF16_MM_KERNEL, why, sizeof why), kn ? 0 : -1);
+	if (!kn)
+		assert_non_null(strstr(why, "no AVX512_BF16"));
+	assert_int_equal(ds_gemm_bf16_mode_check(DS_BF16_MM_ONEDNN, why, sizeof why), dn ? 0 : -1);
+	assert_int_equal(ds_gemm_bf16_plan(DS_BF16_MM_FP32, plan, sizeof plan), 0);
+	const int some = ds_gemm_bf16_amx() || (kn && (ds_gemm_bf16_measured(DS_BF16_CLASS_LAYER, NULL, NULL) ||
+						     ds_gemm_bf16_measured(DS_BF16_CLASS_HEADS, NULL, NULL)));
+	assert_int_equal(ds_gemm_bf16_plan(DS_BF16_MM_AUTO, plan, sizeof plan), some);
+	assert_int_equal(strncmp(plan, some ? "bf16 on " : "fp32 sgemm", some ? 8 : 10), 0);
+	printf("# auto: %s\n", plan);
 }
 
 int main(void)
@@ -302,7 +466,9 @@ int main(void)
 		cmocka_unit_test(test_causal_softmax),
 		cmocka_unit_test(test_dropout),
 		cmocka_unit_test(test_gemm_bf16),
+		cmocka_unit_test(test_gemm_bf16_batch),
 		cmocka_unit_test(test_gemm_bf16_keep_b),
+		cmocka_unit_test(test_gemm_bf16_modes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
