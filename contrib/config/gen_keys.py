@@ -331,8 +331,10 @@ EXTRA = [
      "when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit"),
     ("dstk.watchdog_dir", "string", None, None, None, None, IMPL,
      "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)"),
-    ("dstk.bf16_matmul", "enum", "auto", ["auto", "fp32"], None, None, IMPL,
-     "bf16 runs: matrix products in bf16 on Intel AMX when this CPU and build have it (auto), or always fp32 sgemm (fp32)"),
+    ("dstk.bf16_matmul", "enum", "auto", ["auto", "onednn", "avx512_bf16", "fp32"], None, None, IMPL,
+     "bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 "
+     "sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel "
+     "(avx512_bf16), or fp32 sgemm (fp32)"),
 ]
 
 TYPE = {"integer": "int", "boolean": "bool", "string": "string", "number": "float",

@@ -423,7 +423,7 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "dstk.watchdog_timeout_s", DS_KT_FLOAT, "1800.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "exit with status 5 when a rank makes no progress this long (DeepSpeed's 30-minute process-group timeout; 0: off)", DS_KEY_FIELD(dstk.watchdog_timeout_s) },
 	{ "dstk.signal_lead_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit", DS_KEY_FIELD(dstk.signal_lead_s) },
 	{ "dstk.watchdog_dir", DS_KT_STRING, NULL, NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)", DS_KEY_FIELD(dstk.watchdog_dir) },
-	{ "dstk.bf16_matmul", DS_KT_ENUM, "\"auto\"", "auto|fp32", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "bf16 runs: matrix products in bf16 on Intel AMX when this CPU and build have it (auto), or always fp32 sgemm (fp32)", DS_KEY_FIELD(dstk.bf16_matmul) },
+	{ "dstk.bf16_matmul", DS_KT_ENUM, "\"auto\"", "auto|onednn|avx512_bf16|fp32", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel (avx512_bf16), or fp32 sgemm (fp32)", DS_KEY_FIELD(dstk.bf16_matmul) },
 };
 
 const int ds_config_nkeys = (int)(sizeof(ds_config_keys) / sizeof(ds_config_keys[0]));
