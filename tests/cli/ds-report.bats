@@ -4,7 +4,7 @@
 # shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
-FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16 amx_bf16"
+FEATURES="openmp blas blas_threads mpi hdf5_parallel async_io gds cuda nccl avx2 fma f16c avx512f avx512_bf16 bf16_matmul"
 
 require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get install jq)"; }
 
@@ -79,19 +79,32 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	done
 }
 
-@test "ds-report: the amx_bf16 row is installed with oneDNN and usable where the CPU has AMX-BF16" {
+@test "ds-report: the bf16_matmul row says which implementation bf16 products use and why" {
 	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
 	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 	feats=" $(ds-report --version | sed -n 's/^features: //p') "
 	run -0 --separate-stderr ds-report --color=never
-	if [[ "$feats" != *" onednn "* ]]; then
-		assert_line --regexp '^amx_bf16 \.+ \[NO\]'
-		assert_line "    fix:    reconfigure --with-dnnl after apt-get install libdnnl-dev"
-	elif [[ "$flags" == *" amx_bf16 "* && "$flags" == *" amx_tile "* ]]; then
-		assert_line --regexp '^amx_bf16 \.+ \[YES\] \.+ \[OKAY\] \.+ oneDNN [0-9.]+ .*amx'
+	row=$(grep '^bf16_matmul ' <<<"$output") || fail "no bf16_matmul row: $output"
+	# dstk's own kernel is always built: the row is installed everywhere
+	[[ "$row" =~ ^bf16_matmul\ \.+\ \[YES\] ]] || fail "$row"
+	if [[ "$feats" == *" onednn "* && "$flags" == *" amx_bf16 "* && "$flags" == *" amx_tile "* ]]; then
+		[[ "$row" == *"[OKAY]"*"oneDNN "*"amx"* ]] || fail "$row"
+	elif [[ "$flags" == *" avx512_bf16 "* ]]; then
+		# auto measured the kernel against sgemm: the faster one (by 10%) wins
+		all=$(grep -A2 '^bf16_matmul ' <<<"$output")
+		[[ "$all" =~ layer\ products\ ([0-9]+)\ vs\ sgemm\'s\ ([0-9]+)\ GFLOP/s,\ per-head\ ([0-9]+)\ vs\ ([0-9]+) ]] ||
+			fail "no measurement: $all"
+		k=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]} kh=${BASH_REMATCH[3]} sh=${BASH_REMATCH[4]}
+		if [[ "$row" == *"[OKAY]"* ]]; then
+			[[ "$row" == *"dstk's AVX512_BF16 kernel"* ]] || fail "$row"
+			[ $((10 * k >= 11 * s - 10 || 10 * kh >= 11 * sh - 10)) = 1 ] || fail "kernel chosen though slower: $all"
+		else
+			assert_line "    fix:    none needed (dstk.bf16_matmul \"avx512_bf16\" forces the kernel)"
+			[ $((10 * k <= 11 * s + 10 && 10 * kh <= 11 * sh + 10)) = 1 ] || fail "sgemm chosen though slower: $all"
+		fi
 	else
-		assert_line --regexp '^amx_bf16 \.+ \[YES\] \.+ \[NO\]'
-		assert_line "    reason: this CPU has no amx_bf16/amx_tile"
+		[[ "$row" == *"[NO]"* ]] || fail "$row"
+		assert_line "    reason: this CPU has no AVX512_BF16 or AMX-BF16"
 	fi
 }
 

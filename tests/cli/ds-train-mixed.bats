@@ -131,25 +131,57 @@ field() { grep "^step $2/" <<<"$1" | sed "s/.*| $3 \([^ |]*\).*/\1/"; }
 	[ "$(col g1 train_loss)" != "$(col g2 train_loss)" ]
 }
 
-@test "bf16: dstk.bf16_matmul auto (AMX where usable) and fp32 (sgemm) train alike and say which matmul they use" {
+@test "bf16: dstk.bf16_matmul auto, avx512_bf16, onednn and fp32 train alike and say which matmul they use" {
+	flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+	feats=" $(ds-train --version | sed -n 's/^features: //p') "
 	cfg ma.json 0 '"bf16": {"enabled": true}'
 	cfg mf.json 0 '"bf16": {"enabled": true}' '"dstk": {"bf16_matmul": "fp32"}'
+	cfg mk.json 0 '"bf16": {"enabled": true}' '"dstk": {"bf16_matmul": "avx512_bf16"}'
+	cfg md.json 0 '"bf16": {"enabled": true}' '"dstk": {"bf16_matmul": "onednn"}'
 	run -0 ds-train --deepspeed_config ma.json --model "$MODEL" --train-iters 20
 	auto=$output
 	run -0 ds-train --deepspeed_config mf.json --model "$MODEL" --train-iters 20
 	[[ "$output" == *'matmul: fp32 sgemm (dstk.bf16_matmul "fp32")'* ]] || fail "$output"
-	# AMX is used when the build has oneDNN and the CPU AMX-BF16 (ds-report's amx_bf16 row)
-	if [[ " $(ds-train --version) " == *" onednn "* ]] && grep -qw amx_bf16 /proc/cpuinfo; then
-		[[ "$auto" == *"matmul: bf16 on AMX, oneDNN "* ]] || fail "$auto"
-		# AMX sums in another order: not identical
-		[ "$(col ma train_loss)" != "$(col mf train_loss)" ]
-	else
-		[[ "$auto" == *"matmul: fp32 sgemm, "*'(dstk.bf16_matmul "auto")'* ]] || fail "$auto"
-	fi
 	# within the bf16 tolerance of the fp32-vs-bf16 test: every one of the 20 losses within 1%
-	paste -d, <(col mf train_loss) <(col ma train_loss) |
-		awk -F, '{ d = $4 - $2; if (d < 0) d = -d; if (d > 0.01 * $2) { print; bad = 1 } } END { exit bad || NR != 20 }' ||
-		fail "a loss of the auto run is more than 1% from the fp32-matmul run's"
+	near() {
+		paste -d, <(col mf train_loss) <(col "$1" train_loss) |
+			awk -F, '{ d = $4 - $2; if (d < 0) d = -d; if (d > 0.01 * $2) { print; bad = 1 } } END { exit bad || NR != 20 }' ||
+			fail "a loss of the $1 run is more than 1% from the fp32-matmul run's"
+	}
+	near ma
+	if [[ "$feats" == *" onednn "* && "$flags" == *" amx_bf16 "* ]]; then
+		[[ "$auto" == *"matmul: bf16 on oneDNN "*"amx"* ]] || fail "$auto"
+	elif [[ "$flags" == *" avx512_bf16 "* ]]; then
+		# the kernel where auto measured it faster than sgemm, else sgemm
+		[[ "$auto" == *"matmul: bf16 on dstk's AVX512_BF16 kernel"*'(dstk.bf16_matmul "auto")'* ||
+			"$auto" == *"matmul: fp32 sgemm: faster here than dstk's AVX512_BF16 kernel"*'(dstk.bf16_matmul "auto")'* ]] ||
+			fail "$auto"
+	else
+		[[ "$auto" == *'matmul: fp32 sgemm: this CPU has no AVX512_BF16 or AMX-BF16 (dstk.bf16_matmul "auto")'* ]] ||
+			fail "$auto"
+	fi
+	if [[ "$auto" == *"matmul: bf16 on "* ]]; then   # bf16 products sum in another order: not identical
+		[ "$(col ma train_loss)" != "$(col mf train_loss)" ] || fail "auto's losses equal sgemm's"
+	fi
+	# the kernel forced: where the CPU has AVX512_BF16, else exit 3 naming why
+	if [[ "$flags" == *" avx512_bf16 "* ]]; then
+		run -0 ds-train --deepspeed_config mk.json --model "$MODEL" --train-iters 20
+		[[ "$output" == *"matmul: bf16 on dstk's AVX512_BF16 kernel (vdpbf16ps) for every product"* ]] || fail "$output"
+		near mk
+		[ "$(col mk train_loss)" != "$(col mf train_loss)" ] || fail "the kernel's losses equal sgemm's"
+	else
+		run -3 --separate-stderr ds-train --deepspeed_config mk.json --model "$MODEL" --train-iters 1
+		[[ "$stderr" == *'dstk.bf16_matmul "avx512_bf16": this CPU has no AVX512_BF16; use "auto"'* ]] || fail "$stderr"
+	fi
+	# oneDNN forced: runs where the build has it and it picks a bf16 kernel
+	if [[ "$feats" != *" onednn "* ]]; then
+		run -3 --separate-stderr ds-train --deepspeed_config md.json --model "$MODEL" --train-iters 1
+		[[ "$stderr" == *'dstk.bf16_matmul "onednn": not built with oneDNN'* ]] || fail "$stderr"
+	elif [[ "$flags" == *" avx512_bf16 "* || "$flags" == *" amx_bf16 "* ]]; then
+		run -0 ds-train --deepspeed_config md.json --model "$MODEL" --train-iters 20
+		[[ "$output" == *"matmul: bf16 on oneDNN "*" for every product"* ]] || fail "$output"
+		near md
+	fi
 	# fp16 keeps sgemm and prints no matmul line
 	cfg m16.json 0 '"fp16": {"enabled": true}'
 	run -0 ds-train --deepspeed_config m16.json --model "$MODEL" --train-iters 1
