@@ -12,7 +12,9 @@
  *   run in the same process, step by step in turn (so a shared machine's
  *   load falls on each alike), and each one's step time is also given as
  *   a ratio to the first's (ratio_step_<dtype>: mean, best and median of
- *   the per-step ratios).
+ *   the per-step ratios; ratio_cpu_<dtype>: of the process's CPU time over
+ *   the counted steps, which with OMP_NUM_THREADS=1 a heavily shared
+ *   machine's load barely moves, where wall times of single steps do).
  * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
  * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
  * ceiling, which implementation ran the matrix products, and the time of
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <omp.h>
 #include <cblas.h>
 
@@ -70,7 +73,7 @@ struct run {
 	int half, mm;
 	struct ds_gpt_ws *ws;
 	float *p;
-	double tf, tb, best, *step;
+	double tf, tb, best, *step, cpu;   /* cpu: the process's CPU seconds over the counted steps */
 	float loss;
 };
 
@@ -165,16 +168,20 @@ int main(int argc, char **argv)
 		for (int d = 0; d < nd; d++) {
 			struct run *r = &rs[d];
 			memset(g, 0, (size_t)n * 4);
+			struct timespec c0, c1;
+			clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
 			double t0 = ds_now();
 			ds_gpt_forward(m, r->ws, r->p, tok, tgt, B, T, s, 0, 1, &r->loss, &err);
 			double t1 = ds_now();
 			ds_gpt_backward(m, r->ws, r->p, g, 1.0f, &err);
 			double t2 = ds_now();
+			clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 			if (s < 0)
 				continue;
 			r->tf += t1 - t0;
 			r->tb += t2 - t1;
 			r->step[s] = t2 - t0;
+			r->cpu += (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
 			if (t2 - t0 < r->best)
 				r->best = t2 - t0;
 		}
@@ -201,6 +208,7 @@ int main(int argc, char **argv)
 		printf("# dtype %s, matrix products: %s\n", r->name, plan);
 		printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * r->tf / steps,
 		       1e3 * r->tb / steps, 1e3 * step, 1e3 * r->best);
+		printf("step_cpu_ms %.2f\n", 1e3 * r->cpu / steps);
 		printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
 		printf("best_model_gflops %.1f\nbest_fraction_of_sgemm %.3f\n", gfb, gfb / ceil_gf);
 		if (mm < 1e30)
@@ -211,6 +219,7 @@ int main(int argc, char **argv)
 			for (int s = 0; s < steps; s++)
 				rat[s] = r->step[s] / rs[0].step[s];
 			qsort(rat, (size_t)steps, sizeof rat[0], cmp_dbl);
+			printf("ratio_cpu_%s_over_%s %.3f\n", r->name, rs[0].name, r->cpu / rs[0].cpu);
 			printf("ratio_step_%s_over_%s %.3f (best %.3f, median of steps %.3f)\n", r->name, rs[0].name,
 			       step / ((rs[0].tf + rs[0].tb) / steps), r->best / rs[0].best,
 			       steps % 2 ? rat[steps / 2] : 0.5 * (rat[steps / 2 - 1] + rat[steps / 2]));
