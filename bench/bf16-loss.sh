@@ -31,11 +31,13 @@ variants="fp32 bf16-auto bf16-kernel bf16-sgemm"
 grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null || variants="fp32 bf16-auto bf16-sgemm"
 
 cfg() {   # cfg FILE PRECISION_AND_DSTK_SECTIONS
+	local name
+	name=$(basename "$1" .json)
 	cat >"$1" <<JSON
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "steps_per_print": 1000, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 20}},
- "csv_monitor": {"enabled": true, "output_path": "$tmp/csv-$(basename "$1" .json)", "job_name": "run"} $2}
+ "csv_monitor": {"enabled": true, "output_path": "$tmp/csv-$name", "job_name": "run"} $2}
 JSON
 }
 cfg "$tmp/fp32.json" ''
