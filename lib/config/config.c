@@ -6,6 +6,7 @@
  * unsupported features -> batch triad and other inferred values.
  */
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -91,6 +92,60 @@ struct ds_config_ent *ds_config_find_ent(const struct ds_config *c, const char *
 	return NULL;
 }
 
+/* The "key 'path'" a message names, into buf ("" if none). */
+static void key_of(const char *msg, char *buf, size_t n)
+{
+	const char *k = strstr(msg, "key '");
+	const char *e = k ? strchr(k + 5, '\'') : NULL;
+	snprintf(buf, n, "%.*s", e ? (int)(e - k + 1) : 0, k ? k : "");
+}
+
+int ds_config_error(struct ds_config *c, const char *fmt, ...)
+{
+	char line[DS_ERR_MSG_MAX], key[300], other[300];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	/* one error per key: a later rule about the same key adds nothing */
+	key_of(line, key, sizeof(key));
+	for (int i = 0; key[0] && i < c->nerr && i < DS_CONFIG_MAX_ERRS; i++) {
+		key_of(c->errs[i], other, sizeof(other));
+		if (!strcmp(key, other))
+			return DS_EINVAL;
+	}
+	if (c->nerr < DS_CONFIG_MAX_ERRS)
+		memcpy(c->errs[c->nerr], line, sizeof(line));
+	c->nerr++;
+	return DS_EINVAL;
+}
+
+int ds_config_note(struct ds_config *c, int kind, const char *fmt, ...)
+{
+	char line[DS_ERR_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	for (int i = 0; i < c->nnotes; i++)
+		if (c->notes[i].kind == kind && !strcmp(c->notes[i].text, line))
+			return 0; /* said once */
+	if (c->nnotes == c->ncap) {
+		int cap = c->ncap ? 2 * c->ncap : 16;
+		struct ds_config_note *n = realloc(c->notes, (size_t)cap * sizeof(*n));
+		if (!n)
+			return DS_ENOMEM;
+		c->notes = n;
+		c->ncap = cap;
+	}
+	if (!(c->notes[c->nnotes].text = strdup(line)))
+		return DS_ENOMEM;
+	c->notes[c->nnotes++].kind = kind;
+	if (kind == DS_NOTE_WARNING)
+		ds_log_warn("%s: %s", c->name, line);
+	return 0;
+}
+
 static void join(char *buf, size_t n, const char *prefix, const char *name)
 {
 	if (prefix && *prefix)
@@ -106,9 +161,8 @@ static int is_auto(json_t *v)
 
 static int auto_error(struct walk *w, const char *path, const char *what)
 {
-	return ds_err_set(w->err, DS_EINVAL,
-			  "%s: key '%s': %s is resolved by ds-autotune: give a value, or run ds-autotune on this config",
-			  w->c->name, path, what);
+	return ds_config_error(w->c, "%s: key '%s': %s is resolved by ds-autotune: give a value, or run ds-autotune on this config",
+			       w->c->name, path, what);
 }
 
 static int unknown(struct walk *w, json_t *obj, const char *name, const char *path)
@@ -123,13 +177,16 @@ static int unknown(struct walk *w, json_t *obj, const char *name, const char *pa
 		json_object_del(obj, name);
 		return 0;
 	}
+	json_object_del(obj, name);
 	if (sug[0])
-		return ds_err_set(w->err, DS_EINVAL, "%s: unknown key '%s' (did you mean '%s'?)", w->c->name, path,
-				  sug);
-	return ds_err_set(w->err, DS_EINVAL, "%s: unknown key '%s'", w->c->name, path);
+		return ds_config_error(w->c, "%s: unknown key '%s' (did you mean '%s'?)", w->c->name, path, sug);
+	return ds_config_error(w->c, "%s: unknown key '%s' (ds-train --list-keys lists them; --lenient ignores it)",
+			       w->c->name, path);
 }
 
-/* Validate (and normalise in place) every key of obj, whose path is prefix. */
+/* Validate (and normalise in place) every key of obj, whose path is prefix.
+ * Every bad key is recorded (ds_config_error) and removed, so one run
+ * reports them all; returns 0, or DS_ENOMEM. */
 static int walk(struct walk *w, json_t *obj, const char *prefix)
 {
 	const char *name;
@@ -145,85 +202,134 @@ static int walk(struct walk *w, json_t *obj, const char *prefix)
 			char sug[256];
 			ds_config_table_suggest(T, NT, path, sug, sizeof(sug));
 			if (sug[0] && strcmp(sug, path))
-				DS_TRY(unknown(w, obj, name, path));
+				unknown(w, obj, name, path);
 			continue;
 		}
 		if (k < 0 && !node) {
-			DS_TRY(unknown(w, obj, name, path));
+			unknown(w, obj, name, path);
 			continue;
 		}
 		if (json_is_null(v)) {
 			/* null spells "not set" for a key without a default, as DeepSpeed reads it */
 			if (k >= 0 && T[k].def)
-				return ds_err_set(w->err, DS_EINVAL,
-						  "%s: key '%s': null is not a value here; remove the key for its default %s",
-						  w->c->name, path, k >= 0 ? T[k].def : "");
+				ds_config_error(w->c, "%s: key '%s': null is not a value here; remove the key for its default %s",
+						w->c->name, path, T[k].def);
 			json_object_del(obj, name);
 			continue;
 		}
 		if (node) {
 			if (!strcmp(path, "zero_optimization") && json_is_boolean(v))
 				continue; /* the legacy form, mapped by aliases() */
-			if (is_auto(v))
-				return auto_error(w, path, "\"auto\"");
-			if (!json_is_object(v))
-				return ds_err_set(w->err, DS_EINVAL, "%s: key '%s': expected an object", w->c->name,
-						  path);
-			DS_TRY(walk(w, v, path));
+			if (is_auto(v)) {
+				auto_error(w, path, "\"auto\"");
+				json_object_del(obj, name);
+			} else if (!json_is_object(v)) {
+				ds_config_error(w->c, "%s: key '%s': expected an object", w->c->name, path);
+				json_object_del(obj, name);
+			} else {
+				DS_TRY(walk(w, v, path));
+			}
 			continue;
 		}
 		if (!strcmp(path, "zero_optimization.stage") &&
 		    ((json_is_string(v) && !strcmp(json_string_value(v), "all")) || json_is_array(v))) {
-			if (!w->c->o.allow_auto)
-				return auto_error(w, path, "a stage given as \"all\" or a list");
+			if (!w->c->o.allow_auto) {
+				auto_error(w, path, "a stage given as \"all\" or a list");
+				json_object_del(obj, name);
+			}
 			continue;
 		}
 		if (is_auto(v) && T[k].type != DS_KT_STRING) {
-			if (!w->c->o.allow_auto)
-				return auto_error(w, path, "\"auto\"");
+			if (!w->c->o.allow_auto && !w->c->o.autos) {
+				auto_error(w, path, "\"auto\"");
+				json_object_del(obj, name);
+			}
 			continue;
 		}
 		json_t *norm;
-		DS_TRY(ds_config_table_check(&T[k], w->c->name, path, v, &norm, w->err));
+		struct ds_err e = DS_ERR_INIT;
+		int rc = ds_config_table_check(&T[k], w->c->name, path, v, &norm, &e);
+		if (rc == DS_ENOMEM)
+			return rc;
+		if (rc < 0) {
+			ds_config_error(w->c, "%s", e.msg);
+			json_object_del(obj, name);
+			continue;
+		}
 		if (norm && json_object_set_new(obj, name, norm))
-			return ds_err_set(w->err, DS_ENOMEM, "out of memory");
+			return DS_ENOMEM;
 	}
 	return 0;
 }
 
-/* Move a deprecated key to its replacement; both given is an error. */
+/* Move a deprecated key to its replacement, with DeepSpeed's deprecation
+ * warning; both given is an error (DeepSpeed asserts).  0 or DS_ENOMEM. */
 static int rename_key(struct walk *w, json_t *obj, const char *prefix, const char *old, const char *new)
 {
 	json_t *v = json_object_get(obj, old);
+	const char *dot = *prefix ? "." : "";
 	if (!v)
 		return 0;
-	if (json_object_get(obj, new))
-		return ds_err_set(w->err, DS_EINVAL, "%s: key '%s%s%s': give either it or its replacement '%s%s%s', not both",
-				  w->c->name, prefix, *prefix ? "." : "", old, prefix, *prefix ? "." : "", new);
-	json_object_set(obj, new, v);
+	if (json_object_get(obj, new)) {
+		ds_config_error(w->c, "%s: key '%s%s%s': give either it or its replacement '%s%s%s', not both",
+				w->c->name, prefix, dot, old, prefix, dot, new);
+		json_object_del(obj, old);
+		return 0;
+	}
+	DS_TRY(ds_config_note(w->c, DS_NOTE_WARNING, "key '%s%s%s' is deprecated; read as '%s%s%s'", prefix, dot,
+			      old, prefix, dot, new));
+	if (json_object_set(obj, new, v))
+		return DS_ENOMEM;
 	json_object_del(obj, old);
 	return 0;
 }
 
-/* cpu_offload: true -> {"offload_X": {"device": "cpu"}} */
+/* cpu_offload: true -> {"offload_X": {"device": "cpu"}}; false sets nothing
+ * (DeepSpeed's new_param_fn gives None) */
 static int offload_alias(struct walk *w, json_t *z, const char *old, const char *new)
 {
 	json_t *v = json_object_get(z, old);
 	if (!v)
 		return 0;
-	if (json_object_get(z, new))
-		return ds_err_set(w->err, DS_EINVAL,
-				  "%s: key 'zero_optimization.%s': deprecated; give either it or 'zero_optimization.%s', not both",
-				  w->c->name, old, new);
-	if (json_is_true(v))
-		json_object_set_new(z, new, json_pack("{s:s}", "device", "cpu"));
+	if (json_object_get(z, new)) {
+		ds_config_error(w->c, "%s: key 'zero_optimization.%s': deprecated; give either it or 'zero_optimization.%s', not both",
+				w->c->name, old, new);
+		json_object_del(z, old);
+		return 0;
+	}
+	DS_TRY(ds_config_note(w->c, DS_NOTE_WARNING, "key 'zero_optimization.%s' is deprecated; read as zero_optimization.%s%s",
+			      old, new, json_is_true(v) ? ".device \"cpu\"" : " off"));
+	if (json_is_true(v) && json_object_set_new(z, new, json_pack("{s:s}", "device", "cpu")))
+		return DS_ENOMEM;
 	json_object_del(z, old);
+	return 0;
+}
+
+/* Spellings to rewrite before the values are checked against the table. */
+static int spellings(struct walk *w)
+{
+	json_t *root = w->c->tree;
+	/* DeepSpeed before 0.14.1 spelled bf16 communication "bfp16" */
+	json_t *cdt = json_object_get(root, "communication_data_type");
+	if (json_is_string(cdt) && !strcasecmp(json_string_value(cdt), "bfp16")) {
+		DS_TRY(ds_config_note(w->c, DS_NOTE_WARNING,
+				      "key 'communication_data_type': \"%s\" is the spelling of DeepSpeed before 0.14.1; read as \"bf16\"",
+				      json_string_value(cdt)));
+		if (json_object_set_new(root, "communication_data_type", json_string("bf16")))
+			return DS_ENOMEM;
+	}
 	return 0;
 }
 
 static int aliases(struct walk *w)
 {
 	json_t *root = w->c->tree;
+	/* DeepSpeed reads "bf16" and only without it the old "bfloat16" */
+	if (json_object_get(root, "bfloat16") && json_object_get(root, "bf16")) {
+		DS_TRY(ds_config_note(w->c, DS_NOTE_WARNING,
+				      "key 'bfloat16' is ignored beside 'bf16' (DeepSpeed reads bf16 first); remove it"));
+		json_object_del(root, "bfloat16");
+	}
 	DS_TRY(rename_key(w, root, "", "bfloat16", "bf16"));
 	json_t *z = json_object_get(root, "zero_optimization");
 	json_t *ag = json_object_get(root, "allgather_size");
@@ -234,21 +340,27 @@ static int aliases(struct walk *w)
 			json_object_set(nz, "allgather_bucket_size", ag);
 		json_object_set_new(root, "zero_optimization", nz);
 		json_object_del(root, "allgather_size");
-		ds_log_warn("%s: key 'zero_optimization': the boolean form is deprecated; use {\"stage\": N}",
-			    w->c->name);
-		return 0;
+		return ds_config_note(w->c, DS_NOTE_WARNING,
+				      "key 'zero_optimization': the boolean form is deprecated; use {\"stage\": N}");
 	}
-	if (ag)
-		return ds_err_set(w->err, DS_EINVAL,
-				  "%s: key 'allgather_size': only read with the legacy boolean zero_optimization; use zero_optimization.allgather_bucket_size",
-				  w->c->name);
-	if (!z)
+	if (ag) {
+		ds_config_error(w->c, "%s: key 'allgather_size': only read with the legacy boolean zero_optimization; use zero_optimization.allgather_bucket_size",
+				w->c->name);
+		json_object_del(root, "allgather_size");
+	}
+	if (!json_is_object(z))
 		return 0;
 	DS_TRY(offload_alias(w, z, "cpu_offload", "offload_optimizer"));
 	DS_TRY(offload_alias(w, z, "cpu_offload_param", "offload_param"));
-	json_object_del(z, "cpu_offload_use_pin_memory"); /* pin_memory is inherent */
+	if (json_object_get(z, "cpu_offload_use_pin_memory")) {
+		DS_TRY(ds_config_note(w->c, DS_NOTE_WARNING,
+				      "key 'zero_optimization.cpu_offload_use_pin_memory' is deprecated and has no effect (pinning is inherent in dstk)"));
+		json_object_del(z, "cpu_offload_use_pin_memory");
+	}
 	DS_TRY(rename_key(w, z, "zero_optimization", "stage3_gather_fp16_weights_on_model_save",
 			  "stage3_gather_16bit_weights_on_model_save"));
+	/* the names without "stage3_" are the pydantic field names DeepSpeed
+	 * accepts beside their aliases: no warning */
 	static const char *const bare[] = { "prefetch_bucket_size", "param_persistence_threshold",
 					    "model_persistence_threshold", "max_live_parameters",
 					    "max_reuse_distance", "gather_16bit_weights_on_model_save",
@@ -256,7 +368,16 @@ static int aliases(struct walk *w)
 	for (size_t i = 0; i < sizeof(bare) / sizeof(bare[0]); i++) {
 		char s3[128];
 		snprintf(s3, sizeof(s3), "stage3_%s", bare[i]);
-		DS_TRY(rename_key(w, z, "zero_optimization", bare[i], s3));
+		json_t *v = json_object_get(z, bare[i]);
+		if (!v)
+			continue;
+		if (json_object_get(z, s3)) {
+			ds_config_error(w->c, "%s: key 'zero_optimization.%s': give either it or 'zero_optimization.%s', not both",
+					w->c->name, bare[i], s3);
+		} else if (json_object_set(z, s3, v)) {
+			return DS_ENOMEM;
+		}
+		json_object_del(z, bare[i]);
 	}
 	return 0;
 }
@@ -353,6 +474,21 @@ static int cmp_ent(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* The errors a load recorded, as err: the one error itself, or (several)
+ * each logged as its own line and a count in err.  Returns DS_EINVAL. */
+static int report(struct ds_config *c, struct ds_err *err)
+{
+	if (c->nerr == 1)
+		return ds_err_set(err, DS_EINVAL, "%s", c->errs[0]);
+	int shown = c->nerr < DS_CONFIG_MAX_ERRS ? c->nerr : DS_CONFIG_MAX_ERRS;
+	for (int i = 0; i < shown; i++)
+		ds_log_error("%s", c->errs[i]);
+	if (c->nerr > shown)
+		return ds_err_set(err, DS_EINVAL, "%s: %d errors (the first %d above, %d more not shown)", c->name,
+				  c->nerr, shown, c->nerr - shown);
+	return ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", c->name, c->nerr);
+}
+
 static int load(struct ds_config **out, json_t *root, const char *name, const struct ds_config_opts *o,
 		struct ds_err *err)
 {
@@ -373,17 +509,30 @@ static int load(struct ds_config **out, json_t *root, const char *name, const st
 		rc = ds_err_set(err, DS_EINVAL, "%s: expected a JSON object of DeepSpeed keys", name);
 		goto fail;
 	}
-	if ((rc = walk(&w, root, "")) < 0 || (rc = aliases(&w)) < 0)
-		goto fail;
+	/* every key error of the file in one run; the rules need valid keys */
+	if ((rc = spellings(&w)) < 0 || (rc = walk(&w, root, "")) < 0 || (rc = aliases(&w)) < 0)
+		goto mem;
+	if (c->nerr)
+		goto bad;
 	if ((rc = collect(c, root, "")) < 0 || (rc = add_defaults(c)) < 0)
 		goto mem;
-	if ((rc = ds_config_rules(c, err)) < 0 || (rc = ds_config_unsupported(c, err)) < 0 || (rc = ds_config_triad(c, err)) < 0)
-		goto fail;
+	if (((rc = ds_config_rules(c, err)) < 0 && rc != DS_EINVAL) ||
+	    ((rc = ds_config_unsupported(c, err)) < 0 && rc != DS_EINVAL))
+		goto mem;
+	if (c->nerr)
+		goto bad;
+	if ((rc = ds_config_triad(c, err)) < 0 && rc != DS_EINVAL)
+		goto mem;
+	if (c->nerr)
+		goto bad;
 	if ((rc = ds_config_infer(c)) < 0)
 		goto mem;
 	qsort(c->ents, (size_t)c->nents, sizeof(*c->ents), cmp_ent);
 	*out = c;
 	return 0;
+bad:
+	rc = report(c, err);
+	goto fail;
 mem:
 	rc = ds_err_set(err, rc == DS_EINTERNAL ? DS_EINTERNAL : DS_ENOMEM, "%s: %s", name,
 			rc == DS_EINTERNAL ? "internal error in the key table" : "out of memory");
@@ -423,6 +572,9 @@ void ds_config_destroy(struct ds_config *c)
 		json_decref(c->ents[i].val);
 	}
 	free(c->ents);
+	for (int i = 0; i < c->nnotes; i++)
+		free(c->notes[i].text);
+	free(c->notes);
 	json_decref(c->tree);
 	json_decref(c->keep);
 	free(c->name);
@@ -483,9 +635,22 @@ int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err)
 				 ? ", inherent" : ", unsupported: off";
 		fprintf(f, "%-58s %s  (%s%s)\n", e->path, s, ds_config_source_name(e->src), st);
 	}
+	const char *kind, *text;
+	for (int i = 0; (text = ds_config_note_text(c, i, &kind)); i++)
+		fprintf(f, "# %s: %s\n", kind, text);
 	if (fflush(f) != 0 || ferror(f))
 		return ds_err_set(err, DS_EIO, "writing the effective configuration failed");
 	return 0;
+}
+
+const char *ds_config_note_text(const struct ds_config *c, int i, const char **kind)
+{
+	static const char *const k[] = { "ignored", "warning", "auto" };
+	if (i < 0 || i >= c->nnotes)
+		return NULL;
+	if (kind)
+		*kind = k[c->notes[i].kind];
+	return c->notes[i].text;
 }
 
 char *ds_config_to_json(const struct ds_config *c, int with_sources)

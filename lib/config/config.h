@@ -14,6 +14,7 @@
 #ifndef DS_CONFIG_CONFIG_H
 #define DS_CONFIG_CONFIG_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -22,12 +23,28 @@
 
 struct ds_config;
 
+/* What an "auto" value (Hugging Face's convention) becomes: ds-train's
+ * Megatron-style flags where given, else the key's documented default.
+ * DS_CONFIG_AUTO_INIT is "nothing given". */
+struct ds_config_auto {
+	double lr, weight_decay, beta1, beta2, eps, clip_grad;  /* NAN: flag not given */
+	int64_t micro_batch, global_batch, train_iters, warmup_iters;  /* -1: not given */
+	int fp16, bf16;          /* -1: not given, else 0/1 */
+	int64_t hidden_size;     /* the model's, for Hugging Face's ZeRO bucket sizes (0: unknown) */
+	int64_t micro_fit;       /* micro batch "auto": the largest the memory plan fits (0: unknown, 1 is used) */
+	const char *micro_fit_why;  /* how micro_fit was found, for its note (NULL: not said) */
+};
+#define DS_CONFIG_AUTO_INIT { NAN, NAN, NAN, NAN, NAN, NAN, -1, -1, -1, -1, -1, -1, 0, 0, NULL }
+
 struct ds_config_opts {
 	int world_size;  /* data-parallel ranks for the triad (0 means 1) */
 	int lenient;     /* unknown keys are warnings (ds_log_warn), not errors */
 	int allow_auto;  /* ds-autotune: accept "auto" and a ZeRO stage "all"/list */
+	/* resolve every "auto" from these (ds-train); NULL: "auto" is an error
+	 * unless allow_auto */
+	const struct ds_config_auto *autos;
 };
-#define DS_CONFIG_OPTS_INIT { 1, 0, 0 }
+#define DS_CONFIG_OPTS_INIT { 1, 0, 0, NULL }
 
 /* Where a resolved value came from. */
 enum ds_config_source {
@@ -122,8 +139,15 @@ struct ds_config_scheduler {
 void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *s);
 const char *ds_config_sched_name(int type);  /* "WarmupLR", ... "none" */
 
+/* Note i (from 0) of the load, NULL past the last: a key of a switched-off
+ * section that was ignored (*kind "ignored": "path: why"), a setting
+ * accepted with a warning ("warning"), an "auto" value resolved ("auto":
+ * "path = value (from where)").  Borrowed from c. */
+const char *ds_config_note_text(const struct ds_config *c, int i, const char **kind);
+
 /* The effective configuration, one line per key that is set, inferred or
- * has a default ("path = value  (source)"), in table order.  Returns 0 or
+ * has a default ("path = value  (source)"), in table order, then one
+ * "# kind: text" line per note.  Returns 0 or
  * DS_EIO when writing fails. */
 int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err);
 /* The effective configuration as nested JSON text (malloc'd, caller frees;

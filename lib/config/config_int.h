@@ -14,6 +14,17 @@ struct ds_config_ent {
 	int seq;      /* insertion order, for a stable sort */
 };
 
+/* What a load noted besides the values: keys of switched-off sections it
+ * ignored, spellings and settings it accepted with a warning, and "auto"
+ * values it resolved.  --check prints them; a run logs them. */
+enum ds_config_note_kind { DS_NOTE_IGNORED, DS_NOTE_WARNING, DS_NOTE_RESOLVED };
+struct ds_config_note {
+	int kind;   /* enum ds_config_note_kind */
+	char *text; /* one line, without the file name */
+};
+
+#define DS_CONFIG_MAX_ERRS 20  /* errors of one file shown; the rest are counted */
+
 struct ds_config {
 	char *name;
 	json_t *tree;  /* the file after normalisation and aliases */
@@ -23,7 +34,19 @@ struct ds_config {
 	struct ds_config_batch batch;
 	struct ds_config_values v;  /* every acted-on value, stored as it is recorded */
 	json_t *keep;               /* the defaults that "auto" fields point into */
+	struct ds_config_note *notes;
+	int nnotes, ncap;
+	char errs[DS_CONFIG_MAX_ERRS][DS_ERR_MSG_MAX];  /* the first errors of the file */
+	int nerr;                                       /* all of them */
 };
+
+/* Record one error of the file (the load goes on, to report every error
+ * in one run); returns DS_EINVAL so `return ds_config_error(...)` reads
+ * like ds_err_set. */
+int ds_config_error(struct ds_config *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Record a note; a warning is also logged (ds_log_warn) as "file: text".
+ * 0 or DS_ENOMEM. */
+int ds_config_note(struct ds_config *c, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Append a value (takes a new reference) and store it in its field of
  * c->v when the key has one; 0 or DS_ENOMEM. */

@@ -36,7 +36,12 @@ static int given_true(const struct ds_config *c, const char *path)
 
 #define V (&c->v)
 #define GIVEN(f) DS_CONFIG_GIVEN(V, f)
-#define FAIL(...) return ds_err_set(err, DS_EINVAL, __VA_ARGS__)
+/* An error of the file: FAIL ends the rule at hand (later checks of it
+ * depend on this one), ERR records it and goes on, so a file's errors are
+ * all reported in one run. */
+#define FAIL(...) return ds_config_error(c, __VA_ARGS__)
+#define ERR(...) ds_config_error(c, __VA_ARGS__)
+#define NOTE(kind, ...) DS_TRY(ds_config_note(c, kind, __VA_ARGS__))
 
 static const char *const adam_params[] = { "lr", "betas", "eps", "weight_decay", "bias_correction", "torch_adam",
 					   "adam_w_mode", "amsgrad", "set_grad_none", "fp32_optimizer_states",
@@ -171,94 +176,122 @@ static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 	return check_params(c, "scheduler", type, lrrt_params, err); /* LRRangeTest: the enum allows no other */
 }
 
+/* A key given in the file under prefix that its section's switch leaves
+ * without effect: DeepSpeed never reads it, so dstk accepts and lists it
+ * (--check), whatever dstk implements.  0 or DS_ENOMEM. */
+static int ignore_under(struct ds_config *c, const char *prefix, const char *except, const char *why)
+{
+	size_t n = strlen(prefix);
+	for (int i = 0; i < c->nents; i++) {
+		const struct ds_config_ent *e = &c->ents[i];
+		if (e->src != DS_SRC_FILE || strncmp(e->path, prefix, n) || (except && !strcmp(e->path, except)))
+			continue;
+		NOTE(DS_NOTE_IGNORED, "%s: %s", e->path, why);
+	}
+	return 0;
+}
+
 static int zero_rules(struct ds_config *c, struct ds_err *err)
 {
+	(void)err;
 	if (DS_CONFIG_AUTO(V, zero_optimization.stage))
 		return 0; /* "auto", "all" or a list: ds-autotune decides */
 	int64_t stage = V->zero_optimization.stage;
 	const char *opd = V->zero_optimization.offload_param.device;
 	const char *ood = V->zero_optimization.offload_optimizer.device;
-	if (strcmp(opd, "none") && stage != 3)
-		FAIL("%s: key 'zero_optimization.offload_param': parameter offload needs ZeRO stage 3 (stage is %lld); DeepSpeed would ignore it",
-		     c->name, (long long)stage);
-	if (V->zero_optimization.offload_optimizer.ratio < 1 && stage != 3)
-		FAIL("%s: key 'zero_optimization.offload_optimizer.ratio': Partial offloading only supported for ZeRO Stage 3 (stage is %lld)",
-		     c->name, (long long)stage);
-	if (strcmp(ood, "none") && stage == 0)
-		FAIL("%s: key 'zero_optimization.offload_optimizer': optimizer offload needs ZeRO stage 1, 2 or 3",
-		     c->name);
-	if (!strcmp(opd, "nvme") && !GIVEN(zero_optimization.offload_param.nvme_path))
-		FAIL("%s: key 'zero_optimization.offload_param.nvme_path': required with device \"nvme\"", c->name);
-	if (!strcmp(ood, "nvme") && !GIVEN(zero_optimization.offload_optimizer.nvme_path))
-		FAIL("%s: key 'zero_optimization.offload_optimizer.nvme_path': required with device \"nvme\"", c->name);
-	if (V->zero_optimization.allgather_bucket_size % 2)
-		FAIL("%s: key 'zero_optimization.allgather_bucket_size': must be a multiple of 2", c->name);
+	char why[96];
+	/* the stage switches off what belongs to other stages (DeepSpeed's
+	 * ZeRO optimizers read only their stage's keys) */
+	snprintf(why, sizeof(why), "ZeRO stage 3 only (stage is %lld)", (long long)stage);
 	if (stage != 3) {
 		static const char *const s3[] = { "sub_group_size", "stage3_prefetch_bucket_size",
 						  "stage3_param_persistence_threshold",
 						  "stage3_model_persistence_threshold", "stage3_max_live_parameters",
 						  "stage3_max_reuse_distance",
-						  "stage3_gather_16bit_weights_on_model_save" };
+						  "stage3_gather_16bit_weights_on_model_save", "offload_param." };
 		for (size_t i = 0; i < sizeof(s3) / sizeof(s3[0]); i++) {
 			char p[128];
 			snprintf(p, sizeof(p), "zero_optimization.%s", s3[i]);
-			if (given(c, p))
-				FAIL("%s: key '%s': only used at ZeRO stage 3 (stage is %lld); remove it or set stage 3",
-				     c->name, p, (long long)stage);
+			DS_TRY(ignore_under(c, p, NULL, why));
 		}
+		opd = "none";
 	}
+	if (stage == 0) {
+		DS_TRY(ignore_under(c, "zero_optimization.offload_optimizer.", NULL, "ZeRO stages 1-3 only (stage is 0)"));
+		ood = "none";
+	}
+	if (!strcmp(opd, "none"))
+		DS_TRY(ignore_under(c, "zero_optimization.offload_param.", "zero_optimization.offload_param.device",
+				    "offload_param.device is \"none\""));
+	if (!strcmp(ood, "none"))
+		DS_TRY(ignore_under(c, "zero_optimization.offload_optimizer.",
+				    "zero_optimization.offload_optimizer.device", "offload_optimizer.device is \"none\""));
+	if (strcmp(ood, "none") && V->zero_optimization.offload_optimizer.ratio < 1 && stage != 3)
+		ERR("%s: key 'zero_optimization.offload_optimizer.ratio': Partial offloading only supported for ZeRO Stage 3 (stage is %lld)",
+		    c->name, (long long)stage);
+	if (!strcmp(opd, "nvme") && !GIVEN(zero_optimization.offload_param.nvme_path))
+		ERR("%s: key 'zero_optimization.offload_param.nvme_path': required with device \"nvme\"", c->name);
+	if (!strcmp(ood, "nvme") && !GIVEN(zero_optimization.offload_optimizer.nvme_path))
+		ERR("%s: key 'zero_optimization.offload_optimizer.nvme_path': required with device \"nvme\"", c->name);
+	if (V->zero_optimization.allgather_bucket_size % 2)
+		ERR("%s: key 'zero_optimization.allgather_bucket_size': must be a multiple of 2", c->name);
 	if (stage == 2 && V->zero_optimization.reduce_scatter) {
 		if (V->prescale_gradients)
-			FAIL("%s: key 'prescale_gradients': ZeRO stage 2 with reduce_scatter does not prescale (DeepSpeed asserts); set reduce_scatter false",
-			     c->name);
+			ERR("%s: key 'prescale_gradients': ZeRO stage 2 with reduce_scatter does not prescale (DeepSpeed asserts); set reduce_scatter false",
+			    c->name);
 		if (V->gradient_predivide_factor != 1)
-			FAIL("%s: key 'gradient_predivide_factor': ZeRO stage 2 with reduce_scatter needs 1.0 (DeepSpeed asserts); set reduce_scatter false",
-			     c->name);
+			ERR("%s: key 'gradient_predivide_factor': ZeRO stage 2 with reduce_scatter needs 1.0 (DeepSpeed asserts); set reduce_scatter false",
+			    c->name);
 	}
 	return 0;
 }
 
-/* A section switched off by its gate: any of its keys given with a value
- * other than the default cannot take effect, so it is an error. */
-static int gated(struct ds_config *c, const char *prefix, const char *gate, int on, int gate_src,
-		 const char *why, struct ds_err *err)
+/* A section switched off by its gate: its keys are accepted and listed. */
+static int gated(struct ds_config *c, const char *prefix, const char *gate, int on, int gate_src)
 {
-	size_t n = strlen(prefix);
+	char why[128];
 	if (on || gate_src == DS_SRC_AUTO)
 		return 0; /* on, or "auto" for ds-autotune to decide */
-	for (int i = 0; i < c->nents; i++) {
-		const struct ds_config_ent *e = &c->ents[i];
-		if (e->src != DS_SRC_FILE || strncmp(e->path, prefix, n) || !strcmp(e->path, gate))
-			continue;
-		const struct ds_config_key *k = &T[e->key];
-		json_t *d = k->def ? json_loads(k->def, JSON_DECODE_ANY, NULL) : NULL;
-		int same = d && json_equal(d, e->val);
-		json_decref(d);
-		if (!same)
-			FAIL("%s: key '%s': has no effect while %s; remove it or change %s", c->name, e->path, why, gate);
-	}
-	return 0;
+	snprintf(why, sizeof(why), "%s is false", gate);
+	return ignore_under(c, prefix, gate, why);
 }
 
-static int gates(struct ds_config *c, struct ds_err *err)
+static int gates(struct ds_config *c)
 {
 	const struct ds_config_values *v = V;
-	DS_TRY(gated(c, "fp16.", "fp16.enabled", v->fp16.enabled, v->src.fp16.enabled, "fp16.enabled is false",
-		     err));
+	DS_TRY(gated(c, "fp16.", "fp16.enabled", v->fp16.enabled, v->src.fp16.enabled));
+	DS_TRY(gated(c, "bf16.", "bf16.enabled", v->bf16.enabled, v->src.bf16.enabled));
 	DS_TRY(gated(c, "flops_profiler.", "flops_profiler.enabled", v->flops_profiler.enabled,
-		     v->src.flops_profiler.enabled, "flops_profiler.enabled is false", err));
-	DS_TRY(gated(c, "tensorboard.", "tensorboard.enabled", v->tensorboard.enabled, v->src.tensorboard.enabled,
-		     "tensorboard.enabled is false", err));
-	DS_TRY(gated(c, "csv_monitor.", "csv_monitor.enabled", v->csv_monitor.enabled, v->src.csv_monitor.enabled,
-		     "csv_monitor.enabled is false", err));
-	DS_TRY(gated(c, "comms_logger.", "comms_logger.enabled", v->comms_logger.enabled,
-		     v->src.comms_logger.enabled, "comms_logger.enabled is false", err));
-	DS_TRY(gated(c, "zero_optimization.offload_param.", "zero_optimization.offload_param.device",
-		     strcmp(v->zero_optimization.offload_param.device, "none") != 0,
-		     v->src.zero_optimization.offload_param.device, "offload_param.device is \"none\"", err));
-	return gated(c, "zero_optimization.offload_optimizer.", "zero_optimization.offload_optimizer.device",
-		     strcmp(v->zero_optimization.offload_optimizer.device, "none") != 0,
-		     v->src.zero_optimization.offload_optimizer.device, "offload_optimizer.device is \"none\"", err);
+		     v->src.flops_profiler.enabled));
+	DS_TRY(gated(c, "tensorboard.", "tensorboard.enabled", v->tensorboard.enabled, v->src.tensorboard.enabled));
+	DS_TRY(gated(c, "csv_monitor.", "csv_monitor.enabled", v->csv_monitor.enabled, v->src.csv_monitor.enabled));
+	return gated(c, "comms_logger.", "comms_logger.enabled", v->comms_logger.enabled, v->src.comms_logger.enabled);
+}
+
+/* Settings DeepSpeed accepts and reads differently from what they seem
+ * (or not at all): accepted, with one warning each. */
+static int accepted_with_warning(struct ds_config *c)
+{
+	const struct ds_config_values *v = V;
+	if (v->fp16.enabled && v->fp16.loss_scale > 0) {
+		/* DeepSpeed builds a static scaler when loss_scale > 0 and
+		 * never reads the dynamic keys (get_dynamic_loss_scale_args) */
+		static const char *const dyn[] = { "fp16.initial_scale_power", "fp16.loss_scale_window",
+						   "fp16.hysteresis", "fp16.consecutive_hysteresis",
+						   "fp16.min_loss_scale" };
+		for (size_t i = 0; i < sizeof(dyn) / sizeof(dyn[0]); i++)
+			if (given(c, dyn[i]))
+				NOTE(DS_NOTE_WARNING, "key '%s' has no effect: fp16.loss_scale %g is a static scale (0 is dynamic)",
+				     dyn[i], v->fp16.loss_scale);
+	}
+	if (given(c, "aio.thread_count"))
+		NOTE(DS_NOTE_WARNING, "key 'aio.thread_count' has no effect: DeepSpeed renamed it intra_op_parallelism and no longer reads it; set aio.intra_op_parallelism");
+	if (given_true(c, "activation_checkpointing.partition_activations"))
+		NOTE(DS_NOTE_WARNING, "key 'activation_checkpointing.partition_activations' has no effect: it splits checkpoints across model-parallel ranks and dstk runs none (model parallel size 1)");
+	if (v->flops_profiler.enabled && v->flops_profiler.profile_step < 1)
+		NOTE(DS_NOTE_WARNING, "key 'flops_profiler.profile_step' %lld: DeepSpeed's step counter never equals it, so no profile is taken (as in DeepSpeed); use a step >= 1",
+		     (long long)v->flops_profiler.profile_step);
+	return 0;
 }
 
 int ds_config_rules(struct ds_config *c, struct ds_err *err)
@@ -266,64 +299,58 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 	int fp16 = V->fp16.enabled, bf16 = V->bf16.enabled, amp = given_true(c, "amp.enabled");
 	int64_t stage = V->zero_optimization.stage;
 	if (fp16 && bf16)
-		FAIL("%s: key 'bf16.enabled': bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled is true)",
-		     c->name);
+		ERR("%s: key 'bf16.enabled': bfloat16 and fp16 modes cannot be simultaneously enabled (fp16.enabled is true)",
+		    c->name);
 	if (amp && stage > 0)
-		FAIL("%s: key 'amp.enabled': Amp and ZeRO are not currently compatible (zero_optimization.stage is %lld)",
-		     c->name, (long long)stage);
+		ERR("%s: key 'amp.enabled': Amp and ZeRO are not currently compatible (zero_optimization.stage is %lld)",
+		    c->name, (long long)stage);
 	if (amp && (fp16 || bf16))
-		FAIL("%s: key 'amp.enabled': Cannot enable both amp with (legacy) fp16 or bfloat16 mode", c->name);
-	if (given_true(c, "fp16.fp16_master_weights_and_grads") && stage != 2)
-		FAIL("%s: key 'fp16.fp16_master_weights_and_grads': only supported with ZeRO Stage 2 (stage is %lld)",
-		     c->name, (long long)stage);
-	if (fp16 && V->fp16.loss_scale > 0) {
-		static const char *const dyn[] = { "fp16.initial_scale_power", "fp16.loss_scale_window",
-						   "fp16.hysteresis", "fp16.consecutive_hysteresis",
-						   "fp16.min_loss_scale" };
-		for (size_t i = 0; i < sizeof(dyn) / sizeof(dyn[0]); i++)
-			if (given(c, dyn[i]))
-				FAIL("%s: key '%s': has no effect with a static fp16.loss_scale; remove it or set loss_scale 0",
-				     c->name, dyn[i]);
-	}
+		ERR("%s: key 'amp.enabled': Cannot enable both amp with (legacy) fp16 or bfloat16 mode", c->name);
+	if (fp16 && given_true(c, "fp16.fp16_master_weights_and_grads") && stage != 2)
+		ERR("%s: key 'fp16.fp16_master_weights_and_grads': only supported with ZeRO Stage 2 (stage is %lld)",
+		    c->name, (long long)stage);
 	if (given_true(c, "activation_checkpointing.contiguous_memory_optimization")) {
 		if (!given_true(c, "activation_checkpointing.partition_activations"))
-			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
-			     c->name);
-		if (!GIVEN(activation_checkpointing.number_checkpoints))
-			FAIL("%s: key 'activation_checkpointing.contiguous_memory_optimization': needs number_checkpoints",
-			     c->name);
+			ERR("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
+			    c->name);
+		else if (!GIVEN(activation_checkpointing.number_checkpoints))
+			ERR("%s: key 'activation_checkpointing.contiguous_memory_optimization': needs number_checkpoints",
+			    c->name);
 	}
 	if (V->prescale_gradients && V->gradient_predivide_factor != 1)
-		FAIL("%s: key 'gradient_predivide_factor': has no effect with prescale_gradients (DeepSpeed ignores it); use one of the two",
-		     c->name);
+		ERR("%s: key 'gradient_predivide_factor': has no effect with prescale_gradients (DeepSpeed ignores it); use one of the two",
+		    c->name);
 	const char *acc = V->data_types.grad_accum_dtype;
 	if (acc && stage == 0) {
 		const char *m = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
 		int ok = !strcmp(m, acc) ? strcmp(m, "bf16") != 0 : !strcmp(m, "bf16") && !strcmp(acc, "fp32");
 		if (!ok)
-			FAIL("%s: key 'data_types.grad_accum_dtype': %s accumulation with %s training is not implemented without ZeRO (DeepSpeed raises NotImplementedError too)",
-			     c->name, acc, m);
+			ERR("%s: key 'data_types.grad_accum_dtype': %s accumulation with %s training is not implemented without ZeRO (DeepSpeed raises NotImplementedError too)",
+			    c->name, acc, m);
 	}
 	if (V->autotuning.start_profile_step > V->autotuning.end_profile_step)
-		FAIL("%s: key 'autotuning.end_profile_step': must not be less than start_profile_step", c->name);
+		ERR("%s: key 'autotuning.end_profile_step': must not be less than start_profile_step", c->name);
 	if (V->scheduler.params.cycle_min_mom > V->scheduler.params.cycle_max_mom)
-		FAIL("%s: key 'scheduler.params.cycle_min_mom': must not exceed cycle_max_mom", c->name);
+		ERR("%s: key 'scheduler.params.cycle_min_mom': must not exceed cycle_max_mom", c->name);
 	/* the value given ("auto" too, which is no list), not the field */
 	const struct ds_config_ent *be = ds_config_find_ent(c, "optimizer.params.betas");
-	json_t *betas = be ? be->val : NULL;
+	json_t *betas = be && be->src != DS_SRC_AUTO ? be->val : NULL;
 	if (betas) {
 		double b0 = json_number_value(json_array_get(betas, 0)), b1 = json_number_value(json_array_get(betas, 1));
 		if (json_array_size(betas) != 2 || !json_is_number(json_array_get(betas, 0)) ||
 		    !json_is_number(json_array_get(betas, 1)) || b0 < 0 || b0 >= 1 || b1 < 0 || b1 >= 1)
-			FAIL("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
+			ERR("%s: key 'optimizer.params.betas': expected two numbers in [0, 1)", c->name);
 	}
 	if (GIVEN(dstk.nonfinite_max_consecutive) && !strcmp(V->dstk.nonfinite_policy, "abort"))
-		FAIL("%s: key 'dstk.nonfinite_max_consecutive': has no effect with nonfinite_policy \"abort\" (it aborts at the first)",
-		     c->name);
-	DS_TRY(gates(c, err));
-	DS_TRY(zero_rules(c, err));
-	DS_TRY(optimizer_rules(c, err));
-	return scheduler_rules(c, err);
+		ERR("%s: key 'dstk.nonfinite_max_consecutive': has no effect with nonfinite_policy \"abort\" (it aborts at the first)",
+		    c->name);
+	DS_TRY(gates(c));
+	DS_TRY(accepted_with_warning(c));
+	int rc;
+	if ((rc = zero_rules(c, err)) == DS_ENOMEM || (rc = optimizer_rules(c, err)) == DS_ENOMEM ||
+	    (rc = scheduler_rules(c, err)) == DS_ENOMEM)
+		return rc;
+	return c->nerr ? DS_EINVAL : 0;
 }
 
 int ds_config_applies(const struct ds_config *c, const char *path)
@@ -346,8 +373,29 @@ int ds_config_applies(const struct ds_config *c, const char *path)
 	return 0;
 }
 
+/* The switch of the section around path: the nearest ancestor P with a
+ * value (given or default) at P.enabled or P.shared_parameters.enabled
+ * (compression_training's layout).  Its path into gate, its entry, or NULL. */
+static const struct ds_config_ent *section_gate(const struct ds_config *c, const char *path, char *gate, size_t n)
+{
+	char pre[512];
+	snprintf(pre, sizeof(pre), "%s", path);
+	for (char *dot = strrchr(pre, '.'); dot; dot = strrchr(pre, '.')) {
+		*dot = 0;
+		static const char *const sw[] = { "enabled", "shared_parameters.enabled" };
+		for (size_t i = 0; i < 2; i++) {
+			snprintf(gate, n, "%s.%s", pre, sw[i]);
+			const struct ds_config_ent *e = ds_config_find_ent(c, gate);
+			if (e && strcmp(gate, path))
+				return e;
+		}
+	}
+	return NULL;
+}
+
 int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 {
+	(void)err;
 	for (int i = 0; i < c->nents; i++) {
 		const struct ds_config_ent *e = &c->ents[i];
 		const struct ds_config_key *k = &T[e->key];
@@ -355,6 +403,20 @@ int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 			continue;
 		const char *last = strrchr(e->path, '.');
 		last = last ? last + 1 : e->path;
+		char gate[600];
+		const struct ds_config_ent *g = section_gate(c, e->path, gate, sizeof(gate));
+		if (g && !json_is_true(g->val)) {
+			/* a switched-off section: DeepSpeed never reads it */
+			char why[640];
+			snprintf(why, sizeof(why), "%s is false%s", gate, g->src == DS_SRC_DEFAULT ? " (default)" : "");
+			DS_TRY(ds_config_note(c, DS_NOTE_IGNORED, "%s: %s", e->path, why));
+			continue;
+		}
+		if (g && T[g->key].status == DS_KEY_UNSUPPORTED)
+			continue; /* the switch, turned on, is the one error */
+		if (!strncmp(e->path, "optimizer.params.", 17) && V->optimizer.type &&
+		    !ds_config_applies(c, "optimizer.params.lr"))
+			continue; /* the optimizer type dstk lacks is the one error */
 		int off;
 		if (!strcmp(last, "enabled")) {
 			off = json_is_false(e->val);
@@ -364,9 +426,9 @@ int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 			json_decref(d);
 		}
 		if (!off)
-			FAIL("%s: key '%s': not supported by dstk: %s", c->name, e->path, k->help);
+			ERR("%s: key '%s': not supported by dstk: %s", c->name, e->path, k->help);
 	}
-	return 0;
+	return c->nerr ? DS_EINVAL : 0;
 }
 
 /* 1 when s is one of the '|'-separated values of list. */
@@ -386,7 +448,7 @@ int ds_config_unimplemented(const struct ds_config *c, struct ds_err *err)
 		const struct ds_config_key *k = &T[e->key];
 		if (e->src == DS_SRC_FILE && k->unimpl && json_is_string(e->val) &&
 		    in_bars(k->unimpl, json_string_value(e->val)))
-			FAIL("%s: %s '%s': %s", c->name, e->path, json_string_value(e->val), k->unimpl_why);
+			return ds_err_set(err, DS_EINVAL, "%s: %s '%s': %s", c->name, e->path, json_string_value(e->val), k->unimpl_why);
 	}
 	return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "config/table.h"
@@ -101,6 +102,36 @@ int ds_config_table_is_wild(const char *pat)
 	return strstr(pat, "<name>") != NULL;
 }
 
+/* 1 when a and b are the same '_'-separated words in another order
+ * (comm_overlap, overlap_comm), case-insensitively. */
+static int same_words(const char *a, const char *b)
+{
+	char wa[16][64], wb[16][64];
+	int na = 0, nb = 0;
+	for (const char *p = a; *p && na < 16; na++) {
+		size_t l = strcspn(p, "_");
+		snprintf(wa[na], sizeof(wa[0]), "%.*s", (int)(l < 63 ? l : 63), p);
+		p += l + (p[l] == '_');
+	}
+	for (const char *p = b; *p && nb < 16; nb++) {
+		size_t l = strcspn(p, "_");
+		snprintf(wb[nb], sizeof(wb[0]), "%.*s", (int)(l < 63 ? l : 63), p);
+		p += l + (p[l] == '_');
+	}
+	if (na != nb || na < 2 || !strcasecmp(a, b))
+		return 0;
+	int used[16] = { 0 };
+	for (int i = 0; i < na; i++) {
+		int j = 0;
+		while (j < nb && (used[j] || strcasecmp(wa[i], wb[j])))
+			j++;
+		if (j == nb)
+			return 0;
+		used[j] = 1;
+	}
+	return 1;
+}
+
 void ds_config_table_suggest(const struct ds_config_key *t, int n, const char *path, char *buf, size_t len)
 {
 	char name[128], parent[512];
@@ -130,6 +161,8 @@ void ds_config_table_suggest(const struct ds_config_key *t, int n, const char *p
 		const char *sub = strlen(name) >= 4 ? strcasestr(c, name) : NULL;
 		if (sub && d > (sub == c ? 1 : 2))
 			d = sub == c ? 1 : 2;
+		if (same_words(name, c))
+			d = 0; /* every word right, only their order wrong */
 		if (d < bd) {
 			bd = d;
 			snprintf(buf, len, "%s%s%s", parent, np > 1 ? "." : "", c);

@@ -77,11 +77,11 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 	const int W = o->world_size > 0 ? o->world_size : 1;
 	int have = 0, rc;
 
-	/* resolve the run quietly (its info lines are for training); a
-	 * config error is reported by ds_train_check below, naming the key */
+	/* resolve the run quietly (its info lines are for training; its
+	 * warnings and errors come again from ds_train_check below) */
 	oc.check = 1;
 	int lvl = ds_log_level();
-	ds_log_init(0, DS_LOG_ERROR, 0);
+	ds_log_init(0, -1, 0);
 	if (ds_train_setup_load(&s, &oc, W, 0, &why) == 0) {
 		have = 1;
 		if (ds_engine_mem_estimate(&s.eng, W, &m, &why) < 0)

@@ -111,9 +111,76 @@ check_bad() {
 	check_bad tag-validation.json "checkpoint.tag_validation" '"strict"'
 }
 
-@test "bad input: \"auto\" and stage \"all\" are ds-autotune's" {
-	check_bad seed-hf-auto.json "key '" "ds-autotune"
+@test "bad input: stage \"all\" is ds-autotune's" {
 	check_bad stage-all.json "zero_optimization.stage" "ds-autotune"
+}
+
+@test "switched-off sections load with any documented key; --check lists them as ignored" {
+	cat >"$BATS_TEST_TMPDIR/off.json" <<-'EOF'
+	{"train_batch_size": 8,
+	 "curriculum_learning": {"enabled": false, "curriculum_type": "seqlen", "min_difficulty": 8,
+	                         "max_difficulty": 1024, "schedule_type": "fixed_linear"},
+	 "compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false, "quantizer_kernel": true}}},
+	 "fp16": {"enabled": false, "loss_scale": 0, "initial_scale_power": 32},
+	 "zero_optimization": {"stage": 1, "stage3_max_live_parameters": 1e9,
+	                       "offload_param": {"device": "cpu"},
+	                       "offload_optimizer": {"device": "none", "nvme_path": "/local_nvme"}}}
+	EOF
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/off.json" "${MODEL_ARGS[@]}"
+	assert_line "# ignored: curriculum_learning.min_difficulty: curriculum_learning.enabled is false"
+	assert_line "# ignored: curriculum_learning.schedule_type: curriculum_learning.enabled is false"
+	assert_line "# ignored: compression_training.weight_quantization.shared_parameters.quantizer_kernel: compression_training.weight_quantization.shared_parameters.enabled is false"
+	assert_line "# ignored: fp16.initial_scale_power: fp16.enabled is false"
+	assert_line "# ignored: zero_optimization.stage3_max_live_parameters: ZeRO stage 3 only (stage is 1)"
+	assert_line "# ignored: zero_optimization.offload_param.device: ZeRO stage 3 only (stage is 1)"
+	assert_line "# ignored: zero_optimization.offload_optimizer.nvme_path: offload_optimizer.device is \"none\""
+	[ -z "$stderr" ] || fail "ignored keys are not warnings: $stderr"
+	# switched on, the section dstk lacks is one error naming it
+	sed 's/"enabled": false, "curriculum_type"/"enabled": true, "curriculum_type"/' "$BATS_TEST_TMPDIR/off.json" >"$BATS_TEST_TMPDIR/on.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/on.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "$stderr"
+	[[ "$stderr" == *"key 'curriculum_learning.enabled': not supported by dstk"* ]] || fail "$stderr"
+}
+
+@test "what DeepSpeed accepts loads with one warning each, and --check repeats them" {
+	cat >"$BATS_TEST_TMPDIR/w.json" <<-'EOF'
+	{"train_batch_size": 8, "communication_data_type": "bfp16",
+	 "bfloat16": {"enabled": true},
+	 "fp16": {"enabled": false},
+	 "aio": {"thread_count": 2},
+	 "flops_profiler": {"enabled": true, "profile_step": -1},
+	 "activation_checkpointing": {"partition_activations": true},
+	 "zero_optimization": {"stage": 2, "cpu_offload": true}}
+	EOF
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/w.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 6 ] || fail "expected 6 warnings: $stderr"
+	for w in "'bfloat16' is deprecated; read as 'bf16'" "'communication_data_type': \"bfp16\" is the spelling of DeepSpeed before 0.14.1" \
+		"'aio.thread_count' has no effect" "'flops_profiler.profile_step' -1" \
+		"'activation_checkpointing.partition_activations' has no effect" \
+		"'zero_optimization.cpu_offload' is deprecated; read as zero_optimization.offload_optimizer.device \"cpu\""; do
+		[[ "$stderr" == *"warning: $BATS_TEST_TMPDIR/w.json: key $w"* ]] || fail "no warning '$w': $stderr"
+		assert_line --partial "# warning: key $w"
+	done
+	assert_line --regexp '^communication_data_type +"bf16"  \(file\)$'
+	assert_line --regexp '^bf16\.enabled +true  \(file\)$'
+	assert_line --regexp '^zero_optimization\.offload_optimizer\.device +"cpu"  \(file\)$'
+}
+
+@test "every error of a file in one run: 20 lines, then a count; --lenient warns instead" {
+	{
+		printf '{"train_batch_size": 8'
+		for i in $(seq 1 23); do printf ', "no_such_key_%d": %d' "$i" "$i"; done
+		printf ', "zero_optimization": {"comm_overlap": true}}\n'
+	} >"$BATS_TEST_TMPDIR/many.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/many.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 21 ] || fail "expected 20 errors and a count, got ${#stderr_lines[@]}: $stderr"
+	[[ "${stderr_lines[0]}" == "error: $BATS_TEST_TMPDIR/many.json: unknown key 'no_such_key_1'"* ]] || fail "${stderr_lines[0]}"
+	[[ "${stderr_lines[20]}" == "ds-train: $BATS_TEST_TMPDIR/many.json: 24 errors (the first 20 above, 4 more not shown)" ]] ||
+		fail "${stderr_lines[20]}"
+	run -0 --separate-stderr ds-train --check --lenient --deepspeed_config "$BATS_TEST_TMPDIR/many.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 24 ] || fail "expected 24 warnings: $stderr"
+	[[ "$stderr" == *"ignoring unknown key 'zero_optimization.comm_overlap' (did you mean 'zero_optimization.overlap_comm'?)"* ]] ||
+		fail "$stderr"
 }
 
 @test "bad input: exclusions, constraints and unsupported features" {
@@ -122,7 +189,12 @@ check_bad() {
 	check_bad max-grad-norm.json "optimizer.params.max_grad_norm" "gradient_clipping"
 	check_bad unsupported-wandb.json "wandb.enabled" "not supported by dstk"
 	check_bad seed-onebit-adam.json "optimizer.type" "OneBitAdam"
-	check_bad seed-autotuning-nulls.json "autotuning.results_dir" "null"
+	# two errors in the file: both reported in one run, then the count
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/seed-autotuning-nulls.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 3 ] || fail "expected two errors and a count: $stderr"
+	[[ "${stderr_lines[0]}" == "error: "*"key 'autotuning.results_dir': null is not a value here"* ]] || fail "$stderr"
+	[[ "${stderr_lines[1]}" == "error: "*"key 'autotuning.exps_dir': null is not a value here"* ]] || fail "$stderr"
+	[[ "${stderr_lines[2]}" == "ds-train: "*"seed-autotuning-nulls.json: 2 errors (above)" ]] || fail "$stderr"
 	check_bad seed-flops-trailing-comma.json "seed-flops-trailing-comma.json:9:"
 }
 

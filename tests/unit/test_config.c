@@ -55,6 +55,86 @@ static void bad(const char *json, int W, ...)
 	assert_null(strchr(err.msg, '\n'));
 }
 
+/* json loads (warnings quiet) and has a note of kind containing each of
+ * the NULL-terminated strings. */
+static void noted(const char *json, const char *kind, ...)
+{
+	struct ds_config *c;
+	int lvl = ds_log_level();
+	ds_log_init(0, -1, 0);
+	int rc = ld(json, 1, &c);
+	ds_log_init(0, lvl, 0);
+	if (rc != 0)
+		fail_msg("expected %s to load, got %d: %s", json, rc, err.msg);
+	const char *k, *t;
+	int found = 0;
+	for (int i = 0; !found && (t = ds_config_note_text(c, i, &k)); i++) {
+		va_list ap;
+		va_start(ap, kind);
+		found = !strcmp(k, kind);
+		for (const char *s; found && (s = va_arg(ap, const char *));)
+			found = strstr(t, s) != NULL;
+		va_end(ap);
+	}
+	ds_config_destroy(c);
+	if (!found)
+		fail_msg("%s: no %s note with the expected text", json, kind);
+}
+
+/* Issue 17: DeepSpeed JSON as DeepSpeed reads it. */
+static void test_as_deepspeed_reads(void **state)
+{
+	(void)state;
+	struct ds_config *c;
+	/* switched-off sections accept any documented key, listed as ignored */
+	noted("{\"train_batch_size\":8,\"curriculum_learning\":{\"enabled\":false,\"curriculum_type\":\"seqlen\",\"min_difficulty\":8,\"max_difficulty\":1024}}",
+	      "ignored", "curriculum_learning.min_difficulty", "curriculum_learning.enabled is false", NULL);
+	noted("{\"train_batch_size\":8,\"compression_training\":{\"weight_quantization\":{\"shared_parameters\":{\"enabled\":false,\"quantizer_kernel\":true}}}}",
+	      "ignored", "compression_training.weight_quantization.shared_parameters.quantizer_kernel",
+	      "shared_parameters.enabled is false", NULL);
+	/* a section without its switch is off by DeepSpeed's default */
+	noted("{\"train_batch_size\":8,\"curriculum_learning\":{\"curriculum_type\":\"seqlen\"}}", "ignored",
+	      "curriculum_learning.curriculum_type", "(default)", NULL);
+	noted("{\"train_batch_size\":8,\"fp16\":{\"enabled\":false,\"loss_scale\":128,\"auto_cast\":true}}", "ignored",
+	      "fp16.auto_cast", "fp16.enabled is false", NULL);
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":2,\"offload_optimizer\":{\"device\":\"none\",\"nvme_path\":\"/x\"}}}",
+	      "ignored", "offload_optimizer.nvme_path", "device is \"none\"", NULL);
+	/* ...but switched on it is refused, naming the feature */
+	bad("{\"train_batch_size\":8,\"curriculum_learning\":{\"enabled\":true,\"curriculum_type\":\"seqlen\"}}", 1,
+	    "curriculum_learning", "not supported by dstk", NULL);
+	/* accepted with a warning: what DeepSpeed's code does with them */
+	noted("{\"train_batch_size\":8,\"flops_profiler\":{\"enabled\":true,\"profile_step\":-1}}", "warning",
+	      "profile_step", "never", NULL);
+	noted("{\"train_batch_size\":8,\"activation_checkpointing\":{\"partition_activations\":true}}", "warning",
+	      "partition_activations", "model parallel", NULL);
+	noted("{\"train_batch_size\":8,\"communication_data_type\":\"bfp16\"}", "warning", "bfp16", "0.14.1", NULL);
+	assert_int_equal(ld("{\"train_batch_size\":8,\"communication_data_type\":\"bfp16\"}", 1, &c), 0);
+	assert_string_equal(ds_config_values(c)->communication_data_type, "bf16");
+	ds_config_destroy(c);
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true}}", "warning",
+	      "cpu_offload", "deprecated", "offload_optimizer.device \"cpu\"", NULL);
+	assert_int_equal(ld("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":2,\"cpu_offload\":true}}", 1, &c), 0);
+	assert_string_equal(ds_config_values(c)->zero_optimization.offload_optimizer.device, "cpu");
+	ds_config_destroy(c);
+	/* every error of a file in one run: the count in err, the lines logged */
+	int lvl = ds_log_level();
+	ds_log_init(0, -1, 0);
+	bad("{\"train_batch_size\":8,\"foo\":1,\"bar\":2,\"steps_per_print\":\"x\",\"zero_optimization\":{\"stage\":9}}", 1,
+	    "t.json: 4 errors", NULL);
+	char j[2048];
+	size_t o = (size_t)snprintf(j, sizeof(j), "{\"train_batch_size\":8");
+	for (int i = 0; i < 25; i++)
+		o += (size_t)snprintf(j + o, sizeof(j) - o, ",\"unknown_%d\":%d", i, i);
+	snprintf(j + o, sizeof(j) - o, "}");
+	bad(j, 1, "25 errors (the first 20 above, 5 more not shown)", NULL);
+	ds_log_init(0, lvl, 0);
+	/* one error stays one line, as before */
+	bad("{\"train_batch_size\":8,\"zero_optimization\":{\"comm_overlap\":true}}", 1,
+	    "unknown key 'zero_optimization.comm_overlap' (did you mean 'zero_optimization.overlap_comm'?)", NULL);
+	bad("{\"train_batch_size\":8,\"zero_optimization\":{\"size_bucket_reduce\":1}}", 1,
+	    "did you mean 'zero_optimization.reduce_bucket_size'", NULL);
+}
+
 static void triad(const char *json, int W, long tb, long mb, long ga)
 {
 	struct ds_config *c;
@@ -155,12 +235,13 @@ static void test_exclusions(void **state)
 	  "Amp and ZeRO are not currently compatible");
 	B("\"amp\":{\"enabled\":true},\"fp16\":{\"enabled\":true}", "amp.enabled", "Cannot enable both amp");
 	B("\"amp\":{\"enabled\":true}", "amp.enabled", "not supported by dstk");
-	B("\"zero_optimization\":{\"stage\":2,\"offload_param\":{\"device\":\"cpu\"}}",
-	  "zero_optimization.offload_param", "stage 3");
-	B("\"zero_optimization\":{\"stage\":0,\"offload_optimizer\":{\"device\":\"cpu\"}}",
-	  "zero_optimization.offload_optimizer", "stage 1, 2 or 3");
-	B("\"zero_optimization\":{\"stage\":1,\"stage3_prefetch_bucket_size\":5e7}",
-	  "zero_optimization.stage3_prefetch_bucket_size", "only used at ZeRO stage 3");
+	/* a stage switches off the other stages' keys: DeepSpeed never reads them (issue 17) */
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":2,\"offload_param\":{\"device\":\"cpu\"}}}",
+	      "ignored", "zero_optimization.offload_param.device", "stage 3 only (stage is 2)", NULL);
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":0,\"offload_optimizer\":{\"device\":\"cpu\"}}}",
+	      "ignored", "zero_optimization.offload_optimizer.device", "stage is 0", NULL);
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":1,\"stage3_prefetch_bucket_size\":5e7}}",
+	      "ignored", "zero_optimization.stage3_prefetch_bucket_size", "stage 3 only", NULL);
 	B("\"fp16\":{\"enabled\":true,\"fp16_master_weights_and_grads\":true},\"zero_optimization\":{\"stage\":1}",
 	  "fp16.fp16_master_weights_and_grads", "ZeRO Stage 2");
 	B("\"fp16\":{\"enabled\":true,\"fp16_master_weights_and_grads\":true},\"zero_optimization\":{\"stage\":2}",
@@ -168,7 +249,9 @@ static void test_exclusions(void **state)
 	B("\"bf16\":{\"enabled\":true},\"optimizer\":{\"type\":\"Lamb\"}", "optimizer.type", "dynamic loss scaling");
 	B("\"fp16\":{\"enabled\":true,\"loss_scale\":128},\"optimizer\":{\"type\":\"lamb\"}", "optimizer.type",
 	  "dynamic loss scaling");
-	B("\"fp16\":{\"enabled\":true,\"loss_scale\":128,\"hysteresis\":2}", "fp16.hysteresis", "static");
+	/* DeepSpeed builds a static scaler and never reads the dynamic keys */
+	noted("{\"train_batch_size\":8,\"fp16\":{\"enabled\":true,\"loss_scale\":128,\"hysteresis\":2}}", "warning",
+	      "fp16.hysteresis", "static", NULL);
 	B("\"activation_checkpointing\":{\"contiguous_memory_optimization\":true}",
 	  "activation_checkpointing.contiguous_memory_optimization", "partitioned activations");
 	B("\"communication_data_type\":\"fp8\"", "communication_data_type", "\"fp8\" is not one of");
@@ -179,12 +262,14 @@ static void test_exclusions(void **state)
 	  "multiple of 2");
 	B("\"bf16\":{\"enabled\":true},\"data_types\":{\"grad_accum_dtype\":\"bf16\"}", "data_types.grad_accum_dtype",
 	  "NotImplementedError");
-	/* a switched-off section's non-default settings cannot take effect */
-	B("\"fp16\":{\"enabled\":false,\"loss_scale_window\":500}", "fp16.loss_scale_window",
-	  "no effect while fp16.enabled is false");
-	B("\"tensorboard\":{\"output_path\":\"tb\"}", "tensorboard.output_path", "tensorboard.enabled");
-	B("\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"buffer_count\":8}}",
-	  "zero_optimization.offload_optimizer.buffer_count", "device is \"none\"");
+	/* a switched-off section's settings cannot take effect: DeepSpeed
+	 * accepts them unread, dstk lists them as ignored (issue 17) */
+	noted("{\"train_batch_size\":8,\"fp16\":{\"enabled\":false,\"loss_scale_window\":500}}", "ignored",
+	      "fp16.loss_scale_window", "fp16.enabled is false", NULL);
+	noted("{\"train_batch_size\":8,\"tensorboard\":{\"output_path\":\"tb\"}}", "ignored", "tensorboard.output_path",
+	      "tensorboard.enabled", NULL);
+	noted("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":3,\"offload_optimizer\":{\"buffer_count\":8}}}",
+	      "ignored", "zero_optimization.offload_optimizer.buffer_count", "device is \"none\"", NULL);
 	B("\"zero_optimization\":{\"stage\":3,\"offload_param\":{\"device\":\"nvme\"}}",
 	  "zero_optimization.offload_param.nvme_path", "required");
 #undef B
@@ -290,9 +375,10 @@ static void test_aio_checkpoint(void **state)
 	ds_config_destroy(c);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"checkpoint\":{\"tag_validation\":\"strict\"}}", 1,
 	    "checkpoint.tag_validation", "\"strict\"", NULL);
-	/* aio.thread_count: renamed in DeepSpeed, so an error unless at its default */
-	bad("{\"train_micro_batch_size_per_gpu\":1,\"aio\":{\"thread_count\":4}}", 1, "aio.thread_count",
-	    "intra_op_parallelism", NULL);
+	/* aio.thread_count: renamed intra_op_parallelism, which get_aio_config
+	 * reads; DeepSpeed ignores the old name, so a warning and no effect */
+	noted("{\"train_micro_batch_size_per_gpu\":1,\"aio\":{\"thread_count\":4}}", "warning", "aio.thread_count",
+	      "intra_op_parallelism", NULL);
 	/* communication_data_type any case, stored lower-case */
 	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"communication_data_type\":\"BF16\"}", 1, &c), 0);
 	assert_string_equal(ds_config_values(c)->communication_data_type, "bf16");
@@ -501,8 +587,12 @@ static void test_lenient_and_aliases(void **state)
 	assert_int_equal(v->src.zero_optimization.stage3_prefetch_bucket_size, DS_SRC_FILE);
 	assert_int_equal(v->zero_optimization.stage3_gather_16bit_weights_on_model_save, 1);
 	ds_config_destroy(c);
-	bad("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1,
-	    "bfloat16", "not both", NULL);
+	/* get_bfloat16_enabled reads "bf16" first, "bfloat16" only without it */
+	assert_int_equal(ld("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": false}}", 1, &c), 0);
+	assert_int_equal(ds_config_values(c)->bf16.enabled, 0);
+	ds_config_destroy(c);
+	noted("{\"train_batch_size\": 8, \"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", "warning",
+	      "'bfloat16' is ignored beside 'bf16'", NULL);
 	/* a user-named map accepts any child name */
 	assert_int_equal(ld("{\"train_batch_size\": 8, \"autotuning\": {\"arg_mappings\": {\"train_micro_batch_size_per_gpu\": \"--per_device_train_batch_size\"}}}", 1, &c), 0);
 	assert_int_equal(json_object_size(ds_config_values(c)->autotuning.arg_mappings), 1);
@@ -904,6 +994,7 @@ int main(void)
 		cmocka_unit_test(test_triad_sources),
 		cmocka_unit_test(test_triad_errors),
 		cmocka_unit_test(test_exclusions),
+		cmocka_unit_test(test_as_deepspeed_reads),
 		cmocka_unit_test(test_zero),
 		cmocka_unit_test(test_offload),
 		cmocka_unit_test(test_aio_checkpoint),
