@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -60,6 +61,13 @@ static void usage(FILE *f)
 		"      --exit-interval=N     stop after N steps of this run\n"
 		"      --peak-gflops=X       MFU reference instead of the measured sgemm ceiling\n"
 		"      --metrics-json=FILE   write measured step metrics as JSON\n"
+		"Values for \"auto\" in the DeepSpeed config (Hugging Face's convention; without\n"
+		"the flag an \"auto\" key takes its documented default):\n"
+		"      --lr=X  --weight-decay=X  --adam-beta1=X  --adam-beta2=X  --adam-eps=X\n"
+		"      --clip-grad=X  --micro-batch-size=N  --global-batch-size=N\n"
+		"      --lr-warmup-iters=N  --fp16  --bf16  (and --train-iters for total_num_steps)\n"
+		"      --mem-per-rank=SIZE   budget of micro batch \"auto\", the largest that fits\n"
+		"                            (default: Slurm's memory or 90%% of MemAvailable)\n"
 		"  -h, --help                this help\n"
 		"      --version             version and compiled features\n"
 		"\n"
@@ -69,7 +77,8 @@ static void usage(FILE *f)
 }
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
-       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS };
+       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
+       O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM };
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' },
@@ -94,6 +103,18 @@ static const struct option longopts[] = {
 	{ "exit-interval", required_argument, NULL, O_EXITINT },
 	{ "peak-gflops", required_argument, NULL, O_PEAK },
 	{ "metrics-json", required_argument, NULL, O_METRICS },
+	{ "lr", required_argument, NULL, O_LR },
+	{ "weight-decay", required_argument, NULL, O_WD },
+	{ "adam-beta1", required_argument, NULL, O_B1 },
+	{ "adam-beta2", required_argument, NULL, O_B2 },
+	{ "adam-eps", required_argument, NULL, O_EPS },
+	{ "clip-grad", required_argument, NULL, O_CLIP },
+	{ "micro-batch-size", required_argument, NULL, O_MBS },
+	{ "global-batch-size", required_argument, NULL, O_GBS },
+	{ "lr-warmup-iters", required_argument, NULL, O_WARM },
+	{ "fp16", no_argument, NULL, O_FP16 },
+	{ "bf16", no_argument, NULL, O_BF16 },
+	{ "mem-per-rank", required_argument, NULL, O_MEM },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, O_VERSION },
 	{ NULL, 0, NULL, 0 }
@@ -140,6 +161,16 @@ static void on_stranded(void *ctx, struct ds_comm *comm, int rc, const struct ds
 	(void)ctx;
 	ds_log_error("%s", err->msg);
 	ds_comm_abort(comm, ds_exit_code(rc));
+}
+
+/* A number option in [lo, hi) into *out; nonzero (the usage status) if not. */
+static int real(const char *s, double lo, double hi, const char *what, double *out)
+{
+	char *end;
+	*out = strtod(s, &end);
+	if (end == s || *end || !(*out >= lo && *out < hi))
+		return ds_cli_usage_error(TOOL, "%s '%s': expected a number in [%g, %g)", what, s, lo, hi);
+	return 0;
 }
 
 /* The hang watchdog's report, from its thread while the main thread is
@@ -211,6 +242,21 @@ int main(int argc, char **argv)
 			break;
 		}
 		case O_METRICS: o.metrics_json = optarg; break;
+		case O_LR: if (real(optarg, 0, HUGE_VAL, "--lr", &o.autos.lr)) return 2; break;
+		case O_WD: if (real(optarg, 0, HUGE_VAL, "--weight-decay", &o.autos.weight_decay)) return 2; break;
+		case O_B1: if (real(optarg, 0, 1, "--adam-beta1", &o.autos.beta1)) return 2; break;
+		case O_B2: if (real(optarg, 0, 1, "--adam-beta2", &o.autos.beta2)) return 2; break;
+		case O_EPS: if (real(optarg, 0, HUGE_VAL, "--adam-eps", &o.autos.eps)) return 2; break;
+		case O_CLIP: if (real(optarg, 0, HUGE_VAL, "--clip-grad", &o.autos.clip_grad)) return 2; break;
+		case O_MBS: if (num(optarg, 1, INT32_MAX, "--micro-batch-size", &o.autos.micro_batch)) return 2; break;
+		case O_GBS: if (num(optarg, 1, INT32_MAX, "--global-batch-size", &o.autos.global_batch)) return 2; break;
+		case O_WARM: if (num(optarg, 0, INT64_MAX, "--lr-warmup-iters", &o.autos.warmup_iters)) return 2; break;
+		case O_FP16: o.autos.fp16 = 1; break;
+		case O_BF16: o.autos.bf16 = 1; break;
+		case O_MEM:
+			if (ds_parse_size(optarg, &o.mem_per_rank) < 0 || !o.mem_per_rank)
+				return ds_cli_usage_error(TOOL, "--mem-per-rank '%s': expected a size such as 2G", optarg);
+			break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: return ds_cli_version(TOOL);
 		default: return ds_cli_try_help(TOOL);
@@ -218,6 +264,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
+	if (o.autos.fp16 > 0 && o.autos.bf16 > 0)
+		return ds_cli_usage_error(TOOL, "--fp16 and --bf16: give one");
 	if (list)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	if (o.check)

@@ -6,6 +6,7 @@
  * unsupported features -> batch triad and other inferred values.
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,7 @@ int ds_config_add_ent(struct ds_config *c, const char *path, int key, json_t *va
 	e->val = json_incref(val);
 	e->src = src;
 	e->seq = c->nents++;
+	e->resolved = 0;
 	return store(c, e);
 }
 
@@ -382,6 +384,84 @@ static int aliases(struct walk *w)
 	return 0;
 }
 
+/* The table default of key k as a new value, or NULL. */
+static json_t *table_default(int k)
+{
+	return T[k].def ? json_loads(T[k].def, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* What "auto" at path (key k) becomes (c->o.autos): *out a new value, or
+ * NULL to leave the key unset (the batch triad infers it); *from says
+ * where it came from.  An error is recorded when there is nothing to
+ * resolve it to.  0 or DS_ENOMEM. */
+static int resolve_auto(struct ds_config *c, const char *path, int k, json_t **out, char *from, size_t n)
+{
+	const struct ds_config_auto *a = c->o.autos;
+	double h = (double)a->hidden_size;
+	*out = NULL;
+	snprintf(from, n, "the default");
+#define FLAG(cond, val, name) if (cond) { *out = (val); snprintf(from, n, "%s", name); }
+	if (!strcmp(path, "train_micro_batch_size_per_gpu")) {
+		FLAG(a->micro_batch > 0, json_integer(a->micro_batch), "--micro-batch-size")
+		else if (a->micro_fit > 0) {
+			*out = json_integer(a->micro_fit);
+			snprintf(from, n, "%s", a->micro_fit_why ? a->micro_fit_why : "the memory plan");
+		} else {
+			*out = json_integer(1);
+			snprintf(from, n, "no memory plan yet");
+		}
+	} else if (!strcmp(path, "train_batch_size")) {
+		FLAG(a->global_batch > 0, json_integer(a->global_batch), "--global-batch-size")
+		else snprintf(from, n, "micro batch x accumulation x world size");
+	} else if (!strcmp(path, "gradient_accumulation_steps")) {
+		snprintf(from, n, "the batch triad");
+	} else if (!strcmp(path, "gradient_clipping")) {
+		FLAG(!isnan(a->clip_grad), json_real(a->clip_grad), "--clip-grad")
+	} else if (!strcmp(path, "optimizer.params.lr") || !strcmp(path, "scheduler.params.warmup_max_lr")) {
+		FLAG(!isnan(a->lr), json_real(a->lr), "--lr")
+	} else if (!strcmp(path, "optimizer.params.weight_decay")) {
+		FLAG(!isnan(a->weight_decay), json_real(a->weight_decay), "--weight-decay")
+	} else if (!strcmp(path, "optimizer.params.eps")) {
+		FLAG(!isnan(a->eps), json_real(a->eps), "--adam-eps")
+	} else if (!strcmp(path, "optimizer.params.betas")) {
+		if (!isnan(a->beta1) || !isnan(a->beta2)) {
+			json_t *d = table_default(k);
+			double b1 = isnan(a->beta1) ? json_number_value(json_array_get(d, 0)) : a->beta1;
+			double b2 = isnan(a->beta2) ? json_number_value(json_array_get(d, 1)) : a->beta2;
+			json_decref(d);
+			*out = json_pack("[f,f]", b1, b2);
+			snprintf(from, n, "%s", !isnan(a->beta1) && !isnan(a->beta2) ? "--adam-beta1, --adam-beta2"
+						: !isnan(a->beta1) ? "--adam-beta1 and the default" : "--adam-beta2 and the default");
+		}
+	} else if (!strcmp(path, "scheduler.params.warmup_num_steps")) {
+		FLAG(a->warmup_iters >= 0, json_integer(a->warmup_iters), "--lr-warmup-iters")
+	} else if (!strcmp(path, "scheduler.params.total_num_steps")) {
+		FLAG(a->train_iters > 0, json_integer(a->train_iters), "--train-iters")
+	} else if (!strcmp(path, "fp16.enabled")) {
+		FLAG(a->fp16 >= 0 || a->bf16 > 0, json_boolean(a->fp16 > 0), a->fp16 >= 0 ? "--fp16" : "--bf16")
+	} else if (!strcmp(path, "bf16.enabled")) {
+		FLAG(a->bf16 >= 0 || a->fp16 > 0, json_boolean(a->bf16 > 0), a->bf16 >= 0 ? "--bf16" : "--fp16")
+	} else if (!strcmp(path, "zero_optimization.reduce_bucket_size")) {
+		/* Hugging Face's: hidden_size squared, and for stage 3 0.9 of it
+		 * and 10 x hidden_size (transformers' deepspeed integration) */
+		FLAG(h > 0, json_integer((json_int_t)(h * h)), "hidden_size^2 of the model")
+	} else if (!strcmp(path, "zero_optimization.stage3_prefetch_bucket_size")) {
+		FLAG(h > 0, json_integer((json_int_t)(0.9 * h * h)), "0.9 x hidden_size^2 of the model")
+	} else if (!strcmp(path, "zero_optimization.stage3_param_persistence_threshold")) {
+		FLAG(h > 0, json_integer((json_int_t)(10 * h)), "10 x hidden_size of the model")
+	}
+#undef FLAG
+	int left = !strcmp(path, "gradient_accumulation_steps") || (!strcmp(path, "train_batch_size") && !*out);
+	if (!*out && !left && !(*out = table_default(k))) {
+		if (!T[k].def)
+			ds_config_error(c, "%s: key '%s': \"auto\" has no default to resolve to; give a value%s", c->name, path,
+					!strcmp(path, "scheduler.params.total_num_steps") ? " or --train-iters" : "");
+		else
+			return DS_ENOMEM;
+	}
+	return 0;
+}
+
 /* Record every leaf of the (normalised) tree as a file value. */
 static int collect(struct ds_config *c, json_t *obj, const char *prefix)
 {
@@ -397,6 +477,34 @@ static int collect(struct ds_config *c, json_t *obj, const char *prefix)
 		}
 		if (k < 0)
 			continue;
+		if (is_auto(v) && T[k].type != DS_KT_STRING && T[k].type != DS_KT_ANY && c->o.autos) {
+			json_t *r;
+			char from[160], shown[256];
+			DS_TRY(resolve_auto(c, path, k, &r, from, sizeof(from)));
+			if (!r) {
+				DS_TRY(ds_config_note(c, DS_NOTE_RESOLVED, "%s: inferred (%s)", path, from));
+				continue; /* left to the batch triad */
+			}
+			struct ds_err e = DS_ERR_INIT;
+			json_t *norm = NULL;
+			int rc = ds_config_table_check(&T[k], c->name, path, r, &norm, &e);
+			if (norm) {
+				json_decref(r);
+				r = norm;
+			}
+			if (rc < 0) {
+				ds_config_error(c, "%s (\"auto\" from %s)", e.msg, from);
+				json_decref(r);
+				continue;
+			}
+			ds_config_table_fmt_value(r, shown, sizeof(shown));
+			rc = ds_config_add_ent(c, path, k, r, DS_SRC_FILE);
+			json_decref(r);
+			DS_TRY(rc);
+			c->ents[c->nents - 1].resolved = 1;
+			DS_TRY(ds_config_note(c, DS_NOTE_RESOLVED, "%s = %s (%s)", path, shown, from));
+			continue;
+		}
 		int src = (is_auto(v) && T[k].type != DS_KT_STRING && T[k].type != DS_KT_ANY) ||
 				  (!strcmp(path, "zero_optimization.stage") && !json_is_integer(v))
 			  ? DS_SRC_AUTO : DS_SRC_FILE;
@@ -451,6 +559,12 @@ int ds_config_source(const struct ds_config *c, const char *path)
 {
 	struct ds_config_ent *e = ds_config_find_ent(c, path);
 	return e ? e->src : DS_SRC_UNSET;
+}
+
+int ds_config_resolved(const struct ds_config *c, const char *path)
+{
+	struct ds_config_ent *e = ds_config_find_ent(c, path);
+	return e && e->resolved;
 }
 
 const char *ds_config_source_name(int src)
@@ -633,7 +747,7 @@ int ds_config_print(const struct ds_config *c, FILE *f, struct ds_err *err)
 		ds_config_table_fmt_value(e->val, s, sizeof(s));
 		const char *st = T[e->key].status == DS_KEY_IMPLEMENTED ? "" : T[e->key].status == DS_KEY_INHERENT
 				 ? ", inherent" : ", unsupported: off";
-		fprintf(f, "%-58s %s  (%s%s)\n", e->path, s, ds_config_source_name(e->src), st);
+		fprintf(f, "%-58s %s  (%s%s)\n", e->path, s, e->resolved ? "auto" : ds_config_source_name(e->src), st);
 	}
 	const char *kind, *text;
 	for (int i = 0; (text = ds_config_note_text(c, i, &kind)); i++)
@@ -663,7 +777,7 @@ char *ds_config_to_json(const struct ds_config *c, int with_sources)
 		if (with_sources) {
 			json_object_set_new(root, e->path,
 					    json_pack("{s:O,s:s}", "value", e->val, "source",
-						      ds_config_source_name(e->src)));
+						      e->resolved ? "auto" : ds_config_source_name(e->src)));
 			continue;
 		}
 		json_t *o = root;

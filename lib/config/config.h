@@ -86,6 +86,8 @@ const struct json_t *ds_config_get_json(const struct ds_config *c, const char *p
  * for code that walks arbitrary keys; a known key's is v->src.<path>. */
 int ds_config_source(const struct ds_config *c, const char *path);
 const char *ds_config_source_name(int src);  /* "file", "default", ... */
+/* 1 when the value at path was "auto", resolved (struct ds_config_auto). */
+int ds_config_resolved(const struct ds_config *c, const char *path);
 /* The file name the config was loaded from ("<string>" name for strings). */
 const char *ds_config_name(const struct ds_config *c);
 

@@ -12,6 +12,7 @@ struct ds_config_ent {
 	json_t *val;  /* owned reference */
 	int src;      /* enum ds_config_source */
 	int seq;      /* insertion order, for a stable sort */
+	int resolved; /* an "auto" resolved from ds-train's flags or a default (src is FILE) */
 };
 
 /* What a load noted besides the values: keys of switched-off sections it

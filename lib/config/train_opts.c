@@ -13,6 +13,7 @@ void ds_train_opts_init(struct ds_train_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->seed = 1234;
 	o->eval_iters = 10;
+	o->autos = (struct ds_config_auto)DS_CONFIG_AUTO_INIT;
 }
 
 static const char *share_file(const char *rel)
@@ -50,12 +51,24 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 	struct ds_config_batch b;
 	const char *cfg = o->deepspeed_config ? o->deepspeed_config : ds_train_default_config();
 	const char *mod = o->model ? o->model : ds_train_default_model();
-	int rc;
+	int rc = 0;
+	struct ds_config_auto a = o->autos;
+	struct ds_err merr = DS_ERR_INIT;
 	co.world_size = o->world_size > 0 ? o->world_size : 1;
 	co.lenient = o->lenient;
+	co.autos = &a;
+	/* the model first: "auto" ZeRO bucket sizes follow its hidden size;
+	 * a bad model is reported after the DeepSpeed config's errors */
+	int mrc = ds_model_config_load(mod, &m, &merr);
+	a.hidden_size = mrc == 0 ? m.hidden_size : 0;
+	if (a.train_iters < 0 && o->train_iters > 0)
+		a.train_iters = o->train_iters;
 	DS_TRY(ds_config_load_file(&c, cfg, &co, err));
-	if ((rc = ds_model_config_load(mod, &m, err)) < 0)
+	if (mrc < 0) {
+		*err = merr;
+		rc = mrc;
 		goto out;
+	}
 	ds_config_batch(c, &b);
 	if (o->json) {
 		char *dj = ds_config_to_json(c, 1), *mj = ds_model_config_to_json(&m, 1);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "config/config.h"
 #include "util/err.h"
 
 struct ds_train_opts {
@@ -34,6 +35,12 @@ struct ds_train_opts {
 	int64_t exit_interval;         /* --exit-interval (0: off) */
 	double peak_gflops;            /* --peak-gflops (0: measure sgemm at start-up) */
 	const char *metrics_json;      /* --metrics-json FILE */
+	/* the Megatron-style flags that resolve "auto" values (--lr,
+	 * --micro-batch-size, --global-batch-size, --lr-warmup-iters,
+	 * --clip-grad, --weight-decay, --adam-beta1/2, --adam-eps, --fp16,
+	 * --bf16; --train-iters is train_iters above) */
+	struct ds_config_auto autos;
+	uint64_t mem_per_rank;         /* --mem-per-rank: budget for micro batch "auto" (0: Slurm's or MemAvailable) */
 };
 
 /* Fill o with the defaults above. */

@@ -448,37 +448,7 @@ static void find_budget(struct ds_autotune_res *r, const struct ds_autotune_opts
 	uint64_t tpn = env_u64("SLURM_NTASKS_PER_NODE");
 	if (getenv("SLURM_JOB_ID") && tpn > 0)
 		per_node = (int)tpn;
-	if (per_node < 1)
-		per_node = 1;
-	if (o->mem_per_rank) {
-		r->budget = o->mem_per_rank;
-		snprintf(r->budget_from, sizeof(r->budget_from), "--mem-per-rank");
-		return;
-	}
-	uint64_t mpn = env_u64("SLURM_MEM_PER_NODE");
-	if (mpn) {
-		r->budget = (mpn << 20) / (uint64_t)per_node;
-		snprintf(r->budget_from, sizeof(r->budget_from), "SLURM_MEM_PER_NODE / %d ranks", per_node);
-		return;
-	}
-	uint64_t mpc = env_u64("SLURM_MEM_PER_CPU"), cpt = env_u64("SLURM_CPUS_PER_TASK");
-	if (mpc) {
-		r->budget = (mpc << 20) * (cpt ? cpt : 1);
-		snprintf(r->budget_from, sizeof(r->budget_from), "SLURM_MEM_PER_CPU");
-		return;
-	}
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	/* 90%: leave the OS and page cache some room */
-	r->budget = kb ? (uint64_t)((double)(kb << 10) * 0.9) / (uint64_t)per_node : (4ull << 30);
-	snprintf(r->budget_from, sizeof(r->budget_from), kb ? "90%% of MemAvailable / %d ranks" : "4 GiB (no /proc/meminfo)",
-		 per_node);
+	r->budget = ds_engine_mem_budget(per_node, o->mem_per_rank, r->budget_from, sizeof(r->budget_from));
 }
 
 static int split_launcher(struct ctx *x, const char *s)

@@ -295,6 +295,7 @@ static int set_up(struct run *r, struct ds_err *err)
 	struct ds_train_setup *s = &r->s;
 	DS_TRY(ds_train_setup_load(s, r->o, r->W, r->rank, err));
 	r->have_setup = 1;
+	ds_train_setup_log_notes(s);
 	/* the watchdog first: it covers loading and resuming too, and its own
 	 * start (a broadcast and a barrier) stays out of the comms summary */
 	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));

@@ -96,7 +96,12 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 			goto out;
 		}
 	}
-	if ((rc = ds_train_check_extra(o, out, extra, err)) < 0 || o->json)
+	/* the config printed is the one the run resolves ("auto" micro batch
+	 * from the memory plan included) */
+	if (have)
+		oc.autos = s.autos;
+	oc.check = o->check;
+	if ((rc = ds_train_check_extra(&oc, out, extra, err)) < 0 || o->json)
 		goto out;
 	if (have)
 		mem_table(out, &s, &m);

@@ -35,6 +35,8 @@ struct ds_train_setup {
 	const char **comms_ops;
 	int nonfinite_abort;           /* dstk.nonfinite_policy "abort" */
 	long long nonfinite_max;       /* dstk.nonfinite_max_consecutive (skip policy) */
+	struct ds_config_auto autos;   /* what resolved the config's "auto" values (micro_fit included) */
+	char fit_why[200];             /* autos.micro_fit_why points here */
 };
 
 /* Load and map both config files (world size W).  Fills s; release with
@@ -42,6 +44,9 @@ struct ds_train_setup {
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err);
 void ds_train_setup_release(struct ds_train_setup *s);
+/* Log (info) each "auto" value the config resolved and how many keys of
+ * switched-off sections it ignored. */
+void ds_train_setup_log_notes(const struct ds_train_setup *s);
 
 /* The comms_logger of a run: records what the communicator reports when
  * comms_logger.enabled (see commlog.c). */

@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "cpu/gemm_bf16.h"
+#include "engine/estimate.h"
 #include "util/log.h"
+#include "util/mem.h"
 
 static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 {
@@ -200,8 +202,8 @@ static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 	return 0;
 }
 
-int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
-			struct ds_err *err)
+static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, const struct ds_config_auto *a,
+		      int W, int rank, struct ds_err *err)
 {
 	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
 	struct ds_config_batch b;
@@ -209,10 +211,17 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	memset(s, 0, sizeof *s);
 	s->W = W;
 	s->rank = rank;
+	s->autos = *a;
 	co.world_size = W;
 	co.lenient = o->lenient;
+	co.autos = &s->autos;
 	const char *cpath = o->deepspeed_config ? o->deepspeed_config : ds_train_default_config();
 	const char *mpath = o->model ? o->model : ds_train_default_model();
+	/* "auto" ZeRO bucket sizes follow the model's hidden size; a bad
+	 * model is reported below, after the DeepSpeed config's errors */
+	struct ds_err scratch = DS_ERR_INIT;
+	if (ds_model_config_load(mpath, &s->model, &scratch) == 0)
+		s->autos.hidden_size = s->model.hidden_size;
 	if ((rc = ds_config_load_file(&s->cfg, cpath, &co, err)) < 0)
 		return rc;
 	if ((rc = ds_model_config_load(mpath, &s->model, err)) < 0)
@@ -281,6 +290,80 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 fail:
 	ds_train_setup_release(s);
 	return rc;
+}
+
+/* Micro batch "auto": the largest the memory plan fits in the budget per
+ * rank, at this world size; with a fixed global batch only the micro
+ * batches that divide it per rank.  0 when micro batch 1 does not fit. */
+static int64_t fit_micro(struct ds_train_setup *s, uint64_t budget)
+{
+	const struct ds_config_values *v = ds_config_values(s->cfg);
+	int64_t tb_rank = v->src.train_batch_size == DS_SRC_FILE ? v->train_batch_size / s->W : 0;
+	int64_t ga = v->src.gradient_accumulation_steps == DS_SRC_FILE ? v->gradient_accumulation_steps : 1;
+	int64_t cap = tb_rank > 0 ? tb_rank : 65536, best = 0;
+	struct ds_engine_opts e = s->eng;
+	struct ds_engine_mem m;
+	struct ds_err why = DS_ERR_INIT;
+	for (int64_t mb = 1; mb <= cap; mb++) {
+		if (tb_rank > 0 && tb_rank % mb)
+			continue;
+		e.micro_batch = (int)mb;
+		e.grad_accum = (int)(tb_rank > 0 ? tb_rank / mb : ga);
+		if (ds_engine_mem_estimate(&e, s->W, &m, &why) < 0 || m.total > budget)
+			break; /* memory grows with the micro batch */
+		best = mb;
+	}
+	return best;
+}
+
+int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
+			struct ds_err *err)
+{
+	struct ds_config_auto a = o->autos;
+	char why[200], from[64], h[32];
+	if (a.train_iters < 0 && o->train_iters > 0)
+		a.train_iters = o->train_iters;
+	DS_TRY(setup_once(s, o, &a, W, rank, err));
+	if (a.micro_batch > 0 || !ds_config_resolved(s->cfg, "train_micro_batch_size_per_gpu"))
+		return 0;
+	/* ranks sharing this node's memory: the launcher's, else all */
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	if (!lr)
+		lr = getenv("SLURM_NTASKS_PER_NODE");
+	int per_node = lr && atoi(lr) > 0 ? atoi(lr) : W;
+	uint64_t budget = ds_engine_mem_budget(per_node, o->mem_per_rank, from, sizeof(from));
+	int64_t mb = fit_micro(s, budget);
+	ds_fmt_bytes((double)budget, h, sizeof(h));
+	if (mb > 0)
+		snprintf(why, sizeof(why), "the largest micro batch whose memory plan fits %s per rank, from %s", h, from);
+	else
+		snprintf(why, sizeof(why), "micro batch 1 does not fit %s per rank (from %s); 1 is used", h, from);
+	ds_train_setup_release(s);
+	a.micro_fit = mb > 0 ? mb : 1;
+	a.micro_fit_why = why;
+	/* the second load says nothing new: its warnings were logged */
+	int lvl = ds_log_level(), rc;
+	ds_log_init(ds_log_rank(), lvl < DS_LOG_ERROR ? lvl : DS_LOG_ERROR, 0);
+	rc = setup_once(s, o, &a, W, rank, err);
+	ds_log_init(ds_log_rank(), lvl, 0);
+	DS_TRY(rc);
+	snprintf(s->fit_why, sizeof(s->fit_why), "%s", why);
+	s->autos.micro_fit_why = s->fit_why; /* why is this frame's */
+	return 0;
+}
+
+void ds_train_setup_log_notes(const struct ds_train_setup *s)
+{
+	const char *kind, *text;
+	int ignored = 0;
+	for (int i = 0; (text = ds_config_note_text(s->cfg, i, &kind)); i++) {
+		if (!strcmp(kind, "auto"))
+			ds_log_info("%s: auto: %s", ds_config_name(s->cfg), text);
+		ignored += !strcmp(kind, "ignored");
+	}
+	if (ignored)
+		ds_log_info("%s: %d key%s of switched-off sections ignored (ds-train --check lists them)",
+			    ds_config_name(s->cfg), ignored, ignored > 1 ? "s" : "");
 }
 
 void ds_train_setup_release(struct ds_train_setup *s)

@@ -5,6 +5,7 @@
 #include "engine/estimate.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/gpt.h"
@@ -205,4 +206,37 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		snprintf(buf, n, "%s", "");
 	}
 	return buf;
+}
+
+uint64_t ds_engine_mem_budget(int per_node, uint64_t override, char *from, size_t n)
+{
+	const char *e;
+	if (per_node < 1)
+		per_node = 1;
+	if (override) {
+		snprintf(from, n, "--mem-per-rank");
+		return override;
+	}
+	unsigned long long mpn = (e = getenv("SLURM_MEM_PER_NODE")) ? strtoull(e, NULL, 10) : 0;
+	if (mpn) {
+		snprintf(from, n, "SLURM_MEM_PER_NODE / %d ranks", per_node);
+		return (uint64_t)(mpn << 20) / (uint64_t)per_node;
+	}
+	unsigned long long mpc = (e = getenv("SLURM_MEM_PER_CPU")) ? strtoull(e, NULL, 10) : 0;
+	unsigned long long cpt = (e = getenv("SLURM_CPUS_PER_TASK")) ? strtoull(e, NULL, 10) : 0;
+	if (mpc) {
+		snprintf(from, n, "SLURM_MEM_PER_CPU");
+		return (uint64_t)(mpc << 20) * (cpt ? cpt : 1);
+	}
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	snprintf(from, n, kb ? "90%% of MemAvailable / %d ranks" : "4 GiB (no /proc/meminfo)", per_node);
+	/* 90%: leave the OS and page cache some room */
+	return kb ? (uint64_t)((double)(kb << 10) * 0.9) / (uint64_t)per_node : (4ull << 30);
 }

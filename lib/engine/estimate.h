@@ -63,6 +63,12 @@ struct ds_engine_mem {
  * stage, batch or model; err names it) / DS_ENOMEM. */
 int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err);
 
+/* The memory one rank may use: override when nonzero, else Slurm's
+ * SLURM_MEM_PER_NODE / per_node or SLURM_MEM_PER_CPU x SLURM_CPUS_PER_TASK,
+ * else 90% of MemAvailable / per_node (4 GiB without /proc/meminfo).
+ * Where it came from goes to from ("--mem-per-rank", ...). */
+uint64_t ds_engine_mem_budget(int per_node, uint64_t override, char *from, size_t n);
+
 /* Short name of a category ("parameters", ...) for tables and JSON keys. */
 const char *ds_engine_mem_cat_name(int cat);
 

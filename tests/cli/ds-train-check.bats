@@ -111,6 +111,89 @@ check_bad() {
 	check_bad tag-validation.json "checkpoint.tag_validation" '"strict"'
 }
 
+@test "Hugging Face \"auto\": from the Megatron-style flags, else the documented default; one line each" {
+	# the batch triad: micro and global from the flags, accumulation inferred 16 / (4 x 2)
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/seed-hf-auto.json" "${MODEL_ARGS[@]}" \
+		--world-size 2 --micro-batch-size 4 --global-batch-size 16 --clip-grad 0.5
+	assert_line --regexp '^train_batch_size +16  \(auto\)$'
+	assert_line --regexp '^train_micro_batch_size_per_gpu +4  \(auto\)$'
+	assert_line --regexp '^gradient_accumulation_steps +2  \(inferred\)$'
+	assert_line --regexp '^gradient_clipping +0\.5  \(auto\)$'
+	assert_line "# auto: gradient_clipping = 0.5 (--clip-grad)"
+	assert_line "# auto: train_micro_batch_size_per_gpu = 4 (--micro-batch-size)"
+	assert_line "# auto: train_batch_size = 16 (--global-batch-size)"
+	assert_line "# batch: train_batch_size 16 = micro 4 x accumulation 2 x world size 2"
+	# without flags: DeepSpeed's default (gradient_clipping 0), the triad infers the rest
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/seed-hf-auto.json" "${MODEL_ARGS[@]}" \
+		--mem-per-rank 64M
+	assert_line "# auto: gradient_clipping = 0.0 (the default)"
+	cat >"$BATS_TEST_TMPDIR/hf.json" <<-'EOF'
+	{"train_micro_batch_size_per_gpu": 2,
+	 "fp16": {"enabled": "auto", "loss_scale": 0, "initial_scale_power": 16},
+	 "bf16": {"enabled": "auto"},
+	 "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+	 "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+	               "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+	 "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+	                       "stage3_param_persistence_threshold": "auto"}}
+	EOF
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/hf.json" "${MODEL_ARGS[@]}" \
+		--lr 3e-4 --adam-beta2 0.95 --weight-decay 0.1 --train-iters 100 --lr-warmup-iters 10 --bf16
+	assert_line --regexp '^optimizer\.params\.lr +0\.0003  \(auto\)$'
+	assert_line --regexp '^optimizer\.params\.betas +\[0\.9, 0\.95\]  \(auto\)$'
+	assert_line --regexp '^optimizer\.params\.eps +1e-08  \(auto\)$'
+	assert_line --regexp '^optimizer\.params\.weight_decay +0\.1  \(auto\)$'
+	assert_line --regexp '^scheduler\.params\.warmup_min_lr +0\.0  \(auto\)$'
+	assert_line --regexp '^scheduler\.params\.warmup_max_lr +0\.0003  \(auto\)$'
+	assert_line --regexp '^scheduler\.params\.warmup_num_steps +10  \(auto\)$'
+	assert_line --regexp '^scheduler\.params\.total_num_steps +100  \(auto\)$'
+	assert_line --regexp '^bf16\.enabled +true  \(auto\)$'
+	assert_line --regexp '^fp16\.enabled +false  \(auto\)$'
+	# transformers' rule on gpt-test's hidden size 64: 64^2, floor(0.9 x 64^2), 10 x 64
+	assert_line --regexp '^zero_optimization\.reduce_bucket_size +4096  \(auto\)$'
+	assert_line --regexp '^zero_optimization\.stage3_prefetch_bucket_size +3686  \(auto\)$'
+	assert_line --regexp '^zero_optimization\.stage3_param_persistence_threshold +640  \(auto\)$'
+	assert_line "# ignored: fp16.initial_scale_power: fp16.enabled is false"
+	[ -z "$stderr" ] || fail "resolution is not a warning: $stderr"
+	# total_num_steps has no default: one line naming the flag
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/hf.json" "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "$stderr"
+	[[ "$stderr" == *"key 'scheduler.params.total_num_steps': \"auto\" has no default to resolve to; give a value or --train-iters"* ]] || fail "$stderr"
+	run -2 --separate-stderr ds-train --check --fp16 --bf16
+	run -2 --separate-stderr ds-train --check --lr -1
+}
+
+@test "micro batch \"auto\" is the largest whose memory plan fits the budget per rank" {
+	printf '{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 1}}' >"$BATS_TEST_TMPDIR/a.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/a.json" "${MODEL_ARGS[@]}" --world-size 2 --mem-per-rank 48M
+	line=$(grep '^# auto: train_micro_batch_size_per_gpu = ' <<<"$output") || fail "no resolution line: $output"
+	[[ "$line" == *"fits 48.0 MiB per rank, from --mem-per-rank)" ]] || fail "$line"
+	m=$(awk '{ print $5 }' <<<"$line")
+	[ "$m" -gt 1 ] || fail "micro batch $m"
+	# the estimate itself says m fits in 48 MiB and m + 1 does not
+	for k in "$m" $((m + 1)); do
+		printf '{"train_micro_batch_size_per_gpu": %d, "zero_optimization": {"stage": 1}}' "$k" >"$BATS_TEST_TMPDIR/m$k.json"
+		run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/m$k.json" "${MODEL_ARGS[@]}" --world-size 2
+		eval "t$((k - m))=$(awk '$1 == "total" { print $2 }' <<<"$output")"
+	done
+	[ "$t0" -le $((48 << 20)) ] || fail "micro $m: $t0 bytes > 48 MiB"
+	[ "$t1" -gt $((48 << 20)) ] || fail "micro $((m + 1)): $t1 bytes fits too"
+	# with a fixed global batch only divisors of it per rank: 12 / 2 ranks -> 1, 2, 3 or 6
+	printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": "auto"}' >"$BATS_TEST_TMPDIR/g.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/g.json" "${MODEL_ARGS[@]}" --world-size 2 --mem-per-rank 48M
+	assert_line "# batch: train_batch_size 12 = micro 6 x accumulation 1 x world size 2"
+}
+
+@test "a run logs each \"auto\" it resolved, and its checkpoint stores the resolved config" {
+	cd "$BATS_TEST_TMPDIR"
+	run -0 --separate-stderr ds-train --deepspeed_config "$TDATA/configs/seed-hf-auto.json" "${MODEL_ARGS[@]}" \
+		--train-iters 1 --micro-batch-size 2 --clip-grad 1 --save ck --peak-gflops 1
+	[[ "$stderr" == *"seed-hf-auto.json: auto: train_micro_batch_size_per_gpu = 2 (--micro-batch-size)"* ]] || fail "$stderr"
+	[[ "$stderr" == *"seed-hf-auto.json: auto: gradient_clipping = 1.0 (--clip-grad)"* ]] || fail "$stderr"
+	run -0 ds-ckpt-convert inspect --json ck
+	jq -e '.config.train_micro_batch_size_per_gpu == 2 and .config.train_batch_size == 2 and .config.gradient_clipping == 1' <<<"$output"
+}
+
 @test "bad input: stage \"all\" is ds-autotune's" {
 	check_bad stage-all.json "zero_optimization.stage" "ds-autotune"
 }
