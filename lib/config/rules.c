@@ -155,10 +155,12 @@ static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 	if (!strcmp(type, "WarmupDecayLR") || !strcmp(type, "WarmupCosineLR")) {
 		if (!GIVEN(scheduler.params.total_num_steps))
 			FAIL("%s: key 'scheduler.params.total_num_steps': required by %s", c->name, type);
+		/* DeepSpeed's WarmupDecayLR warns and runs (the lr stays in warmup) */
 		if (V->scheduler.params.total_num_steps < V->scheduler.params.warmup_num_steps)
-			FAIL("%s: key 'scheduler.params.total_num_steps': %lld is less than warmup_num_steps %lld",
-			     c->name, (long long)V->scheduler.params.total_num_steps,
-			     (long long)V->scheduler.params.warmup_num_steps);
+			DS_TRY(ds_config_note(c, DS_NOTE_WARNING,
+					      "key 'scheduler.params.total_num_steps' %lld is less than warmup_num_steps %lld: the lr never leaves its warmup (as in DeepSpeed)",
+					      (long long)V->scheduler.params.total_num_steps,
+					      (long long)V->scheduler.params.warmup_num_steps));
 		return check_params(c, "scheduler", type, type[6] == 'D' ? wdlr_params : wclr_params, err);
 	}
 	if (!strcmp(type, "OneCycle")) {
@@ -284,6 +286,10 @@ static int accepted_with_warning(struct ds_config *c)
 				NOTE(DS_NOTE_WARNING, "key '%s' has no effect: fp16.loss_scale %g is a static scale (0 is dynamic)",
 				     dyn[i], v->fp16.loss_scale);
 	}
+	static const char *const unread[] = { "disable_allgather", "fp32_allreduce" };
+	for (size_t i = 0; i < sizeof(unread) / sizeof(unread[0]); i++)
+		if (given(c, unread[i]))
+			NOTE(DS_NOTE_WARNING, "key '%s' has no effect: DeepSpeed parses it and never reads it", unread[i]);
 	if (given(c, "aio.thread_count"))
 		NOTE(DS_NOTE_WARNING, "key 'aio.thread_count' has no effect: DeepSpeed renamed it intra_op_parallelism and no longer reads it; set aio.intra_op_parallelism");
 	if (given_true(c, "activation_checkpointing.partition_activations"))
@@ -310,16 +316,15 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 		ERR("%s: key 'fp16.fp16_master_weights_and_grads': only supported with ZeRO Stage 2 (stage is %lld)",
 		    c->name, (long long)stage);
 	if (given_true(c, "activation_checkpointing.contiguous_memory_optimization")) {
+		/* DeepSpeed's configure() asserts this; its number_checkpoints
+		 * may come from the caller (Megatron's --checkpoint-num-layers),
+		 * so the file need not give it */
 		if (!given_true(c, "activation_checkpointing.partition_activations"))
 			ERR("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
 			    c->name);
-		else if (!GIVEN(activation_checkpointing.number_checkpoints))
-			ERR("%s: key 'activation_checkpointing.contiguous_memory_optimization': needs number_checkpoints",
-			    c->name);
 	}
 	if (V->prescale_gradients && V->gradient_predivide_factor != 1)
-		ERR("%s: key 'gradient_predivide_factor': has no effect with prescale_gradients (DeepSpeed ignores it); use one of the two",
-		    c->name);
+		NOTE(DS_NOTE_WARNING, "key 'gradient_predivide_factor' has no effect with prescale_gradients (DeepSpeed reads it only without); use one of the two");
 	const char *acc = V->data_types.grad_accum_dtype;
 	if (acc && stage == 0) {
 		const char *m = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
@@ -395,6 +400,7 @@ static const struct ds_config_ent *section_gate(const struct ds_config *c, const
 
 int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 {
+	const char *last_help = NULL, *last_path = "";
 	(void)err;
 	for (int i = 0; i < c->nents; i++) {
 		const struct ds_config_ent *e = &c->ents[i];
@@ -425,8 +431,15 @@ int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 			off = d && json_equal(d, e->val);
 			json_decref(d);
 		}
-		if (!off)
+		/* one error per section dstk lacks, naming its first key */
+		size_t root = strcspn(e->path, ".");
+		if (!off && (!last_help || last_help != k->help || strncmp(last_path, e->path, root) ||
+			     last_path[root] != e->path[root]))
 			ERR("%s: key '%s': not supported by dstk: %s", c->name, e->path, k->help);
+		if (!off) {
+			last_help = k->help;
+			last_path = e->path;
+		}
 	}
 	return c->nerr ? DS_EINVAL : 0;
 }
