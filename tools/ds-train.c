@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "config/config.h"
+#include "config/neox.h"
 #include "config/train_opts.h"
 #include "driver/train.h"
 #include "monitor/out.h"
@@ -32,11 +33,14 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: ds-train [--deepspeed_config FILE] [--model FILE] [OPTIONS]\n"
 		"       ds-train --check --deepspeed_config FILE --model FILE [--world-size N]\n"
+		"       ds-train [--check] --conf A.yml [B.yml ...] [OPTIONS]\n"
 		"Train a GPT-family model with a DeepSpeed JSON config (defaults: the bundled\n"
 		"share/configs/default.json and share/models/gpt-tiny.json).\n"
 		"\n"
 		"  -c, --deepspeed-config=FILE  DeepSpeed JSON config (also --deepspeed_config)\n"
 		"  -m, --model=FILE          model JSON (GPT-NeoX/Megatron key names)\n"
+		"      --conf A.yml [B.yml...]  GPT-NeoX YAML configs, read in order as NeoX's\n"
+		"                            launcher reads them, instead of the two files\n"
 		"      --check               validate both files, print the effective\n"
 		"                            configuration and the memory estimate per rank,\n"
 		"                            and exit (0 valid, 2 invalid)\n"
@@ -49,6 +53,7 @@ static void usage(FILE *f)
 		"      --train-iters=N       optimizer steps to run\n"
 		"      --save=DIR            checkpoint directory\n"
 		"      --save-interval=N     save every N steps\n"
+		"      --keep-last-n-checkpoints=N  remove older global_step* after each save\n"
 		"      --load=DIR|auto       resume from DIR's latest tag (auto: newest valid under --save)\n"
 		"      --no-load-optim       load weights only, not optimizer state\n"
 		"      --seed=N              seed of initialisation, dropout and data order (default 1234)\n"
@@ -78,7 +83,7 @@ static void usage(FILE *f)
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
        O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
-       O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM };
+       O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM };
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' },
@@ -103,6 +108,8 @@ static const struct option longopts[] = {
 	{ "exit-interval", required_argument, NULL, O_EXITINT },
 	{ "peak-gflops", required_argument, NULL, O_PEAK },
 	{ "metrics-json", required_argument, NULL, O_METRICS },
+	{ "conf", required_argument, NULL, O_CONF },
+	{ "keep-last-n-checkpoints", required_argument, NULL, O_KEEP },
 	{ "lr", required_argument, NULL, O_LR },
 	{ "weight-decay", required_argument, NULL, O_WD },
 	{ "adam-beta1", required_argument, NULL, O_B1 },
@@ -208,7 +215,9 @@ int main(int argc, char **argv)
 	struct ds_train_opts o;
 	struct ds_err err = DS_ERR_INIT;
 	int64_t v;
-	int c, list = 0;
+	int c, list = 0, rc;
+	const char *conf[64];
+	struct ds_neox nx = { 0 };
 
 	ds_train_opts_init(&o);
 	ds_cli_normalize_args(argc, argv);
@@ -242,6 +251,8 @@ int main(int argc, char **argv)
 			break;
 		}
 		case O_METRICS: o.metrics_json = optarg; break;
+		case O_KEEP: if (num(optarg, 1, INT64_MAX, "--keep-last-n-checkpoints", &o.keep_last_n)) return 2; break;
+		case O_CONF: if (o.nconf < 64) conf[o.nconf++] = optarg; break;
 		case O_LR: if (real(optarg, 0, HUGE_VAL, "--lr", &o.autos.lr)) return 2; break;
 		case O_WD: if (real(optarg, 0, HUGE_VAL, "--weight-decay", &o.autos.weight_decay)) return 2; break;
 		case O_B1: if (real(optarg, 0, 1, "--adam-beta1", &o.autos.beta1)) return 2; break;
@@ -262,13 +273,24 @@ int main(int argc, char **argv)
 		default: return ds_cli_try_help(TOOL);
 		}
 	}
+	/* --conf a.yml b.yml: NeoX's deepy.py takes the files as one list */
+	while (o.nconf && optind < argc && o.nconf < 64)
+		conf[o.nconf++] = argv[optind++];
 	if (optind < argc)
 		return ds_cli_usage_error(TOOL, "unexpected argument '%s'", argv[optind]);
+	if (o.nconf && (o.deepspeed_config || o.model))
+		return ds_cli_usage_error(TOOL, "--conf replaces --deepspeed_config and --model: give one or the other");
+	o.conf = conf;
 	if (o.autos.fp16 > 0 && o.autos.bf16 > 0)
 		return ds_cli_usage_error(TOOL, "--fp16 and --bf16: give one");
 	if (list)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
+	if (o.nconf && ds_train_opts_neox(&o, &nx, &err) < 0)
+		return ds_cli_fail(TOOL, &err);
 	if (o.check)
-		return ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
-	return train(&o);
+		rc = ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
+	else
+		rc = train(&o);
+	ds_neox_release(&nx);
+	return rc;
 }

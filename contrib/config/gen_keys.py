@@ -331,6 +331,13 @@ EXTRA = [
      "when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit"),
     ("dstk.watchdog_dir", "string", None, None, None, None, IMPL,
      "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)"),
+    ("dstk.lr_decay_style", "enum", "none", ["none", "constant", "linear", "cosine", "exponential"], None, None, IMPL,
+     "GPT-NeoX's learning-rate schedule (AnnealingLR) from optimizer.params.lr, instead of a DeepSpeed scheduler (none: off)"),
+    ("dstk.lr_warmup_iters", "float", 0.0, None, 0, None, IMPL,
+     "NeoX schedule: warmup iterations (NeoX's warmup fraction x lr_decay_iters; may be fractional)"),
+    ("dstk.lr_decay_iters", "int", None, None, 1, None, IMPL,
+     "NeoX schedule: iterations of warmup plus decay (default: --train-iters)"),
+    ("dstk.min_lr", "float", 0.0, None, 0, None, IMPL, "NeoX schedule: the lr never decays below this"),
     ("dstk.bf16_matmul", "enum", "auto", ["auto", "onednn", "avx512_bf16", "fp32"], None, None, IMPL,
      "bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 "
      "sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel "

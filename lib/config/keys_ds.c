@@ -423,6 +423,10 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "dstk.watchdog_timeout_s", DS_KT_FLOAT, "1800.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "exit with status 5 when a rank makes no progress this long (DeepSpeed's 30-minute process-group timeout; 0: off)", DS_KEY_FIELD(dstk.watchdog_timeout_s) },
 	{ "dstk.signal_lead_s", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit", DS_KEY_FIELD(dstk.signal_lead_s) },
 	{ "dstk.watchdog_dir", DS_KT_STRING, NULL, NULL, NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp)", DS_KEY_FIELD(dstk.watchdog_dir) },
+	{ "dstk.lr_decay_style", DS_KT_ENUM, "\"none\"", "none|constant|linear|cosine|exponential", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "GPT-NeoX's learning-rate schedule (AnnealingLR) from optimizer.params.lr, instead of a DeepSpeed scheduler (none: off)", DS_KEY_FIELD(dstk.lr_decay_style) },
+	{ "dstk.lr_warmup_iters", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "NeoX schedule: warmup iterations (NeoX's warmup fraction x lr_decay_iters; may be fractional)", DS_KEY_FIELD(dstk.lr_warmup_iters) },
+	{ "dstk.lr_decay_iters", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "NeoX schedule: iterations of warmup plus decay (default: --train-iters)", DS_KEY_FIELD(dstk.lr_decay_iters) },
+	{ "dstk.min_lr", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "NeoX schedule: the lr never decays below this", DS_KEY_FIELD(dstk.min_lr) },
 	{ "dstk.bf16_matmul", DS_KT_ENUM, "\"auto\"", "auto|onednn|avx512_bf16|fp32", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel (avx512_bf16), or fp32 sgemm (fp32)", DS_KEY_FIELD(dstk.bf16_matmul) },
 };
 

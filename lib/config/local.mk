@@ -6,7 +6,14 @@ lib_config_libds_config_a_SOURCES = \
 	lib/config/rules.c lib/config/table.c lib/config/table.h \
 	lib/config/keys.h lib/config/keys_ds.c lib/config/values.h \
 	lib/config/model.c lib/config/model.h \
-	lib/config/train_opts.c lib/config/train_opts.h
+	lib/config/train_opts.c lib/config/train_opts.h \
+	lib/config/neox.c lib/config/neox.h lib/config/yaml.h
+if HAVE_LIBYAML
+lib_config_libds_config_a_SOURCES += lib/config/yaml.c
+else
+lib_config_libds_config_a_SOURCES += lib/config/yaml_stub.c
+endif
+EXTRA_DIST += lib/config/yaml.c lib/config/yaml_stub.c
 LIBDS += lib/config/libds_config.a
 EXTRA_DIST += contrib/config/gen_keys.py
 

@@ -42,6 +42,10 @@ static const struct ds_config_key mkeys[] = {
 	{ "type_vocab_size", DS_KT_INT, "2", NULL, 1, 1 << 30, I, MM, "bert: token types", DS_KEY_NOFIELD },
 	{ "padded_vocab_size", DS_KT_INT, NULL, NULL, 1, 1 << 30, I, MM,
 	  "derived (vocab_size rounded up); when given it must agree, so printed configs load back", DS_KEY_NOFIELD },
+	{ "init_method", DS_KT_ENUM, "\"normal\"", "normal|scaled_normal|small_init|wang_init", NAN, NAN, I, 0,
+	  "GPT-NeoX init of the embeddings, QKV, MLP input and output head", DS_KEY_NOFIELD },
+	{ "output_layer_init_method", DS_KT_ENUM, "\"scaled_normal\"", "scaled_normal|normal|small_init|wang_init", NAN, NAN,
+	  I, 0, "GPT-NeoX init of the attention and MLP output projections", DS_KEY_NOFIELD },
 };
 #define NMK ((int)(sizeof(mkeys) / sizeof(mkeys[0])))
 
@@ -55,7 +59,8 @@ static const struct { size_t off; int how; } field[NMK] = {
 	FI(max_position_embeddings), FI(vocab_size), FI(make_vocab_size_divisible_by), FI(intermediate_size),
 	FE(pos_emb), FD(rotary_pct), FD(rotary_emb_base), FE(norm), FD(layernorm_epsilon), FD(rms_norm_epsilon),
 	FE(activation), FI(no_weight_tying), FI(gpt_j_residual), FD(init_method_std), FD(hidden_dropout),
-	FD(attention_dropout), FI(type_vocab_size), FI(padded_vocab_size),
+	FD(attention_dropout), FI(type_vocab_size), FI(padded_vocab_size), FE(init_method),
+	FE(output_layer_init_method),
 };
 
 static int key_index(const char *name)
@@ -195,6 +200,34 @@ int ds_model_config_load(const char *path, struct ds_model_config *m, struct ds_
 	rc = load(root, path, m, err);
 	json_decref(root);
 	return rc;
+}
+
+int ds_model_config_load_json(const struct json_t *root, const char *name, struct ds_model_config *m,
+			      struct ds_err *err)
+{
+	return load((json_t *)root, name, m, err);
+}
+
+int ds_model_output_init(const struct ds_model_config *m)
+{
+	/* its enum lists scaled_normal first, so a zeroed struct keeps the default */
+	static const int map[] = { DS_INIT_SCALED_NORMAL, DS_INIT_NORMAL_STD, DS_INIT_SMALL, DS_INIT_WANG };
+	return map[m->output_layer_init_method & 3];
+}
+
+double ds_model_init_std(const struct ds_model_config *m, int method)
+{
+	double L = m->num_layers > 0 ? m->num_layers : 1, C = m->hidden_size > 0 ? m->hidden_size : 1;
+	switch (method) {
+	case DS_INIT_SCALED_NORMAL:
+		return m->init_method_std / sqrt(2.0 * L); /* scaled_init_method_normal */
+	case DS_INIT_SMALL:
+		return sqrt(2.0 / (5.0 * C)); /* small_init_init_method: Nguyen and Salazar 2019 */
+	case DS_INIT_WANG:
+		return 2.0 / L / sqrt(C); /* wang_init_method */
+	default:
+		return m->init_method_std; /* init_method_normal */
+	}
 }
 
 int ds_model_config_load_string(const char *json, const char *name, struct ds_model_config *m,

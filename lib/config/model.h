@@ -17,6 +17,8 @@ enum ds_model_family { DS_FAMILY_GPT = 0, DS_FAMILY_BERT = 1 };
 enum ds_pos_emb { DS_POS_LEARNED = 0, DS_POS_ROTARY = 1, DS_POS_SINUSOIDAL = 2 };
 enum ds_norm { DS_NORM_LAYERNORM = 0, DS_NORM_RMSNORM = 1 };
 enum ds_activation { DS_ACT_GELU = 0, DS_ACT_GEGLU = 1, DS_ACT_SWIGLU = 2 };
+/* GPT-NeoX's init methods (megatron/model/init_functions.py) */
+enum ds_init_method { DS_INIT_NORMAL_STD = 0, DS_INIT_SCALED_NORMAL, DS_INIT_SMALL, DS_INIT_WANG };
 
 struct ds_model_config {
 	int family;                    /* enum ds_model_family; bert is profile-only */
@@ -42,6 +44,9 @@ struct ds_model_config {
 	double hidden_dropout;         /* default 0 */
 	double attention_dropout;      /* default 0 */
 	int type_vocab_size;           /* bert: token types (default 2) */
+	int init_method;               /* enum ds_init_method: embeddings, QKV, MLP in, lm_head (normal) */
+	int output_layer_init_method;  /* index in "scaled_normal|normal|small_init|wang_init" (0, a zeroed
+					* struct: scaled_normal); ds_model_output_init gives its enum ds_init_method */
 	unsigned set_mask;             /* bit i: the model file gave key i (loader) */
 };
 
@@ -58,6 +63,16 @@ void ds_model_config_derive(struct ds_model_config *m);
  * file's values and the derived sizes.  0 or DS_EINVAL (err: "file: key
  * 'x': ..."). */
 int ds_model_config_load(const char *path, struct ds_model_config *m, struct ds_err *err);
+/* The same from a parsed JSON object (borrowed). */
+struct json_t;
+int ds_model_config_load_json(const struct json_t *root, const char *name, struct ds_model_config *m,
+			      struct ds_err *err);
+/* The standard deviation of init method `method` (enum ds_init_method)
+ * for this model: normal sigma, scaled_normal sigma / sqrt(2 L),
+ * small_init sqrt(2 / (5 C)), wang_init 2 / L / sqrt(C). */
+double ds_model_init_std(const struct ds_model_config *m, int method);
+/* output_layer_init_method as an enum ds_init_method. */
+int ds_model_output_init(const struct ds_model_config *m);
 /* The same from JSON text; `name` stands for the file in messages. */
 int ds_model_config_load_string(const char *json, const char *name, struct ds_model_config *m,
 				struct ds_err *err);

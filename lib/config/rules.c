@@ -144,6 +144,19 @@ static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 static int scheduler_rules(struct ds_config *c, struct ds_err *err)
 {
 	const char *type = V->scheduler.type;
+	if (strcmp(V->dstk.lr_decay_style, "none")) {
+		if (type)
+			FAIL("%s: key 'dstk.lr_decay_style': \"%s\" is a schedule of its own; remove it or the scheduler section",
+			     c->name, V->dstk.lr_decay_style);
+		if (GIVEN(dstk.lr_decay_iters) && V->dstk.lr_warmup_iters >= (double)V->dstk.lr_decay_iters)
+			FAIL("%s: key 'dstk.lr_warmup_iters': %g must be less than lr_decay_iters %lld", c->name,
+			     V->dstk.lr_warmup_iters, (long long)V->dstk.lr_decay_iters);
+	} else {
+		static const char *const neox[] = { "dstk.lr_warmup_iters", "dstk.lr_decay_iters", "dstk.min_lr" };
+		for (size_t i = 0; i < sizeof(neox) / sizeof(neox[0]); i++)
+			if (given(c, neox[i]))
+				DS_TRY(ds_config_note(c, DS_NOTE_IGNORED, "%s: dstk.lr_decay_style is \"none\"", neox[i]));
+	}
 	if (!type) {
 		for (int i = 0; i < c->nents; i++)
 			if (c->ents[i].src == DS_SRC_FILE && !strncmp(c->ents[i].path, "scheduler.", 10))

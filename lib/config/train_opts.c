@@ -6,6 +6,7 @@
 
 #include "config/config.h"
 #include "config/model.h"
+#include "config/neox.h"
 #include "config/train_opts.h"
 
 void ds_train_opts_init(struct ds_train_opts *o)
@@ -26,6 +27,47 @@ static const char *share_file(const char *rel)
 		return b;
 	snprintf(b, sizeof(buf[0]), "%s/share/%s", DS_SRCDIR, rel);
 	return b;
+}
+
+int ds_train_opts_neox(struct ds_train_opts *o, struct ds_neox *nx, struct ds_err *err)
+{
+	DS_TRY(ds_neox_load(o->conf, o->nconf, o->lenient, nx, err));
+	char *ds = json_dumps(nx->ds, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+	char *mo = json_dumps(nx->model, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+	if (!ds || !mo) {
+		free(ds);
+		free(mo);
+		ds_neox_release(nx);
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
+	nx->ds_text = ds; /* freed by ds_neox_release */
+	nx->model_text = mo;
+	o->deepspeed_json = ds;
+	o->model_json = mo;
+	o->conf_name = nx->name;
+	o->conf_lines = nx->lines;
+	o->conf_nlines = nx->nlines;
+	/* the files' run flags, where the command line gave none */
+	struct ds_train_opts d;
+	ds_train_opts_init(&d);
+#define RUNF(f) if (nx->f && o->f == d.f) o->f = nx->f
+	RUNF(train_iters);
+	RUNF(save_interval);
+	RUNF(keep_last_n);
+	RUNF(eval_interval);
+	RUNF(eval_iters);
+	RUNF(log_interval);
+	RUNF(exit_interval);
+	RUNF(save);
+	RUNF(load);
+	RUNF(data);
+	RUNF(valid_data);
+	RUNF(split);
+	RUNF(no_load_optim);
+#undef RUNF
+	if (nx->have_seed && o->seed == d.seed)
+		o->seed = nx->seed;
+	return 0;
 }
 
 const char *ds_train_default_config(void)
@@ -59,11 +101,19 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 	co.autos = &a;
 	/* the model first: "auto" ZeRO bucket sizes follow its hidden size;
 	 * a bad model is reported after the DeepSpeed config's errors */
-	int mrc = ds_model_config_load(mod, &m, &merr);
+	if (o->model_json)
+		mod = o->conf_name;
+	int mrc = o->model_json ? ds_model_config_load_string(o->model_json, o->conf_name, &m, &merr)
+				: ds_model_config_load(mod, &m, &merr);
 	a.hidden_size = mrc == 0 ? m.hidden_size : 0;
 	if (a.train_iters < 0 && o->train_iters > 0)
 		a.train_iters = o->train_iters;
-	DS_TRY(ds_config_load_file(&c, cfg, &co, err));
+	if (o->deepspeed_json)
+		cfg = o->conf_name;
+	if (o->deepspeed_json)
+		DS_TRY(ds_config_load_string(&c, o->deepspeed_json, o->conf_name, &co, err));
+	else
+		DS_TRY(ds_config_load_file(&c, cfg, &co, err));
 	if (mrc < 0) {
 		*err = merr;
 		rc = mrc;
@@ -100,13 +150,25 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 		free(mj);
 		goto out;
 	}
+	if (o->conf_nlines) {
+		fprintf(out, "# GPT-NeoX config %s: what became of its parameters\n", o->conf_name);
+		for (int i = 0; i < o->conf_nlines; i++)
+			fprintf(out, "# neox: %s\n", o->conf_lines[i]);
+	}
 	fprintf(out, "# DeepSpeed config %s (world size %d)\n", cfg, b.world_size);
 	if ((rc = ds_config_print(c, out, err)) < 0)
 		goto out;
 	fprintf(out, "# batch: train_batch_size %lld = micro %lld x accumulation %lld x world size %d\n",
 		(long long)b.train_batch_size, (long long)b.micro_batch, (long long)b.grad_accum, b.world_size);
 	fprintf(out, "# model config %s\n", mod);
-	rc = ds_model_config_print(&m, out, err);
+	if ((rc = ds_model_config_print(&m, out, err)) < 0)
+		goto out;
+	fprintf(out, "# run flags: --train-iters %lld --seed %llu --save-interval %lld --eval-interval %lld --eval-iters %lld "
+		"--log-interval %lld --keep-last-n-checkpoints %lld%s%s%s%s%s%s%s%s%s\n", (long long)o->train_iters, (unsigned long long)o->seed,
+		(long long)o->save_interval, (long long)o->eval_interval, (long long)o->eval_iters, (long long)o->log_interval,
+		(long long)o->keep_last_n, o->save ? " --save " : "", o->save ? o->save : "", o->load ? " --load " : "", o->load ? o->load : "",
+		o->data ? " --data " : "", o->data ? o->data : "", o->split ? " --split " : "", o->split ? o->split : "",
+		o->no_load_optim ? " --no-load-optim" : "");
 out:
 	ds_config_destroy(c);
 	return rc;

@@ -23,6 +23,7 @@ struct ds_train_opts {
 	int64_t train_iters;           /* --train-iters (0: until the schedule's total or 1 epoch) */
 	const char *save;              /* --save DIR */
 	int64_t save_interval;         /* --save-interval (0: only at the end) */
+	int64_t keep_last_n;           /* --keep-last-n-checkpoints (0: keep all) */
 	const char *load;              /* --load DIR or "auto" (newest valid tag under --save) */
 	int no_load_optim;             /* --no-load-optim */
 	uint64_t seed;                 /* --seed (default 1234) */
@@ -41,10 +42,25 @@ struct ds_train_opts {
 	 * --bf16; --train-iters is train_iters above) */
 	struct ds_config_auto autos;
 	uint64_t mem_per_rank;         /* --mem-per-rank: budget for micro batch "auto" (0: Slurm's or MemAvailable) */
+	/* --conf A.yml [B.yml ...]: GPT-NeoX configs (ds_train_opts_neox
+	 * turns them into the two texts below and the run flags) */
+	const char **conf;
+	int nconf;
+	const char *deepspeed_json, *model_json;  /* config texts instead of the files (NULL: the files) */
+	const char *conf_name;                    /* what the texts are called in messages */
+	char **conf_lines;                        /* what became of each NeoX parameter, for --check */
+	int conf_nlines;
 };
 
 /* Fill o with the defaults above. */
 void ds_train_opts_init(struct ds_train_opts *o);
+
+/* --conf: read o->conf (GPT-NeoX YAML, lib/config/neox.h) and set o's
+ * config texts and the run flags the files give that the command line
+ * left at their defaults.  The texts live in *keep (release with
+ * ds_neox_release after the run).  0, DS_EINVAL, DS_ENOTSUP (no libyaml). */
+struct ds_neox;
+int ds_train_opts_neox(struct ds_train_opts *o, struct ds_neox *keep, struct ds_err *err);
 
 /* Default config paths: installed share dir, or the source tree's when the
  * installed one is absent (running from a build directory). */

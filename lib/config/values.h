@@ -200,6 +200,10 @@ struct ds_config_sources {
 		unsigned char watchdog_timeout_s;
 		unsigned char signal_lead_s;
 		unsigned char watchdog_dir;
+		unsigned char lr_decay_style;
+		unsigned char lr_warmup_iters;
+		unsigned char lr_decay_iters;
+		unsigned char min_lr;
 		unsigned char bf16_matmul;
 	} dstk;
 };
@@ -383,6 +387,10 @@ struct ds_config_values {
 		double watchdog_timeout_s;  /* exit with status 5 when a rank makes no progress this long (DeepSpeed's 30-minute process-group timeout; 0: off) (default 1800.0) */
 		double signal_lead_s;  /* seconds the job has left when SIGUSR1/SIGTERM comes (the N of --signal=USR1@N; 0: unknown), when SLURM_JOB_END_TIME is unset: warn before a save that cannot fit (default 0.0) */
 		const char *watchdog_dir;  /* where the watchdog's per-rank heartbeat files go (a directory all ranks share; default $TMPDIR or /tmp) */
+		const char *lr_decay_style;  /* GPT-NeoX's learning-rate schedule (AnnealingLR) from optimizer.params.lr, instead of a DeepSpeed scheduler (none: off) (default "none") */
+		double lr_warmup_iters;  /* NeoX schedule: warmup iterations (NeoX's warmup fraction x lr_decay_iters; may be fractional) (default 0.0) */
+		int64_t lr_decay_iters;  /* NeoX schedule: iterations of warmup plus decay (default: --train-iters) */
+		double min_lr;  /* NeoX schedule: the lr never decays below this (default 0.0) */
 		const char *bf16_matmul;  /* bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel (avx512_bf16), or fp32 sgemm (fp32) (default "auto") */
 	} dstk;
 	struct ds_config_sources src;

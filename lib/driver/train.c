@@ -546,6 +546,8 @@ static int save_step(struct run *r, struct loop *lp, int64_t flag, int exiting, 
 	res->saved = 1;
 	lp->last_save_s = ds_now() - ts;
 	ds_log_info("saved %s/global_step%lld in %.2f s", o->save, st->iteration, lp->last_save_s);
+	if (o->keep_last_n > 0 && r->rank == 0)
+		DS_TRY(ds_train_prune_checkpoints(o->save, o->keep_last_n, st->iteration, err));
 	return 0;
 }
 

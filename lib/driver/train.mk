@@ -10,9 +10,9 @@ tools_ds_train_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-train.1
 
 if HAVE_BATS
-TESTS += tests/cli/ds-train.bats tests/cli/ds-train-check.bats tests/cli/configs-real.bats
+TESTS += tests/cli/ds-train.bats tests/cli/ds-train-check.bats tests/cli/configs-real.bats tests/cli/ds-train-neox.bats
 endif
-EXTRA_DIST += tests/cli/ds-train.bats tests/cli/ds-train-check.bats tests/cli/configs-real.bats
+EXTRA_DIST += tests/cli/ds-train.bats tests/cli/ds-train-check.bats tests/cli/configs-real.bats tests/cli/ds-train-neox.bats
 
 if HAVE_BATS
 TESTS += tests/cli/ds-train-memory.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats

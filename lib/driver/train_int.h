@@ -44,6 +44,9 @@ struct ds_train_setup {
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err);
 void ds_train_setup_release(struct ds_train_setup *s);
+/* Remove dir's global_step<N> checkpoints (N <= newest) but the keep
+ * newest (NeoX's keep_last_n_checkpoints); 0, DS_EIO or DS_ENOMEM. */
+int ds_train_prune_checkpoints(const char *dir, int64_t keep, int64_t newest, struct ds_err *err);
 /* Log (info) each "auto" value the config resolved and how many keys of
  * switched-off sections it ignored. */
 void ds_train_setup_log_notes(const struct ds_train_setup *s);

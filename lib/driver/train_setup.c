@@ -62,9 +62,24 @@ static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 	return rc < 0 ? ds_err_prefix(err, "%s: optimizer: ", ds_config_name(s->cfg)) : 0;
 }
 
-static void map_scheduler(struct ds_train_setup *s)
+static void map_scheduler(struct ds_train_setup *s, int64_t train_iters)
 {
 	struct ds_config_scheduler cs;
+	const struct ds_config_values *v = ds_config_values(s->cfg);
+	if (strcmp(v->dstk.lr_decay_style, "none")) {
+		/* GPT-NeoX's AnnealingLR; its length defaults to the run's */
+		static const char *const st[] = { "constant", "linear", "cosine", "exponential" };
+		ds_sched_params_init(&s->sched, DS_SCHED_NEOX);
+		for (int i = 0; i < 4; i++)
+			if (!strcmp(v->dstk.lr_decay_style, st[i]))
+				s->sched.neox_decay = (enum ds_neox_decay)i;
+		s->sched.neox_warmup_iter = v->dstk.lr_warmup_iters;
+		s->sched.neox_end_iter = DS_CONFIG_GIVEN(v, dstk.lr_decay_iters) ? v->dstk.lr_decay_iters
+						 : train_iters > 0 ? train_iters : 1;
+		s->sched.neox_min_lr = v->dstk.min_lr;
+		s->sched.total_num_steps = s->sched.neox_end_iter;
+		return;
+	}
 	ds_config_scheduler(s->cfg, &cs);
 	/* the config's enum follows DeepSpeed's order, as optim's does */
 	static const enum ds_sched_type map[] = { DS_SCHED_NONE, DS_SCHED_WARMUP_LR, DS_SCHED_WARMUP_DECAY_LR,
@@ -220,11 +235,16 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	/* "auto" ZeRO bucket sizes follow the model's hidden size; a bad
 	 * model is reported below, after the DeepSpeed config's errors */
 	struct ds_err scratch = DS_ERR_INIT;
-	if (ds_model_config_load(mpath, &s->model, &scratch) == 0)
+	if (o->model_json)
+		mpath = o->conf_name;
+	if ((o->model_json ? ds_model_config_load_string(o->model_json, mpath, &s->model, &scratch)
+			   : ds_model_config_load(mpath, &s->model, &scratch)) == 0)
 		s->autos.hidden_size = s->model.hidden_size;
-	if ((rc = ds_config_load_file(&s->cfg, cpath, &co, err)) < 0)
+	if ((rc = o->deepspeed_json ? ds_config_load_string(&s->cfg, o->deepspeed_json, o->conf_name, &co, err)
+				    : ds_config_load_file(&s->cfg, cpath, &co, err)) < 0)
 		return rc;
-	if ((rc = ds_model_config_load(mpath, &s->model, err)) < 0)
+	if ((rc = o->model_json ? ds_model_config_load_string(o->model_json, mpath, &s->model, err)
+				: ds_model_config_load(mpath, &s->model, err)) < 0)
 		goto fail;
 	if (s->model.family != DS_FAMILY_GPT) {
 		rc = ds_err_set(err, DS_EINVAL, "%s: family: only gpt models train (bert is profile-only)", mpath);
@@ -251,7 +271,7 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	s->eng.grad_accum = (int)s->ga;
 	if ((rc = map_optimizer(s, err)) < 0)
 		goto fail;
-	map_scheduler(s);
+	map_scheduler(s, o->train_iters);
 	s->eng.zero_stage = (int)v->zero_optimization.stage;
 	if ((rc = map_precision(s, err)) < 0)
 		goto fail;

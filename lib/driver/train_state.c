@@ -9,6 +9,11 @@
  * lib/io/ckpt.h). */
 #include "driver/train_int.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <sys/stat.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,5 +321,64 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 		return ds_err_set(err, DS_ENOMEM, "out of memory listing the model's tensors");
 	int rc = load(dir, tag, weights_only, e, s, st, comm, tag_out, nt, err);
 	free(nt);
+	return rc;
+}
+
+/* ---- keep_last_n_checkpoints -------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int ds_train_prune_checkpoints(const char *dir, int64_t keep, int64_t newest, struct ds_err *err)
+{
+	DIR *d = opendir(dir);
+	int64_t *steps = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+	if (!d)
+		return ds_err_set(err, DS_EIO, "%s: cannot list the checkpoints: %s", dir, strerror(errno));
+	while ((de = readdir(d))) {
+		char *end;
+		if (strncmp(de->d_name, "global_step", 11))
+			continue;
+		long long st = strtoll(de->d_name + 11, &end, 10);
+		if (*end || end == de->d_name + 11 || st > newest)
+			continue; /* a .tmp of a save in flight, or not ours */
+		if (n == cap) {
+			int64_t *p = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof(*p));
+			if (!p) {
+				rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+				goto out;
+			}
+			steps = p;
+		}
+		steps[n++] = st;
+	}
+	/* the oldest go: sort descending, remove from index keep on */
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && steps[j - 1] < steps[j]; j--) {
+			int64_t t = steps[j];
+			steps[j] = steps[j - 1];
+			steps[j - 1] = t;
+		}
+	for (size_t i = (size_t)keep; i < n; i++) {
+		char p[4096];
+		snprintf(p, sizeof(p), "%s/global_step%lld", dir, (long long)steps[i]);
+		if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+			rc = ds_err_set(err, DS_EIO, "%s: cannot remove an old checkpoint (keep_last_n_checkpoints %lld): %s",
+					p, (long long)keep, strerror(errno));
+			goto out;
+		}
+		ds_log_info("removed %s (keep_last_n_checkpoints %lld)", p, (long long)keep);
+	}
+out:
+	closedir(d);
+	free(steps);
 	return rc;
 }

@@ -80,8 +80,8 @@ int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_confi
 	const int64_t L = m->num_layers, C = m->hidden_size, Vp = m->padded_vocab_size;
 	const int64_t F = m->intermediate_size;
 	const int64_t Fup = m->activation == DS_ACT_GELU ? F : 2 * F;
-	const float std = (float)m->init_method_std;
-	const float sstd = (float)(m->init_method_std / sqrt(2.0 * (double)L));
+	const float std = (float)ds_model_init_std(m, m->init_method);
+	const float sstd = (float)ds_model_init_std(m, ds_model_output_init(m));
 	const int ln = m->norm == DS_NORM_LAYERNORM;
 
 	r->nseg = (int)L + 2;

@@ -38,14 +38,18 @@ void ds_sched_params_init(struct ds_sched_params *p, enum ds_sched_type type)
 	p->lr_range_test_step_size = 2000;
 	p->lr_range_test_step_rate = 1.0;
 	p->lr_range_test_staircase = 0;
+	p->neox_decay = DS_NEOX_LINEAR;
+	p->neox_warmup_iter = 0.0;
+	p->neox_end_iter = 1;
+	p->neox_min_lr = 0.0;
 }
 
 static const char *const names[] = { "none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
-				     "LRRangeTest" };
+				     "LRRangeTest", "NeoX" };
 
 const char *ds_sched_type_name(enum ds_sched_type type)
 {
-	return (unsigned)type <= DS_SCHED_LR_RANGE_TEST ? names[type] : "?";
+	return (unsigned)type <= DS_SCHED_NEOX ? names[type] : "?";
 }
 
 int ds_sched_type_from_name(const char *name, enum ds_sched_type *type, struct ds_err *err)
@@ -216,6 +220,12 @@ int ds_sched_params_check(const struct ds_sched_params *p, struct ds_err *err)
 		if (p->lr_range_test_step_size <= 0)
 			return ds_err_set(err, DS_EINVAL, "scheduler.params.lr_range_test_step_size: must be > 0");
 		return 0;
+	case DS_SCHED_NEOX:
+		/* AnnealingLR asserts end_iter > 0; E == W would divide by zero */
+		if (p->neox_end_iter <= 0 || p->neox_warmup_iter < 0 || p->neox_warmup_iter >= (double)p->neox_end_iter)
+			return ds_err_set(err, DS_EINVAL, "dstk.lr_decay_iters: %lld must exceed the warmup iterations %g",
+					  (long long)p->neox_end_iter, p->neox_warmup_iter);
+		return 0;
 	}
 	return ds_err_set(err, DS_EINVAL, "scheduler.type: invalid type %d", (int)p->type);
 }
@@ -230,11 +240,41 @@ static double warmup_gamma(enum ds_warmup_type wt, int64_t w, int64_t k)
 	return (1.0 / log((double)w)) * log((double)(k + 1));
 }
 
+/* GPT-NeoX's AnnealingLR.get_lr at num_iters k (its own words: the warmup
+ * ramp is not clamped by min_lr, the decay is). */
+static double neox_lr(const struct ds_sched_params *p, double start, int64_t k)
+{
+	double n = k < 0 ? 0.0 : (double)k, w = p->neox_warmup_iter, lr;
+	if (w > 0 && n <= w)
+		return start * (n > 1.0 ? n : 1.0) / w;
+	n -= w;
+	double e = (double)p->neox_end_iter - w;
+	switch (p->neox_decay) {
+	case DS_NEOX_LINEAR:
+		lr = start * (e - n) / e;
+		break;
+	case DS_NEOX_COSINE:
+		lr = p->neox_min_lr + (start - p->neox_min_lr) / 2.0 * (cos(M_PI * n / e) + 1.0);
+		break;
+	case DS_NEOX_EXPONENTIAL:
+		lr = start * exp(-0.693 * n / e); /* exp(-0.693) = 1/2, NeoX's constant */
+		break;
+	default:
+		lr = start;
+	}
+	return lr > p->neox_min_lr ? lr : p->neox_min_lr;
+}
+
 void ds_sched_value(const struct ds_sched_params *p, double org_lr, int64_t k, struct ds_sched_value *out)
 {
 	memset(out, 0, sizeof(*out));
 	int64_t w = p->warmup_num_steps < 2 ? 2 : p->warmup_num_steps;
 	switch (p->type) {
+	case DS_SCHED_NEOX:
+		/* AnnealingLR's constructor steps to num_iters 0, which the first
+		 * optimizer step uses; a DeepSpeed scheduler's k is -1 there */
+		out->lr = neox_lr(p, org_lr, k + 1);
+		return;
 	case DS_SCHED_NONE:
 		out->lr = org_lr;
 		return;

@@ -23,8 +23,11 @@ enum ds_sched_type {
 	DS_SCHED_WARMUP_DECAY_LR,
 	DS_SCHED_WARMUP_COSINE_LR,
 	DS_SCHED_ONE_CYCLE,
-	DS_SCHED_LR_RANGE_TEST
+	DS_SCHED_LR_RANGE_TEST,
+	DS_SCHED_NEOX                /* GPT-NeoX's AnnealingLR (megatron/learning_rates.py), start lr = org_lr */
 };
+
+enum ds_neox_decay { DS_NEOX_CONSTANT = 0, DS_NEOX_LINEAR, DS_NEOX_COSINE, DS_NEOX_EXPONENTIAL };
 
 enum ds_warmup_type { DS_WARMUP_LOG = 0, DS_WARMUP_LINEAR };
 
@@ -57,6 +60,13 @@ struct ds_sched_params {
 	int64_t lr_range_test_step_size;   /* 2000 */
 	double lr_range_test_step_rate;    /* 1.0 */
 	int lr_range_test_staircase;       /* 0 */
+	/* GPT-NeoX AnnealingLR: at k = num_iters, lr = org_lr * max(1, k) / W
+	 * while k <= W (warmup_iter, fractional: warmup x decay_iters), then
+	 * decays over E - W (end_iter) by decay_style, never below min_lr */
+	enum ds_neox_decay neox_decay;     /* linear */
+	double neox_warmup_iter;           /* 0 */
+	int64_t neox_end_iter;             /* > 0 */
+	double neox_min_lr;                /* 0 */
 };
 
 /* Fill p with the defaults of type. */

@@ -483,6 +483,39 @@ static void test_registry_gpt2_124m(void **state)
 	ds_gpt_destroy(m);
 }
 
+/* GPT-NeoX's init methods (init_functions.py), by hand for L = 2, C = 64:
+ * small_init sqrt(2 / (5 C)) = sqrt(1/160), wang_init 2 / L / sqrt(C) =
+ * 0.125, scaled_normal sigma / sqrt(2 L) = sigma / 2. */
+static void test_init_methods(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.num_layers = 2;
+	c.hidden_size = 64;
+	c.num_attention_heads = 4;
+	c.no_weight_tying = 1;
+	c.init_method = DS_INIT_SMALL;
+	c.output_layer_init_method = 3; /* "wang_init" in scaled_normal|normal|small_init|wang_init */
+	struct ds_gpt *m = mk(&c);
+	int seen = 0;
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+		const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+		if (strstr(x->name, "c_proj.weight"))
+			assert_true(x->init_std == (float)0.125), seen |= 1;
+		else if (strstr(x->name, "c_attn.weight") || strstr(x->name, "c_fc.weight") || strstr(x->name, "wte") ||
+			 strstr(x->name, "lm_head"))
+			assert_true(x->init_std == (float)sqrt(1.0 / 160.0)), seen |= 2;
+	}
+	assert_int_equal(seen, 3);
+	ds_gpt_destroy(m);
+	c.init_method = DS_INIT_NORMAL_STD;
+	c.output_layer_init_method = 0; /* scaled_normal */
+	c.init_method_std = 0.04;
+	assert_true(ds_model_init_std(&c, ds_model_output_init(&c)) == 0.04 / 2.0);
+	assert_true(ds_model_init_std(&c, c.init_method) == 0.04);
+}
+
 /* Init of any slice equals the slice of the whole init; kinds have the
  * documented distributions. */
 static void test_init(void **state)
@@ -1094,6 +1127,7 @@ int main(void)
 		cmocka_unit_test(test_ref_neox_bf16),
 		cmocka_unit_test(test_registry_gpt2_124m),
 		cmocka_unit_test(test_init),
+		cmocka_unit_test(test_init_methods),
 		cmocka_unit_test(test_fd_gpt2_variant),
 		cmocka_unit_test(test_fd_neox_variant),
 		cmocka_unit_test(test_checkpointing_bitwise),

@@ -242,6 +242,58 @@ static void test_names_and_set(void **state)
 	assert_int_equal(ds_sched_params_check(&p, &err), DS_EINVAL);
 }
 
+/* GPT-NeoX's AnnealingLR (megatron/learning_rates.py), by hand: the i-th
+ * optimizer step (k = i - 2) runs at num_iters i - 1, lr = start x max(1, n)
+ * / W while n <= W, then decays over E - W, never below min_lr. */
+static void test_neox(void **state)
+{
+	(void)state;
+	struct ds_sched_params p;
+	struct ds_sched_value v;
+	ds_sched_params_init(&p, DS_SCHED_NEOX);
+	p.neox_decay = DS_NEOX_COSINE;
+	p.neox_warmup_iter = 2.0;
+	p.neox_end_iter = 8;
+	p.neox_min_lr = 1e-4;
+	/* n = 0..7: 1e-3/2, 1e-3/2, 1e-3, then 1e-4 + 4.5e-4 (cos(pi m / 6) + 1) for m = 1..5 */
+	const double cosv[8] = { 5e-4, 5e-4, 1e-3, 1e-4 + 4.5e-4 * (cos(M_PI / 6) + 1), 7.75e-4, 5.5e-4, 3.25e-4,
+				 1e-4 + 4.5e-4 * (cos(5 * M_PI / 6) + 1) };
+	for (int n = 0; n < 8; n++) {
+		ds_sched_value(&p, 1e-3, n - 1, &v);
+		assert_float_equal(v.lr, cosv[n], 1e-15);
+	}
+	/* past the end the cosine climbs back, clamped at min_lr only from below (NeoX's formula) */
+	ds_sched_value(&p, 1e-3, 8 - 1, &v);
+	assert_float_equal(v.lr, 1e-4, 1e-15);
+	/* linear: start (E - W - m) / (E - W), floored at min_lr; fractional warmup 0.5 */
+	p.neox_decay = DS_NEOX_LINEAR;
+	p.neox_warmup_iter = 0.5;
+	p.neox_end_iter = 10;
+	p.neox_min_lr = 0.0;
+	ds_sched_value(&p, 2.0, -1, &v); /* n = 0 <= 0.5: 2 x max(1, 0) / 0.5 */
+	assert_float_equal(v.lr, 4.0, 1e-12);
+	ds_sched_value(&p, 2.0, 2, &v); /* n = 3: m = 2.5, 2 x (9.5 - 2.5) / 9.5 */
+	assert_float_equal(v.lr, 2.0 * 7.0 / 9.5, 1e-12);
+	ds_sched_value(&p, 2.0, 20, &v); /* past the end: max(negative, 0) */
+	assert_float_equal(v.lr, 0.0, 0);
+	/* exponential: start exp(-0.693 m / (E - W)); no warmup */
+	p.neox_decay = DS_NEOX_EXPONENTIAL;
+	p.neox_warmup_iter = 0;
+	p.neox_end_iter = 4;
+	ds_sched_value(&p, 1.0, 3, &v); /* n = 4 */
+	assert_float_equal(v.lr, exp(-0.693), 1e-12);
+	/* constant: start, not below min_lr */
+	p.neox_decay = DS_NEOX_CONSTANT;
+	p.neox_min_lr = 0.5;
+	ds_sched_value(&p, 0.25, 5, &v);
+	assert_float_equal(v.lr, 0.5, 0);
+	assert_string_equal(ds_sched_type_name(DS_SCHED_NEOX), "NeoX");
+	/* warmup covering the whole schedule divides by zero in NeoX: refused */
+	struct ds_err e = DS_ERR_INIT;
+	p.neox_warmup_iter = 4.0;
+	assert_int_equal(ds_sched_params_check(&p, &e), DS_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -254,6 +306,7 @@ int main(void)
 		cmocka_unit_test(test_none),
 		cmocka_unit_test(test_step_timing),
 		cmocka_unit_test(test_names_and_set),
+		cmocka_unit_test(test_neox),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,638 @@
+/* neox.c - GPT-NeoX YAML configs onto a DeepSpeed config, a model config
+ * and run flags (neox.h).  One table says what becomes of every parameter
+ * of NeoX's table (plus the ones its shipped configs use); the mapping
+ * follows NeoX's code: megatron/neox_arguments (from_ymls: files in order,
+ * duplicate keys an error, '-' read as '_'), megatron/training.py
+ * (get_learning_rate_scheduler: warmup_iter = warmup x lr_decay_iters),
+ * megatron/tokenizer (padding the vocabulary).
+ */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/neox.h"
+#include "config/table.h"
+#include "config/yaml.h"
+#include "util/log.h"
+
+enum how {
+	H_DS,      /* a DeepSpeed key: copied into the DeepSpeed config */
+	H_MODEL,   /* a model key of the same name */
+	H_RUN,     /* a run flag (code below) */
+	H_SPECIAL, /* translated by code below */
+	H_NOEFFECT,/* accepted: it does not change what dstk computes (why) */
+	H_REFUSE   /* refused (why) unless switched off or at def */
+};
+
+struct param {
+	const char *name;
+	int how;
+	const char *def;  /* H_REFUSE: the default as JSON */
+	const char *why;
+};
+
+#define DS(n) { n, H_DS, NULL, NULL }
+#define MO(n) { n, H_MODEL, NULL, NULL }
+#define RUN(n) { n, H_RUN, NULL, NULL }
+#define SP(n) { n, H_SPECIAL, NULL, NULL }
+#define NOE(n, why) { n, H_NOEFFECT, NULL, why }
+#define REF(n, def, why) { n, H_REFUSE, def, why }
+
+static const char LAUNCH[] = "a launcher setting: dstk runs under srun or mpirun";
+static const char FUSE[] = "a kernel-fusion switch: dstk computes the same math unfused";
+static const char RETR[] = "retrieval (ICT/REALM) models are not implemented";
+static const char FP16S[] = "NeoX hands the fp16 section to DeepSpeed: set it there";
+static const char RNG[] = "dstk's random numbers are counter-based: there is no RNG state to save or load";
+
+static const struct param params[] = {
+	/* launcher (DeepSpeed runner) */
+	NOE("hostfile", LAUNCH), NOE("include", LAUNCH), NOE("exclude", LAUNCH), NOE("num_nodes", LAUNCH),
+	NOE("num_gpus", LAUNCH), NOE("master_port", LAUNCH), NOE("master_addr", LAUNCH), NOE("launcher", LAUNCH),
+	NOE("deepspeed_mpi", LAUNCH), NOE("local_rank", LAUNCH),
+	NOE("distributed_backend", "the communicator is MPI (or NCCL in a CUDA build)"),
+	NOE("DDP_impl", "data parallelism is ZeRO's"), NOE("lazy_mpu_init", "there is no model-parallel unit"),
+	/* model */
+	MO("num_layers"), MO("hidden_size"), MO("num_attention_heads"), MO("seq_length"), MO("max_position_embeddings"),
+	MO("make_vocab_size_divisible_by"), MO("layernorm_epsilon"), MO("rms_norm_epsilon"), MO("attention_dropout"),
+	MO("hidden_dropout"), MO("init_method_std"), MO("pos_emb"), MO("rotary_pct"), MO("rotary_emb_base"), MO("norm"),
+	MO("no_weight_tying"), MO("gpt_j_residual"), MO("init_method"), MO("output_layer_init_method"),
+	MO("intermediate_size"), SP("padded_vocab_size"), SP("vocab_file"), SP("rms_norm"), SP("geglu"),
+	SP("sinusoidal_pos_emb"), SP("activation"), SP("attention_config"),
+	NOE("merge_file", "the data is tokenized already; BPE merges do not enter training"),
+	NOE("tokenizer_type", "the data is tokenized already; the vocabulary size comes from vocab_file or padded_vocab_size"),
+	REF("num_unique_layers", "null", "layer sharing is not implemented"),
+	REF("param_sharing_style", "\"grouped\"", "layer sharing is not implemented"),
+	REF("apply_residual_connection_post_layernorm", "false", "the post-layernorm residual is not implemented"),
+	REF("openai_gelu", "false", "the OpenAI GELU variant switch is not implemented"),
+	NOE("onnx_safe", "no ONNX export"),
+	REF("rpe", "false", "relative position embeddings are not implemented; use pos_emb"),
+	REF("rpe_causal", "false", "relative position embeddings are not implemented"),
+	REF("rpe_num_buckets", "32", "relative position embeddings are not implemented"),
+	REF("rpe_max_distance", "128", "relative position embeddings are not implemented"),
+	REF("sparsity", "\"none\"", "sparse attention is not implemented"),
+	REF("sparsity_config", "{}", "sparse attention is not implemented"),
+	REF("gpt_j_tied", "false", "GPT-J's tied layernorm is not implemented"),
+	REF("use_bias_in_norms", "true", "norms without bias are not implemented"),
+	REF("use_bias_in_attn_linear", "true", "attention without bias is not implemented"),
+	REF("num_kv_heads", "null", "grouped-query attention is not implemented"),
+	REF("use_mup", "false", "muP is not implemented"),
+	NOE("output_layer_parallelism", "tensor parallelism is 1"),
+	NOE("scaled_upper_triang_masked_softmax_fusion", FUSE), NOE("scaled_masked_softmax_fusion", FUSE),
+	NOE("bias_gelu_fusion", FUSE), NOE("bias_dropout_fusion", FUSE), NOE("rope_fusion", FUSE),
+	NOE("layernorm_fusion", FUSE), NOE("attention_softmax_in_fp32", "dstk's softmax is always fp32"),
+	REF("apply_query_key_layer_scaling", "false", "query-key layer scaling is not implemented"),
+	REF("fp16_lm_cross_entropy", "false", "the loss is always computed in fp32"),
+	/* optimizer and schedule */
+	SP("lr"), SP("weight_decay"), SP("lr_decay_style"), SP("lr_decay_iters"), SP("lr_decay_fraction"), SP("min_lr"),
+	SP("warmup"), SP("batch_size"),
+	REF("adam_beta1", "0.9", "NeoX reads optimizer.params.betas: set it there"),
+	REF("adam_beta2", "0.999", "NeoX reads optimizer.params.betas: set it there"),
+	REF("adam_eps", "1e-08", "NeoX reads optimizer.params.eps: set it there"),
+	REF("onebitadam", "false", "1-bit Adam is not implemented"),
+	NOE("cpu_optimizer", "dstk's optimizer runs on the CPU already"), NOE("cpu_torch_adam", "dstk has one Adam"),
+	REF("override_lr_scheduler", "false", "the schedule is a function of the step: nothing in a checkpoint to override"),
+	REF("use_checkpoint_lr_scheduler", "false", "the schedule is a function of the step and the config"),
+	/* precision */
+	SP("precision"), SP("fp16"),
+	REF("hysteresis", "2", FP16S), REF("loss_scale", "null", FP16S), REF("loss_scale_window", "1000", FP16S),
+	REF("min_scale", "1", FP16S),
+	/* parallelism */
+	SP("model_parallel_size"), SP("pipe_parallel_size"),
+	NOE("use_cpu_initialization", "initialisation is the same wherever it runs (seed, name, index)"),
+	/* activation checkpointing */
+	SP("checkpoint_activations"), SP("checkpoint_num_layers"), SP("partition_activations"),
+	SP("contigious_checkpointing"), SP("checkpoint_in_cpu"), SP("synchronize_each_layer"),
+	REF("distribute_checkpointed_activations", "false", "needs model parallelism"),
+	NOE("deepspeed_activation_checkpointing", "activation checkpointing is dstk's own"),
+	NOE("profile_backward", "ds-train's wall_clock_breakdown times backward"),
+	/* run */
+	RUN("train_iters"), RUN("seed"), RUN("save"), RUN("load"), RUN("save_interval"), RUN("checkpoint_factor"),
+	RUN("eval_interval"), RUN("eval_iters"), RUN("log_interval"), RUN("exit_interval"), RUN("data_path"),
+	RUN("split"), RUN("no_load_optim"), SP("train_data_paths"), SP("valid_data_paths"), SP("train_data_weights"),
+	SP("valid_data_weights"), SP("tensorboard_dir"),
+	REF("test_data_paths", "null", "ds-train runs no test pass"), REF("test_data_weights", "null", "ds-train runs no test pass"),
+	RUN("keep_last_n_checkpoints"),
+	REF("no_save_optim", "false", "checkpoints always hold the optimizer state"),
+	NOE("no_save_rng", RNG), NOE("no_load_rng", RNG),
+	REF("finetune", "false", "not implemented; use --load with --no-load-optim"),
+	REF("checkpoint_validation_with_forward_pass", "false", "not implemented; checkpoints carry checksums instead"),
+	NOE("num_workers", "data is read in-process"), NOE("data_impl", "the .bin/.idx format is detected"),
+	NOE("mmap_warmup", "the data file is read through mmap on demand"),
+	NOE("mask_prob", "BERT masking: GPT training masks nothing"), NOE("short_seq_prob", "BERT masking: GPT training masks nothing"),
+	REF("reset_position_ids", "false", "per-document position ids are not implemented"),
+	REF("reset_attention_mask", "false", "per-document attention masks are not implemented"),
+	REF("eod_mask_loss", "false", "masking the loss at end-of-document is not implemented"),
+	REF("adlr_autoresume", "false", "use Slurm's --signal: ds-train saves and exits 4 to be requeued"),
+	NOE("adlr_autoresume_interval", "autoresume is off"),
+	REF("ict_head_size", "null", RETR), REF("ict_load", "null", RETR), REF("bert_load", "null", RETR),
+	REF("titles_data_path", "null", RETR), REF("query_in_block_prob", "0.1", RETR),
+	REF("use_one_sent_docs", "false", RETR), REF("report_topk_accuracies", "[]", RETR),
+	REF("faiss_use_gpu", "false", RETR), REF("block_data_path", "null", RETR), REF("indexer_batch_size", "128", RETR),
+	REF("indexer_log_interval", "1000", RETR),
+	REF("use_wandb", "false", "Weights & Biases needs a network service; use tensorboard_dir"),
+	NOE("wandb_project", "use_wandb is off"), NOE("wandb_group", "use_wandb is off"), NOE("wandb_team", "use_wandb is off"),
+	NOE("wandb_host", "use_wandb is off"), NOE("log_dir", "ds-train logs to stderr"),
+	NOE("memory_profiling", "ds-train reports memory per rank at the end"),
+	/* DeepSpeed's own keys */
+	DS("train_batch_size"), DS("train_micro_batch_size_per_gpu"), DS("gradient_accumulation_steps"), DS("optimizer"),
+	DS("scheduler"), DS("fp32_allreduce"), DS("prescale_gradients"), DS("gradient_predivide_factor"),
+	DS("sparse_gradients"), DS("bf16"), DS("amp"), DS("gradient_clipping"), DS("zero_optimization"),
+	DS("steps_per_print"), DS("wall_clock_breakdown"), DS("dump_state"), DS("flops_profiler"),
+	DS("activation_checkpointing"), DS("sparse_attention"), DS("zero_allow_untested_optimizer"), DS("comms_logger"),
+	DS("csv_monitor"), DS("tensorboard"), DS("autotuning"), DS("data_types"), DS("communication_data_type"),
+	DS("memory_breakdown"), DS("checkpoint"), SP("deepspeed_extra_args"),
+};
+#define NP ((int)(sizeof(params) / sizeof(params[0])))
+
+struct ctx {
+	struct ds_neox *nx;
+	json_t *all;      /* every parameter, '-' read as '_' */
+	json_t *from;     /* parameter -> the file that gave it */
+	char errs[20][DS_ERR_MSG_MAX];
+	int nerr;
+};
+
+static void error(struct ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void error(struct ctx *x, const char *fmt, ...)
+{
+	va_list ap;
+	if (x->nerr < 20) {
+		va_start(ap, fmt);
+		vsnprintf(x->errs[x->nerr], sizeof(x->errs[0]), fmt, ap);
+		va_end(ap);
+	}
+	x->nerr++;
+}
+
+static int line(struct ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int line(struct ctx *x, const char *fmt, ...)
+{
+	char buf[DS_ERR_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	char **l = realloc(x->nx->lines, (size_t)(x->nx->nlines + 1) * sizeof(*l));
+	if (!l)
+		return DS_ENOMEM;
+	x->nx->lines = l;
+	if (!(l[x->nx->nlines] = strdup(buf)))
+		return DS_ENOMEM;
+	x->nx->nlines++;
+	return 0;
+}
+
+static const char *file_of(struct ctx *x, const char *name)
+{
+	const char *f = json_string_value(json_object_get(x->from, name));
+	return f ? f : x->nx->name;
+}
+
+/* Set path (dotted) in obj to v (stolen), making the objects on the way. */
+static int set_path(json_t *obj, const char *path, json_t *v)
+{
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", path);
+	char *p = buf, *dot;
+	while ((dot = strchr(p, '.'))) {
+		*dot = 0;
+		json_t *n = json_object_get(obj, p);
+		if (!json_is_object(n)) {
+			n = json_object();
+			if (!n || json_object_set_new(obj, p, n)) {
+				json_decref(v);
+				return DS_ENOMEM;
+			}
+		}
+		obj = n;
+		p = dot + 1;
+	}
+	return json_object_set_new(obj, p, v) ? DS_ENOMEM : 0;
+}
+
+static int off_or_default(json_t *v, const char *def)
+{
+	if (json_is_null(v) || json_is_false(v))
+		return 1;
+	json_t *d = def ? json_loads(def, JSON_DECODE_ANY, NULL) : NULL;
+	int same = d && (json_equal(d, v) ||
+			 (json_is_number(d) && json_is_number(v) && json_number_value(d) == json_number_value(v)));
+	json_decref(d);
+	return same;
+}
+
+static char *dup_str(json_t *v)
+{
+	return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+}
+
+static int64_t int_of(struct ctx *x, const char *name, json_t *v)
+{
+	if (json_is_integer(v) && json_integer_value(v) >= 0)
+		return json_integer_value(v);
+	if (!json_is_null(v))
+		error(x, "%s: parameter '%s': expected a non-negative integer", file_of(x, name), name);
+	return 0;
+}
+
+/* A paths list with its weights: one path (weight irrelevant) applies as
+ * --data / --valid-data; more are a blend, which ds-train lacks. */
+static int data_paths(struct ctx *x, const char *name, json_t *v, char **dst)
+{
+	if (json_is_null(v))
+		return 0;
+	if (json_is_string(v))
+		v = json_pack("[O]", v);
+	else
+		json_incref(v);
+	if (json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) {
+		free(*dst);
+		*dst = dup_str(json_array_get(v, 0));
+		json_decref(v);
+		return line(x, "%s: applied as --%s %s", name, !strcmp(name, "train_data_paths") ? "data" : "valid-data", *dst);
+	}
+	json_decref(v);
+	error(x, "%s: parameter '%s': %zu paths are a weighted blend, which ds-train does not implement; give one path (or merge the datasets)",
+	      file_of(x, name), name, json_array_size(v));
+	return 0;
+}
+
+/* The vocabulary of a tokenizer file: GPT-2's vocab.json (token -> id) or
+ * an HF tokenizer.json (model.vocab plus added_tokens); 0 on failure. */
+static int64_t vocab_of(struct ctx *x, const char *path)
+{
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+	int64_t n = 0;
+	if (!j) {
+		error(x, "%s: parameter 'vocab_file': %s: %s", file_of(x, "vocab_file"), path, je.text);
+		return 0;
+	}
+	json_t *model = json_object_get(j, "model");
+	if (json_is_object(json_object_get(model, "vocab"))) {
+		/* the tokenizer's size: the largest id + 1 over vocab and added tokens */
+		const char *k;
+		json_t *id;
+		json_object_foreach(json_object_get(model, "vocab"), k, id)
+			if (json_integer_value(id) + 1 > n)
+				n = json_integer_value(id) + 1;
+		size_t i;
+		json_t *t;
+		json_array_foreach(json_object_get(j, "added_tokens"), i, t)
+			if (json_integer_value(json_object_get(t, "id")) + 1 > n)
+				n = json_integer_value(json_object_get(t, "id")) + 1;
+	} else if (json_is_object(j)) {
+		n = (int64_t)json_object_size(j);
+	}
+	json_decref(j);
+	if (n < 1)
+		error(x, "%s: parameter 'vocab_file': %s holds no vocabulary (a GPT-2 vocab.json or an HF tokenizer.json)",
+		      file_of(x, "vocab_file"), path);
+	return n;
+}
+
+static int special(struct ctx *x, const char *name, json_t *v)
+{
+	struct ds_neox *nx = x->nx;
+	const char *f = file_of(x, name);
+	if (!strcmp(name, "lr"))
+		return set_path(nx->ds, "optimizer.params.lr", json_incref(v));
+	if (!strcmp(name, "weight_decay"))
+		return set_path(nx->ds, "optimizer.params.weight_decay", json_incref(v));
+	if (!strcmp(name, "batch_size"))
+		return set_path(nx->ds, "train_micro_batch_size_per_gpu", json_incref(v));
+	if (!strcmp(name, "min_lr"))
+		return set_path(nx->ds, "dstk.min_lr", json_incref(v));
+	if (!strcmp(name, "lr_decay_style")) {
+		/* NeoX's default is linear; any other style is an error there too */
+		return set_path(nx->ds, "dstk.lr_decay_style", json_incref(v));
+	}
+	if (!strcmp(name, "lr_decay_iters") || !strcmp(name, "lr_decay_fraction") || !strcmp(name, "warmup"))
+		return 0; /* with the schedule, below */
+	if (!strcmp(name, "padded_vocab_size")) {
+		DS_TRY(set_path(nx->model, "vocab_size", json_incref(v)));
+		return set_path(nx->model, "make_vocab_size_divisible_by", json_integer(1));
+	}
+	if (!strcmp(name, "vocab_file")) {
+		if (json_object_get(x->all, "padded_vocab_size"))
+			return line(x, "vocab_file: not read: padded_vocab_size is given");
+		int64_t n = json_is_string(v) ? vocab_of(x, json_string_value(v)) : 0;
+		if (n > 0) {
+			DS_TRY(set_path(nx->model, "vocab_size", json_integer(n)));
+			return line(x, "vocab_file: %lld tokens, padded as NeoX pads them (make_vocab_size_divisible_by x model_parallel_size)",
+				    (long long)n);
+		}
+		return 0;
+	}
+	if (!strcmp(name, "rms_norm"))
+		return json_is_true(v) ? set_path(nx->model, "norm", json_string("rmsnorm")) : 0;
+	if (!strcmp(name, "geglu"))
+		return json_is_true(v) ? set_path(nx->model, "activation", json_string("geglu")) : 0;
+	if (!strcmp(name, "sinusoidal_pos_emb"))
+		return json_is_true(v) ? set_path(nx->model, "pos_emb", json_string("sinusoidal")) : 0;
+	if (!strcmp(name, "activation")) {
+		if (json_is_string(v) && !strcmp(json_string_value(v), "gelu"))
+			return 0; /* dstk's default */
+		error(x, "%s: parameter 'activation': only \"gelu\" is implemented (geglu: set geglu true)", f);
+		return 0;
+	}
+	if (!strcmp(name, "attention_config")) {
+		/* [[["global"], N], ...]: every layer global is the dense attention dstk has */
+		char *s = json_dumps(v, JSON_COMPACT);
+		int ok = s && !strstr(s, "local") && !strstr(s, "sparse") && !strstr(s, "bigbird") && !strstr(s, "bslongformer") &&
+			 !strstr(s, "flash") && !strstr(s, "rwkv") && !strstr(s, "mamba") && !strstr(s, "gmlp") && !strstr(s, "amlp");
+		free(s);
+		if (!ok)
+			error(x, "%s: parameter 'attention_config': only \"global\" (dense) attention is implemented", f);
+		return 0;
+	}
+	if (!strcmp(name, "precision")) {
+		const char *p = json_string_value(v);
+		if (p && !strcmp(p, "bfloat16"))
+			return set_path(nx->ds, "bf16.enabled", json_true());
+		if (p && !strcmp(p, "fp16"))
+			return set_path(nx->ds, "fp16.enabled", json_true());
+		if (!p || strcmp(p, "fp32"))
+			error(x, "%s: parameter 'precision': expected fp32, fp16 or bfloat16", f);
+		return 0;
+	}
+	if (!strcmp(name, "fp16")) {
+		if (!json_is_object(v)) {
+			error(x, "%s: parameter 'fp16': expected a mapping (DeepSpeed's fp16 section)", f);
+			return 0;
+		}
+		json_t *c = json_deep_copy(v);
+		json_object_del(c, "fp16"); /* NeoX's own marker beside DeepSpeed's keys */
+		return set_path(nx->ds, "fp16", c);
+	}
+	if (!strcmp(name, "model_parallel_size") || !strcmp(name, "pipe_parallel_size")) {
+		int64_t n = json_integer_value(v);
+		int pipe = name[0] == 'p';
+		if (!json_is_integer(v) || n > 1 || n < (pipe ? 0 : 1))
+			error(x, "%s: parameter '%s': %s: dstk runs data parallel only (0 or 1 for pipe_parallel_size, 1 for model_parallel_size)",
+			      f, name, json_is_integer(v) ? "more than one stage" : "expected an integer");
+		return 0;
+	}
+	if (!strcmp(name, "checkpoint_activations")) {
+		if (!json_is_true(v))
+			return 0;
+		json_t *k = json_object_get(x->all, "checkpoint_num_layers");
+		if (k && json_integer_value(k) != 1) {
+			error(x, "%s: parameter 'checkpoint_num_layers': %lld: dstk checkpoints each layer (1 only)", f,
+			      (long long)json_integer_value(k));
+			return 0;
+		}
+		json_t *L = json_object_get(x->all, "num_layers");
+		return set_path(nx->ds, "activation_checkpointing.number_checkpoints",
+				json_integer(json_is_integer(L) ? json_integer_value(L) : 1));
+	}
+	if (!strcmp(name, "checkpoint_num_layers"))
+		return 0; /* with checkpoint_activations */
+	if (!strcmp(name, "partition_activations"))
+		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.partition_activations", json_true()) : 0;
+	if (!strcmp(name, "contigious_checkpointing"))
+		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.contiguous_memory_optimization", json_true()) : 0;
+	if (!strcmp(name, "checkpoint_in_cpu"))
+		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.cpu_checkpointing", json_true()) : 0;
+	if (!strcmp(name, "synchronize_each_layer"))
+		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.synchronize_checkpoint_boundary", json_true()) : 0;
+	if (!strcmp(name, "train_data_paths"))
+		return data_paths(x, name, v, &nx->data);
+	if (!strcmp(name, "valid_data_paths"))
+		return data_paths(x, name, v, &nx->valid_data);
+	if (!strcmp(name, "train_data_weights") || !strcmp(name, "valid_data_weights"))
+		return 0; /* one path: its weight does not matter; more: refused above */
+	if (!strcmp(name, "tensorboard_dir")) {
+		if (json_is_null(v))
+			return 0;
+		DS_TRY(set_path(nx->ds, "tensorboard.enabled", json_true()));
+		return set_path(nx->ds, "tensorboard.output_path", json_incref(v));
+	}
+	if (!strcmp(name, "deepspeed_extra_args")) {
+		const char *k;
+		json_t *e;
+		json_object_foreach(v, k, e) {
+			if (json_object_get(nx->ds, k) && json_is_object(e) && json_is_object(json_object_get(nx->ds, k)))
+				json_object_update(json_object_get(nx->ds, k), e);
+			else if (json_object_set(nx->ds, k, e))
+				return DS_ENOMEM;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+static int run_flag(struct ctx *x, const char *name, json_t *v)
+{
+	struct ds_neox *nx = x->nx;
+	if (!strcmp(name, "train_iters"))
+		nx->train_iters = int_of(x, name, v);
+	else if (!strcmp(name, "seed")) {
+		nx->have_seed = json_is_integer(v);
+		nx->seed = (uint64_t)int_of(x, name, v);
+	} else if (!strcmp(name, "save"))
+		nx->save = dup_str(v);
+	else if (!strcmp(name, "load"))
+		nx->load = dup_str(v);
+	else if (!strcmp(name, "save_interval") || !strcmp(name, "checkpoint_factor"))
+		nx->save_interval = int_of(x, name, v);
+	else if (!strcmp(name, "keep_last_n_checkpoints"))
+		nx->keep_last_n = int_of(x, name, v);
+	else if (!strcmp(name, "eval_interval"))
+		nx->eval_interval = int_of(x, name, v);
+	else if (!strcmp(name, "eval_iters"))
+		nx->eval_iters = int_of(x, name, v);
+	else if (!strcmp(name, "log_interval"))
+		nx->log_interval = int_of(x, name, v);
+	else if (!strcmp(name, "exit_interval"))
+		nx->exit_interval = int_of(x, name, v);
+	else if (!strcmp(name, "data_path")) {
+		free(nx->data);
+		nx->data = dup_str(v);
+	} else if (!strcmp(name, "split")) {
+		/* "969, 30, 1": ds-train's --split takes it without spaces */
+		if (json_is_string(v)) {
+			const char *s = json_string_value(v);
+			char *d = malloc(strlen(s) + 1), *o = d;
+			for (; d && *s; s++)
+				if (*s != ' ')
+					*o++ = *s;
+			if (o)
+				*o = 0;
+			nx->split = d;
+		}
+	} else if (!strcmp(name, "no_load_optim"))
+		nx->no_load_optim = json_is_true(v);
+	return 0;
+}
+
+/* NeoX's schedule (get_learning_rate_scheduler): num_iters =
+ * lr_decay_iters, else floor(train_iters x lr_decay_fraction), else
+ * train_iters (at least 1); warmup_iter = warmup x num_iters. */
+static int schedule(struct ctx *x)
+{
+	struct ds_neox *nx = x->nx;
+	json_t *a = x->all;
+	json_t *style = json_object_get(a, "lr_decay_style"), *di = json_object_get(a, "lr_decay_iters"),
+	       *df = json_object_get(a, "lr_decay_fraction"), *wu = json_object_get(a, "warmup");
+	if (json_object_get(nx->ds, "scheduler")) {
+		if (style || di || wu || json_object_get(a, "min_lr"))
+			error(x, "%s: parameter 'scheduler': a DeepSpeed scheduler beside NeoX's lr_decay_style/warmup: give one",
+			      nx->name);
+		return 0;
+	}
+	if (!style)
+		DS_TRY(set_path(nx->ds, "dstk.lr_decay_style", json_string("linear"))); /* NeoX's default */
+	int64_t n = json_is_integer(di) ? json_integer_value(di)
+		    : json_is_number(df) ? (int64_t)(nx->train_iters * json_number_value(df)) : nx->train_iters;
+	if (n < 1)
+		n = 1;
+	double w = (wu ? json_number_value(wu) : 0.01) * (double)n; /* NeoX's default warmup 0.01 */
+	DS_TRY(set_path(nx->ds, "dstk.lr_decay_iters", json_integer(n)));
+	DS_TRY(set_path(nx->ds, "dstk.lr_warmup_iters", json_real(w)));
+	return line(x, "lr schedule: NeoX AnnealingLR, %s decay over %lld iterations, %g of them warmup (warmup %g x %lld)",
+		    style ? json_string_value(style) : "linear", (long long)n, w, wu ? json_number_value(wu) : 0.01,
+		    (long long)n);
+}
+
+static int map(struct ctx *x, int lenient)
+{
+	const char *name;
+	json_t *v;
+	json_object_foreach(x->all, name, v) {
+		int i;
+		for (i = 0; i < NP && strcmp(params[i].name, name); i++)
+			;
+		const char *f = file_of(x, name);
+		if (i == NP) {
+			struct ds_config_key keys[NP];
+			memset(keys, 0, sizeof(keys));
+			for (int k = 0; k < NP; k++)
+				keys[k].path = params[k].name;
+			char sug[128];
+			ds_config_table_suggest(keys, NP, name, sug, sizeof(sug));
+			if (lenient)
+				ds_log_warn("%s: ignoring unknown GPT-NeoX parameter '%s'%s%s%s", f, name, sug[0] ? " (did you mean '" : "",
+					    sug, sug[0] ? "'?)" : "");
+			else
+				error(x, "%s: unknown GPT-NeoX parameter '%s'%s%s%s", f, name, sug[0] ? " (did you mean '" : "", sug,
+				      sug[0] ? "'?)" : " (--lenient ignores it)");
+			continue;
+		}
+		const struct param *p = &params[i];
+		switch (p->how) {
+		case H_DS:
+			if (json_is_object(v) && json_is_object(json_object_get(x->nx->ds, name)))
+				json_object_update(json_object_get(x->nx->ds, name), v);
+			else
+				DS_TRY(set_path(x->nx->ds, name, json_deep_copy(v)));
+			break;
+		case H_MODEL:
+			DS_TRY(set_path(x->nx->model, name, json_incref(v)));
+			break;
+		case H_RUN:
+			DS_TRY(run_flag(x, name, v));
+			break;
+		case H_SPECIAL:
+			DS_TRY(special(x, name, v));
+			break;
+		case H_NOEFFECT:
+			DS_TRY(line(x, "%s: no effect: %s", name, p->why));
+			break;
+		default:
+			if (off_or_default(v, p->def))
+				DS_TRY(line(x, "%s: accepted: off or at its default (%s)", name, p->why));
+			else
+				error(x, "%s: parameter '%s': not supported by dstk: %s", f, name, p->why);
+		}
+	}
+	return schedule(x);
+}
+
+void ds_neox_release(struct ds_neox *nx)
+{
+	json_decref(nx->ds);
+	json_decref(nx->model);
+	free(nx->name);
+	free(nx->ds_text);
+	free(nx->model_text);
+	free(nx->save);
+	free(nx->load);
+	free(nx->data);
+	free(nx->valid_data);
+	free(nx->split);
+	for (int i = 0; i < nx->nlines; i++)
+		free(nx->lines[i]);
+	free(nx->lines);
+	memset(nx, 0, sizeof(*nx));
+}
+
+int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *nx, struct ds_err *err)
+{
+	struct ctx x = { .nx = nx };
+	int rc = 0;
+	memset(nx, 0, sizeof(*nx));
+	size_t len = 1;
+	for (int i = 0; i < n; i++)
+		len += strlen(files[i]) + 1;
+	nx->name = calloc(1, len);
+	nx->ds = json_object();
+	nx->model = json_object();
+	x.all = json_object();
+	x.from = json_object();
+	if (!nx->name || !nx->ds || !nx->model || !x.all || !x.from) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		json_t *doc;
+		if (i)
+			strcat(nx->name, "+");
+		strcat(nx->name, files[i]);
+		if ((rc = ds_yaml_load_file(files[i], &doc, err)) < 0)
+			goto out;
+		const char *k;
+		json_t *v;
+		json_object_foreach(doc, k, v) {
+			char name[128];
+			snprintf(name, sizeof(name), "%s", k);
+			for (char *p = name; *p; p++)
+				if (*p == '-')
+					*p = '_';
+			if (json_object_get(x.all, name)) {
+				error(&x, "%s: parameter '%s': also given in %s (NeoX refuses a key in two files)", files[i], name,
+				      json_string_value(json_object_get(x.from, name)));
+				continue;
+			}
+			json_object_set(x.all, name, v);
+			json_object_set_new(x.from, name, json_string(files[i]));
+		}
+		json_decref(doc);
+	}
+	/* run flags first: the schedule needs train_iters */
+	json_t *ti = json_object_get(x.all, "train_iters");
+	if (ti)
+		nx->train_iters = int_of(&x, "train_iters", ti);
+	if ((rc = map(&x, lenient)) < 0) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (x.nerr == 1) {
+		rc = ds_err_set(err, DS_EINVAL, "%s", x.errs[0]);
+	} else if (x.nerr > 1) {
+		int shown = x.nerr < 20 ? x.nerr : 20;
+		for (int i = 0; i < shown; i++)
+			ds_log_error("%s", x.errs[i]);
+		rc = x.nerr > shown ? ds_err_set(err, DS_EINVAL, "%s: %d errors (the first %d above, %d more not shown)",
+						 nx->name, x.nerr, shown, x.nerr - shown)
+				    : ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", nx->name, x.nerr);
+	}
+out:
+	json_decref(x.all);
+	json_decref(x.from);
+	if (rc < 0)
+		ds_neox_release(nx);
+	return rc;
+}

@@ -1,0 +1,46 @@
+/* neox.h - GPT-NeoX YAML configs (ds-train --conf a.yml b.yml) read as
+ * NeoX's launcher reads them, mapped onto dstk's three inputs: a DeepSpeed
+ * config, a model config and ds-train's run flags.
+ *
+ * Files are read in order (YAML with comments, True/False, trailing
+ * commas); a key given in two files is an error, as in NeoX's from_ymls;
+ * '-' and '_' in names are alike.  Every parameter of NeoX's table is
+ * applied (to the DeepSpeed config, the model or a run flag), accepted as
+ * having no effect on the computation (launcher and kernel-fusion
+ * settings), or refused with one line naming it and why, unless it is
+ * switched off or at its default.  NeoX's learning-rate schedule becomes
+ * dstk.lr_decay_style / lr_warmup_iters / lr_decay_iters / min_lr, which
+ * ds-train computes as NeoX's AnnealingLR does.
+ */
+#ifndef DS_CONFIG_NEOX_H
+#define DS_CONFIG_NEOX_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+struct json_t;
+
+struct ds_neox {
+	struct json_t *ds;     /* the DeepSpeed config (owned) */
+	struct json_t *model;  /* the model config (owned) */
+	char *name;            /* "a.yml+b.yml", for messages */
+	char *ds_text, *model_text;  /* the two configs as JSON text, when a caller keeps them here (freed on release) */
+	/* run flags; 0/NULL: not given */
+	int64_t train_iters, save_interval, keep_last_n, eval_interval, eval_iters, log_interval, exit_interval;
+	int have_seed, no_load_optim;
+	uint64_t seed;
+	char *save, *load, *data, *valid_data, *split;
+	/* one line per parameter: "name: applied as ..." / "name: no effect ..." */
+	char **lines;
+	int nlines;
+};
+
+/* Read and map files[0..n-1].  0; DS_EINVAL (every refused or bad
+ * parameter of the files logged as its own line when there are several,
+ * err holds the one or a count), DS_ENOTSUP without libyaml, DS_ENOMEM.
+ * lenient: unknown parameters are warnings. */
+int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *nx, struct ds_err *err);
+void ds_neox_release(struct ds_neox *nx);  /* accepts a zeroed struct */
+
+#endif
