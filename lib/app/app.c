@@ -14,6 +14,8 @@ static const struct ds_app_feature features[] = {
 	  "apt-get install libopenmpi-dev openmpi-bin libhdf5-openmpi-dev" },
 	{ "libaio", "the libaio async-I/O engine", "--with-libaio",
 	  "apt-get install libaio-dev" },
+	{ "libyaml", "GPT-NeoX YAML configs (ds-train --conf)", "--with-libyaml",
+	  "apt-get install libyaml-dev" },
 	{ "onednn", "bf16 matrix products on Intel AMX through oneDNN", "--with-dnnl",
 	  "apt-get install libdnnl-dev" },
 	{ "cuda", "CUDA kernels and cuBLAS", "--with-cuda",
