@@ -111,14 +111,12 @@ int ds_config_error(struct ds_config *c, const char *fmt, ...)
 	va_end(ap);
 	/* one error per key: a later rule about the same key adds nothing */
 	key_of(line, key, sizeof(key));
-	for (int i = 0; key[0] && i < c->nerr && i < DS_CONFIG_MAX_ERRS; i++) {
-		key_of(c->errs[i], other, sizeof(other));
+	for (int i = 0; key[0] && i < c->errs.n && i < DS_CONFIG_MAX_ERRS; i++) {
+		key_of(c->errs.line[i], other, sizeof(other));
 		if (!strcmp(key, other))
 			return DS_EINVAL;
 	}
-	if (c->nerr < DS_CONFIG_MAX_ERRS)
-		memcpy(c->errs[c->nerr], line, sizeof(line));
-	c->nerr++;
+	ds_config_errs_add(&c->errs, line);
 	return DS_EINVAL;
 }
 
@@ -588,21 +586,6 @@ static int cmp_ent(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* The errors a load recorded, as err: the one error itself, or (several)
- * each logged as its own line and a count in err.  Returns DS_EINVAL. */
-static int report(struct ds_config *c, struct ds_err *err)
-{
-	if (c->nerr == 1)
-		return ds_err_set(err, DS_EINVAL, "%s", c->errs[0]);
-	int shown = c->nerr < DS_CONFIG_MAX_ERRS ? c->nerr : DS_CONFIG_MAX_ERRS;
-	for (int i = 0; i < shown; i++)
-		ds_log_error("%s", c->errs[i]);
-	if (c->nerr > shown)
-		return ds_err_set(err, DS_EINVAL, "%s: %d errors (the first %d above, %d more not shown)", c->name,
-				  c->nerr, shown, c->nerr - shown);
-	return ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", c->name, c->nerr);
-}
-
 static int load(struct ds_config **out, json_t *root, const char *name, const struct ds_config_opts *o,
 		struct ds_err *err)
 {
@@ -626,18 +609,18 @@ static int load(struct ds_config **out, json_t *root, const char *name, const st
 	/* every key error of the file in one run; the rules need valid keys */
 	if ((rc = spellings(&w)) < 0 || (rc = walk(&w, root, "")) < 0 || (rc = aliases(&w)) < 0)
 		goto mem;
-	if (c->nerr)
+	if (c->errs.n)
 		goto bad;
 	if ((rc = collect(c, root, "")) < 0 || (rc = add_defaults(c)) < 0)
 		goto mem;
 	if (((rc = ds_config_rules(c, err)) < 0 && rc != DS_EINVAL) ||
 	    ((rc = ds_config_unsupported(c, err)) < 0 && rc != DS_EINVAL))
 		goto mem;
-	if (c->nerr)
+	if (c->errs.n)
 		goto bad;
 	if ((rc = ds_config_triad(c, err)) < 0 && rc != DS_EINVAL)
 		goto mem;
-	if (c->nerr)
+	if (c->errs.n)
 		goto bad;
 	if ((rc = ds_config_infer(c)) < 0)
 		goto mem;
@@ -645,7 +628,7 @@ static int load(struct ds_config **out, json_t *root, const char *name, const st
 	*out = c;
 	return 0;
 bad:
-	rc = report(c, err);
+	rc = ds_config_errs_report(&c->errs, c->name, err);
 	goto fail;
 mem:
 	rc = ds_err_set(err, rc == DS_EINTERNAL ? DS_EINTERNAL : DS_ENOMEM, "%s: %s", name,

@@ -5,6 +5,7 @@
 #include <jansson.h>
 
 #include "config/config.h"
+#include "config/table.h"
 
 struct ds_config_ent {
 	char *path;   /* concrete dotted path */
@@ -24,8 +25,6 @@ struct ds_config_note {
 	char *text; /* one line, without the file name */
 };
 
-#define DS_CONFIG_MAX_ERRS 20  /* errors of one file shown; the rest are counted */
-
 struct ds_config {
 	char *name;
 	json_t *tree;  /* the file after normalisation and aliases */
@@ -37,8 +36,7 @@ struct ds_config {
 	json_t *keep;               /* the defaults that "auto" fields point into */
 	struct ds_config_note *notes;
 	int nnotes, ncap;
-	char errs[DS_CONFIG_MAX_ERRS][DS_ERR_MSG_MAX];  /* the first errors of the file */
-	int nerr;                                       /* all of them */
+	struct ds_config_errs errs;  /* every error of the file (table.h) */
 };
 
 /* Record one error of the file (the load goes on, to report every error

@@ -150,20 +150,18 @@ struct ctx {
 	struct ds_neox *nx;
 	json_t *all;      /* every parameter, '-' read as '_' */
 	json_t *from;     /* parameter -> the file that gave it */
-	char errs[20][DS_ERR_MSG_MAX];
-	int nerr;
+	struct ds_config_errs errs;
 };
 
 static void error(struct ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void error(struct ctx *x, const char *fmt, ...)
 {
+	char buf[DS_ERR_MSG_MAX];
 	va_list ap;
-	if (x->nerr < 20) {
-		va_start(ap, fmt);
-		vsnprintf(x->errs[x->nerr], sizeof(x->errs[0]), fmt, ap);
-		va_end(ap);
-	}
-	x->nerr++;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	ds_config_errs_add(&x->errs, buf);
 }
 
 static int line(struct ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -619,16 +617,8 @@ int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *n
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (x.nerr == 1) {
-		rc = ds_err_set(err, DS_EINVAL, "%s", x.errs[0]);
-	} else if (x.nerr > 1) {
-		int shown = x.nerr < 20 ? x.nerr : 20;
-		for (int i = 0; i < shown; i++)
-			ds_log_error("%s", x.errs[i]);
-		rc = x.nerr > shown ? ds_err_set(err, DS_EINVAL, "%s: %d errors (the first %d above, %d more not shown)",
-						 nx->name, x.nerr, shown, x.nerr - shown)
-				    : ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", nx->name, x.nerr);
-	}
+	if (x.errs.n)
+		rc = ds_config_errs_report(&x.errs, nx->name, err);
 out:
 	json_decref(x.all);
 	json_decref(x.from);

@@ -368,7 +368,7 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 	if ((rc = zero_rules(c, err)) == DS_ENOMEM || (rc = optimizer_rules(c, err)) == DS_ENOMEM ||
 	    (rc = scheduler_rules(c, err)) == DS_ENOMEM)
 		return rc;
-	return c->nerr ? DS_EINVAL : 0;
+	return c->errs.n ? DS_EINVAL : 0;
 }
 
 int ds_config_applies(const struct ds_config *c, const char *path)
@@ -454,7 +454,7 @@ int ds_config_unsupported(struct ds_config *c, struct ds_err *err)
 			last_path = e->path;
 		}
 	}
-	return c->nerr ? DS_EINVAL : 0;
+	return c->errs.n ? DS_EINVAL : 0;
 }
 
 /* 1 when s is one of the '|'-separated values of list. */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "config/table.h"
+#include "util/log.h"
 
 int ds_config_edit_distance(const char *a, const char *b)
 {
@@ -346,4 +347,24 @@ int ds_config_table_load_file(const char *path, json_t **root, struct ds_err *er
 	if (!(*root = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
 		return ds_config_table_parse_error(path, &je, err);
 	return 0;
+}
+
+void ds_config_errs_add(struct ds_config_errs *e, const char *msg)
+{
+	if (e->n < DS_CONFIG_MAX_ERRS)
+		snprintf(e->line[e->n], sizeof(e->line[0]), "%s", msg);
+	e->n++;
+}
+
+int ds_config_errs_report(const struct ds_config_errs *e, const char *name, struct ds_err *err)
+{
+	if (e->n == 1)
+		return ds_err_set(err, DS_EINVAL, "%s", e->line[0]);
+	int shown = e->n < DS_CONFIG_MAX_ERRS ? e->n : DS_CONFIG_MAX_ERRS;
+	for (int i = 0; i < shown; i++)
+		ds_log_error("%s", e->line[i]);
+	if (e->n > shown)
+		return ds_err_set(err, DS_EINVAL, "%s: %d errors (the first %d above, %d more not shown)", name, e->n, shown,
+				  e->n - shown);
+	return ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", name, e->n);
 }

@@ -32,4 +32,17 @@ int ds_config_table_parse_error(const char *file, const json_error_t *je, struct
  * 0 or DS_EINVAL naming the file (missing, a directory, line:column). */
 int ds_config_table_load_file(const char *path, json_t **root, struct ds_err *err);
 
+/* Every error of one input, reported in one run: the first
+ * DS_CONFIG_MAX_ERRS lines kept, all counted. */
+#define DS_CONFIG_MAX_ERRS 20
+struct ds_config_errs {
+	char line[DS_CONFIG_MAX_ERRS][DS_ERR_MSG_MAX];
+	int n;
+};
+/* Keep msg (one line) and count it. */
+void ds_config_errs_add(struct ds_config_errs *e, const char *msg);
+/* The errors as err (n > 0): the one error itself, or each logged as its
+ * own line (ds_log_error) and "name: N errors (...)" in err.  DS_EINVAL. */
+int ds_config_errs_report(const struct ds_config_errs *e, const char *name, struct ds_err *err);
+
 #endif
