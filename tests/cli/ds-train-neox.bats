@@ -73,6 +73,17 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	[[ "$stderr" == *"removed ck/global_step3 (keep_last_n_checkpoints 1)"* ]] || fail "$stderr"
 }
 
+@test "vocab_file: an HF tokenizer.json counts its vocabulary and added tokens, padded as NeoX pads" {
+	# ids 0..299 in model.vocab plus an added token 300: 301 tokens, padded to 384
+	python3 -c 'import json; json.dump({"model": {"type": "BPE", "vocab": {"t%d" % i: i for i in range(300)}}, "added_tokens": [{"id": 300, "content": "<|endoftext|>"}]}, open("tokenizer.json", "w"))' ||
+		skip "python3 not installed"
+	sed 's/"vocab-300.json"/"tokenizer.json"/' 125M-tiny.model.yml >hf.yml
+	run -0 --separate-stderr ds-train --check --conf hf.yml 125M-tiny.train.yml
+	assert_line --regexp '^vocab_size +301  \(file\)$'
+	assert_line --regexp '^padded_vocab_size +384  \(inferred\)$'
+	assert_line --partial "# neox: vocab_file: 301 tokens"
+}
+
 @test "bad YAML is one line with file:line:column, exit 2" {
 	printf 'num_layers: 2\nhidden_size: [64\nseq_length: 32\n' >bad.yml
 	run -2 --separate-stderr ds-train --check --conf bad.yml
