@@ -60,7 +60,11 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3}'; }
 		ds-train --deepspeed_config cfg.json --model "$MODEL" --train-iters 100000 --save ck \
 			> out.txt 2> err.txt &
 		pid=$!
-		sleep 2
+		# its handlers are installed before its first line: signal after it
+		# (a fixed sleep could land before them on a loaded machine)
+		wait_for 120 "ds-train to print its first line" grep -qs 'parameters' out.txt err.txt ||
+			{ kill -9 $pid 2>/dev/null; fail "ds-train printed nothing"; }
+		sleep 1
 		kill -$sig $pid
 		status=0
 		wait_pid 120 $pid "ds-train to save and exit after SIG$sig" || status=$?
