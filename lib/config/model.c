@@ -124,10 +124,7 @@ static int load(json_t *root, const char *file, struct ds_model_config *m, struc
 	json_t *v;
 	json_object_foreach(root, name, v) {
 		char norm[128];
-		snprintf(norm, sizeof(norm), "%s", name);
-		for (char *p = norm; *p; p++)
-			if (*p == '-')
-				*p = '_';
+		ds_config_table_underscores(name, norm, sizeof(norm));
 		int i = key_index(norm);
 		if (i < 0) {
 			char sug[128];

@@ -595,10 +595,7 @@ int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *n
 		json_t *v;
 		json_object_foreach(doc, k, v) {
 			char name[128];
-			snprintf(name, sizeof(name), "%s", k);
-			for (char *p = name; *p; p++)
-				if (*p == '-')
-					*p = '_';
+			ds_config_table_underscores(k, name, sizeof(name));
 			if (json_object_get(x.all, name)) {
 				error(&x, "%s: parameter '%s': also given in %s (NeoX refuses a key in two files)", files[i], name,
 				      json_string_value(json_object_get(x.from, name)));

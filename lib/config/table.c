@@ -368,3 +368,12 @@ int ds_config_errs_report(const struct ds_config_errs *e, const char *name, stru
 				  e->n - shown);
 	return ds_err_set(err, DS_EINVAL, "%s: %d errors (above)", name, e->n);
 }
+
+char *ds_config_table_underscores(const char *name, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s", name);
+	for (char *p = buf; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	return buf;
+}

@@ -32,6 +32,10 @@ int ds_config_table_parse_error(const char *file, const json_error_t *je, struct
  * 0 or DS_EINVAL naming the file (missing, a directory, line:column). */
 int ds_config_table_load_file(const char *path, json_t **root, struct ds_err *err);
 
+/* A key name as NeoX and Megatron read it: '-' and '_' alike.  Copies name
+ * into buf (n bytes, truncated) with every '-' made '_'; returns buf. */
+char *ds_config_table_underscores(const char *name, char *buf, size_t n);
+
 /* Every error of one input, reported in one run: the first
  * DS_CONFIG_MAX_ERRS lines kept, all counted. */
 #define DS_CONFIG_MAX_ERRS 20
