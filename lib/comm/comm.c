@@ -85,6 +85,15 @@ int ds_comm_num_nodes(const struct ds_comm *c) { return c->nodes; }
 const char *ds_comm_backend(const struct ds_comm *c) { return c->ops->name; }
 const char *ds_comm_hostname(const struct ds_comm *c) { return c->host; }
 
+int ds_comm_set_devmem(struct ds_comm *c, const struct ds_comm_devmem *dm, int prefer_nccl,
+		       struct ds_err *err)
+{
+	(void)c;
+	(void)dm;
+	(void)prefer_nccl;
+	return ds_err_set(err, DS_ENOTSUP, "collectives on device buffers are not written yet (issue 18)");
+}
+
 void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
 {
 	c->log_fn = fn;

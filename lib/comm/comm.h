@@ -127,6 +127,32 @@ const void *ds_comm_mpi_handle(const struct ds_comm *c);
 const char *ds_comm_current_op(void);
 unsigned long long ds_comm_ops_done(void);
 
+/* Device buffers (issue 18).  When the engine runs on a GPU it calls
+ * ds_comm_set_devmem once, before any collective, and from then on every
+ * buffer it passes to a collective is device memory of dm->device.  The
+ * communicator then either moves to NCCL (prefer_nccl, NCCL built in, and
+ * every rank of a node on its own device: the NCCL unique id is made by
+ * rank 0 and broadcast over MPI) or keeps its backend and stages each
+ * buffer through pinned host memory with dm's copy functions (two ranks
+ * sharing one GPU, which NCCL refuses; a build without NCCL; the self
+ * backend).  ds_comm_backend() names what was chosen ("nccl", "mpi",
+ * "self").  The copy functions are synchronous with respect to dm->stream
+ * (a cudaStream_t, NULL for the default stream); host_alloc returns pinned
+ * host memory (or NULL on failure).  dm is copied.  Until it is called,
+ * buffers are host memory, as always. */
+struct ds_comm_devmem {
+	int device;   /* CUDA ordinal this rank uses */
+	void *stream; /* the engine's stream, cudaStream_t */
+	int (*to_host)(void *host, const void *dev, size_t bytes, void *ctx);
+	int (*to_dev)(void *dev, const void *host, size_t bytes, void *ctx);
+	int (*dev_copy)(void *dst, const void *src, size_t bytes, void *ctx);
+	void *(*host_alloc)(size_t bytes, void *ctx);
+	void (*host_free)(void *p, void *ctx);
+	void *ctx;
+};
+int ds_comm_set_devmem(struct ds_comm *c, const struct ds_comm_devmem *dm, int prefer_nccl,
+		       struct ds_err *err);
+
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */
 void ds_comm_abort(struct ds_comm *c, int code);
