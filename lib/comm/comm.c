@@ -1,5 +1,7 @@
 /* comm.c - backend selection, timing for the comms logger, and the `self`
- * backend (world of one: every collective is a copy or nothing). */
+ * backend (world of one: every collective is a copy or nothing).  Each
+ * wrapper hands its call to the table ds_comm_route picks: the host backend,
+ * or for device buffers the device path (comm_dev.c). */
 #include "comm/comm_int.h"
 
 #include <stdatomic.h>
@@ -73,6 +75,7 @@ void ds_comm_destroy(struct ds_comm *c)
 {
 	if (!c)
 		return;
+	ds_comm_dev_free(c);
 	if (c->ops->fini)
 		c->ops->fini(c);
 	free(c);
@@ -82,17 +85,12 @@ int ds_comm_rank(const struct ds_comm *c) { return c->rank; }
 int ds_comm_size(const struct ds_comm *c) { return c->size; }
 int ds_comm_local_rank(const struct ds_comm *c) { return c->local_rank; }
 int ds_comm_num_nodes(const struct ds_comm *c) { return c->nodes; }
-const char *ds_comm_backend(const struct ds_comm *c) { return c->ops->name; }
-const char *ds_comm_hostname(const struct ds_comm *c) { return c->host; }
-
-int ds_comm_set_devmem(struct ds_comm *c, const struct ds_comm_devmem *dm, int prefer_nccl,
-		       struct ds_err *err)
+/* the device path's name when it is not the host backend staging */
+const char *ds_comm_backend(const struct ds_comm *c)
 {
-	(void)c;
-	(void)dm;
-	(void)prefer_nccl;
-	return ds_err_set(err, DS_ENOTSUP, "collectives on device buffers are not written yet (issue 18)");
+	return c->dops && c->dops != &ds_comm_staged_ops ? c->dops->name : c->ops->name;
 }
+const char *ds_comm_hostname(const struct ds_comm *c) { return c->host; }
 
 void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
 {
@@ -134,27 +132,27 @@ static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t
 int ds_comm_allreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
 			 struct ds_err *err)
 {
-	TIMED("all_reduce", count * ds_dtype_size(dtype), c->ops->allreduce(c, buf, count, dtype, op, err));
+	TIMED("all_reduce", count * ds_dtype_size(dtype), ds_comm_route(c, buf, NULL)->allreduce(c, buf, count, dtype, op, err));
 }
 
 int ds_comm_reduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
 			      size_t recvcount, int dtype, int op, struct ds_err *err)
 {
 	TIMED("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
-	      c->ops->reduce_scatter(c, send, recv, recvcount, dtype, op, err));
+	      ds_comm_route(c, send, recv)->reduce_scatter(c, send, recv, recvcount, dtype, op, err));
 }
 
 int ds_comm_allgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
 			 int dtype, struct ds_err *err)
 {
 	TIMED("all_gather", sendcount * ds_dtype_size(dtype),
-	      c->ops->allgather(c, send, recv, sendcount, dtype, err));
+	      ds_comm_route(c, send, recv)->allgather(c, send, recv, sendcount, dtype, err));
 }
 
 int ds_comm_broadcast_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int root,
 			 struct ds_err *err)
 {
-	TIMED("broadcast", count * ds_dtype_size(dtype), c->ops->broadcast(c, buf, count, dtype, root, err));
+	TIMED("broadcast", count * ds_dtype_size(dtype), ds_comm_route(c, buf, NULL)->broadcast(c, buf, count, dtype, root, err));
 }
 
 int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err)
@@ -162,12 +160,13 @@ int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err
 	TIMED("barrier", 0, c->ops->barrier(c, err));
 }
 
-static int start_req(struct ds_comm_req **req, const char *op, const char *caller, size_t bytes,
-		     struct ds_err *err)
+static int start_req(struct ds_comm_req **req, const struct ds_comm_ops *ops, const char *op, const char *caller,
+		     size_t bytes, struct ds_err *err)
 {
 	*req = calloc(1, sizeof **req);
 	if (!*req)
 		return ds_err_set(err, DS_ENOMEM, "out of memory for a communication request");
+	(*req)->ops = ops;
 	(*req)->op = op;
 	(*req)->caller = caller;
 	(*req)->bytes = bytes;
@@ -175,10 +174,11 @@ static int start_req(struct ds_comm_req **req, const char *op, const char *calle
 	return 0;
 }
 
-#define START(opname, bytes, call)                                  \
-	do {                                                        \
-		DS_TRY(start_req(req, opname, caller, bytes, err)); \
-		int rc_ = (call);                                   \
+#define START(ops, opname, bytes, call)                                  \
+	do {                                                             \
+		const struct ds_comm_ops *o_ = (ops);                    \
+		DS_TRY(start_req(req, o_, opname, caller, bytes, err));  \
+		int rc_ = (call);                                        \
 		if (rc_ < 0) {                                      \
 			free(*req);                                 \
 			*req = NULL;                                \
@@ -189,21 +189,22 @@ static int start_req(struct ds_comm_req **req, const char *op, const char *calle
 int ds_comm_iallreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
 			  struct ds_comm_req **req, struct ds_err *err)
 {
-	START("all_reduce", count * ds_dtype_size(dtype), c->ops->iallreduce(c, buf, count, dtype, op, *req, err));
+	START(ds_comm_route(c, buf, NULL), "all_reduce", count * ds_dtype_size(dtype),
+	      o_->iallreduce(c, buf, count, dtype, op, *req, err));
 }
 
 int ds_comm_ireduce_scatter_at(const char *caller, struct ds_comm *c, const void *send, void *recv,
 			       size_t recvcount, int dtype, int op, struct ds_comm_req **req, struct ds_err *err)
 {
-	START("reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
-	      c->ops->ireduce_scatter(c, send, recv, recvcount, dtype, op, *req, err));
+	START(ds_comm_route(c, send, recv), "reduce_scatter", recvcount * c->size * ds_dtype_size(dtype),
+	      o_->ireduce_scatter(c, send, recv, recvcount, dtype, op, *req, err));
 }
 
 int ds_comm_iallgather_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t sendcount,
 			  int dtype, struct ds_comm_req **req, struct ds_err *err)
 {
-	START("all_gather", sendcount * ds_dtype_size(dtype),
-	      c->ops->iallgather(c, send, recv, sendcount, dtype, *req, err));
+	START(ds_comm_route(c, send, recv), "all_gather", sendcount * ds_dtype_size(dtype),
+	      o_->iallgather(c, send, recv, sendcount, dtype, *req, err));
 }
 
 int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
@@ -211,7 +212,7 @@ int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
 	if (!req)
 		return 0;
 	op_enter(req->op);
-	int rc = c->ops->wait(c, req, err);
+	int rc = req->ops->wait(c, req, err);
 	op_leave();
 	if (rc == 0)
 		log_op(c, req->op, req->caller, req->bytes, req->t0, req->t_done);
@@ -224,7 +225,7 @@ int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct d
 	*done = 1;
 	if (!req || req->t_done > 0)
 		return 0;
-	DS_TRY(c->ops->test(c, req, done, err));
+	DS_TRY(req->ops->test(c, req, done, err));
 	if (*done)
 		req->t_done = ds_now();
 	return 0;
@@ -232,7 +233,10 @@ int ds_comm_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct d
 
 void ds_comm_abort(struct ds_comm *c, int code)
 {
-	if (c && c->ops->abort)
+	if (!c)
+		return;
+	ds_comm_dev_abort(c);
+	if (c->ops->abort)
 		c->ops->abort(c, code);
 }
 

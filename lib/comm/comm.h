@@ -128,30 +128,89 @@ const char *ds_comm_current_op(void);
 unsigned long long ds_comm_ops_done(void);
 
 /* Device buffers (issue 18).  When the engine runs on a GPU it calls
- * ds_comm_set_devmem once, before any collective, and from then on every
- * buffer it passes to a collective is device memory of dm->device.  The
- * communicator then either moves to NCCL (prefer_nccl, NCCL built in, and
- * every rank of a node on its own device: the NCCL unique id is made by
- * rank 0 and broadcast over MPI) or keeps its backend and stages each
- * buffer through pinned host memory with dm's copy functions (two ranks
- * sharing one GPU, which NCCL refuses; a build without NCCL; the self
- * backend).  ds_comm_backend() names what was chosen ("nccl", "mpi",
- * "self").  The copy functions are synchronous with respect to dm->stream
- * (a cudaStream_t, NULL for the default stream); host_alloc returns pinned
- * host memory (or NULL on failure).  dm is copied.  Until it is called,
- * buffers are host memory, as always. */
+ * ds_comm_set_devmem once, before its first collective on device memory,
+ * and then passes device buffers of dm->device to the collectives it runs
+ * on device memory.  Each call is routed by where its buffers live
+ * (dm->is_dev): host buffers (the driver's flags, the checkpoint's offsets,
+ * the engine's norm sums) go to the host backend exactly as before; device
+ * buffers take the device path chosen here, the same on every rank:
+ *  - "nccl" when prefer_nccl allows it, NCCL is built in, and no two ranks
+ *    of a host share a device (ds_comm_devpath_choose).  Rank 0 makes the
+ *    NCCL unique id and the host backend broadcasts it (no MASTER_ADDR, no
+ *    ssh).  Each collective waits for the work dm->stream holds when it is
+ *    called and runs on a stream of the communicator's own;
+ *  - else the host backend (mpi or self) STAGES each device buffer through
+ *    pinned host memory (dm->host_alloc; buffers reused, grown to the
+ *    largest message, freed by ds_comm_destroy) with dm's copy functions.
+ *    Two ranks sharing one GPU (which NCCL refuses) and builds without NCCL
+ *    take this path, so multi-rank runs are testable on one GPU.
+ * A call whose buffers are partly host, partly device memory is staged.
+ * ds_comm_backend() names the device path ("nccl", "mpi", "self"),
+ * ds_comm_devpath_why() says why.  On device buffers a blocking collective
+ * has finished when it returns, a non-blocking one when ds_comm_test says
+ * so or ds_comm_wait returns; until then the engine leaves its buffers
+ * alone.  The comms logger sees DeepSpeed's op names and the device bytes.
+ *
+ * dm is copied.  The copy functions return 0 or nonzero on failure and are
+ * synchronous: they start after the work dm->stream holds and have finished
+ * when they return.  host_alloc returns pinned host memory (NULL on
+ * failure).  is_dev says whether p is device memory (pinned host memory is
+ * not).  dev_id names the physical device, unique on its host (the PCI bus
+ * id or UUID); empty, "cuda:<device>" stands for it, which per-rank
+ * CUDA_VISIBLE_DEVICES makes look shared (then the staged path is taken).
+ * prefer_nccl: DS_COMM_NCCL_NEVER, _AUTO (NCCL where it can be used; with
+ * one rank the staged path, where nothing crosses), or _REQUIRE (NCCL or an
+ * error: DS_ENOTSUP naming --with-cuda without NCCL, DS_EINVAL when ranks
+ * share a device).  Returns 0 or DS_E*, the same code on every rank. */
+enum { DS_COMM_NCCL_NEVER = 0, DS_COMM_NCCL_AUTO = 1, DS_COMM_NCCL_REQUIRE = 2 };
 struct ds_comm_devmem {
 	int device;   /* CUDA ordinal this rank uses */
-	void *stream; /* the engine's stream, cudaStream_t */
+	void *stream; /* the engine's stream, cudaStream_t (NULL: the default stream) */
 	int (*to_host)(void *host, const void *dev, size_t bytes, void *ctx);
 	int (*to_dev)(void *dev, const void *host, size_t bytes, void *ctx);
 	int (*dev_copy)(void *dst, const void *src, size_t bytes, void *ctx);
 	void *(*host_alloc)(size_t bytes, void *ctx);
 	void (*host_free)(void *p, void *ctx);
+	int (*is_dev)(const void *p, void *ctx);
 	void *ctx;
+	char dev_id[64];
 };
 int ds_comm_set_devmem(struct ds_comm *c, const struct ds_comm_devmem *dm, int prefer_nccl,
 		       struct ds_err *err);
+
+/* The device path's choice as a pure function, the same on every rank:
+ * keys holds world keys of DS_COMM_DEVKEY bytes, rank r's at r *
+ * DS_COMM_DEVKEY ("host/device", ds_comm_devkey).  Returns
+ * DS_COMM_PATH_NCCL or DS_COMM_PATH_STAGED with the reason in why (one
+ * line), or a DS_E* code (prefer_nccl DS_COMM_NCCL_REQUIRE and NCCL cannot
+ * be used) with err filled. */
+#define DS_COMM_DEVKEY 136
+enum { DS_COMM_PATH_STAGED = 0, DS_COMM_PATH_NCCL = 1 };
+int ds_comm_devpath_choose(int nccl_built, int prefer_nccl, int world, const char *keys, char *why,
+			   size_t whylen, struct ds_err *err);
+/* out (DS_COMM_DEVKEY bytes): "host/dev_id", or "host/cuda:<device>" when
+ * dev_id is NULL or empty. */
+void ds_comm_devkey(char *out, const char *host, int device, const char *dev_id);
+/* Why the device path is what it is: one line, "" before ds_comm_set_devmem. */
+const char *ds_comm_devpath_why(const struct ds_comm *c);
+/* Pinned host memory the staged path holds now, in bytes (0 on NCCL). */
+size_t ds_comm_pinned_bytes(const struct ds_comm *c);
+/* 1 when NCCL is compiled in (configure found CUDA and NCCL), else 0. */
+int ds_comm_nccl_built(void);
+
+/* The NCCL bootstrap over this communicator's host backend, with every
+ * rank's verdict agreed: rank 0 fills id (n bytes, at most 1024) with make
+ * (0, or nonzero with its err filled), the host backend broadcasts it, and
+ * every rank returns 0 with rank 0's id only if make succeeded and every
+ * rank passed local_ok != 0.  Otherwise every rank returns DS_EIO with its
+ * own failure when it had one (local_err, the caller's; make's on rank 0),
+ * else naming the rank that failed.  A collective: every rank calls it. */
+int ds_comm_share_id(struct ds_comm *c, int local_ok, const struct ds_err *local_err,
+		     int (*make)(void *id, size_t n, void *ctx, struct ds_err *err), void *ctx, void *id, size_t n,
+		     struct ds_err *err);
+/* 1 when ok is nonzero on every rank, else 0 (0 also when the agreement
+ * itself failed, with err filled); a collective over the host backend. */
+int ds_comm_agree(struct ds_comm *c, int ok, struct ds_err *err);
 
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */

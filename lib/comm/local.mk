@@ -1,24 +1,27 @@
 ## lib/comm: the communicator (self, mpi) and its collectives.
 noinst_LIBRARIES += lib/comm/libds_comm.a
-lib_comm_libds_comm_a_SOURCES = lib/comm/comm.c lib/comm/comm.h lib/comm/comm_int.h
+lib_comm_libds_comm_a_SOURCES = lib/comm/comm.c lib/comm/comm.h lib/comm/comm_int.h \
+	lib/comm/comm_dev.c lib/comm/comm_staged.c
 if HAVE_MPI
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi.c
 else
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi_stub.c
 endif
+## device buffers over NCCL: not yet written, a stub naming --with-cuda
+lib_comm_libds_comm_a_SOURCES += lib/comm/comm_nccl_stub.c
 LIBDS += lib/comm/libds_comm.a
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_comm
 TESTS += tests/unit/test_comm
-tests_unit_test_comm_SOURCES = tests/unit/test_comm.c tests/unit/unit.h
+tests_unit_test_comm_SOURCES = tests/unit/test_comm.c tests/unit/unit.h tests/unit/comm_devsim.h
 tests_unit_test_comm_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_comm_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
 if HAVE_MPI
 check_PROGRAMS += tests/mpi/comm_check
-tests_mpi_comm_check_SOURCES = tests/mpi/comm_check.c
+tests_mpi_comm_check_SOURCES = tests/mpi/comm_check.c tests/unit/comm_devsim.h
 tests_mpi_comm_check_LDADD = $(DS_LDADD)
 if HAVE_BATS
 TESTS += tests/mpi/comm.bats
