@@ -16,6 +16,11 @@
 #                                 benches, raw output into OUTDIR (default $OUT,
 #                                 else bench/results/gpu-DATE)
 #
+# tests/gpu holds what needs a device: test_* programs built there, and
+# *.bats files (comm.bats: every collective on CUDA buffers over NCCL at one
+# rank, over mpi staging through pinned memory at 2 and 4 ranks on one GPU,
+# NCCL between ranks when there are two GPUs).
+#
 # The run step needs nothing from the machine but bash, tar, xz, the NVIDIA
 # driver, the CUDA runtime and cuBLAS under /usr/local/cuda, and NCCL (there
 # or inside PyTorch's wheels: nvidia/nccl/lib); it says which one it used.

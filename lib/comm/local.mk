@@ -7,8 +7,13 @@ lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi.c
 else
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi_stub.c
 endif
-## device buffers over NCCL: not yet written, a stub naming --with-cuda
+## device buffers over NCCL with CUDA (comm_nccl.c), else a stub naming --with-cuda
+if HAVE_CUDA
+lib_comm_libds_comm_a_SOURCES += lib/comm/comm_nccl.c
+else
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_nccl_stub.c
+endif
+EXTRA_DIST += lib/comm/comm_nccl.c lib/comm/comm_nccl_stub.c
 LIBDS += lib/comm/libds_comm.a
 
 if HAVE_CMOCKA
@@ -28,6 +33,17 @@ TESTS += tests/mpi/comm.bats
 endif
 endif
 EXTRA_DIST += tests/mpi/comm.bats tests/mpi/helper.bash
+
+## the same checks on CUDA device buffers (NCCL, staged mpi): skips without a
+## device; bench/gpu-run.sh runs tests/gpu on the GPU machine
+if HAVE_MPI
+if HAVE_CUDA
+if HAVE_BATS
+TESTS += tests/gpu/comm.bats
+endif
+endif
+endif
+EXTRA_DIST += tests/gpu/comm.bats
 
 ## Benchmark helper (not a test): raw MPI_Allreduce for bench/comm-busbw.sh;
 ## built by `make check` or `make bench/comm-raw`, never run by it.

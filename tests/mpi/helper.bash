@@ -4,7 +4,9 @@
 # "timed out after 300 s: mpirun ..." instead of hanging the suite.
 load ../cli/helper
 setup() { require_feature mpi; }
-MPIRUN="mpirun --oversubscribe --bind-to none"
+# mpirun, or Debian's mpirun.openmpi where the alternatives link is missing
+# (OpenMPI unpacked from its .deb, as bench/gpu-run.sh carries it)
+MPIRUN="$(command -v mpirun || command -v mpirun.openmpi || echo mpirun) --oversubscribe --bind-to none"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 # one OpenMP thread per rank when ranks share the 2 cores
 mpirun_n() {
