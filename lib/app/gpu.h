@@ -22,6 +22,7 @@ struct ds_gpu_info {
 	int runtime_version;  /* cudaRuntimeGetVersion: 13000 = 13.0 */
 	int driver_version;   /* cudaDriverGetVersion: 0 when no driver */
 	int nccl_version;     /* ncclGetVersion: 22809 = 2.28.9 */
+	int cublas_version;   /* cublasGetProperty: 130100 = 13.1.0 */
 	int count;            /* usable devices (at most DS_GPU_MAX listed) */
 	char why_none[160];   /* when count is 0: the CUDA error that said so */
 	struct ds_gpu_dev dev[DS_GPU_MAX];
@@ -32,5 +33,20 @@ struct ds_gpu_info {
  * cudaGetDeviceCount fails with error 35, not 100).  DS_ENOTSUP when built
  * without CUDA: "built without CUDA; reconfigure --with-cuda". */
 int ds_gpu_query(struct ds_gpu_info *info, struct ds_err *err);
+
+/* Whether each part works on device 0 (ds-report's cuda and nccl rows). */
+struct ds_gpu_usable {
+	int cuda, cublas, nccl;  /* 1: usable */
+	char cuda_why[192];      /* when not: the call that failed and CUDA's words */
+	char cublas_why[192];
+	char nccl_why[192];
+};
+
+/* Try each part on device 0 of info: CUDA (an allocation, a memset, a
+ * synchronize), cuBLAS (a handle), NCCL (a one-device communicator).  It
+ * takes up to a few seconds and a little device memory, so only ds-report
+ * calls it.  Returns 0, also with no device (none usable, why_none as the
+ * reason); DS_ENOTSUP when built without CUDA. */
+int ds_gpu_probe(const struct ds_gpu_info *info, struct ds_gpu_usable *u, struct ds_err *err);
 
 #endif

@@ -11,3 +11,12 @@ int ds_gpu_query(struct ds_gpu_info *info, struct ds_err *err)
 	strcpy(info->why_none, "built without CUDA");
 	return ds_err_set(err, DS_ENOTSUP, "built without CUDA; reconfigure --with-cuda");
 }
+
+int ds_gpu_probe(const struct ds_gpu_info *info, struct ds_gpu_usable *u, struct ds_err *err)
+{
+	memset(u, 0, sizeof *u);
+	strcpy(u->cuda_why, "built without CUDA");
+	strcpy(u->cublas_why, "built without CUDA");
+	strcpy(u->nccl_why, "built without CUDA");
+	return ds_err_set(err, DS_ENOTSUP, "built without CUDA; reconfigure --with-cuda");
+}

@@ -156,6 +156,51 @@ static void rows_openmp_blas(struct ds_report *r, const struct ds_sysinfo *si)
 	}
 }
 
+/* 130100 as "13.1.0" (cuBLAS, NCCL: major*10000 + minor*100 + patch); 0
+ * as "unknown"; returns buf (16 bytes). */
+static const char *lib_ver(int v, char *buf)
+{
+	if (v <= 0)
+		return "unknown";
+	snprintf(buf, 16, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+	return buf;
+}
+
+/* CUDA with cuBLAS, and NCCL: built in or not, the versions loaded, the
+ * devices, and whether each part worked on device 0 (ds_gpu_probe). */
+static void rows_cuda(struct ds_report *r, const struct ds_gpu_info *gi, const struct ds_gpu_usable *gu,
+		      int gpu_rc)
+{
+	int have_dev = gpu_rc == 0 ? gi->count > 0 : access("/dev/nvidiactl", F_OK) == 0;
+	const char *why = gpu_rc == 0 ? gi->why_none : "no /dev/nvidiactl (no NVIDIA driver)";
+	const char *fix = "run on a node with an NVIDIA GPU and its driver";
+	const char *fix_lib = "check that the driver (nvidia-smi) supports this CUDA runtime and that "
+			      "LD_LIBRARY_PATH reaches the libcublas and libnccl dstk was built with";
+	char v1[16], v2[16], v3[16], why2[224];
+	struct ds_report_row *w;
+
+	if (gpu_rc == 0 && have_dev) {
+		/* a device answers: usable is what the probe saw */
+		snprintf(why2, sizeof why2, "%s%.200s", gu->cuda ? "cuBLAS: " : "",
+			 gu->cuda ? gu->cublas_why : gu->cuda_why);
+		w = feature(r, "cuda", "cuda", gu->cuda && gu->cublas, why2, fix_lib);
+	} else {
+		w = feature(r, "cuda", "cuda", have_dev, why, fix);
+	}
+	if (gpu_rc == 0)
+		snprintf(w->value, sizeof w->value, "runtime %s, driver %s, cuBLAS %s; %d device%s; CUDA %s, cuBLAS %s",
+			 cuda_ver(gi->runtime_version, v1), cuda_ver(gi->driver_version, v2),
+			 lib_ver(gi->cublas_version, v3), gi->count, gi->count == 1 ? "" : "s",
+			 gu->cuda ? "usable" : "not usable", gu->cublas ? "usable" : "not usable");
+	if (gpu_rc == 0 && have_dev)
+		w = feature(r, "nccl", "nccl", gu->nccl, gu->nccl_why, fix_lib);
+	else
+		w = feature(r, "nccl", "nccl", have_dev, why, fix);
+	if (gpu_rc == 0)
+		snprintf(w->value, sizeof w->value, "NCCL %s; %s", lib_ver(gi->nccl_version, v1),
+			 gu->nccl ? "usable" : "not usable");
+}
+
 static void rows_comm_io(struct ds_report *r, const struct ds_gpu_info *gi, int gpu_rc)
 {
 	struct ds_err e = DS_ERR_INIT;
@@ -197,24 +242,6 @@ static void rows_comm_io(struct ds_report *r, const struct ds_gpu_info *gi, int 
 	snprintf(w->reason, sizeof w->reason, "dstk has no GPUDirect Storage (cuFile) engine%s",
 		 w->compatible ? "" : "; no nvidia-fs driver on this machine");
 	snprintf(w->fix, sizeof w->fix, "use async_io (configure --with-libaio) for NVMe offload");
-
-	/* CUDA and NCCL: built in or not, and a device to run on. */
-	{
-		int have_dev = gpu_rc == 0 ? gi->count > 0 : access("/dev/nvidiactl", F_OK) == 0;
-		const char *why = gpu_rc == 0 ? gi->why_none : "no /dev/nvidiactl (no NVIDIA driver)";
-		const char *fix = "run on a node with an NVIDIA GPU and its driver";
-		char v1[16], v2[16];
-
-		w = feature(r, "cuda", "cuda", have_dev, why, fix);
-		if (gpu_rc == 0)
-			snprintf(w->value, sizeof w->value, "runtime %s, driver %s, %d device%s",
-				 cuda_ver(gi->runtime_version, v1), cuda_ver(gi->driver_version, v2),
-				 gi->count, gi->count == 1 ? "" : "s");
-		w = feature(r, "nccl", "nccl", have_dev, why, fix);
-		if (gpu_rc == 0)
-			snprintf(w->value, sizeof w->value, "NCCL %d.%d.%d", gi->nccl_version / 10000,
-				 gi->nccl_version / 100 % 100, gi->nccl_version % 100);
-	}
 }
 
 /* bf16 matrix products (kernels/cpu/gemm_bf16): which implementation
@@ -349,8 +376,8 @@ static void rows_versions(struct ds_report *r, const struct ds_gpu_info *gi, int
 		char v[16];
 		add(r, DS_REPORT_VERSION, "cuda_runtime", "%s", cuda_ver(gi->runtime_version, v));
 		add(r, DS_REPORT_VERSION, "cuda_driver", "%s", cuda_ver(gi->driver_version, v));
-		add(r, DS_REPORT_VERSION, "nccl", "%d.%d.%d", gi->nccl_version / 10000,
-		    gi->nccl_version / 100 % 100, gi->nccl_version % 100);
+		add(r, DS_REPORT_VERSION, "cublas", "%s", lib_ver(gi->cublas_version, v));
+		add(r, DS_REPORT_VERSION, "nccl", "%s", lib_ver(gi->nccl_version, v));
 	}
 }
 
@@ -359,12 +386,15 @@ int ds_report_run(const struct ds_report_opts *opts, struct ds_report *rep, stru
 	struct ds_err e = DS_ERR_INIT;
 	struct ds_sysinfo si;
 	static struct ds_gpu_info gi; /* 2 KiB: keep it off small thread stacks */
+	static struct ds_gpu_usable gu;
 	const char *args;
 	int gpu_rc;
 
 	memset(rep, 0, sizeof *rep);
 	ds_sysinfo_get(&si, NULL);
 	gpu_rc = ds_gpu_query(&gi, &e);
+	if (gpu_rc == 0)
+		ds_gpu_probe(&gi, &gu, &e);
 
 	add(rep, DS_REPORT_BUILD, "version", "%s", PACKAGE_VERSION);
 	args = DS_CONFIGURE_ARGS + strspn(DS_CONFIGURE_ARGS, " "); /* autoconf starts it with a space */
@@ -374,6 +404,7 @@ int ds_report_run(const struct ds_report_opts *opts, struct ds_report *rep, stru
 
 	rows_openmp_blas(rep, &si);
 	rows_comm_io(rep, &gi, gpu_rc);
+	rows_cuda(rep, &gi, &gu, gpu_rc);
 	rows_simd(rep);
 	row_bf16_matmul(rep);
 	DS_TRY(rows_machine(rep, opts, &si, &gi, gpu_rc, err));

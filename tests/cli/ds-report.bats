@@ -66,6 +66,32 @@ require_jq() { command -v jq >/dev/null || skip "jq not installed (apt-get insta
 	fi
 }
 
+@test "ds-report: the cuda and nccl rows give versions, devices and whether each part is usable" {
+	require_feature cuda
+	run -0 --separate-stderr ds-report --color=never
+	cuda=$(grep '^cuda ' <<<"$output") || fail "no cuda row: $output"
+	nccl=$(grep '^nccl \.* \[' <<<"$output") || fail "no nccl row: $output"
+	re='^cuda \.+ \[YES\] \.+ \[(OKAY|NO)\] \.+ runtime ([0-9]+\.[0-9]+|none), driver ([0-9]+\.[0-9]+|none), '
+	re+='cuBLAS [0-9]+\.[0-9]+\.[0-9]+; ([0-9]+) devices?; CUDA (usable|not usable), cuBLAS (usable|not usable)$'
+	[[ $cuda =~ $re ]] || fail "cuda row: $cuda"
+	ok=${BASH_REMATCH[1]} ndev=${BASH_REMATCH[4]} cu=${BASH_REMATCH[5]} cb=${BASH_REMATCH[6]}
+	# [OKAY] exactly when CUDA and cuBLAS both worked on device 0
+	if [ "$cu $cb" = "usable usable" ]; then want=OKAY; else want=NO; fi
+	assert_equal "$ok" "$want"
+	[[ $nccl =~ ^nccl\ \.+\ \[YES\]\ \.+\ \[(OKAY|NO)\]\ \.+\ NCCL\ [0-9]+\.[0-9]+\.[0-9]+\;\ (usable|not\ usable)$ ]] ||
+		fail "nccl row: $nccl"
+	if [ "${BASH_REMATCH[2]}" = usable ]; then want=OKAY; else want=NO; fi
+	assert_equal "${BASH_REMATCH[1]}" "$want"
+	# nothing is usable without a device, and then the reason is CUDA's
+	if [ "$ndev" = 0 ]; then
+		[ "$cu $cb" = "not usable not usable" ] || fail "usable without a device: $cuda"
+		assert_line --regexp '^    reason: cudaGetDeviceCount: '
+	fi
+	assert_line "gpus ............................. $ndev"
+	assert_line --regexp '^cublas \.+ [0-9]+\.[0-9]+\.[0-9]+$'
+	assert_line --regexp '^cuda_runtime \.+ [0-9]+\.[0-9]+$'
+}
+
 @test "ds-report: SIMD rows agree with the flags in /proc/cpuinfo" {
 	[ -r /proc/cpuinfo ] || skip "no /proc/cpuinfo"
 	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
