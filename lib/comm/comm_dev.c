@@ -36,31 +36,30 @@ static int shared_device(int world, const char *keys, int *i_out, int *j_out)
 int ds_comm_devpath_choose(int nccl_built, int prefer_nccl, int world, const char *keys, char *why,
 			   size_t whylen, struct ds_err *err)
 {
-	int i, j;
+	int i = 0, j = 0, shared = shared_device(world, keys, &i, &j);
+	const char *k = keys + (size_t)i * DS_COMM_DEVKEY;
 
 	if (prefer_nccl == DS_COMM_NCCL_NEVER) {
 		snprintf(why, whylen, "NCCL not asked for: device buffers are staged through pinned host memory");
 		return DS_COMM_PATH_STAGED;
 	}
-	if (!nccl_built) {
-		if (prefer_nccl == DS_COMM_NCCL_REQUIRE)
+	if (prefer_nccl == DS_COMM_NCCL_REQUIRE) {
+		if (!nccl_built)
 			return ds_err_set(err, DS_ENOTSUP, "NCCL was asked for but this build has no NCCL; "
 					  "reconfigure --with-cuda (the CUDA toolkit with NCCL)");
+		if (shared)
+			return ds_err_set(err, DS_EINVAL, "NCCL was asked for but ranks %d and %d share device %.*s, "
+					  "which NCCL refuses: run one rank per GPU", i, j, DS_COMM_DEVKEY, k);
+	} else if (world == 1) {
+		snprintf(why, whylen, "one rank: nothing crosses, device buffers stay where they are");
+		return DS_COMM_PATH_STAGED;
+	} else if (!nccl_built) {
 		snprintf(why, whylen, "built without NCCL (--with-cuda): device buffers are staged through "
 			 "pinned host memory");
 		return DS_COMM_PATH_STAGED;
-	}
-	if (shared_device(world, keys, &i, &j)) {
-		const char *k = keys + (size_t)i * DS_COMM_DEVKEY;
-		if (prefer_nccl == DS_COMM_NCCL_REQUIRE)
-			return ds_err_set(err, DS_EINVAL, "NCCL was asked for but ranks %d and %d share device %.*s, "
-					  "which NCCL refuses: run one rank per GPU", i, j, DS_COMM_DEVKEY, k);
+	} else if (shared) {
 		snprintf(why, whylen, "ranks %d and %d share device %.*s, which NCCL refuses: device buffers "
 			 "are staged through pinned host memory", i, j, DS_COMM_DEVKEY, k);
-		return DS_COMM_PATH_STAGED;
-	}
-	if (world == 1 && prefer_nccl != DS_COMM_NCCL_REQUIRE) {
-		snprintf(why, whylen, "one rank: nothing crosses, device buffers stay where they are");
 		return DS_COMM_PATH_STAGED;
 	}
 	snprintf(why, whylen, "NCCL: each of the %d rank%s has a device of its own", world, world == 1 ? "" : "s");

@@ -123,6 +123,15 @@ static void test_devpath_choose(void **state)
 			 DS_COMM_PATH_STAGED);
 	assert_int_equal(ds_comm_devpath_choose(1, DS_COMM_NCCL_REQUIRE, 1, own, why, sizeof why, &err),
 			 DS_COMM_PATH_NCCL);
+	assert_int_equal(ds_comm_devpath_choose(0, DS_COMM_NCCL_AUTO, 1, own, why, sizeof why, &err),
+			 DS_COMM_PATH_STAGED);
+	assert_non_null(strstr(why, "one rank"));
+	assert_int_equal(ds_comm_devpath_choose(0, DS_COMM_NCCL_REQUIRE, 1, own, why, sizeof why, &err),
+			 DS_ENOTSUP);
+	/* no NCCL: the reason is that, whatever the devices */
+	assert_int_equal(ds_comm_devpath_choose(0, DS_COMM_NCCL_AUTO, 2, shared, why, sizeof why, &err),
+			 DS_COMM_PATH_STAGED);
+	assert_non_null(strstr(why, "built without NCCL"));
 	free(own);
 	free(shared);
 	free(four);
