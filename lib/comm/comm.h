@@ -161,7 +161,8 @@ unsigned long long ds_comm_ops_done(void);
  * prefer_nccl: DS_COMM_NCCL_NEVER, _AUTO (NCCL where it can be used; with
  * one rank the staged path, where nothing crosses), or _REQUIRE (NCCL or an
  * error: DS_ENOTSUP naming --with-cuda without NCCL, DS_EINVAL when ranks
- * share a device).  Returns 0 or DS_E*, the same code on every rank. */
+ * share a device).  A collective: every rank calls it, and all return 0 or
+the same DS_E* code. */
 enum { DS_COMM_NCCL_NEVER = 0, DS_COMM_NCCL_AUTO = 1, DS_COMM_NCCL_REQUIRE = 2 };
 struct ds_comm_devmem {
 	int device;   /* CUDA ordinal this rank uses */
@@ -195,6 +196,13 @@ void ds_comm_devkey(char *out, const char *host, int device, const char *dev_id)
 const char *ds_comm_devpath_why(const struct ds_comm *c);
 /* Pinned host memory the staged path holds now, in bytes (0 on NCCL). */
 size_t ds_comm_pinned_bytes(const struct ds_comm *c);
+/* The pinned bytes the staged path holds for one call on device buffers in
+ * a world of world ranks: op DS_COMM_ALLREDUCE (count), _REDUCE_SCATTER
+ * (recvcount: the input and this rank's block), _ALLGATHER (sendcount: the
+ * whole output) or _BROADCAST (count); 0 in a world of one, where nothing
+ * is staged.  The memory plan adds one per call that may be in flight. */
+enum { DS_COMM_ALLREDUCE, DS_COMM_REDUCE_SCATTER, DS_COMM_ALLGATHER, DS_COMM_BROADCAST };
+size_t ds_comm_staged_bytes(int op, size_t count, int dtype, int world);
 /* 1 when NCCL is compiled in (configure found CUDA and NCCL), else 0. */
 int ds_comm_nccl_built(void);
 

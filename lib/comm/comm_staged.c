@@ -31,6 +31,24 @@ static int is_dev(const struct ds_comm_dev *d, const void *p)
 	return p && d->dm.is_dev(p, d->dm.ctx);
 }
 
+/* what a pinned buffer for bytes is grown to */
+static size_t stage_cap(size_t bytes)
+{
+	return (bytes / STAGE_STEP + 1) * STAGE_STEP;
+}
+
+size_t ds_comm_staged_bytes(int op, size_t count, int dtype, int world)
+{
+	size_t n = count * ds_dtype_size(dtype);
+	if (world <= 1)
+		return 0;
+	switch (op) {
+	case DS_COMM_REDUCE_SCATTER: return stage_cap(n * (size_t)(world + 1));
+	case DS_COMM_ALLGATHER: return stage_cap(n * (size_t)world);
+	default: return stage_cap(n);
+	}
+}
+
 /* Take a free pinned buffer of at least bytes into *slot. */
 static int stage_get(struct ds_comm_dev *d, size_t bytes, int *slot, struct ds_err *err)
 {
@@ -46,7 +64,7 @@ static int stage_get(struct ds_comm_dev *d, size_t bytes, int *slot, struct ds_e
 			big = i;
 	}
 	if (best < 0) {
-		size_t cap = (bytes / STAGE_STEP + 1) * STAGE_STEP;
+		size_t cap = stage_cap(bytes);
 		if (big < 0) {
 			struct ds_comm_stage *n = realloc(d->stage, (size_t)(d->nstage + 1) * sizeof *n);
 			if (!n)

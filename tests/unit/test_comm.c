@@ -138,6 +138,21 @@ static void test_devpath_choose(void **state)
 	free(four_shared);
 }
 
+/* the staged path's pinned bytes per call: what each call copies, in
+ * whole 64 KiB steps */
+static void test_staged_bytes(void **state)
+{
+	size_t step = 64 << 10;
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_ALLREDUCE, 1000, DS_F32, 1), 0);
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_ALLREDUCE, 1000, DS_F32, 2), step);
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_ALLREDUCE, step / 4, DS_F32, 2), 2 * step);
+	/* reduce-scatter: 4 blocks in, 1 out */
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_REDUCE_SCATTER, 10 * step / 2, DS_BF16, 4), 51 * step);
+	/* allgather: the whole output */
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_ALLGATHER, 3 * step / 8, DS_F64, 4), 13 * step);
+	assert_int_equal(ds_comm_staged_bytes(DS_COMM_BROADCAST, 5, DS_U8, 8), step);
+}
+
 static void test_devkey(void **state)
 {
 	char k[DS_COMM_DEVKEY], host[100];
@@ -296,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_backend_choice),
 		cmocka_unit_test(test_devpath_choose),
 		cmocka_unit_test(test_devkey),
+		cmocka_unit_test(test_staged_bytes),
 		cmocka_unit_test(test_share_id),
 		cmocka_unit_test(test_set_devmem_refuses),
 		cmocka_unit_test(test_self_device_buffers),
