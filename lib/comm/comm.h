@@ -161,8 +161,9 @@ unsigned long long ds_comm_ops_done(void);
  * prefer_nccl: DS_COMM_NCCL_NEVER, _AUTO (NCCL where it can be used; with
  * one rank the staged path, where nothing crosses), or _REQUIRE (NCCL or an
  * error: DS_ENOTSUP naming --with-cuda without NCCL, DS_EINVAL when ranks
- * share a device).  A collective: every rank calls it, and all return 0 or
-the same DS_E* code. */
+ * share a device); memory NCCL cannot read (a simulated device) needs
+ * _NEVER.  A collective: every rank calls it, and all return 0 or the same
+ * DS_E* code. */
 enum { DS_COMM_NCCL_NEVER = 0, DS_COMM_NCCL_AUTO = 1, DS_COMM_NCCL_REQUIRE = 2 };
 struct ds_comm_devmem {
 	int device;   /* CUDA ordinal this rank uses */
@@ -194,7 +195,8 @@ int ds_comm_devpath_choose(int nccl_built, int prefer_nccl, int world, const cha
 void ds_comm_devkey(char *out, const char *host, int device, const char *dev_id);
 /* Why the device path is what it is: one line, "" before ds_comm_set_devmem. */
 const char *ds_comm_devpath_why(const struct ds_comm *c);
-/* Pinned host memory the staged path holds now, in bytes (0 on NCCL). */
+/* Pinned host memory the staged path holds now, in bytes (on NCCL only
+ * what calls mixing host and device buffers needed). */
 size_t ds_comm_pinned_bytes(const struct ds_comm *c);
 /* The pinned bytes the staged path holds for one call on device buffers in
  * a world of world ranks: op DS_COMM_ALLREDUCE (count), _REDUCE_SCATTER

@@ -1,4 +1,5 @@
-## lib/comm: the communicator (self, mpi) and its collectives.
+## lib/comm: the communicator (self, mpi; on device buffers nccl, or the host
+## backend staging through pinned memory) and its collectives.
 noinst_LIBRARIES += lib/comm/libds_comm.a
 lib_comm_libds_comm_a_SOURCES = lib/comm/comm.c lib/comm/comm.h lib/comm/comm_int.h \
 	lib/comm/comm_dev.c lib/comm/comm_staged.c
