@@ -2,7 +2,7 @@
 ## the window sampler and the train/valid/test split.
 noinst_LIBRARIES += lib/io/libds_data.a
 lib_io_libds_data_a_SOURCES = \
-	lib/io/dataset.c lib/io/dataset.h lib/io/dataset_int.h \
+	lib/io/dataset.c lib/io/dataset.h lib/io/dataset_int.h lib/io/dataset_blend.c \
 	lib/io/dataset_text.c lib/io/dataset_megatron.c lib/io/dataset_llmc.c
 LIBDS += lib/io/libds_data.a
 

@@ -227,6 +227,17 @@ void ds_dataset_destroy(struct ds_dataset *d)
 }
 
 uint64_t ds_dataset_num_tokens(const struct ds_dataset *d) { return d->ops->num_tokens(d); }
+
+int ds_dataset_num_docs(const struct ds_dataset *d, uint64_t *out, struct ds_err *err)
+{
+	*out = 0;
+	if (!d->ops->num_docs)
+		return ds_err_set(err, DS_EINVAL, "%s: a %s dataset has no document index to weigh a blend by "
+				  "(weight_by_num_documents); use Megatron/GPT-NeoX .bin/.idx data or give weights",
+				  d->path, d->ops->name);
+	*out = d->ops->num_docs(d);
+	return 0;
+}
 const char *ds_dataset_format_name(const struct ds_dataset *d) { return d->ops->name; }
 const char *ds_dataset_path(const struct ds_dataset *d) { return d->path; }
 void ds_dataset_set_vocab(struct ds_dataset *d, uint64_t vocab_size) { d->vocab_size = vocab_size; }
@@ -448,6 +459,13 @@ int ds_sampler_init(struct ds_sampler *s, const struct ds_dataset *d, uint64_t T
 
 void ds_sampler_locate(const struct ds_sampler *s, uint64_t g, uint64_t *epoch, uint64_t *window)
 {
+	if (s->blend) {
+		int d;
+		uint64_t k;
+		ds_blend_locate(s->blend, g, &d, &k);
+		ds_sampler_locate(ds_blend_part(s->blend, d, NULL, NULL), k, epoch, window);
+		return;
+	}
 	uint64_t e = s->count ? g / s->count : 0, i = s->count ? g % s->count : 0;
 	if (s->shuffle)
 		i = ds_data_permute(i, s->count, s->seed, s->stream, e);
@@ -458,61 +476,191 @@ void ds_sampler_locate(const struct ds_sampler *s, uint64_t g, uint64_t *epoch, 
 int ds_sampler_get(const struct ds_sampler *s, uint64_t g, int32_t *out, struct ds_err *err)
 {
 	uint64_t e, w;
+	if (s->blend && s->count) {
+		int d;
+		uint64_t k;
+		ds_blend_locate(s->blend, g, &d, &k);
+		return ds_sampler_get(ds_blend_part(s->blend, d, NULL, NULL), k, out, err);
+	}
 	if (!s->ds || s->count == 0)
 		return ds_err_set(err, DS_EINVAL, "%s: this split has no samples", s->ds ? s->ds->path : "dataset");
 	ds_sampler_locate(s, g, &e, &w);
 	return ds_dataset_read_i32(s->ds, w * s->seq_length, (size_t)s->seq_length + 1, out, err);
 }
 
+
 /* ---- train / valid / test -------------------------------------------- */
 
-static int open_checked(struct ds_dataset **d, const char *path, const struct ds_data_opts *o, struct ds_err *err)
+enum { MAX_PARTS = 255 };
+
+/* --data and friends: one path, or Megatron's blend "W1 P1 W2 P2 ...". */
+struct spec {
+	char *buf;                /* the words, NUL-separated (owned) */
+	int n;
+	const char *path[MAX_PARTS];
+	double w[MAX_PARTS];
+};
+
+static int is_number(const char *s, double *v)
+{
+	char *e;
+	errno = 0;
+	*v = strtod(s, &e);
+	return e != s && !*e && !errno;
+}
+
+static int spec_parse(struct spec *sp, const char *s, struct ds_err *err)
+{
+	char *words[2 * MAX_PARTS + 1];
+	int nw = 0;
+	double v;
+	memset(sp, 0, sizeof *sp);
+	if (!s || !*s)
+		return ds_err_set(err, DS_EINVAL, "no dataset given: pass --data PATH");
+	if (!(sp->buf = strdup(s)))
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (char *p = strtok(sp->buf, " \t\n"); p && nw <= 2 * MAX_PARTS; p = strtok(NULL, " \t\n"))
+		words[nw++] = p;
+	if (nw < 2 || !is_number(words[0], &v)) {
+		/* one path (it may hold spaces) */
+		strcpy(sp->buf, s);
+		sp->n = 1;
+		sp->path[0] = sp->buf;
+		sp->w[0] = 1;
+		return 0;
+	}
+	if (nw % 2 || nw > 2 * MAX_PARTS)
+		return ds_err_set(err, DS_EINVAL, "data blend \"%s\": %s; give WEIGHT PATH pairs (at most %d)", s,
+				  nw % 2 ? "an odd number of words" : "too many datasets", MAX_PARTS);
+	for (int i = 0; i < nw; i += 2) {
+		if (!is_number(words[i], &v) || !isfinite(v) || v < 0)
+			return ds_err_set(err, DS_EINVAL, "data blend \"%s\": word %d '%s' is not a weight; give WEIGHT PATH "
+					  "pairs with non-negative weights", s, i + 1, words[i]);
+		sp->w[sp->n] = v;
+		sp->path[sp->n++] = words[i + 1];
+	}
+	return 0;
+}
+
+static int open_checked(struct ds_data *dd, struct ds_dataset **d, const char *path, const struct ds_data_opts *o,
+			struct ds_err *err)
 {
 	uint64_t limit = o->scan_limit ? o->scan_limit : (1ull << 28);
+	struct ds_dataset **a = realloc(dd->ds, (size_t)(dd->nds + 1) * sizeof *a);
+	if (!a)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	dd->ds = a;
 	DS_TRY(ds_dataset_open(d, path, o->format, err));
+	dd->ds[dd->nds++] = *d;
 	ds_dataset_set_vocab(*d, o->vocab_size);
 	if (o->vocab_size && ds_dataset_num_tokens(*d) < limit)
 		DS_TRY(ds_dataset_scan(*d, err));
 	return 0;
 }
 
+/* Sampler k (DS_SPLIT_*) from parts[0..n) with the spec's weights: the
+ * part itself when there is one, else a blend of the non-empty parts. */
+static int make(struct ds_data *dd, int k, struct ds_sampler *parts, const double *w0, int n,
+		const struct ds_data_opts *o, struct ds_err *err)
+{
+	struct ds_sampler *s = k == 0 ? &dd->train : k == 1 ? &dd->valid : &dd->test;
+	double w[MAX_PARTS], norm[MAX_PARTS];
+	uint64_t count[MAX_PARTS], total = 0, size = 0;
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (parts[i].count) {
+			parts[m] = parts[i];
+			w[m++] = w0[i];
+		}
+	if (m == 0) {
+		*s = parts[0];  /* empty */
+		return 0;
+	}
+	if (o->weight_by_docs && m > 1) {
+		uint64_t docs[MAX_PARTS];
+		for (int i = 0; i < m; i++)
+			DS_TRY(ds_dataset_num_docs(parts[i].ds, &docs[i], err));
+		ds_blend_weights_by_docs(docs, m, o->alpha, w);
+	}
+	if (m == 1) {
+		*s = parts[0];
+		return 0;
+	}
+	for (int i = 0; i < m; i++)
+		total += parts[i].count;  /* unknown run length: one epoch of every part */
+	DS_TRY(ds_blend_weights(w, m, o->samples[k] ? o->samples[k] : total, norm, count, err));
+	for (int i = 0; i < m; i++)
+		size += count[i];
+	DS_TRY(ds_blend_create(&dd->blend[k], parts, norm, count, m, size, err));
+	ds_sampler_blend(s, dd->blend[k]);
+	return 0;
+}
+
+/* The samplers of one --valid-data or --test-data spec (whole datasets). */
+static int separate(struct ds_data *dd, int k, const char *path, const struct ds_data_opts *o, struct ds_err *err)
+{
+	struct spec sp;
+	struct ds_sampler parts[MAX_PARTS];
+	int rc = spec_parse(&sp, path, err);
+	for (int i = 0; rc == 0 && i < sp.n; i++) {
+		struct ds_dataset *d;
+		uint64_t nw;
+		rc = open_checked(dd, &d, sp.path[i], o, err);
+		if (rc == 0)
+			rc = ds_dataset_num_windows(d, o->seq_length, &nw, err);
+		if (rc == 0)
+			rc = ds_sampler_init(&parts[i], d, o->seq_length, 0, nw, o->seed, (uint32_t)k, err);
+		if (rc == 0 && k == DS_SPLIT_VALID && i == 0)
+			dd->valid_ds = d;
+	}
+	if (rc == 0)
+		rc = make(dd, k, parts, sp.w, sp.n, o, err);
+	free(sp.buf);
+	return rc;
+}
+
 int ds_data_open(struct ds_data *dd, const struct ds_data_opts *o, struct ds_err *err)
 {
-	uint64_t nw, b[3], e[3];
 	const char *split = o->split ? o->split : "969,30,1";
+	struct spec sp;
+	struct ds_sampler parts[3][MAX_PARTS];
 	int rc;
 	memset(dd, 0, sizeof *dd);
-	rc = open_checked(&dd->train_ds, o->path, o, err);
-	if (rc < 0)
-		goto out;
-	rc = ds_dataset_num_windows(dd->train_ds, o->seq_length, &nw, err);
-	if (rc < 0)
-		goto out;
-	if (o->valid_path) {
-		uint64_t nv;
-		rc = open_checked(&dd->valid_ds, o->valid_path, o, err);
+	rc = spec_parse(&sp, o->path, err);
+	for (int i = 0; rc == 0 && i < sp.n; i++) {
+		struct ds_dataset *d;
+		uint64_t nw, b[3], e[3];
+		rc = open_checked(dd, &d, sp.path[i], o, err);
 		if (rc == 0)
-			rc = ds_dataset_num_windows(dd->valid_ds, o->seq_length, &nv, err);
-		if (rc == 0)
-			rc = ds_sampler_init(&dd->train, dd->train_ds, o->seq_length, 0, nw, o->seed, DS_SPLIT_TRAIN, err);
-		if (rc == 0)
-			rc = ds_sampler_init(&dd->valid, dd->valid_ds, o->seq_length, 0, nv, o->seed, DS_SPLIT_VALID, err);
-		goto out;
-	}
-	rc = ds_data_split_parse(split, nw, b, e, err);
-	if (rc < 0)
-		goto out;
-	if (e[0] == b[0]) {
-		rc = ds_err_set(err, DS_EINVAL, "%s: split \"%s\" leaves none of its %llu windows (seq_length %llu) for "
-				"training; give more data or a larger train weight", o->path, split,
-				(unsigned long long)nw, (unsigned long long)o->seq_length);
-		goto out;
+			rc = ds_dataset_num_windows(d, o->seq_length, &nw, err);
+		if (rc < 0)
+			break;
+		if (i == 0)
+			dd->train_ds = d;
+		if (o->valid_path) {
+			rc = ds_sampler_init(&parts[0][i], d, o->seq_length, 0, nw, o->seed, DS_SPLIT_TRAIN, err);
+			continue;
+		}
+		rc = ds_data_split_parse(split, nw, b, e, err);
+		if (rc == 0 && e[0] == b[0])
+			rc = ds_err_set(err, DS_EINVAL, "%s: split \"%s\" leaves none of its %llu windows (seq_length %llu) "
+					"for training; give more data or a larger train weight", sp.path[i], split,
+					(unsigned long long)nw, (unsigned long long)o->seq_length);
+		for (int k = 0; k < 3 && rc == 0; k++)
+			rc = ds_sampler_init(&parts[k][i], d, o->seq_length, b[k], e[k] - b[k], o->seed, (uint32_t)k, err);
 	}
 	for (int k = 0; k < 3 && rc == 0; k++) {
-		struct ds_sampler *s = k == 0 ? &dd->train : k == 1 ? &dd->valid : &dd->test;
-		rc = ds_sampler_init(s, dd->train_ds, o->seq_length, b[k], e[k] - b[k], o->seed, (uint32_t)k, err);
+		if (o->valid_path && k > 0)
+			break;
+		if (k == DS_SPLIT_TEST && o->test_path)
+			break;
+		rc = make(dd, k, parts[k], sp.w, sp.n, o, err);
 	}
-out:
+	if (rc == 0 && o->valid_path)
+		rc = separate(dd, DS_SPLIT_VALID, o->valid_path, o, err);
+	if (rc == 0 && o->test_path)
+		rc = separate(dd, DS_SPLIT_TEST, o->test_path, o, err);
+	free(sp.buf);
 	if (rc < 0)
 		ds_data_release(dd);
 	return rc;
@@ -520,7 +668,10 @@ out:
 
 void ds_data_release(struct ds_data *dd)
 {
-	ds_dataset_destroy(dd->train_ds);
-	ds_dataset_destroy(dd->valid_ds);
+	for (int k = 0; k < 3; k++)
+		ds_blend_destroy(dd->blend[k]);
+	for (int i = 0; i < dd->nds; i++)
+		ds_dataset_destroy(dd->ds[i]);
+	free(dd->ds);
 	memset(dd, 0, sizeof *dd);
 }

@@ -38,6 +38,7 @@ struct ds_dataset_ops {
 	uint64_t (*num_tokens)(const struct ds_dataset *d);
 	void (*read)(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t *out);
 	void (*where)(const struct ds_dataset *d, uint64_t off, const char **file, uint64_t *byte_off);
+	uint64_t (*num_docs)(const struct ds_dataset *d);  /* documents (NULL: the format has no index of them) */
 	void (*close)(struct ds_dataset *d);
 };
 
@@ -73,6 +74,11 @@ int ds_dataset_read(const struct ds_dataset *d, uint64_t off, size_t n, uint32_t
 /* The same into int32 (token ids are < 2^31 once checked against the vocab). */
 int ds_dataset_read_i32(const struct ds_dataset *d, uint64_t off, size_t n, int32_t *out, struct ds_err *err);
 
+/* Documents in d (a Megatron .idx's sequence count, as NeoX's
+ * weight_by_num_documents counts them): 0 or DS_EINVAL naming the file when
+ * its format has no document index. */
+int ds_dataset_num_docs(const struct ds_dataset *d, uint64_t *out, struct ds_err *err);
+
 /* Scan the whole stream against the vocab set above (up-front validation,
  * a few hundred million tokens a second).  Returns 0 or the error of
  * ds_dataset_read. */
@@ -95,8 +101,11 @@ int ds_dataset_fingerprint(const struct ds_dataset *d, uint32_t *out, struct ds_
  * O(1) without materialising the permutation):
  *     global sample g -> epoch g / count, window first + perm_epoch(g % count).
  */
+struct ds_blend;
+
 struct ds_sampler {
-	const struct ds_dataset *ds;  /* borrowed */
+	const struct ds_dataset *ds;  /* borrowed (a blend: its first part's, for messages) */
+	const struct ds_blend *blend; /* borrowed; non-NULL: sample g comes from the blend (below) */
 	uint64_t seq_length;          /* T */
 	uint64_t first, count;        /* windows [first, first + count) */
 	uint64_t seed;
@@ -122,7 +131,8 @@ int ds_data_split_parse(const char *split, uint64_t n, uint64_t begin[3], uint64
 int ds_sampler_init(struct ds_sampler *s, const struct ds_dataset *d, uint64_t seq_length,
 		    uint64_t first, uint64_t count, uint64_t seed, uint32_t stream, struct ds_err *err);
 
-/* Map global sample g to its epoch and window index (in the dataset). */
+/* Map global sample g to its epoch and window index (in the dataset; a
+ * blend's sampler: in the dataset of the part g comes from). */
 void ds_sampler_locate(const struct ds_sampler *s, uint64_t g, uint64_t *epoch, uint64_t *window);
 
 /* Tokens of global sample g: out[0..T] (T + 1 tokens: x = out[0..T),
@@ -133,25 +143,93 @@ int ds_sampler_get(const struct ds_sampler *s, uint64_t g, int32_t *out, struct 
  * (seed, stream, epoch). */
 uint64_t ds_data_permute(uint64_t i, uint64_t n, uint64_t seed, uint32_t stream, uint64_t epoch);
 
-/* ---- train / valid / test ------------------------------------------- */
+/* ---- blends -------------------------------------------------------------
+ * Several samplers ("parts") mixed by weight, as Megatron's and GPT-NeoX's
+ * BlendableDataset mixes datasets: blend sample i is sample k_i of part
+ * d_i, where d_i is the part furthest behind its share (helpers.cpp
+ * build_blending_indices: the largest w_d x max(i, 1) - drawn_d, the first
+ * part on a tie) and k_i the number of samples drawn from d_i before i.
+ * The sequence depends only on the weights, so it is the same for any
+ * world size or micro-batch split.  After `size` samples (the sum of the
+ * parts' counts below) the sequence repeats, each part continuing where it
+ * stopped (its own sampler goes on into its next epochs).  Memory: one
+ * row of counts per 256 samples, the sequence is replayed from there.
+ */
+
+/* NeoX's get_normalized_weights_and_num_samples: norm[d] = w[d] / sum(w),
+ * count[d] = ceil(total x norm[d] x 1.005) (count NULL: not wanted).
+ * DS_EINVAL when a weight is negative or not finite, or they sum to 0. */
+int ds_blend_weights(const double *w, int n, uint64_t total, double *norm, uint64_t *count, struct ds_err *err);
+
+/* NeoX's weights_by_num_docs: p_d = docs_d / sum, q_d = p_d^alpha
+ * normalised, w_d = q_d (1 - p_d) normalised (one part: 1). */
+void ds_blend_weights_by_docs(const uint64_t *docs, int n, double alpha, double *w);
+
+/* The first `size` entries of the sequence, for tests and reports:
+ * part[i] (may be NULL) and sample[i] (may be NULL). w as normalised. */
+void ds_blend_sequence(const double *w, int n, uint64_t size, int *part, uint64_t *sample);
+
+/* A blend of parts[0..n) (copied) with weights w (normalised inside, as
+ * BlendableDataset normalises again) over `size` samples; count[0..n)
+ * (may be NULL) is what ds_blend_part reports.  Returns 0, DS_EINVAL (bad
+ * weights, n outside [1, 255], size 0) or DS_ENOMEM. */
+int ds_blend_create(struct ds_blend **out, const struct ds_sampler *parts, const double *w, const uint64_t *count,
+		    int n, uint64_t size, struct ds_err *err);
+void ds_blend_destroy(struct ds_blend *b);  /* accepts NULL */
+
+/* Part and that part's sample index of blend sample g. */
+void ds_blend_locate(const struct ds_blend *b, uint64_t g, int *part, uint64_t *k);
+/* Samples drawn from each part among blend samples [0, g): drawn[0..n). */
+void ds_blend_drawn(const struct ds_blend *b, uint64_t g, uint64_t *drawn);
+
+int ds_blend_num_parts(const struct ds_blend *b);
+uint64_t ds_blend_size(const struct ds_blend *b);
+/* Part i: its sampler, normalised weight and count (the samples the
+ * blend's size assumes it gives). */
+const struct ds_sampler *ds_blend_part(const struct ds_blend *b, int i, double *weight, uint64_t *count);
+
+/* A sampler drawing from b (count = its size). */
+void ds_sampler_blend(struct ds_sampler *s, const struct ds_blend *b);
+
+/* ---- train / valid / test -------------------------------------------
+ * Each of --data, --valid-data and --test-data is a path, or a blend in
+ * Megatron's --data-path form "W1 PATH1 W2 PATH2 ..." (whitespace between,
+ * the first word a number).  Without --valid-data every train dataset is
+ * split by --split and the blends are of the same parts of each; the
+ * parts' counts come from the samples the run draws (samples[], as NeoX's
+ * train_iters x train_batch_size), or when that is unknown from one epoch
+ * of every part.  Every part of a blend uses the same permutation keys
+ * as a dataset alone (as NeoX seeds each dataset alike), so a blend whose
+ * weight is all on its first dataset draws that dataset's samples in the
+ * same order as --data alone would.
+ */
 struct ds_data_opts {
 	const char *path;        /* --data */
 	const char *valid_path;  /* --valid-data, or NULL: split path instead */
+	const char *test_path;   /* --test-data, or NULL: the split's test part (none with valid_path) */
 	const char *split;       /* "969,30,1" when NULL (Megatron's default) */
-	int format;              /* enum ds_data_format, both datasets */
+	int format;              /* enum ds_data_format, every dataset */
 	uint64_t seq_length;     /* T */
 	uint64_t vocab_size;     /* tokens must be < this (0: no check) */
 	uint64_t seed;
 	uint64_t scan_limit;     /* scan up front when the stream has fewer tokens; 0: 1<<28 */
+	uint64_t samples[3];     /* samples the run draws from train/valid/test (0: unknown) */
+	int weight_by_docs;      /* blend weights from document counts (NeoX's weight_by_num_documents) */
+	double alpha;            /* its weighted_sampler_alpha */
 };
 
 struct ds_data {
-	struct ds_dataset *train_ds, *valid_ds;  /* valid_ds NULL when split */
+	struct ds_dataset *train_ds, *valid_ds;  /* the first train / valid dataset (valid_ds NULL when split) */
 	struct ds_sampler train, valid, test;    /* count 0: that part is empty */
+	struct ds_blend *blend[3];               /* train/valid/test blends (NULL: one dataset) */
+	struct ds_dataset **ds;                  /* every dataset opened (owned) */
+	int nds;
 };
 
 /* Open the datasets and build the samplers.  A train part of 0 windows is
- * DS_EINVAL naming the file and sizes.  Release with ds_data_release. */
+ * DS_EINVAL naming the file and sizes; a bad blend (an odd word count, a
+ * weight that is not a non-negative number) DS_EINVAL naming it.  Release
+ * with ds_data_release. */
 int ds_data_open(struct ds_data *dd, const struct ds_data_opts *o, struct ds_err *err);
 void ds_data_release(struct ds_data *dd);
 

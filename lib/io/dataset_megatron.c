@@ -146,6 +146,13 @@ static void megatron_where(const struct ds_dataset *d, uint64_t off, const char 
 	*byte_off = off * g->itemsize;
 }
 
+/* NeoX's weight_by_num_documents counts indexed_dataset.sizes.shape[0]:
+ * the sequences (one per document as preprocess_data.py writes them). */
+static uint64_t megatron_num_docs(const struct ds_dataset *d)
+{
+	return ((const struct megatron *)d->priv)->nseq;
+}
+
 static void megatron_close(struct ds_dataset *d)
 {
 	struct megatron *g = d->priv;
@@ -163,5 +170,6 @@ const struct ds_dataset_ops ds_dataset_megatron_ops = {
 	.num_tokens = megatron_num_tokens,
 	.read = megatron_read,
 	.where = megatron_where,
+	.num_docs = megatron_num_docs,
 	.close = megatron_close,
 };

@@ -6,6 +6,7 @@
  */
 #include "unit.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,6 +617,276 @@ static void test_fingerprint(void **state)
 	ds_dataset_destroy(d);
 }
 
+/* ---- blends ------------------------------------------------------------ */
+
+/* The greedy sequence of helpers.cpp build_blending_indices, worked by hand:
+ * w x max(i, 1) - drawn per part, the largest wins, the first on a tie. */
+static void test_blend_sequence(void **state)
+{
+	int part[20];
+	uint64_t sample[20];
+	(void)state;
+	/* 1/4, 3/4: i=0 errors (.25, .75) -> 1; i=1 (.25, -.25) -> 0; i=2 (-.5, .5) -> 1;
+	 * i=3 (-.25, .25) -> 1; i=4 (0, 0) -> 0 on the tie; then 0 1 1 1 every 4 */
+	static const int p1[12] = { 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1 };
+	static const uint64_t s1[12] = { 0, 0, 1, 2, 1, 3, 4, 5, 2, 6, 7, 8 };
+	double w1[2] = { 0.25, 0.75 };
+	ds_blend_sequence(w1, 2, 12, part, sample);
+	for (int i = 0; i < 12; i++) {
+		assert_int_equal(part[i], p1[i]);
+		assert_int_equal(sample[i], s1[i]);
+	}
+	/* 1/2, 1/4, 1/4: 0 1 2 0 every 4 (ties at i = 1, 4 and 8 go to the lowest part) */
+	static const int p2[8] = { 0, 1, 2, 0, 0, 1, 2, 0 };
+	static const uint64_t s2[8] = { 0, 0, 0, 1, 2, 1, 1, 3 };
+	double w2[3] = { 0.5, 0.25, 0.25 };
+	ds_blend_sequence(w2, 3, 8, part, sample);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(part[i], p2[i]);
+		assert_int_equal(sample[i], s2[i]);
+	}
+	/* NeoX's quirk: max(i, 1) makes i = 1 a tie at 0 for a weight of 0,
+	 * so part 0 gets one sample although its weight is 0 */
+	double w3[2] = { 0, 1 };
+	ds_blend_sequence(w3, 2, 6, part, NULL);
+	assert_int_equal(part[0], 1);
+	assert_int_equal(part[1], 0);
+	for (int i = 2; i < 6; i++)
+		assert_int_equal(part[i], 1);
+	/* 0.3, 0.7 (inexact in binary): the sequence a transcription of the
+	 * C++ loop into Python gives */
+	static const int p4[20] = { 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1 };
+	double w4[2] = { 0.3, 0.7 };
+	ds_blend_sequence(w4, 2, 20, part, sample);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(part[i], p4[i]);
+	assert_int_equal(sample[19], 13);
+}
+
+/* NeoX's get_normalized_weights_and_num_samples and weights_by_num_docs;
+ * the figures are what its Python functions give. */
+static void test_blend_weights(void **state)
+{
+	struct ds_err e = DS_ERR_INIT;
+	double w[3], norm[3];
+	uint64_t cnt[3];
+	(void)state;
+	/* 1:3 over 8 steps of 8 samples: ceil(64 x 0.25 x 1.005) = 17, ceil(48.24) = 49 */
+	w[0] = 1, w[1] = 3;
+	OK(ds_blend_weights(w, 2, 64, norm, cnt, &e));
+	assert_true(norm[0] == 0.25 && norm[1] == 0.75);
+	assert_int_equal(cnt[0], 17);
+	assert_int_equal(cnt[1], 49);
+	w[0] = 1, w[1] = 2;  /* 1000/3 x 1.005 rounds to 334.99999999999994: ceil 335 */
+	OK(ds_blend_weights(w, 2, 1000, norm, cnt, &e));
+	assert_int_equal(cnt[0], 335);
+	assert_int_equal(cnt[1], 670);
+	w[0] = 2, w[1] = 1, w[2] = 1;
+	OK(ds_blend_weights(w, 3, 80, norm, cnt, &e));
+	assert_int_equal(cnt[0], 41);
+	assert_int_equal(cnt[1], 21);
+	assert_int_equal(cnt[2], 21);
+	w[1] = -1;
+	expect_err(ds_blend_weights(w, 3, 80, norm, cnt, &e), DS_EINVAL, &e, "blend weight 2 is -1", "non-negative");
+	w[0] = w[1] = w[2] = 0;
+	expect_err(ds_blend_weights(w, 3, 80, norm, cnt, &e), DS_EINVAL, &e, "sum to 0", NULL);
+	/* by documents: NeoX's weights_by_num_docs([3, 21], alpha=0.3) and with alpha 1
+	 * (p (1 - p) for two parts is the same for both: equal weights) */
+	uint64_t docs[3] = { 3, 21, 0 };
+	ds_blend_weights_by_docs(docs, 2, 0.3, w);
+	assert_true(fabs(w[0] - 0.7961068136322248) < 1e-15 && fabs(w[1] - 0.20389318636777526) < 1e-15);
+	ds_blend_weights_by_docs(docs, 2, 1.0, w);
+	assert_true(fabs(w[0] - 0.5) < 1e-15 && fabs(w[1] - 0.5) < 1e-15);
+	ds_blend_weights_by_docs(docs, 1, 0.3, w);
+	assert_true(w[0] == 1.0);
+}
+
+/* Class of a token: 1 for the letters of a.txt, 2 for the digits of b.txt. */
+static int klass(int32_t t)
+{
+	return t >= 'a' && t <= 'z' ? 1 : t >= '0' && t <= '9' ? 2 : 0;
+}
+
+/* --data "1 a.txt 3 b.txt": each sample's tokens come from the dataset the
+ * sequence names, in the proportions of the weights; the order does not
+ * depend on how the samples are asked for; past the blend's size each
+ * dataset continues into new samples. */
+static void test_blend_data(void **state)
+{
+	struct ds_data dd, da;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_data_opts o = { 0 };
+	char a[401], b[401], spec[1200];
+	int32_t tok[9], ref[9];
+	int part[66];
+	(void)state;
+	for (int i = 0; i < 400; i++) {
+		a[i] = (char)('a' + i % 26);
+		b[i] = (char)('0' + i % 10);
+	}
+	put("a.txt", a, 400);
+	put("b.txt", b, 400);
+	snprintf(spec, sizeof spec, "1 %s 3 %s", tpath("a.txt"), tpath("b.txt"));
+	o.path = spec;
+	o.seq_length = 8;
+	o.vocab_size = 256;
+	o.seed = 3;
+	o.split = "1,0,0";
+	o.samples[0] = 64;  /* 8 steps of 8 */
+	OK(ds_data_open(&dd, &o, &e));
+	assert_non_null(dd.blend[0]);
+	assert_null(dd.blend[1]);
+	assert_int_equal(dd.nds, 2);
+	/* 17 + 49 samples (NeoX's counts), the sequence of 1/4, 3/4 */
+	assert_int_equal(dd.train.count, 66);
+	assert_int_equal(ds_blend_size(dd.blend[0]), 66);
+	double wt;
+	uint64_t cnt;
+	ds_blend_part(dd.blend[0], 1, &wt, &cnt);
+	assert_true(wt == 0.75);
+	assert_int_equal(cnt, 49);
+	double w[2] = { 0.25, 0.75 };
+	ds_blend_sequence(w, 2, 66, part, NULL);
+	int drawn[3] = { 0, 0, 0 };
+	for (uint64_t g = 0; g < 64; g++) {
+		OK(ds_sampler_get(&dd.train, g, tok, &e));
+		int k = klass(tok[0]);
+		for (int j = 1; j < 9; j++)
+			assert_int_equal(klass(tok[j]), k);
+		assert_int_equal(k, part[g] + 1);
+		drawn[k]++;
+	}
+	assert_int_equal(drawn[1], 16);
+	assert_int_equal(drawn[2], 48);
+	uint64_t dr[2];
+	ds_blend_drawn(dd.blend[0], 64, dr);
+	assert_int_equal(dr[0], 16);
+	assert_int_equal(dr[1], 48);
+	/* past the size: a.txt drew 17 samples in [0, 66) and its first at 1, so
+	 * sample 66 + 1 is its sample 17 + 0: each dataset goes on where it stopped */
+	int d;
+	uint64_t k;
+	ds_blend_locate(dd.blend[0], 67, &d, &k);
+	assert_int_equal(d, 0);
+	assert_int_equal(k, 17);
+	ds_blend_drawn(dd.blend[0], 66 + 64, dr);
+	assert_int_equal(dr[0], 17 + 16);
+	/* the lookup replays from a stored row: the same answers backwards */
+	OK(ds_sampler_get(&dd.train, 63, ref, &e));
+	OK(ds_sampler_get(&dd.train, 5, tok, &e));
+	OK(ds_sampler_get(&dd.train, 63, tok, &e));
+	assert_memory_equal(tok, ref, sizeof tok);
+	ds_data_release(&dd);
+	/* the weight all on the first dataset: exactly --data a.txt alone */
+	snprintf(spec, sizeof spec, "1 %s 0 %s", tpath("a.txt"), tpath("b.txt"));
+	OK(ds_data_open(&dd, &o, &e));
+	o.path = tpath("a.txt");
+	OK(ds_data_open(&da, &o, &e));
+	for (uint64_t g = 0; g < 200; g++) {
+		OK(ds_sampler_get(&dd.train, g, tok, &e));
+		OK(ds_sampler_get(&da.train, g, ref, &e));
+		assert_memory_equal(tok, ref, sizeof tok);
+	}
+	ds_data_release(&dd);
+	ds_data_release(&da);
+	/* a split blend: the valid parts of both, in the weights' proportions */
+	snprintf(spec, sizeof spec, "0.5 %s 0.5 %s", tpath("a.txt"), tpath("b.txt"));
+	o.path = spec;
+	o.split = "8,2,0";
+	o.samples[1] = 40;
+	OK(ds_data_open(&dd, &o, &e));
+	assert_non_null(dd.blend[1]);
+	assert_null(dd.blend[2]);  /* no test windows: empty */
+	assert_int_equal(dd.test.count, 0);
+	memset(drawn, 0, sizeof drawn);
+	for (uint64_t g = 0; g < 40; g++) {
+		uint64_t ep, win;
+		OK(ds_sampler_get(&dd.valid, g, tok, &e));
+		drawn[klass(tok[0])]++;
+		ds_sampler_locate(&dd.valid, g, &ep, &win);
+		assert_true(win >= 39 && win < 49);  /* 49 windows: 8,2,0 -> train [0, 39), valid [39, 49) */
+	}
+	assert_int_equal(drawn[1], 20);
+	assert_int_equal(drawn[2], 20);
+	ds_data_release(&dd);
+	o.samples[1] = 0;
+	/* separate valid and test blends */
+	o.split = NULL;
+	o.path = tpath("a.txt");
+	o.valid_path = spec;
+	o.test_path = spec;
+	OK(ds_data_open(&dd, &o, &e));
+	assert_null(dd.blend[0]);
+	assert_non_null(dd.blend[1]);
+	assert_non_null(dd.blend[2]);
+	assert_int_equal(dd.nds, 5);
+	assert_int_equal(dd.valid.count, 2 * 50);  /* one epoch of each (49 windows) x 1.005, rounded up */
+	ds_data_release(&dd);
+	o.valid_path = o.test_path = NULL;
+}
+
+static void test_blend_bad(void **state)
+{
+	struct ds_data dd;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_data_opts o = { 0 };
+	char spec[1200];
+	(void)state;
+	o.seq_length = 8;
+	o.vocab_size = 256;
+	o.path = spec;
+	snprintf(spec, sizeof spec, "1 %s 2", tpath("a.txt"));
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "data blend", "an odd number of words");
+	snprintf(spec, sizeof spec, "1 %s -2 %s", tpath("a.txt"), tpath("b.txt"));
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "word 3 '-2' is not a weight", NULL);
+	snprintf(spec, sizeof spec, "0 %s 0 %s", tpath("a.txt"), tpath("b.txt"));
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "sum to 0", NULL);
+	snprintf(spec, sizeof spec, "1 %s 1 %s", tpath("a.txt"), tpath("nothere"));
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "nothere: no such file", NULL);
+	/* a path with a space that does not start with a number is one path */
+	snprintf(spec, sizeof spec, "%s", tpath("with space.txt"));
+	put("with space.txt", "0123456789abcdef0123", 20);
+	OK(ds_data_open(&dd, &o, &e));
+	assert_null(dd.blend[0]);
+	ds_data_release(&dd);
+	/* weights from document counts need a document index */
+	o.weight_by_docs = 1;
+	o.alpha = 0.3;
+	snprintf(spec, sizeof spec, "1 %s 1 %s", tpath("a.txt"), tpath("b.txt"));
+	expect_err(ds_data_open(&dd, &o, &e), DS_EINVAL, &e, "a.txt: a text dataset has no document index",
+		   "weight_by_num_documents");
+}
+
+/* weight_by_num_documents: a 3-document and the 21-document Megatron set,
+ * weighted as NeoX's weights_by_num_docs([3, 21], 0.3) says: 0.796 / 0.204. */
+static void test_blend_docs(void **state)
+{
+	struct ds_data dd;
+	struct ds_err e = DS_ERR_INIT;
+	struct ds_data_opts o = { 0 };
+	char spec[1200];
+	(void)state;
+	make_megatron("m3", 8);
+	snprintf(spec, sizeof spec, "1 %s 1 %s", tpath("m3"), DS_TEST_SRC("tests/data/devil5k"));
+	o.path = spec;
+	o.seq_length = 4;
+	o.seed = 1;
+	o.split = "1,0,0";
+	o.samples[0] = 100;
+	o.weight_by_docs = 1;
+	o.alpha = 0.3;
+	OK(ds_data_open(&dd, &o, &e));
+	double w0, w1;
+	uint64_t c0, c1;
+	ds_blend_part(dd.blend[0], 0, &w0, &c0);
+	ds_blend_part(dd.blend[0], 1, &w1, &c1);
+	assert_true(fabs(w0 - 0.7961068136322248) < 1e-15);
+	assert_true(fabs(w1 - 0.20389318636777526) < 1e-15);
+	assert_int_equal(c0, 81);
+	assert_int_equal(c1, 21);
+	ds_data_release(&dd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -634,6 +905,11 @@ int main(void)
 		cmocka_unit_test(test_bundled),
 		cmocka_unit_test(test_python_fixtures),
 		cmocka_unit_test(test_fingerprint),
+		cmocka_unit_test(test_blend_sequence),
+		cmocka_unit_test(test_blend_weights),
+		cmocka_unit_test(test_blend_data),
+		cmocka_unit_test(test_blend_bad),
+		cmocka_unit_test(test_blend_docs),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
