@@ -57,8 +57,10 @@ static void usage(FILE *f)
 		"      --load=DIR|auto       resume from DIR's latest tag (auto: newest valid under --save)\n"
 		"      --no-load-optim       load weights only, not optimizer state\n"
 		"      --seed=N              seed of initialisation, dropout and data order (default 1234)\n"
-		"      --data=PATH           training data (raw text, Megatron .bin/.idx prefix, llm.c shards)\n"
-		"      --valid-data=PATH     validation data\n"
+		"      --data=PATH           training data (raw text, Megatron .bin/.idx prefix, llm.c shards),\n"
+		"                            or a blend \"W1 PATH1 W2 PATH2 ...\" (Megatron's blend form)\n"
+		"      --valid-data=PATH     validation data (a path or a blend)\n"
+		"      --test-data=PATH      test data (a path or a blend), evaluated after the last step\n"
 		"      --split=A,B[,C]       train/validation weights when there is no --valid-data\n"
 		"      --eval-interval=N     evaluate every N steps\n"
 		"      --eval-iters=N        batches per evaluation (default 10)\n"
@@ -82,7 +84,7 @@ static void usage(FILE *f)
 }
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
-       O_DATA, O_VALID, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
+       O_DATA, O_VALID, O_TEST, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
        O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM };
 
 static const struct option longopts[] = {
@@ -101,6 +103,7 @@ static const struct option longopts[] = {
 	{ "seed", required_argument, NULL, O_SEED },
 	{ "data", required_argument, NULL, O_DATA },
 	{ "valid-data", required_argument, NULL, O_VALID },
+	{ "test-data", required_argument, NULL, O_TEST },
 	{ "split", required_argument, NULL, O_SPLIT },
 	{ "eval-interval", required_argument, NULL, O_EVALINT },
 	{ "eval-iters", required_argument, NULL, O_EVALITERS },
@@ -238,6 +241,7 @@ int main(int argc, char **argv)
 		case O_SEED: if (num(optarg, 0, INT64_MAX, "--seed", &v)) return 2; o.seed = (uint64_t)v; break;
 		case O_DATA: o.data = optarg; break;
 		case O_VALID: o.valid_data = optarg; break;
+		case O_TEST: o.test_data = optarg; break;
 		case O_SPLIT: o.split = optarg; break;
 		case O_EVALINT: if (num(optarg, 1, INT64_MAX, "--eval-interval", &o.eval_interval)) return 2; break;
 		case O_EVALITERS: if (num(optarg, 1, INT64_MAX, "--eval-iters", &o.eval_iters)) return 2; break;

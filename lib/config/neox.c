@@ -110,9 +110,9 @@ static const struct param params[] = {
 	/* run */
 	RUN("train_iters"), RUN("seed"), RUN("save"), RUN("load"), RUN("save_interval"), RUN("checkpoint_factor"),
 	RUN("eval_interval"), RUN("eval_iters"), RUN("log_interval"), RUN("exit_interval"), RUN("data_path"),
-	RUN("split"), RUN("no_load_optim"), SP("train_data_paths"), SP("valid_data_paths"), SP("train_data_weights"),
-	SP("valid_data_weights"), SP("tensorboard_dir"),
-	REF("test_data_paths", "null", "ds-train runs no test pass"), REF("test_data_weights", "null", "ds-train runs no test pass"),
+	RUN("split"), RUN("no_load_optim"), SP("train_data_paths"), SP("valid_data_paths"), SP("test_data_paths"),
+	SP("train_data_weights"), SP("valid_data_weights"), SP("test_data_weights"), SP("weight_by_num_documents"),
+	SP("weighted_sampler_alpha"), SP("tensorboard_dir"),
 	RUN("keep_last_n_checkpoints"),
 	REF("no_save_optim", "false", "checkpoints always hold the optimizer state"),
 	NOE("no_save_rng", RNG), NOE("no_load_rng", RNG),
@@ -164,13 +164,18 @@ static void error(struct ctx *x, const char *fmt, ...)
 	ds_config_errs_add(&x->errs, buf);
 }
 
-static int line(struct ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int line(struct ctx *x, const char *fmt, ...)
+/* What became of parameter `name`: status "applied", "no effect",
+ * "accepted" or "not read", and a detail (one "# neox:" line of --check,
+ * one entry of its JSON). */
+static int line(struct ctx *x, const char *name, const char *status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int line(struct ctx *x, const char *name, const char *status, const char *fmt, ...)
 {
 	char buf[DS_ERR_MSG_MAX];
 	va_list ap;
+	int n = snprintf(buf, sizeof(buf), "%s: %s: ", name, status);
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
 	va_end(ap);
 	char **l = realloc(x->nx->lines, (size_t)(x->nx->nlines + 1) * sizeof(*l));
 	if (!l)
@@ -235,26 +240,75 @@ static int64_t int_of(struct ctx *x, const char *name, json_t *v)
 	return 0;
 }
 
-/* A paths list with its weights: one path (weight irrelevant) applies as
- * --data / --valid-data; more are a blend, which ds-train lacks. */
+/* train/valid/test_data_paths with their *_data_weights: one path is
+ * --data (--valid-data, --test-data) PATH, more a blend "W1 P1 W2 P2 ..."
+ * (lib/io/dataset.h); weights default to 1 each, as NeoX's. */
 static int data_paths(struct ctx *x, const char *name, json_t *v, char **dst)
 {
+	char wname[64], *buf = NULL;
+	const char *flag = name[0] == 't' && name[1] == 'r' ? "data" : name[0] == 'v' ? "valid-data" : "test-data";
+	size_t len = 1, i, n;
+	json_t *p;
+	int rc = 0;
+	snprintf(wname, sizeof(wname), "%.*s_weights", (int)(strstr(name, "_paths") - name), name);
+	json_t *w = json_object_get(x->all, wname);
+	const int by_docs = json_is_true(json_object_get(x->all, "weight_by_num_documents"));
 	if (json_is_null(v))
 		return 0;
 	if (json_is_string(v))
 		v = json_pack("[O]", v);
 	else
 		json_incref(v);
-	if (json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) {
+	n = json_array_size(v);
+	if (!n)
+		error(x, "%s: parameter '%s': expected a path or a list of paths", file_of(x, name), name);
+	json_array_foreach(v, i, p) {
+		const char *s = json_string_value(p);
+		if (!s || !*s || strpbrk(s, " \t\n")) {
+			error(x, "%s: parameter '%s': path %zu: %s", file_of(x, name), name, i + 1,
+			      s ? "a path in a blend cannot hold whitespace" : "expected a string");
+			n = 0;
+		}
+		len += (s ? strlen(s) : 0) + 32;
+	}
+	if (w && !json_is_null(w) && n) {
+		if (json_array_size(w) != n) {
+			error(x, "%s: parameter '%s': %zu weights for the %zu %s; give one weight per path", file_of(x, wname),
+			      wname, json_array_size(w), n, name);
+			n = 0;
+		}
+		double sum = 0;
+		json_array_foreach(w, i, p) {
+			if (n && (!json_is_number(p) || json_number_value(p) < 0)) {
+				error(x, "%s: parameter '%s': weight %zu is not a non-negative number", file_of(x, wname), wname, i + 1);
+				n = 0;
+			}
+			sum += json_number_value(p);
+		}
+		if (n && !(sum > 0)) {
+			error(x, "%s: parameter '%s': the weights sum to 0; give at least one positive weight", file_of(x, wname), wname);
+			n = 0;
+		}
+	}
+	if (n == 1) {
 		free(*dst);
 		*dst = dup_str(json_array_get(v, 0));
-		json_decref(v);
-		return line(x, "%s: applied as --%s %s", name, !strcmp(name, "train_data_paths") ? "data" : "valid-data", *dst);
+		rc = *dst ? line(x, name, "applied", "as --%s %s", flag, *dst) : DS_ENOMEM;
+	} else if (n > 1) {
+		buf = malloc(len);
+		size_t o = 0;
+		json_array_foreach(v, i, p) {
+			json_t *wi = json_array_get(w, i);
+			o += (size_t)snprintf(buf + o, len - o, "%s%.17g %s", i ? " " : "", wi ? json_number_value(wi) : 1.0,
+					      json_string_value(p));
+		}
+		free(*dst);
+		*dst = buf;
+		rc = line(x, name, "applied", "a blend of %zu datasets, as --%s \"%s\"%s", n, flag, buf,
+			  by_docs ? " (weights from document counts: weight_by_num_documents)" : "");
 	}
 	json_decref(v);
-	error(x, "%s: parameter '%s': %zu paths are a weighted blend, which ds-train does not implement; give one path (or merge the datasets)",
-	      file_of(x, name), name, json_array_size(v));
-	return 0;
+	return rc;
 }
 
 /* The vocabulary of a tokenizer file: GPT-2's vocab.json (token -> id) or
@@ -295,44 +349,48 @@ static int special(struct ctx *x, const char *name, json_t *v)
 {
 	struct ds_neox *nx = x->nx;
 	const char *f = file_of(x, name);
-	if (!strcmp(name, "lr"))
-		return set_path(nx->ds, "optimizer.params.lr", json_incref(v));
-	if (!strcmp(name, "weight_decay"))
-		return set_path(nx->ds, "optimizer.params.weight_decay", json_incref(v));
-	if (!strcmp(name, "batch_size"))
-		return set_path(nx->ds, "train_micro_batch_size_per_gpu", json_incref(v));
-	if (!strcmp(name, "min_lr"))
-		return set_path(nx->ds, "dstk.min_lr", json_incref(v));
-	if (!strcmp(name, "lr_decay_style")) {
+	static const char *const to_ds[][2] = {
+		{ "lr", "optimizer.params.lr" }, { "weight_decay", "optimizer.params.weight_decay" },
+		{ "batch_size", "train_micro_batch_size_per_gpu" }, { "min_lr", "dstk.min_lr" },
 		/* NeoX's default is linear; any other style is an error there too */
-		return set_path(nx->ds, "dstk.lr_decay_style", json_incref(v));
-	}
+		{ "lr_decay_style", "dstk.lr_decay_style" },
+	};
+	for (size_t i = 0; i < sizeof(to_ds) / sizeof(to_ds[0]); i++)
+		if (!strcmp(name, to_ds[i][0])) {
+			DS_TRY(set_path(nx->ds, to_ds[i][1], json_incref(v)));
+			return line(x, name, "applied", "DeepSpeed config key %s", to_ds[i][1]);
+		}
 	if (!strcmp(name, "lr_decay_iters") || !strcmp(name, "lr_decay_fraction") || !strcmp(name, "warmup"))
-		return 0; /* with the schedule, below */
+		return line(x, name, "applied", "in NeoX's AnnealingLR (the lr schedule line)");
 	if (!strcmp(name, "padded_vocab_size")) {
 		DS_TRY(set_path(nx->model, "vocab_size", json_incref(v)));
-		return set_path(nx->model, "make_vocab_size_divisible_by", json_integer(1));
+		DS_TRY(set_path(nx->model, "make_vocab_size_divisible_by", json_integer(1)));
+		return line(x, name, "applied", "model vocab_size, not padded further");
 	}
 	if (!strcmp(name, "vocab_file")) {
 		if (json_object_get(x->all, "padded_vocab_size"))
-			return line(x, "vocab_file: not read: padded_vocab_size is given");
+			return line(x, name, "not read", "padded_vocab_size is given");
 		int64_t n = json_is_string(v) ? vocab_of(x, json_string_value(v)) : 0;
 		if (n > 0) {
 			DS_TRY(set_path(nx->model, "vocab_size", json_integer(n)));
-			return line(x, "vocab_file: %lld tokens, padded as NeoX pads them (make_vocab_size_divisible_by x model_parallel_size)",
-				    (long long)n);
+			return line(x, name, "applied", "%lld tokens, padded as NeoX pads them (make_vocab_size_divisible_by x "
+				    "model_parallel_size)", (long long)n);
 		}
 		return 0;
 	}
-	if (!strcmp(name, "rms_norm"))
-		return json_is_true(v) ? set_path(nx->model, "norm", json_string("rmsnorm")) : 0;
-	if (!strcmp(name, "geglu"))
-		return json_is_true(v) ? set_path(nx->model, "activation", json_string("geglu")) : 0;
-	if (!strcmp(name, "sinusoidal_pos_emb"))
-		return json_is_true(v) ? set_path(nx->model, "pos_emb", json_string("sinusoidal")) : 0;
+	static const char *const to_model[][3] = {
+		{ "rms_norm", "norm", "rmsnorm" }, { "geglu", "activation", "geglu" }, { "sinusoidal_pos_emb", "pos_emb", "sinusoidal" },
+	};
+	for (size_t i = 0; i < sizeof(to_model) / sizeof(to_model[0]); i++)
+		if (!strcmp(name, to_model[i][0])) {
+			if (!json_is_true(v))
+				return line(x, name, "accepted", "off");
+			DS_TRY(set_path(nx->model, to_model[i][1], json_string(to_model[i][2])));
+			return line(x, name, "applied", "model %s \"%s\"", to_model[i][1], to_model[i][2]);
+		}
 	if (!strcmp(name, "activation")) {
 		if (json_is_string(v) && !strcmp(json_string_value(v), "gelu"))
-			return 0; /* dstk's default */
+			return line(x, name, "applied", "gelu, dstk's default");
 		error(x, "%s: parameter 'activation': only \"gelu\" is implemented (geglu: set geglu true)", f);
 		return 0;
 	}
@@ -344,17 +402,17 @@ static int special(struct ctx *x, const char *name, json_t *v)
 		free(s);
 		if (!ok)
 			error(x, "%s: parameter 'attention_config': only \"global\" (dense) attention is implemented", f);
-		return 0;
+		return ok ? line(x, name, "applied", "global (dense) attention in every layer, dstk's attention") : 0;
 	}
 	if (!strcmp(name, "precision")) {
 		const char *p = json_string_value(v);
-		if (p && !strcmp(p, "bfloat16"))
-			return set_path(nx->ds, "bf16.enabled", json_true());
-		if (p && !strcmp(p, "fp16"))
-			return set_path(nx->ds, "fp16.enabled", json_true());
+		if (p && (!strcmp(p, "bfloat16") || !strcmp(p, "fp16"))) {
+			DS_TRY(set_path(nx->ds, p[0] == 'b' ? "bf16.enabled" : "fp16.enabled", json_true()));
+			return line(x, name, "applied", "DeepSpeed config key %s true", p[0] == 'b' ? "bf16.enabled" : "fp16.enabled");
+		}
 		if (!p || strcmp(p, "fp32"))
 			error(x, "%s: parameter 'precision': expected fp32, fp16 or bfloat16", f);
-		return 0;
+		return p && !strcmp(p, "fp32") ? line(x, name, "applied", "fp32 training") : 0;
 	}
 	if (!strcmp(name, "fp16")) {
 		if (!json_is_object(v)) {
@@ -363,19 +421,23 @@ static int special(struct ctx *x, const char *name, json_t *v)
 		}
 		json_t *c = json_deep_copy(v);
 		json_object_del(c, "fp16"); /* NeoX's own marker beside DeepSpeed's keys */
-		return set_path(nx->ds, "fp16", c);
+		DS_TRY(set_path(nx->ds, "fp16", c));
+		return line(x, name, "applied", "DeepSpeed config section fp16");
 	}
 	if (!strcmp(name, "model_parallel_size") || !strcmp(name, "pipe_parallel_size")) {
 		int64_t n = json_integer_value(v);
 		int pipe = name[0] == 'p';
-		if (!json_is_integer(v) || n > 1 || n < (pipe ? 0 : 1))
+		if (!json_is_integer(v) || n > 1 || n < (pipe ? 0 : 1)) {
 			error(x, "%s: parameter '%s': %s: dstk runs data parallel only (0 or 1 for pipe_parallel_size, 1 for model_parallel_size)",
 			      f, name, json_is_integer(v) ? "more than one stage" : "expected an integer");
-		return 0;
+			return 0;
+		}
+		return line(x, name, "accepted", "%lld: one %s (dstk runs data parallel only)", (long long)n,
+			    pipe ? "pipeline stage" : "model-parallel rank");
 	}
 	if (!strcmp(name, "checkpoint_activations")) {
 		if (!json_is_true(v))
-			return 0;
+			return line(x, name, "accepted", "off");
 		json_t *k = json_object_get(x->all, "checkpoint_num_layers");
 		if (k && json_integer_value(k) != 1) {
 			error(x, "%s: parameter 'checkpoint_num_layers': %lld: dstk checkpoints each layer (1 only)", f,
@@ -383,30 +445,64 @@ static int special(struct ctx *x, const char *name, json_t *v)
 			return 0;
 		}
 		json_t *L = json_object_get(x->all, "num_layers");
-		return set_path(nx->ds, "activation_checkpointing.number_checkpoints",
-				json_integer(json_is_integer(L) ? json_integer_value(L) : 1));
+		DS_TRY(set_path(nx->ds, "activation_checkpointing.number_checkpoints",
+				json_integer(json_is_integer(L) ? json_integer_value(L) : 1)));
+		return line(x, name, "applied", "DeepSpeed config key activation_checkpointing.number_checkpoints (every layer)");
 	}
 	if (!strcmp(name, "checkpoint_num_layers"))
-		return 0; /* with checkpoint_activations */
-	if (!strcmp(name, "partition_activations"))
-		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.partition_activations", json_true()) : 0;
-	if (!strcmp(name, "contigious_checkpointing"))
-		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.contiguous_memory_optimization", json_true()) : 0;
-	if (!strcmp(name, "checkpoint_in_cpu"))
-		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.cpu_checkpointing", json_true()) : 0;
-	if (!strcmp(name, "synchronize_each_layer"))
-		return json_is_true(v) ? set_path(nx->ds, "activation_checkpointing.synchronize_checkpoint_boundary", json_true()) : 0;
+		return line(x, name, "applied", "%lld layer per checkpoint", (long long)json_integer_value(v));
+	static const char *const ac[][2] = {
+		{ "partition_activations", "partition_activations" },
+		{ "contigious_checkpointing", "contiguous_memory_optimization" },
+		{ "checkpoint_in_cpu", "cpu_checkpointing" },
+		{ "synchronize_each_layer", "synchronize_checkpoint_boundary" },
+	};
+	for (size_t i = 0; i < sizeof(ac) / sizeof(ac[0]); i++)
+		if (!strcmp(name, ac[i][0])) {
+			char path[128];
+			snprintf(path, sizeof(path), "activation_checkpointing.%s", ac[i][1]);
+			if (!json_is_true(v))
+				return line(x, name, "accepted", "off");
+			DS_TRY(set_path(nx->ds, path, json_true()));
+			return line(x, name, "applied", "DeepSpeed config key %s", path);
+		}
 	if (!strcmp(name, "train_data_paths"))
 		return data_paths(x, name, v, &nx->data);
 	if (!strcmp(name, "valid_data_paths"))
 		return data_paths(x, name, v, &nx->valid_data);
-	if (!strcmp(name, "train_data_weights") || !strcmp(name, "valid_data_weights"))
-		return 0; /* one path: its weight does not matter; more: refused above */
+	if (!strcmp(name, "test_data_paths"))
+		return data_paths(x, name, v, &nx->test_data);
+	if (strstr(name, "_data_weights")) {
+		char pname[64];
+		snprintf(pname, sizeof(pname), "%.*s_paths", (int)(strstr(name, "_weights") - name), name);
+		json_t *paths = json_object_get(x->all, pname);
+		if (!paths || json_is_null(paths))
+			return line(x, name, "no effect", "no %s", pname);
+		if (json_is_true(json_object_get(x->all, "weight_by_num_documents")))
+			return line(x, name, "not read", "weight_by_num_documents replaces the weights, as in NeoX");
+		return line(x, name, "applied", "the weights of the %s blend", pname);
+	}
+	if (!strcmp(name, "weight_by_num_documents")) {
+		nx->weight_by_docs = json_is_true(v);
+		if (!json_is_boolean(v))
+			error(x, "%s: parameter '%s': expected true or false", f, name);
+		return line(x, name, "applied", nx->weight_by_docs ? "blend weights from each dataset's document count "
+			    "(NeoX's weights_by_num_docs)" : "off: the *_data_weights weigh the blends");
+	}
+	if (!strcmp(name, "weighted_sampler_alpha")) {
+		if (!json_is_number(v) || json_number_value(v) < 0)
+			error(x, "%s: parameter '%s': expected a non-negative number", f, name);
+		nx->alpha = json_number_value(v);
+		if (!json_is_true(json_object_get(x->all, "weight_by_num_documents")))
+			return line(x, name, "no effect", "weight_by_num_documents is off");
+		return line(x, name, "applied", "the exponent of the document-count weights");
+	}
 	if (!strcmp(name, "tensorboard_dir")) {
 		if (json_is_null(v))
 			return 0;
 		DS_TRY(set_path(nx->ds, "tensorboard.enabled", json_true()));
-		return set_path(nx->ds, "tensorboard.output_path", json_incref(v));
+		DS_TRY(set_path(nx->ds, "tensorboard.output_path", json_incref(v)));
+		return line(x, name, "applied", "DeepSpeed config keys tensorboard.enabled and tensorboard.output_path");
 	}
 	if (!strcmp(name, "deepspeed_extra_args")) {
 		const char *k;
@@ -417,14 +513,40 @@ static int special(struct ctx *x, const char *name, json_t *v)
 			else if (json_object_set(nx->ds, k, e))
 				return DS_ENOMEM;
 		}
-		return 0;
+		return line(x, name, "applied", "merged into the DeepSpeed config");
 	}
 	return 0;
+}
+
+/* ds-train's flag for a run parameter, and the line saying so. */
+static int run_line(struct ctx *x, const char *name, json_t *v)
+{
+	static const char *const flag[][2] = {
+		{ "checkpoint_factor", "save-interval" }, { "data_path", "data" }, { "keep_last_n_checkpoints", "keep-last-n-checkpoints" },
+	};
+	char f[64];
+	snprintf(f, sizeof(f), "%s", name);
+	for (char *c = f; *c; c++)
+		if (*c == '_')
+			*c = '-';
+	for (size_t i = 0; i < sizeof(flag) / sizeof(flag[0]); i++)
+		if (!strcmp(name, flag[i][0]))
+			snprintf(f, sizeof(f), "%s", flag[i][1]);
+	if (!strcmp(name, "data_path") && json_object_get(x->all, "train_data_paths") &&
+	    !json_is_null(json_object_get(x->all, "train_data_paths")))
+		return line(x, name, "not read", "train_data_paths is given (NeoX reads those then)");
+	if (json_is_boolean(v))
+		return line(x, name, "applied", json_is_true(v) ? "as --%s" : "false: no --%s", f);
+	char *val = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	int rc = line(x, name, "applied", "as --%s %s (unless the command line gives it)", f, val ? val : "");
+	free(val);
+	return rc;
 }
 
 static int run_flag(struct ctx *x, const char *name, json_t *v)
 {
 	struct ds_neox *nx = x->nx;
+	DS_TRY(run_line(x, name, v));
 	if (!strcmp(name, "train_iters"))
 		nx->train_iters = int_of(x, name, v);
 	else if (!strcmp(name, "seed")) {
@@ -447,8 +569,10 @@ static int run_flag(struct ctx *x, const char *name, json_t *v)
 	else if (!strcmp(name, "exit_interval"))
 		nx->exit_interval = int_of(x, name, v);
 	else if (!strcmp(name, "data_path")) {
-		free(nx->data);
-		nx->data = dup_str(v);
+		if (!json_object_get(x->all, "train_data_paths") || json_is_null(json_object_get(x->all, "train_data_paths"))) {
+			free(nx->data);
+			nx->data = dup_str(v);
+		}
 	} else if (!strcmp(name, "split")) {
 		/* "969, 30, 1": ds-train's --split takes it without spaces */
 		if (json_is_string(v)) {
@@ -490,7 +614,7 @@ static int schedule(struct ctx *x)
 	double w = (wu ? json_number_value(wu) : 0.01) * (double)n; /* NeoX's default warmup 0.01 */
 	DS_TRY(set_path(nx->ds, "dstk.lr_decay_iters", json_integer(n)));
 	DS_TRY(set_path(nx->ds, "dstk.lr_warmup_iters", json_real(w)));
-	return line(x, "lr schedule: NeoX AnnealingLR, %s decay over %lld iterations, %g of them warmup (warmup %g x %lld)",
+	return line(x, "lr schedule", "applied", "NeoX AnnealingLR, %s decay over %lld iterations, %g of them warmup (warmup %g x %lld)",
 		    style ? json_string_value(style) : "linear", (long long)n, w, wu ? json_number_value(wu) : 0.01,
 		    (long long)n);
 }
@@ -526,22 +650,33 @@ static int map(struct ctx *x, int lenient)
 				json_object_update(json_object_get(x->nx->ds, name), v);
 			else
 				DS_TRY(set_path(x->nx->ds, name, json_deep_copy(v)));
+			DS_TRY(line(x, name, "applied", "DeepSpeed config key %s", name));
 			break;
 		case H_MODEL:
 			DS_TRY(set_path(x->nx->model, name, json_incref(v)));
+			DS_TRY(line(x, name, "applied", "model config key %s", name));
 			break;
 		case H_RUN:
 			DS_TRY(run_flag(x, name, v));
 			break;
-		case H_SPECIAL:
+		case H_SPECIAL: {
+			int before = x->nx->nlines, errs = x->errs.n;
 			DS_TRY(special(x, name, v));
+			if (x->nx->nlines == before && x->errs.n == errs) {
+				/* the translations without a line of their own */
+				char *val = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+				int rc = line(x, name, "applied", "%s", val ? val : "");
+				free(val);
+				DS_TRY(rc);
+			}
 			break;
+		}
 		case H_NOEFFECT:
-			DS_TRY(line(x, "%s: no effect: %s", name, p->why));
+			DS_TRY(line(x, name, "no effect", "%s", p->why));
 			break;
 		default:
 			if (off_or_default(v, p->def))
-				DS_TRY(line(x, "%s: accepted: off or at its default (%s)", name, p->why));
+				DS_TRY(line(x, name, "accepted", "off or at its default (%s)", p->why));
 			else
 				error(x, "%s: parameter '%s': not supported by dstk: %s", f, name, p->why);
 		}
@@ -560,6 +695,7 @@ void ds_neox_release(struct ds_neox *nx)
 	free(nx->load);
 	free(nx->data);
 	free(nx->valid_data);
+	free(nx->test_data);
 	free(nx->split);
 	for (int i = 0; i < nx->nlines; i++)
 		free(nx->lines[i]);
@@ -580,6 +716,7 @@ int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *n
 	nx->model = json_object();
 	x.all = json_object();
 	x.from = json_object();
+	nx->alpha = 1.0;  /* NeoX's weighted_sampler_alpha default */
 	if (!nx->name || !nx->ds || !nx->model || !x.all || !x.from) {
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;

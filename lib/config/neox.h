@@ -30,8 +30,11 @@ struct ds_neox {
 	int64_t train_iters, save_interval, keep_last_n, eval_interval, eval_iters, log_interval, exit_interval;
 	int have_seed, no_load_optim;
 	uint64_t seed;
-	char *save, *load, *data, *valid_data, *split;
-	/* one line per parameter: "name: applied as ..." / "name: no effect ..." */
+	char *save, *load, *data, *valid_data, *test_data, *split;  /* data: a path or a blend "W1 P1 W2 P2 ..." */
+	int weight_by_docs;    /* weight_by_num_documents */
+	double alpha;          /* weighted_sampler_alpha (NeoX's default 1) */
+	/* one line per parameter, "name: status: detail"; status is applied,
+	 * no effect, accepted (off or at its default) or not read */
 	char **lines;
 	int nlines;
 };

@@ -62,11 +62,14 @@ int ds_train_opts_neox(struct ds_train_opts *o, struct ds_neox *nx, struct ds_er
 	RUNF(load);
 	RUNF(data);
 	RUNF(valid_data);
+	RUNF(test_data);
 	RUNF(split);
 	RUNF(no_load_optim);
 #undef RUNF
 	if (nx->have_seed && o->seed == d.seed)
 		o->seed = nx->seed;
+	o->data_weight_by_docs = nx->weight_by_docs;
+	o->data_alpha = nx->alpha;
 	return 0;
 }
 
@@ -85,8 +88,54 @@ int ds_train_check(const struct ds_train_opts *o, FILE *out, struct ds_err *err)
 	return ds_train_check_extra(o, out, NULL, err);
 }
 
+/* A value for the run-flags line: a blend in double quotes (a shell word). */
+static const char *quoted(const char *v, char *buf, size_t n)
+{
+	if (!strpbrk(v, " \t"))
+		return v;
+	snprintf(buf, n, "\"%s\"", v);
+	return buf;
+}
+
+/* --check --json: the run flags, and for --conf what became of each NeoX
+ * parameter ({name, status, detail} from its "name: status: detail" line). */
+static json_t *run_json(const struct ds_train_opts *o)
+{
+	json_t *r = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "train_iters", (json_int_t)o->train_iters,
+			      "seed", (json_int_t)o->seed, "save_interval", (json_int_t)o->save_interval,
+			      "eval_interval", (json_int_t)o->eval_interval, "eval_iters", (json_int_t)o->eval_iters,
+			      "log_interval", (json_int_t)o->log_interval, "keep_last_n_checkpoints", (json_int_t)o->keep_last_n,
+			      "no_load_optim", o->no_load_optim);
+	const char *const str[][2] = { { "save", o->save }, { "load", o->load }, { "data", o->data },
+				       { "valid_data", o->valid_data }, { "test_data", o->test_data }, { "split", o->split } };
+	for (size_t i = 0; r && i < sizeof(str) / sizeof(str[0]); i++)
+		if (str[i][1])
+			json_object_set_new(r, str[i][0], json_string(str[i][1]));
+	if (r && o->data_weight_by_docs)
+		json_object_set_new(r, "weighted_sampler_alpha", json_real(o->data_alpha));
+	json_t *root = r ? json_pack("{s:o}", "run_flags", r) : NULL;
+	if (!root || !o->conf_name)
+		return root;
+	json_t *ps = json_array();
+	for (int i = 0; ps && i < o->conf_nlines; i++) {
+		const char *l = o->conf_lines[i], *a = strstr(l, ": "), *b = a ? strstr(a + 2, ": ") : NULL;
+		json_t *e = a && b ? json_pack("{s:s%,s:s%,s:s}", "name", l, (size_t)(a - l), "status", a + 2,
+					       (size_t)(b - a - 2), "detail", b + 2) : NULL;
+		if (!e || json_array_append_new(ps, e) != 0) {
+			json_decref(ps);
+			ps = NULL;
+		}
+	}
+	if (!ps || json_object_set_new(root, "neox", json_pack("{s:s,s:o}", "files", o->conf_name, "parameters", ps)) != 0) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
+}
+
 int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra, struct ds_err *err)
 {
+	char q[3][4096];
 	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
 	struct ds_config *c = NULL;
 	struct ds_model_config m;
@@ -130,11 +179,13 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 						   "train_micro_batch_size_per_gpu", (json_int_t)b.micro_batch,
 						   "gradient_accumulation_steps", (json_int_t)b.grad_accum,
 						   "world_size", b.world_size) : NULL;
-		if (root && extra && json_object_update(root, extra) != 0) {
+		json_t *more = root ? run_json(o) : NULL;
+		if (root && (!more || json_object_update(root, more) != 0 || (extra && json_object_update(root, extra) != 0))) {
 			json_decref(root);
 			root = NULL;
 			dk = mk = NULL;  /* owned by root, freed with it */
 		}
+		json_decref(more);
 		if (!root) {
 			if (!dk || !mk) {
 				json_decref(dk);
@@ -167,8 +218,15 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 		"--log-interval %lld --keep-last-n-checkpoints %lld%s%s%s%s%s%s%s%s%s\n", (long long)o->train_iters, (unsigned long long)o->seed,
 		(long long)o->save_interval, (long long)o->eval_interval, (long long)o->eval_iters, (long long)o->log_interval,
 		(long long)o->keep_last_n, o->save ? " --save " : "", o->save ? o->save : "", o->load ? " --load " : "", o->load ? o->load : "",
-		o->data ? " --data " : "", o->data ? o->data : "", o->split ? " --split " : "", o->split ? o->split : "",
+		o->data ? " --data " : "", o->data ? quoted(o->data, q[0], sizeof(q[0])) : "", o->split ? " --split " : "", o->split ? o->split : "",
 		o->no_load_optim ? " --no-load-optim" : "");
+	if (o->valid_data || o->test_data)
+		fprintf(out, "# data:%s%s%s%s\n", o->valid_data ? " --valid-data " : "",
+			o->valid_data ? quoted(o->valid_data, q[1], sizeof(q[1])) : "", o->test_data ? " --test-data " : "",
+			o->test_data ? quoted(o->test_data, q[2], sizeof(q[2])) : "");
+	if (o->data_weight_by_docs)
+		fprintf(out, "# data: blend weights from document counts (weight_by_num_documents), weighted_sampler_alpha %g\n",
+			o->data_alpha);
 out:
 	ds_config_destroy(c);
 	return rc;

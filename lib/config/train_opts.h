@@ -27,8 +27,11 @@ struct ds_train_opts {
 	const char *load;              /* --load DIR or "auto" (newest valid tag under --save) */
 	int no_load_optim;             /* --no-load-optim */
 	uint64_t seed;                 /* --seed (default 1234) */
-	const char *data;              /* --data PATH (NULL: the bundled corpus) */
+	const char *data;              /* --data PATH or blend "W1 P1 W2 P2 ..." (NULL: the bundled corpus) */
 	const char *valid_data;        /* --valid-data PATH */
+	const char *test_data;         /* --test-data PATH: evaluated after the last step */
+	int data_weight_by_docs;       /* blend weights from document counts (NeoX's weight_by_num_documents) */
+	double data_alpha;             /* and its weighted_sampler_alpha */
 	const char *split;             /* --split "969,30,1" style train/valid weights */
 	int64_t eval_interval;         /* --eval-interval (0: off) */
 	int64_t eval_iters;            /* --eval-iters (default 10) */

@@ -125,14 +125,14 @@ static int fill_rows(const struct ds_sampler *sp, const struct ds_train_setup *s
 	return 0;
 }
 
-static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const struct ds_data *dd,
+static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const struct ds_sampler *sp,
 		    long long iters, int32_t *rows, long long T, double *loss, struct ds_err *err)
 {
 	double sum = 0;
 	long long n = 0;
 	for (long long k = 0; k < iters; k++) {
 		double l;
-		DS_TRY(fill_rows(&dd->valid, s, k * s->tb, rows, T, err));
+		DS_TRY(fill_rows(sp, s, k * s->tb, rows, T, err));
 		DS_TRY(ds_engine_eval(e, rows, (int)(s->mb * s->ga), &l, err));
 		sum += l;
 		n++;
@@ -197,12 +197,68 @@ static int open_data(struct ds_data *dd, const struct ds_train_opts *o, const st
 	struct ds_data_opts d = { 0 };
 	d.path = o->data ? o->data : ds_data_default_corpus();
 	d.valid_path = o->valid_data;
+	d.test_path = o->test_data;
 	d.split = o->split;
 	d.format = DS_DATA_AUTO;
 	d.seq_length = (uint64_t)s->model.seq_length;
 	d.vocab_size = (uint64_t)s->model.vocab_size;
 	d.seed = s->eng.seed;
+	/* what a blend's per-dataset counts are taken from, as NeoX takes them:
+	 * train_iters x the global batch; (train_iters / eval_interval + 1)
+	 * evaluations of eval_iters batches; one of eval_iters for the test */
+	if (s->train_iters > 0) {
+		long long evals = o->eval_interval ? s->train_iters / o->eval_interval + 1 : 1;
+		d.samples[DS_SPLIT_TRAIN] = (uint64_t)(s->train_iters * s->tb);
+		d.samples[DS_SPLIT_VALID] = (uint64_t)(evals * o->eval_iters * s->tb);
+		d.samples[DS_SPLIT_TEST] = (uint64_t)(o->eval_iters * s->tb);
+	}
+	d.weight_by_docs = o->data_weight_by_docs;
+	d.alpha = o->data_alpha;
 	return ds_data_open(dd, &d, err);
+}
+
+/* One log line per blend: each dataset's weight and sample count. */
+static void log_blends(const struct ds_data *dd)
+{
+	static const char *const name[3] = { "train", "valid", "test" };
+	for (int k = 0; k < 3; k++) {
+		const struct ds_blend *b = dd->blend[k];
+		char line[1024];
+		size_t n = 0;
+		if (!b)
+			continue;
+		for (int i = 0; i < ds_blend_num_parts(b) && n < sizeof line; i++) {
+			double w;
+			uint64_t c;
+			const struct ds_sampler *p = ds_blend_part(b, i, &w, &c);
+			n += (size_t)snprintf(line + n, sizeof line - n, "%s%s weight %.4g, %llu samples of %llu windows",
+					      i ? "; " : "", ds_dataset_path(p->ds), w, (unsigned long long)c,
+					      (unsigned long long)p->count);
+		}
+		ds_log_info("data blend (%s, %llu samples before it repeats): %s", name[k],
+			    (unsigned long long)ds_blend_size(b), line);
+	}
+}
+
+/* After the run, rank 0: how many of the train samples drawn came from
+ * each dataset of a blend (the achieved ratios NeoX prints). */
+static void log_drawn(const struct ds_data *dd, long long consumed)
+{
+	const struct ds_blend *b = dd->blend[DS_SPLIT_TRAIN];
+	uint64_t drawn[256];
+	char line[1024];
+	size_t n = 0;
+	if (!b || consumed <= 0)
+		return;
+	ds_blend_drawn(b, (uint64_t)consumed, drawn);
+	for (int i = 0; i < ds_blend_num_parts(b) && n < sizeof line; i++) {
+		double w;
+		const struct ds_sampler *p = ds_blend_part(b, i, &w, NULL);
+		n += (size_t)snprintf(line + n, sizeof line - n, "%s%s %llu (%.4f, weight %.4f)", i ? "; " : "",
+				      ds_dataset_path(p->ds), (unsigned long long)drawn[i],
+				      (double)drawn[i] / (double)consumed, w);
+	}
+	ds_log_info("data blend: %lld train samples drawn: %s", consumed, line);
 }
 
 /* --load: restore the engine and *st from o->load (or, for --load auto,
@@ -304,6 +360,8 @@ static int set_up(struct run *r, struct ds_err *err)
 		ds_config_print(s->cfg, ds_log_stream(), NULL);
 	DS_TRY(open_data(&r->dd, r->o, s, err));
 	r->have_data = 1;
+	if (r->rank == 0)
+		log_blends(&r->dd);
 	r->T = s->model.seq_length;
 	if (!s->train_iters)
 		s->train_iters = (long long)(r->dd.train.count / (uint64_t)s->tb) > 0
@@ -336,7 +394,7 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		    "GFLOP/s per rank; model state %s per rank",
 		    ds_optim_type_name(s->eng.optim.type), (long long)ds_engine_num_params(r->e), r->W, r->W > 1 ? "s" : "",
 		    s->eng.zero_stage, s->tb, s->mb, s->ga, r->W, s->train_iters, r->st.iteration,
-		    ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
+		    r->dd.blend[DS_SPLIT_TRAIN] ? r->o->data : ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
 	if (s->eng.half == DS_HALF_BF16) {   /* which matrix products the bf16 run uses (gpt.h) */
@@ -511,12 +569,29 @@ static int evaluate_step(struct run *r, struct ds_err *err)
 		return 0;
 	double vl;
 	ds_watchdog_beat(r->wd, st->iteration, "eval");
-	DS_TRY(evaluate(r->e, &r->s, &r->dd, r->o->eval_iters, r->rows, r->T, &vl, err));
+	DS_TRY(evaluate(r->e, &r->s, &r->dd.valid, r->o->eval_iters, r->rows, r->T, &vl, err));
 	if (r->rank == 0) {
 		ds_monitor_eval_line(r->line, sizeof r->line, st->iteration, vl);
 		ds_monitor_out_line(r->mo, "%s", r->line);
 		if (r->mon)
 			DS_TRY(ds_monitor_write(r->mon, DS_MONITOR_EVAL_LOSS, vl, st->consumed, err));
+	}
+	return 0;
+}
+
+/* After the last step, with --test-data: the mean loss of --eval-iters
+ * batches of the test data, as NeoX evaluates its test set at the end of
+ * training.  Returns 0 or DS_E*. */
+static int test_step(struct run *r, struct ds_err *err)
+{
+	double tl;
+	if (!r->o->test_data || !r->dd.test.count || r->o->eval_iters < 1)
+		return 0;
+	ds_watchdog_beat(r->wd, r->st.iteration, "test");
+	DS_TRY(evaluate(r->e, &r->s, &r->dd.test, r->o->eval_iters, r->rows, r->T, &tl, err));
+	if (r->rank == 0) {
+		ds_monitor_test_line(r->line, sizeof r->line, r->st.iteration, tl);
+		ds_monitor_out_line(r->mo, "%s", r->line);
 	}
 	return 0;
 }
@@ -576,6 +651,8 @@ static int finish(struct run *r, const struct loop *lp, struct ds_train_result *
 	int rc;
 	if (r->bar)
 		ds_monitor_out_progress_end(r->mo);
+	if (r->rank == 0)
+		log_drawn(&r->dd, r->st.consumed);
 	DS_TRY(ds_train_commlog_summary(r->clog, r->mo, err));
 	DS_TRY(report_memory(r->comm, s, r->e, r->held_setup, r->mo, js ? &memj : NULL, err));
 	if (js) {
@@ -663,6 +740,8 @@ int ds_train_run(const struct ds_train_opts *o, struct ds_comm *comm, const stru
 		if (exiting)
 			break;
 	}
+	if (r.st.iteration >= r.s.train_iters && (rc = test_step(&r, err)) < 0)
+		goto out;
 	rc = finish(&r, &lp, res, err);
 out:
 	tear_down(&r, rc, res, err);

@@ -79,11 +79,21 @@ int ds_monitor_step_line(char *buf, size_t n, const struct ds_monitor_step *s)
 	return put_end(&p);
 }
 
-int ds_monitor_eval_line(char *buf, size_t n, long long step, double loss)
+static int loss_line(char *buf, size_t n, const char *what, long long step, double loss)
 {
 	struct put p = { buf, n, 0 };
-	put(&p, "eval step %lld | loss %.6f | ppl %.4f", step, loss, exp(loss));
+	put(&p, "%s step %lld | loss %.6f | ppl %.4f", what, step, loss, exp(loss));
 	return put_end(&p);
+}
+
+int ds_monitor_eval_line(char *buf, size_t n, long long step, double loss)
+{
+	return loss_line(buf, n, "eval", step, loss);
+}
+
+int ds_monitor_test_line(char *buf, size_t n, long long step, double loss)
+{
+	return loss_line(buf, n, "test", step, loss);
 }
 
 static void put_hms(struct put *p, double sec)

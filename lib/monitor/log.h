@@ -45,6 +45,8 @@ int ds_monitor_step_line(char *buf, size_t n, const struct ds_monitor_step *s);
 
 /* "eval step N | loss 2.345678 | ppl 10.4404" (ppl = exp(loss), %.4f). */
 int ds_monitor_eval_line(char *buf, size_t n, long long step, double loss);
+/* The same for the test data after training: "test step N | loss ... | ppl ...". */
+int ds_monitor_test_line(char *buf, size_t n, long long step, double loss);
 
 /* A progress bar for stderr on a terminal (the caller checks isatty(2) and
  * -q): "\r[#########...........]  45/100  45% 12.3 it/s eta 0:04\033[K".

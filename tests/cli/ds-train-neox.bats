@@ -21,7 +21,15 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml
 	assert_line "# GPT-NeoX config 19M-tiny.yml: what became of its parameters"
 	assert_line "# neox: bias_gelu_fusion: no effect: a kernel-fusion switch: dstk computes the same math unfused"
-	assert_line "# neox: lr schedule: NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
+	assert_line "# neox: lr schedule: applied: NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
+	# every parameter has its line: the model's, DeepSpeed's and the run flags too
+	assert_line "# neox: num_layers: applied: model config key num_layers"
+	assert_line "# neox: zero_optimization: applied: DeepSpeed config key zero_optimization"
+	assert_line "# neox: checkpoint_factor: applied: as --save-interval 1000 (unless the command line gives it)"
+	assert_line "# neox: model_parallel_size: accepted: 1: one model-parallel rank (dstk runs data parallel only)"
+	# (the file's parameters are the keys indented by two spaces; one more line is the schedule's)
+	n=$(grep -c '^  "' 19M-tiny.yml)
+	[ "$(grep -c '^# neox: ' <<<"$output")" -eq $((n + 1)) ] || fail "expected a line per parameter ($n)"
 	assert_line --regexp '^optimizer\.params\.weight_decay +0\.1  \(file\)$'
 	assert_line --regexp '^dstk\.lr_decay_style +"cosine"  \(file\)$'
 	assert_line --regexp '^dstk\.min_lr +0\.0001  \(file\)$'
@@ -81,7 +89,7 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	run -0 --separate-stderr ds-train --check --conf hf.yml 125M-tiny.train.yml
 	assert_line --regexp '^vocab_size +301  \(file\)$'
 	assert_line --regexp '^padded_vocab_size +384  \(inferred\)$'
-	assert_line --partial "# neox: vocab_file: 301 tokens"
+	assert_line --partial "# neox: vocab_file: applied: 301 tokens"
 }
 
 @test "bad YAML is one line with file:line:column, exit 2" {
@@ -114,4 +122,113 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	assert_line "# neox: rpe: accepted: off or at its default (relative position embeddings are not implemented; use pos_emb)"
 	assert_line --partial "# neox: rpe_num_buckets: accepted: off or at its default"
 	assert_line --partial "# neox: eod_mask_loss: accepted: off or at its default"
+}
+
+@test "--check --json carries what became of each NeoX parameter and the run flags" {
+	command -v jq >/dev/null || skip "jq not installed"
+	run -0 --separate-stderr ds-train --check --json --conf 19M-tiny.yml
+	# the same lines as the text output, split into name, status and detail
+	run -0 jq -r '.neox.parameters[] | "\(.name)|\(.status)|\(.detail)"' <<<"$output"
+	assert_line "bias_gelu_fusion|no effect|a kernel-fusion switch: dstk computes the same math unfused"
+	assert_line "init_method|applied|model config key init_method"
+	assert_line "train_iters|applied|as --train-iters 8 (unless the command line gives it)"
+	assert_line "lr schedule|applied|NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
+	run -0 --separate-stderr ds-train --check --json --conf 19M-tiny.yml
+	local text
+	text=$(ds-train --check --conf 19M-tiny.yml 2>/dev/null | sed -n 's/^# neox: //p')
+	[ "$(jq -r '.neox.parameters[] | "\(.name): \(.status): \(.detail)"' <<<"$output")" = "$text" ] ||
+		fail "JSON and text lines differ"
+	[ "$(jq -r '.neox.files, .run_flags.train_iters, .run_flags.eval_interval' <<<"$output" | tr '\n' ' ')" = \
+		"19M-tiny.yml 8 100000 " ] || fail "$(jq -c '.neox.files, .run_flags' <<<"$output")"
+	# a JSON config has run flags but no neox object
+	run -0 --separate-stderr ds-train --check --json --deepspeed_config 19M-tiny.ds.json --model 19M-tiny.model.json
+	[ "$(jq -r 'has("neox"), .run_flags.seed' <<<"$output" | tr '\n' ' ')" = "false 1234 " ] || fail "$output"
+}
+
+# stderr without the warnings 19M-tiny.yml always gives (partition_activations)
+errors() { grep -v '^warning: ' <<<"$stderr"; }
+
+# two text datasets told apart by their bytes: letters and digits
+blend_data() {
+	for _ in $(seq 120); do printf '%s' "abcdefghijklmnopqrstuvwxyz"; done | head -c 3000 >a.txt
+	for _ in $(seq 300); do printf '%s' "0123456789"; done >b.txt
+	cp a.txt v.txt
+}
+
+@test "NeoX weighted train/valid/test paths: blended in the weights' proportions, evaluated, tested" {
+	blend_data
+	cat >blend.yml <<-EOF
+	{
+	  "train-data-paths": ["a.txt", "b.txt"],
+	  "train-data-weights": [1., 3.],
+	  "valid-data-paths": ["v.txt", "b.txt"],
+	  "valid-data-weights": [0.5, 0.5],
+	  "test-data-paths": ["b.txt"],
+	}
+	EOF
+	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml blend.yml
+	assert_line '# neox: train_data_paths: applied: a blend of 2 datasets, as --data "1 a.txt 3 b.txt"'
+	assert_line '# neox: valid_data_weights: applied: the weights of the valid_data_paths blend'
+	assert_line --partial ' --data "1 a.txt 3 b.txt"'
+	assert_line '# data: --valid-data "0.5 v.txt 0.5 b.txt" --test-data b.txt'
+	run -0 --separate-stderr ds-train --conf 19M-tiny.yml blend.yml --eval-interval 4 --eval-iters 2 --peak-gflops 1
+	# 8 steps of 4: NeoX's counts ceil(32 x 1/4 x 1.005) = 9 and ceil(32 x 3/4 x 1.005) = 25;
+	# the greedy order gives a.txt every fourth sample from the second on: 8 and 24 of 32
+	[[ "$stderr" == *"data blend (train, 34 samples before it repeats): a.txt weight 0.25, 9 samples of 93 windows; b.txt weight 0.75, 25 samples"* ]] || fail "$stderr"
+	[[ "$stderr" == *"data blend: 32 train samples drawn: a.txt 8 (0.2500, weight 0.2500); b.txt 24 (0.7500, weight 0.7500)"* ]] || fail "$stderr"
+	# valid: (8 / 4 + 1) x 2 x 4 = 24 samples, 13 of each
+	[[ "$stderr" == *"data blend (valid, 26 samples before it repeats): v.txt weight 0.5, 13 samples of 93 windows; b.txt weight 0.5, 13"* ]] || fail "$stderr"
+	assert_line --regexp '^eval step 4 \| loss [0-9.]+ \| ppl '
+	assert_line --regexp '^eval step 8 \| loss '
+	assert_line --regexp '^test step 8 \| loss [0-9.]+ \| ppl [0-9.]+$'
+	local blended_eval
+	blended_eval=$(grep '^eval step 8' <<<"$output")
+	# the weight all on the first dataset draws exactly what that dataset alone gives
+	# (same losses, same eval), so the blend draws its samples from the files it names
+	sed -e 's/\[1\., 3\.\]/[1, 0]/' -e 's/\[0\.5, 0\.5\]/[1, 0]/' blend.yml >first.yml
+	rm -rf csv  # (the CSV monitor appends)
+	run -0 --separate-stderr ds-train --conf 19M-tiny.yml first.yml --eval-interval 4 --eval-iters 2 --peak-gflops 1
+	[[ "$stderr" == *"a.txt 32 (1.0000, weight 1.0000); b.txt 0 (0.0000, weight 0.0000)"* ]] || fail "$stderr"
+	local first_eval first_test
+	first_eval=$(grep '^eval step 8' <<<"$output")
+	first_test=$(grep '^test step 8' <<<"$output")
+	mv csv/neox csv/first
+	run -0 --separate-stderr ds-train --conf 19M-tiny.yml --data a.txt --valid-data v.txt --test-data b.txt \
+		--eval-interval 4 --eval-iters 2 --peak-gflops 1
+	diff csv/first/Train_Samples_train_loss.csv csv/neox/Train_Samples_train_loss.csv || fail "blend [1, 0] != a.txt alone"
+	assert_line "$first_eval"
+	assert_line "$first_test"
+	[ "$blended_eval" != "$first_eval" ] || fail "the valid blend evaluated only v.txt: $blended_eval"
+}
+
+@test "--data in Megatron's blend form; bad weights, paths and files: one line, exit 2" {
+	blend_data
+	run -0 --separate-stderr ds-train --conf 19M-tiny.yml --data "0.5 a.txt 0.5 b.txt" --split 9,1,0 \
+		--train-iters 4 --peak-gflops 1
+	[[ "$stderr" == *"data blend: 16 train samples drawn: a.txt 8 (0.5000, weight 0.5000); b.txt 8 (0.5000"* ]] || fail "$stderr"
+	[[ "$stderr" == *"data blend (valid, "* ]] || fail "the split's valid parts are a blend: $stderr"
+	run -2 --separate-stderr ds-train --conf 19M-tiny.yml --data "0.5 a.txt 0.5" --train-iters 1 --peak-gflops 1
+	[ "$(errors | wc -l)" -eq 1 ] && [[ "$stderr" == *'data blend "0.5 a.txt 0.5": an odd number of words'* ]] || fail "$stderr"
+	run -2 --separate-stderr ds-train --conf 19M-tiny.yml --data "1 a.txt 1 nothere.txt" --train-iters 1 --peak-gflops 1
+	[ "$(errors | wc -l)" -eq 1 ] && [[ "$stderr" == *"nothere.txt: no such file"* ]] || fail "$stderr"
+	printf '{"train_data_paths": ["a.txt", "b.txt"], "train_data_weights": [1, 2, 3]}\n' >n.yml
+	run -2 --separate-stderr ds-train --check --conf 19M-tiny.yml n.yml
+	[ "$(errors | wc -l)" -eq 1 ] || fail "$stderr"
+	[[ "$stderr" == *"n.yml: parameter 'train_data_weights': 3 weights for the 2 train_data_paths; give one weight per path" ]] || fail "$stderr"
+	printf '{"valid_data_paths": ["a.txt", "b.txt"], "valid_data_weights": [1, -2]}\n' >neg.yml
+	run -2 --separate-stderr ds-train --check --conf 19M-tiny.yml neg.yml
+	[ "$(errors | wc -l)" -eq 1 ] && [[ "$stderr" == *"neg.yml: parameter 'valid_data_weights': weight 2 is not a non-negative number" ]] || fail "$stderr"
+	printf '{"test_data_paths": ["a.txt", "no such.txt"]}\n' >sp.yml
+	run -2 --separate-stderr ds-train --check --conf 19M-tiny.yml sp.yml
+	[[ "$stderr" == *"sp.yml: parameter 'test_data_paths': path 2: a path in a blend cannot hold whitespace" ]] || fail "$stderr"
+	printf '{"train_data_paths": ["a.txt", "gone.txt"]}\n' >gone.yml
+	run -2 --separate-stderr ds-train --conf 19M-tiny.yml gone.yml --peak-gflops 1
+	[ "$(errors | wc -l)" -eq 1 ] && [[ "$stderr" == *"gone.txt: no such file"* ]] || fail "$stderr"
+	# weight_by_num_documents needs a document index (Megatron .idx)
+	printf '{"train_data_paths": ["a.txt", "b.txt"], "weight_by_num_documents": true, "weighted_sampler_alpha": 0.3}\n' >docs.yml
+	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml docs.yml
+	assert_line "# neox: weighted_sampler_alpha: applied: the exponent of the document-count weights"
+	assert_line "# data: blend weights from document counts (weight_by_num_documents), weighted_sampler_alpha 0.3"
+	run -2 --separate-stderr ds-train --conf 19M-tiny.yml docs.yml --peak-gflops 1
+	[[ "$stderr" == *"a.txt: a text dataset has no document index to weigh a blend by (weight_by_num_documents)"* ]] || fail "$stderr"
 }
