@@ -292,3 +292,22 @@ cdt_run() {  # cdt_run DTYPE N STAGE GA: train_run with that communication_data_
 		assert_failure
 	done
 }
+
+@test "a blended --data (two datasets, weights 1:3): 2 and 4 ranks, with accumulation, give the 1-rank losses" {
+	# a blend draws sample g from the dataset its weights say, whatever the layout (DESIGN.md)
+	head -c 20000 "$SHARE/data/devils-dictionary.txt" >"$BATS_TEST_TMPDIR/a.txt"
+	tail -c 30000 "$SHARE/data/devils-dictionary.txt" >"$BATS_TEST_TMPDIR/b.txt"
+	local blend="1 $BATS_TEST_TMPDIR/a.txt 3 $BATS_TEST_TMPDIR/b.txt" ref="$BATS_TEST_TMPDIR/blend-1"
+	train_run "$ref" 1 0 1 -- --data "$blend" || { cat "$ref/err" >&2; fail "1 rank"; }
+	grep -q "data blend: 160 train samples drawn: .*a.txt 40 (0.2500, weight 0.2500); .*b.txt 120 (0.7500" "$ref/err" ||
+		fail "$(cat "$ref/err")"
+	for layout in "2 1 1" "4 2 2"; do
+		read -r n s ga <<<"$layout"
+		local dir="$BATS_TEST_TMPDIR/blend-$n"
+		train_run "$dir" "$n" "$s" "$ga" -- --data "$blend" || { tail -5 "$dir/err" >&2; fail "$n ranks"; }
+		same_losses "$(losses "$dir")" "$(losses "$ref")" || fail "$n ranks, stage $s, GA $ga"
+	done
+	# and the blend is not the first dataset alone
+	train_run "$BATS_TEST_TMPDIR/a-only" 1 0 1 -- --data "$BATS_TEST_TMPDIR/a.txt" || fail "a.txt alone"
+	run ! same_losses "$(losses "$BATS_TEST_TMPDIR/a-only")" "$(losses "$ref")"
+}
