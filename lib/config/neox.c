@@ -45,6 +45,15 @@ static const char FUSE[] = "a kernel-fusion switch: dstk computes the same math 
 static const char RETR[] = "retrieval (ICT/REALM) models are not implemented";
 static const char FP16S[] = "NeoX hands the fp16 section to DeepSpeed: set it there";
 static const char RNG[] = "dstk's random numbers are counter-based: there is no RNG state to save or load";
+static const char GEN[] = "a text-generation or evaluation setting: ds-train trains";
+static const char MOE[] = "moe_num_experts is 1 (mixture of experts is not implemented)";
+static const char TE[] = "Transformer Engine layers are not implemented";
+static const char MUP[] = "use_mup is off (muP is not implemented)";
+static const char OTHER_LAYERS[] = "a gMLP, RWKV or Mamba layer setting: those layers are not implemented";
+static const char PAIRS[] = "pairwise, labelled and reward datasets (DPO, KTO, reward models) are not implemented";
+static const char ALIGN[] = "train_impl is normal (DPO, KTO and REINFORCE are not implemented)";
+static const char LOGX[] = "an extra NeoX log: ds-train's step line has the grad norm, its monitors the rest";
+static const char DERIVED[] = "NeoX derives it from the DeepSpeed keys; set those";
 
 static const struct param params[] = {
 	/* launcher (DeepSpeed runner) */
@@ -53,12 +62,28 @@ static const struct param params[] = {
 	NOE("deepspeed_mpi", LAUNCH), NOE("local_rank", LAUNCH),
 	NOE("distributed_backend", "the communicator is MPI (or NCCL in a CUDA build)"),
 	NOE("DDP_impl", "data parallelism is ZeRO's"), NOE("lazy_mpu_init", "there is no model-parallel unit"),
+	/* what NeoX's launcher and arguments code set or keep for themselves */
+	NOE("global_num_gpus", LAUNCH), NOE("no_ssh_check", LAUNCH), NOE("force_multi", LAUNCH), NOE("deepspeed_slurm", LAUNCH),
+	NOE("comment", LAUNCH), NOE("account", LAUNCH), NOE("user_script", LAUNCH), NOE("deepspeed", LAUNCH),
+	NOE("deepscale", LAUNCH), NOE("deepscale_config", LAUNCH), NOE("config_files", LAUNCH), NOE("git_hash", LAUNCH),
+	NOE("world_size", LAUNCH), NOE("rank", LAUNCH), NOE("is_pipe_parallel", LAUNCH), NOE("autotuning_run", LAUNCH),
+	NOE("fused_kernels_build_path", LAUNCH), NOE("do_train", LAUNCH), NOE("do_valid", LAUNCH), NOE("do_test", LAUNCH),
+	NOE("iteration", LAUNCH), NOE("use_shared_fs", "the sample order needs no index files"),
+	NOE("optimizer_type", DERIVED), NOE("zero_stage", DERIVED), NOE("zero_reduce_scatter", DERIVED),
+	NOE("zero_contiguous_gradients", DERIVED), NOE("zero_reduce_bucket_size", DERIVED),
+	NOE("zero_allgather_bucket_size", DERIVED), NOE("clip_grad", DERIVED), NOE("dynamic_loss_scale", DERIVED),
+	/* text generation and evaluation */
+	NOE("text_gen_type", GEN), NOE("maximum_tokens", GEN), NOE("prompt_end", GEN), NOE("temperature", GEN),
+	NOE("top_p", GEN), NOE("top_k", GEN), NOE("recompute", GEN), NOE("num_samples", GEN), NOE("sample_input_file", GEN),
+	NOE("sample_output_file", GEN), NOE("eval_results_prefix", GEN), NOE("eval_tasks", GEN), NOE("return_logits", GEN),
+	NOE("char_level_ppl", GEN), NOE("serve_model_weights", GEN), NOE("weight_server_port", GEN),
+	NOE("online_dataserver_ips", GEN), NOE("online_dataserver_ports", GEN),
 	/* model */
 	MO("num_layers"), MO("hidden_size"), MO("num_attention_heads"), MO("seq_length"), MO("max_position_embeddings"),
 	MO("make_vocab_size_divisible_by"), MO("layernorm_epsilon"), MO("rms_norm_epsilon"), MO("attention_dropout"),
 	MO("hidden_dropout"), MO("init_method_std"), MO("pos_emb"), MO("rotary_pct"), MO("rotary_emb_base"), MO("norm"),
 	MO("no_weight_tying"), MO("gpt_j_residual"), MO("init_method"), MO("output_layer_init_method"),
-	MO("intermediate_size"), SP("padded_vocab_size"), SP("vocab_file"), SP("rms_norm"), SP("geglu"),
+	SP("intermediate_size"), SP("expansion_factor"), SP("mlp_multiple_of"), SP("padded_vocab_size"), SP("vocab_file"), SP("rms_norm"), SP("geglu"),
 	SP("sinusoidal_pos_emb"), SP("activation"), SP("attention_config"),
 	NOE("merge_file", "the data is tokenized already; BPE merges do not enter training"),
 	NOE("tokenizer_type", "the data is tokenized already; the vocabulary size comes from vocab_file or padded_vocab_size"),
@@ -78,10 +103,36 @@ static const struct param params[] = {
 	REF("use_bias_in_attn_linear", "true", "attention without bias is not implemented"),
 	REF("num_kv_heads", "null", "grouped-query attention is not implemented"),
 	REF("use_mup", "false", "muP is not implemented"),
+	REF("coord_check", "false", "muP coordinate checks are not implemented"),
+	NOE("save_base_shapes", MUP), NOE("base_shapes_file", MUP), NOE("mup_init_scale", MUP), NOE("mup_attn_temp", MUP),
+	NOE("mup_output_temp", MUP), NOE("mup_embedding_mult", MUP), NOE("mup_rp_embedding_mult", MUP),
+	NOE("mup_width_scale", MUP),
+	REF("use_bias_in_mlp", "true", "an MLP without bias is not implemented"),
+	REF("use_qk_layernorm", "false", "query-key layernorm is not implemented"),
+	REF("sliding_window_width", "null", "sliding-window attention is not implemented"),
+	REF("opt_pos_emb_offset", "0", "OPT's position-embedding offset is not implemented"),
+	REF("soft_prompt_tuning", "null", "soft prompt tuning is not implemented"),
+	REF("sequence_parallel", "false", "sequence parallelism needs model parallelism, which dstk does not run"),
+	NOE("pipe_partition_method", "pipe_parallel_size is at most 1"),
+	NOE("scalenorm_epsilon", "for norm scalenorm, which is not implemented"),
+	NOE("rotary_save_freqs_buffer", "rotary frequencies are recomputed, never stored"),
+	REF("moe_num_experts", "1", "mixture of experts is not implemented"),
+	NOE("moe_top_k", MOE), NOE("moe_router_type", MOE), NOE("moe_lbl_in_fp32", MOE), NOE("moe_jitter_eps", MOE),
+	NOE("moe_expert_interval", MOE),
+	REF("te_columnparallel", "false", TE), REF("te_rowparallel", "false", TE), REF("te_layernorm_mlp", "false", TE),
+	REF("te_mha", "false", TE), REF("te_fp8_mha", "false", TE),
+	NOE("te_fp8_format", "Transformer Engine is off"), NOE("te_fp8_wgrad", "Transformer Engine is off"),
+	NOE("te_fp8_amax_history_len", "Transformer Engine is off"), NOE("te_fp8_amax_compute_algo", "Transformer Engine is off"),
+	NOE("te_fp8_margin", "Transformer Engine is off"),
+	NOE("gmlp_attn_dim", OTHER_LAYERS), NOE("dim_att", OTHER_LAYERS), NOE("head_size", OTHER_LAYERS),
+	NOE("ffn_dim", OTHER_LAYERS), NOE("mamba_use_bias_in_conv", OTHER_LAYERS), NOE("mamba_use_bias_in_linears", OTHER_LAYERS),
+	NOE("mamba_selective_fp32_params", OTHER_LAYERS), NOE("mamba_selective_scan_fusion", OTHER_LAYERS),
+	NOE("mamba_causal_conv_fusion", OTHER_LAYERS), NOE("mamba_inner_func_fusion", OTHER_LAYERS),
 	NOE("output_layer_parallelism", "tensor parallelism is 1"),
 	NOE("scaled_upper_triang_masked_softmax_fusion", FUSE), NOE("scaled_masked_softmax_fusion", FUSE),
-	NOE("bias_gelu_fusion", FUSE), NOE("bias_dropout_fusion", FUSE), NOE("rope_fusion", FUSE),
-	NOE("layernorm_fusion", FUSE), NOE("attention_softmax_in_fp32", "dstk's softmax is always fp32"),
+	SP("bias_gelu_fusion"), NOE("bias_dropout_fusion", FUSE), NOE("rope_fusion", FUSE),
+	NOE("layernorm_fusion", FUSE), NOE("rmsnorm_fusion", FUSE),
+	NOE("use_flashattn_swiglu", "a kernel choice: the same swiglu"), NOE("attention_softmax_in_fp32", "dstk's softmax is always fp32"),
 	REF("apply_query_key_layer_scaling", "false", "query-key layer scaling is not implemented"),
 	REF("fp16_lm_cross_entropy", "false", "the loss is always computed in fp32"),
 	/* optimizer and schedule */
@@ -103,7 +154,7 @@ static const struct param params[] = {
 	NOE("use_cpu_initialization", "initialisation is the same wherever it runs (seed, name, index)"),
 	/* activation checkpointing */
 	SP("checkpoint_activations"), SP("checkpoint_num_layers"), SP("partition_activations"),
-	SP("contigious_checkpointing"), SP("checkpoint_in_cpu"), SP("synchronize_each_layer"),
+	SP("contigious_checkpointing"), SP("contiguous_checkpointing"), SP("checkpoint_in_cpu"), SP("synchronize_each_layer"),
 	REF("distribute_checkpointed_activations", "false", "needs model parallelism"),
 	NOE("deepspeed_activation_checkpointing", "activation checkpointing is dstk's own"),
 	NOE("profile_backward", "ds-train's wall_clock_breakdown times backward"),
@@ -117,6 +168,27 @@ static const struct param params[] = {
 	REF("no_save_optim", "false", "checkpoints always hold the optimizer state"),
 	NOE("no_save_rng", RNG), NOE("no_load_rng", RNG),
 	REF("finetune", "false", "not implemented; use --load with --no-load-optim"),
+	REF("extra_save_iters", "null", "saving at listed iterations is not implemented; use save_interval"),
+	REF("checkpoint_scale", "\"linear\"", "checkpoints on a log scale are not implemented; use save_interval"),
+	REF("train_epochs", "null", "give train_iters"),
+	REF("s3_path", "null", "uploading checkpoints to S3 is not implemented"), NOE("s3_chunk_size", "s3_path is not set"),
+	REF("dataset_impl", "\"gpt2\"", "only GPT-2 style (pretraining) datasets are implemented"),
+	REF("train_impl", "\"normal\"", "only language-model training is implemented (not DPO, KTO, reward models or REINFORCE)"),
+	REF("pack_impl", "\"packed\"", "only packed samples (documents concatenated) are implemented"),
+	NOE("allow_chopped", "used with pack_impl other than packed"),
+	REF("precompute_model_name", "null", PAIRS), REF("z_loss", "0", "the z-loss term is not implemented"),
+	REF("train_label_data_paths", "null", PAIRS), REF("valid_label_data_paths", "null", PAIRS),
+	REF("test_label_data_paths", "null", PAIRS), REF("train_reward_data_paths", "null", PAIRS),
+	REF("valid_reward_data_paths", "null", PAIRS), REF("test_reward_data_paths", "null", PAIRS),
+	REF("pos_train_data_paths", "null", PAIRS), REF("neg_train_data_paths", "null", PAIRS),
+	REF("pos_valid_data_paths", "null", PAIRS), REF("neg_valid_data_paths", "null", PAIRS),
+	REF("pos_test_data_paths", "null", PAIRS), REF("neg_test_data_paths", "null", PAIRS),
+	REF("pos_train_label_data_paths", "null", PAIRS), REF("neg_train_label_data_paths", "null", PAIRS),
+	REF("pos_valid_label_data_paths", "null", PAIRS), REF("neg_valid_label_data_paths", "null", PAIRS),
+	REF("pos_test_label_data_paths", "null", PAIRS), REF("neg_test_label_data_paths", "null", PAIRS),
+	NOE("dpo_beta", ALIGN), NOE("dpo_fp32", ALIGN), NOE("dpo_reference_free", ALIGN), NOE("kto_beta", ALIGN),
+	NOE("kto_fp32", ALIGN), NOE("kto_desirable_weight", ALIGN), NOE("kto_undesirable_weight", ALIGN),
+	NOE("kl_impl", ALIGN), NOE("kl_div_beta", ALIGN), NOE("fp32_reinforce", ALIGN), NOE("reinforce_leave_one_out", ALIGN),
 	REF("checkpoint_validation_with_forward_pass", "false", "not implemented; checkpoints carry checksums instead"),
 	NOE("num_workers", "data is read in-process"), NOE("data_impl", "the .bin/.idx format is detected"),
 	NOE("mmap_warmup", "the data file is read through mmap on demand"),
@@ -133,7 +205,20 @@ static const struct param params[] = {
 	REF("indexer_log_interval", "1000", RETR),
 	REF("use_wandb", "false", "Weights & Biases needs a network service; use tensorboard_dir"),
 	NOE("wandb_project", "use_wandb is off"), NOE("wandb_group", "use_wandb is off"), NOE("wandb_team", "use_wandb is off"),
-	NOE("wandb_host", "use_wandb is off"), NOE("log_dir", "ds-train logs to stderr"),
+	NOE("wandb_host", "use_wandb is off"), NOE("wandb_run_name", "use_wandb is off"),
+	NOE("wandb_init_all_ranks", "use_wandb is off"), NOE("log_dir", "ds-train logs to stderr"),
+	REF("use_comet", "null", "Comet needs a network service; use tensorboard_dir"),
+	NOE("comet_workspace", "use_comet is off"), NOE("comet_project", "use_comet is off"),
+	NOE("comet_experiment_name", "use_comet is off"), NOE("comet_tags", "use_comet is off"),
+	NOE("comet_others", "use_comet is off"), NOE("comet_experiment", "use_comet is off"),
+	NOE("log_grad_norm", LOGX), NOE("log_grad_pct_zeros", LOGX), NOE("log_param_norm", LOGX),
+	NOE("log_optimizer_states", LOGX), NOE("log_gradient_noise_scale", LOGX),
+	NOE("gradient_noise_scale_n_batches", LOGX), NOE("gradient_noise_scale_cpu_offload", LOGX),
+	NOE("profile", "NeoX's nsys/torch profiler: ds-train has wall_clock_breakdown and flops_profiler"),
+	NOE("profile_step_start", "profile is not read"), NOE("profile_step_stop", "profile is not read"),
+	NOE("memory_profiling_path", "ds-train reports memory per rank at the end"),
+	NOE("peak_theoretical_tflops", "the MFU reference: ds-train measures its own or takes --peak-gflops"),
+	NOE("curriculum_seqlen", "the state of DeepSpeed's curriculum_learning section"),
 	NOE("memory_profiling", "ds-train reports memory per rank at the end"),
 	/* DeepSpeed's own keys */
 	DS("train_batch_size"), DS("train_micro_batch_size_per_gpu"), DS("gradient_accumulation_steps"), DS("optimizer"),
@@ -142,7 +227,8 @@ static const struct param params[] = {
 	DS("steps_per_print"), DS("wall_clock_breakdown"), DS("dump_state"), DS("flops_profiler"),
 	DS("activation_checkpointing"), DS("sparse_attention"), DS("zero_allow_untested_optimizer"), DS("comms_logger"),
 	DS("csv_monitor"), DS("tensorboard"), DS("autotuning"), DS("data_types"), DS("communication_data_type"),
-	DS("memory_breakdown"), DS("checkpoint"), SP("deepspeed_extra_args"),
+	DS("memory_breakdown"), DS("checkpoint"), DS("curriculum_learning"), DS("data_efficiency"),
+	DS("compression_training"), DS("elasticity"), SP("deepspeed_extra_args"),
 };
 #define NP ((int)(sizeof(params) / sizeof(params[0])))
 
@@ -215,9 +301,11 @@ static int set_path(json_t *obj, const char *path, json_t *v)
 	return json_object_set_new(obj, p, v) ? DS_ENOMEM : 0;
 }
 
+/* Off (null, false) or at NeoX's default.  Where the default is true
+ * (use_bias_in_norms), false switches a feature on, so only true is. */
 static int off_or_default(json_t *v, const char *def)
 {
-	if (json_is_null(v) || json_is_false(v))
+	if (json_is_null(v) || (json_is_false(v) && !(def && !strcmp(def, "true"))))
 		return 1;
 	json_t *d = def ? json_loads(def, JSON_DECODE_ANY, NULL) : NULL;
 	int same = d && (json_equal(d, v) ||
@@ -389,20 +477,35 @@ static int special(struct ctx *x, const char *name, json_t *v)
 			return line(x, name, "applied", "model %s \"%s\"", to_model[i][1], to_model[i][2]);
 		}
 	if (!strcmp(name, "activation")) {
-		if (json_is_string(v) && !strcmp(json_string_value(v), "gelu"))
-			return line(x, name, "applied", "gelu, dstk's default");
-		error(x, "%s: parameter 'activation': only \"gelu\" is implemented (geglu: set geglu true)", f);
+		const char *a = json_string_value(v);
+		if (a && !strcmp(a, "gelu"))
+			return line(x, name, "applied", "gelu: dstk's is the tanh approximation (NeoX's unfused F.gelu is the exact "
+				    "erf form, at most 4.8e-4 apart; its bias_gelu_fusion is the tanh one)");
+		if (a && (!strcmp(a, "geglu") || !strcmp(a, "swiglu"))) {
+			DS_TRY(set_path(nx->model, "activation", json_incref(v)));
+			return line(x, name, "applied", "model activation \"%s\", gated: the MLP width as NeoX sizes it (the mlp line)", a);
+		}
+		error(x, "%s: parameter 'activation': %s%s%s: only gelu, geglu and swiglu are implemented", f, a ? "\"" : "",
+		      a ? a : "not a string", a ? "\"" : "");
 		return 0;
 	}
+	if (!strcmp(name, "bias_gelu_fusion"))
+		return json_is_true(v) ? line(x, name, "applied", "NeoX's fused GELU is the tanh approximation, dstk's GELU")
+				       : line(x, name, "accepted", "false: NeoX's unfused GELU is the exact erf form; dstk computes the "
+					      "tanh approximation (at most 4.8e-4 apart)");
+	if (!strcmp(name, "intermediate_size") || !strcmp(name, "expansion_factor") || !strcmp(name, "mlp_multiple_of"))
+		return line(x, name, "applied", "in the MLP width as NeoX sizes it (the mlp line)");
 	if (!strcmp(name, "attention_config")) {
-		/* [[["global"], N], ...]: every layer global is the dense attention dstk has */
+		/* [[["global"], N], ...]: every layer global is the dense attention
+		 * dstk has; "flash" is the same attention through FlashAttention's
+		 * kernel (NeoX's transformer.py counts it as not sparse) */
 		char *s = json_dumps(v, JSON_COMPACT);
 		int ok = s && !strstr(s, "local") && !strstr(s, "sparse") && !strstr(s, "bigbird") && !strstr(s, "bslongformer") &&
-			 !strstr(s, "flash") && !strstr(s, "rwkv") && !strstr(s, "mamba") && !strstr(s, "gmlp") && !strstr(s, "amlp");
+			 !strstr(s, "rwkv") && !strstr(s, "mamba") && !strstr(s, "gmlp") && !strstr(s, "amlp");
 		free(s);
 		if (!ok)
-			error(x, "%s: parameter 'attention_config': only \"global\" (dense) attention is implemented", f);
-		return ok ? line(x, name, "applied", "global (dense) attention in every layer, dstk's attention") : 0;
+			error(x, "%s: parameter 'attention_config': only \"global\" or \"flash\" (dense) attention is implemented", f);
+		return ok ? line(x, name, "applied", "dense attention in every layer (global or flash), dstk's attention") : 0;
 	}
 	if (!strcmp(name, "precision")) {
 		const char *p = json_string_value(v);
@@ -454,6 +557,7 @@ static int special(struct ctx *x, const char *name, json_t *v)
 	static const char *const ac[][2] = {
 		{ "partition_activations", "partition_activations" },
 		{ "contigious_checkpointing", "contiguous_memory_optimization" },
+		{ "contiguous_checkpointing", "contiguous_memory_optimization" },
 		{ "checkpoint_in_cpu", "cpu_checkpointing" },
 		{ "synchronize_each_layer", "synchronize_checkpoint_boundary" },
 	};
@@ -590,6 +694,55 @@ static int run_flag(struct ctx *x, const char *name, json_t *v)
 	return 0;
 }
 
+/* NeoX's MLP width (megatron/model/transformer.py ParallelMLP): F =
+ * intermediate_size, else expansion_factor x hidden_size, else 4 x
+ * hidden_size; a gated activation (geglu, swiglu) takes int(2F / 3) for
+ * both halves together; the first linear's width is rounded up to a
+ * multiple of 2 x mlp_multiple_of and the second's (half of it when gated)
+ * to a multiple of mlp_multiple_of.  dstk's intermediate_size is the
+ * second's width.  Nothing given: the model's default 4 x hidden_size. */
+static int mlp(struct ctx *x)
+{
+	json_t *a = x->all, *is = json_object_get(a, "intermediate_size"), *ef = json_object_get(a, "expansion_factor"),
+	       *mo = json_object_get(a, "mlp_multiple_of"), *act = json_object_get(a, "activation"),
+	       *h = json_object_get(a, "hidden_size");
+	const char *an = json_string_value(act);
+	int gated = an && (!strcmp(an, "geglu") || !strcmp(an, "swiglu"));
+	if (json_is_null(is))
+		is = NULL;
+	if (json_is_null(ef))
+		ef = NULL;
+	if (!is && !ef && !mo && !gated)
+		return 0;
+	if ((is && !json_is_integer(is)) || (ef && !json_is_number(ef)) || (mo && !json_is_integer(mo)) ||
+	    json_integer_value(mo) < (mo ? 1 : 0) || !json_is_integer(h)) {
+		if (json_is_integer(h))
+			error(x, "%s: parameters 'intermediate_size', 'expansion_factor', 'mlp_multiple_of': expected integers "
+			      "(expansion_factor a number), mlp_multiple_of at least 1", x->nx->name);
+		return 0;
+	}
+	if (is && ef) {
+		error(x, "%s: parameter 'expansion_factor': give intermediate_size or expansion_factor, not both (as NeoX asserts)",
+		      file_of(x, "expansion_factor"));
+		return 0;
+	}
+	int64_t H = json_integer_value(h), m = mo ? json_integer_value(mo) : 1;
+	int64_t F = is ? json_integer_value(is) : ef ? (int64_t)(json_number_value(ef) * (double)H) : 4 * H;
+	int64_t out = gated ? (int64_t)((double)(F * 2) / 3.0) : F, in = gated ? out / 2 : out;
+	out = 2 * m * ((out + 2 * m - 1) / (2 * m));
+	in = m * ((in + m - 1) / m);
+	if (out != (gated ? 2 * in : in) || in < 1) {
+		error(x, "%s: parameters 'intermediate_size'/'mlp_multiple_of': the MLP widths NeoX computes disagree (first "
+		      "linear %lld, second %lld%s); give an mlp_multiple_of or intermediate_size that divides evenly",
+		      x->nx->name, (long long)out, (long long)in, gated ? ", half of the first expected" : "");
+		return 0;
+	}
+	DS_TRY(set_path(x->nx->model, "intermediate_size", json_integer(in)));
+	return line(x, "mlp", "applied", "model intermediate_size %lld (NeoX's width: %s %lld%s, rounded to %lld%s)", (long long)in,
+		    is ? "intermediate_size" : ef ? "expansion_factor x hidden_size =" : "4 x hidden_size =", (long long)F,
+		    gated ? ", x 2/3 for the gated activation" : "", (long long)(gated ? 2 * m : m), gated ? " and halved" : "");
+}
+
 /* NeoX's schedule (get_learning_rate_scheduler): num_iters =
  * lr_decay_iters, else floor(train_iters x lr_decay_fraction), else
  * train_iters (at least 1); warmup_iter = warmup x num_iters. */
@@ -681,6 +834,7 @@ static int map(struct ctx *x, int lenient)
 				error(x, "%s: parameter '%s': not supported by dstk: %s", f, name, p->why);
 		}
 	}
+	DS_TRY(mlp(x));
 	return schedule(x);
 }
 

@@ -20,7 +20,9 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 @test "--check on a NeoX config prints what each parameter became, the DeepSpeed config, the model and the run flags" {
 	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml
 	assert_line "# GPT-NeoX config 19M-tiny.yml: what became of its parameters"
-	assert_line "# neox: bias_gelu_fusion: no effect: a kernel-fusion switch: dstk computes the same math unfused"
+	assert_line "# neox: rope_fusion: no effect: a kernel-fusion switch: dstk computes the same math unfused"
+	# NeoX's unfused GELU is the exact erf form, dstk's the tanh approximation: said, not hidden
+	assert_line "# neox: bias_gelu_fusion: accepted: false: NeoX's unfused GELU is the exact erf form; dstk computes the tanh approximation (at most 4.8e-4 apart)"
 	assert_line "# neox: lr schedule: applied: NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
 	# every parameter has its line: the model's, DeepSpeed's and the run flags too
 	assert_line "# neox: num_layers: applied: model config key num_layers"
@@ -129,7 +131,7 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	run -0 --separate-stderr ds-train --check --json --conf 19M-tiny.yml
 	# the same lines as the text output, split into name, status and detail
 	run -0 jq -r '.neox.parameters[] | "\(.name)|\(.status)|\(.detail)"' <<<"$output"
-	assert_line "bias_gelu_fusion|no effect|a kernel-fusion switch: dstk computes the same math unfused"
+	assert_line "rope_fusion|no effect|a kernel-fusion switch: dstk computes the same math unfused"
 	assert_line "init_method|applied|model config key init_method"
 	assert_line "train_iters|applied|as --train-iters 8 (unless the command line gives it)"
 	assert_line "lr schedule|applied|NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
@@ -231,4 +233,31 @@ blend_data() {
 	assert_line "# data: blend weights from document counts (weight_by_num_documents), weighted_sampler_alpha 0.3"
 	run -2 --separate-stderr ds-train --conf 19M-tiny.yml docs.yml --peak-gflops 1
 	[[ "$stderr" == *"a.txt: a text dataset has no document index to weigh a blend by (weight_by_num_documents)"* ]] || fail "$stderr"
+}
+
+@test "NeoX's MLP width: LLaMA-7B's 11008 from intermediate_size 32768, swiglu and mlp_multiple_of 256; bias switches" {
+	# LLaMA-7B's published FFN width is 11008: int(32768 x 2/3) = 21845, up to a
+	# multiple of 512 = 22016, halved (NeoX's ParallelMLP)
+	printf '{"activation": "swiglu", "intermediate_size": 32768, "mlp_multiple_of": 256, "hidden_size": 4096, "num_layers": 1, "num_attention_heads": 32, "seq_length": 8, "max_position_embeddings": 8, "padded_vocab_size": 256, "train_micro_batch_size_per_gpu": 1}\n' >llama.yml
+	run -0 --separate-stderr ds-train --check --conf llama.yml --mem-per-rank 64G
+	assert_line --regexp '^intermediate_size +11008  \(file\)$'
+	assert_line --regexp '^activation +"swiglu"  \(file\)$'
+	assert_line --partial "# neox: mlp: applied: model intermediate_size 11008 (NeoX's width: intermediate_size 32768, x 2/3"
+	# no intermediate_size: 4 x 64 = 256 -> int(512 / 3) = 170 -> 170 (multiple 2), halved: 85
+	sed -e 's/"intermediate_size": 32768, "mlp_multiple_of": 256, "hidden_size": 4096/"hidden_size": 64/' \
+		-e 's/"num_attention_heads": 32/"num_attention_heads": 4/' llama.yml >small.yml
+	run -0 --separate-stderr ds-train --check --conf small.yml
+	assert_line --regexp '^intermediate_size +85  \(file\)$'
+	# widths NeoX cannot match (Mistral's 14336 without mlp_multiple_of: 9558 vs 4778)
+	sed 's/"mlp_multiple_of": 256, //; s/32768/14336/' llama.yml >odd.yml
+	run -2 --separate-stderr ds-train --check --conf odd.yml
+	[[ "$stderr" == *"the MLP widths NeoX computes disagree (first linear 9558, second 4778, half of the first expected)"* ]] || fail "$stderr"
+	# use_bias_in_*: false switches biasless layers on, which dstk lacks; true is the default
+	printf '{"use_bias_in_norms": false, "use_bias_in_mlp": true}\n' >bias.yml
+	run -2 --separate-stderr ds-train --check --conf llama.yml bias.yml
+	[[ "$stderr" == *"parameter 'use_bias_in_norms': not supported by dstk: norms without bias are not implemented" ]] || fail "$stderr"
+	# an activation dstk lacks
+	sed 's/"swiglu"/"reglu"/' llama.yml >reglu.yml
+	run -2 --separate-stderr ds-train --check --conf reglu.yml
+	[[ "$stderr" == *"parameter 'activation': \"reglu\": only gelu, geglu and swiglu are implemented" ]] || fail "$stderr"
 }
