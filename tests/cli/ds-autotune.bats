@@ -69,10 +69,12 @@ cfg_with() {
 }
 
 @test "ds-autotune resolves every \"auto\": the optimal config passes --check and trains 2 steps" {
-	c=$(cfg_with '.gradient_clipping = "auto"')
+	# (Hugging Face's "betas": "auto" too: DeepSpeed's default, not a refusal)
+	c=$(cfg_with '.gradient_clipping = "auto" | .optimizer.params.betas = "auto"')
 	run -0 --separate-stderr ds-autotune -c "$c" -m "$MODEL" --results-dir "$R"
 	assert_output --partial "# best: z"
 	assert_output --partial "gradient_clipping"
+	[ "$(jq -c '.optimizer.params.betas' "$R/ds_config_optimal.json")" = "[0.9,0.999]" ] || fail "betas: $(jq -c .optimizer "$R/ds_config_optimal.json")"
 	opt="$R/ds_config_optimal.json"
 	[ -f "$opt" ]
 	[ -f "$R/cmd_optimal.txt" ]
