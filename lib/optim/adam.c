@@ -37,24 +37,11 @@ void ds_adam_coef_init(struct ds_adam_coef *c, const struct ds_optim_params *hp,
 	c->grad_mul = grad_mul;
 }
 
-/* One element; the reference every vector lane must reproduce. */
+/* One element; the reference every vector lane must reproduce (the same
+ * inline function the CUDA kernel runs). */
 static inline void adam_one(const struct ds_adam_coef *c, float *p, const float *g, float *m, float *v)
 {
-	float gr = *g * c->grad_mul;
-	float pa = *p;
-	if (c->l2_wd != 0.0f)
-		gr = fmaf(pa, c->l2_wd, gr);
-	float mo = *m * c->beta1;
-	mo = fmaf(gr, c->one_minus_beta1, mo);
-	float va = *v * c->beta2;
-	va = fmaf(gr * gr, c->one_minus_beta2, va);
-	float d = fmaf(sqrtf(va), c->bc2_rsqrt, c->eps);
-	float u = mo / d;
-	if (c->wd_mul != 0.0f)
-		pa = fmaf(pa, c->wd_mul, pa);
-	*p = fmaf(u, c->step_size, pa);
-	*m = mo;
-	*v = va;
+	ds_adam_elem(c, p, g, m, v);
 }
 
 static void adam_scalar(const struct ds_adam_coef *c, float *p, const float *g, float *m, float *v, size_t n)

@@ -21,12 +21,10 @@
 
 #define CHUNK 8192
 
-struct lamb_k {
-	float b1, b2, omb1, omb2, eps, wd;
-	int inside;
-};
+/* Lamb's element math is kernels/common/optim_math.h's (ds_lamb_moments,
+ * ds_lamb_u, ds_lamb_ratio), shared with the CUDA kernels. */
 
-static void lamb_k_init(struct lamb_k *k, const struct ds_optim_params *hp)
+void ds_lamb_coef_init(struct ds_lamb_coef *k, const struct ds_optim_params *hp)
 {
 	k->b1 = (float)hp->beta1;
 	k->b2 = (float)hp->beta2;
@@ -37,25 +35,17 @@ static void lamb_k_init(struct lamb_k *k, const struct ds_optim_params *hp)
 	k->inside = hp->eps_inside_sqrt;
 }
 
-/* u = m/denom + wd*p from the updated moments */
-static inline float lamb_u(const struct lamb_k *k, float p, float m, float v)
-{
-	float denom = k->inside ? sqrtf(v + k->eps) : sqrtf(v) + k->eps;
-	return m / denom + k->wd * p;
-}
-
 /* Phase 1 over [0, n): update m, v; add p^2 and u^2 to *sp, *su. */
-static void partial_scalar(const struct lamb_k *k, const float *p, const float *g, float *m, float *v, size_t n,
+static void partial_scalar(const struct ds_lamb_coef *k, const float *p, const float *g, float *m, float *v, size_t n,
 			   float gm, double *sp, double *su)
 {
 	double a = 0, b = 0;
 	for (size_t i = 0; i < n; i++) {
-		float gr = g[i] * gm;
-		float mo = k->b1 * m[i] + k->omb1 * gr;
-		float va = k->b2 * v[i] + k->omb2 * (gr * gr);
+		float mo = m[i], va = v[i];
+		ds_lamb_moments(k, g[i] * gm, &mo, &va);
 		m[i] = mo;
 		v[i] = va;
-		float u = lamb_u(k, p[i], mo, va);
+		float u = ds_lamb_u(k, p[i], mo, va);
 		a += (double)p[i] * p[i];
 		b += (double)u * u;
 	}
@@ -64,10 +54,10 @@ static void partial_scalar(const struct lamb_k *k, const float *p, const float *
 }
 
 /* Phase 2 over [0, n): p -= s*u. */
-static void apply_scalar(const struct lamb_k *k, float *p, const float *m, const float *v, size_t n, float s)
+static void apply_scalar(const struct ds_lamb_coef *k, float *p, const float *m, const float *v, size_t n, float s)
 {
 	for (size_t i = 0; i < n; i++)
-		p[i] = p[i] - s * lamb_u(k, p[i], m[i], v[i]);
+		p[i] = p[i] - s * ds_lamb_u(k, p[i], m[i], v[i]);
 }
 
 #if DS_X86
@@ -75,7 +65,7 @@ static void apply_scalar(const struct lamb_k *k, float *p, const float *m, const
  * fma), so m, v and p come out with the same bits; only the double sums
  * are added in another order (16 lanes, then across). */
 __attribute__((target("avx512f")))
-static inline __m512 u_avx512(const struct lamb_k *k, __m512 pa, __m512 mo, __m512 va)
+static inline __m512 u_avx512(const struct ds_lamb_coef *k, __m512 pa, __m512 mo, __m512 va)
 {
 	__m512 d = k->inside ? _mm512_sqrt_ps(_mm512_add_ps(va, _mm512_set1_ps(k->eps)))
 			     : _mm512_add_ps(_mm512_sqrt_ps(va), _mm512_set1_ps(k->eps));
@@ -83,7 +73,7 @@ static inline __m512 u_avx512(const struct lamb_k *k, __m512 pa, __m512 mo, __m5
 }
 
 __attribute__((target("avx512f")))
-static void partial_avx512(const struct lamb_k *k, const float *p, const float *g, float *m, float *v, size_t n,
+static void partial_avx512(const struct ds_lamb_coef *k, const float *p, const float *g, float *m, float *v, size_t n,
 			   float gm, double *sp, double *su)
 {
 	const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2), gmv = _mm512_set1_ps(gm);
@@ -114,7 +104,7 @@ static void partial_avx512(const struct lamb_k *k, const float *p, const float *
 }
 
 __attribute__((target("avx512f")))
-static void apply_avx512(const struct lamb_k *k, float *p, const float *m, const float *v, size_t n, float s)
+static void apply_avx512(const struct ds_lamb_coef *k, float *p, const float *m, const float *v, size_t n, float s)
 {
 	const __m512 sv = _mm512_set1_ps(s);
 	for (size_t i = 0; i < n; i += 16) {
@@ -126,9 +116,9 @@ static void apply_avx512(const struct lamb_k *k, float *p, const float *m, const
 }
 #endif
 
-typedef void (*partial_fn)(const struct lamb_k *, const float *, const float *, float *, float *, size_t, float,
+typedef void (*partial_fn)(const struct ds_lamb_coef *, const float *, const float *, float *, float *, size_t, float,
 			   double *, double *);
-typedef void (*apply_fn)(const struct lamb_k *, float *, const float *, const float *, size_t, float);
+typedef void (*apply_fn)(const struct ds_lamb_coef *, float *, const float *, const float *, size_t, float);
 
 /* AVX-512 when ds_simd_pick() says so; scalar otherwise (also on AVX2). */
 static int use_avx512(void)
@@ -142,14 +132,7 @@ static int use_avx512(void)
 
 double ds_lamb_trust_ratio(double p_norm, double u_norm, double min_coeff, double max_coeff)
 {
-	if (p_norm == 0 || u_norm == 0)
-		return 1.0;
-	double r = p_norm / u_norm;
-	if (r > max_coeff)
-		r = max_coeff;
-	if (r < min_coeff)
-		r = min_coeff;
-	return r;
+	return ds_lamb_ratio(p_norm, u_norm, min_coeff, max_coeff);
 }
 
 static int check_ranges(const struct ds_optim *o, const struct ds_range *r, int nr, struct ds_err *err)
@@ -194,12 +177,20 @@ static int range_of(const size_t *first, int nr, size_t c)
 	return lo;
 }
 
+double ds_lamb_step_size(const struct ds_optim_params *hp, int64_t t)
+{
+	if (!hp->bias_correction)
+		return hp->lr;
+	double bc1 = 1.0 - pow(hp->beta1, (double)t), bc2 = 1.0 - pow(hp->beta2, (double)t);
+	return hp->lr * sqrt(bc2) / bc1;
+}
+
 int ds_lamb_partial_norms(struct ds_optim *o, const float *p, const float *g, float grad_mul,
 			  const struct ds_range *ranges, int nranges, double *sums, struct ds_err *err)
 {
 	DS_TRY(check_ranges(o, ranges, nranges, err));
-	struct lamb_k k;
-	lamb_k_init(&k, &o->hp);
+	struct ds_lamb_coef k;
+	ds_lamb_coef_init(&k, &o->hp);
 	float *m = o->states[0], *v = o->states[1];
 	size_t *first = ds_alloc(((size_t)nranges + 1) * sizeof(size_t));
 	if (!first)
@@ -242,8 +233,8 @@ int ds_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, i
 		  struct ds_err *err)
 {
 	DS_TRY(check_ranges(o, ranges, nranges, err));
-	struct lamb_k k;
-	lamb_k_init(&k, &o->hp);
+	struct ds_lamb_coef k;
+	ds_lamb_coef_init(&k, &o->hp);
 	const float *m = o->states[0], *v = o->states[1];
 	int64_t t = o->step + 1;
 	apply_fn afn = apply_scalar;
@@ -251,11 +242,7 @@ int ds_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, i
 	if (use_avx512())
 		afn = apply_avx512;
 #endif
-	double step_size = o->hp.lr;
-	if (o->hp.bias_correction) {
-		double bc1 = 1.0 - pow(o->hp.beta1, (double)t), bc2 = 1.0 - pow(o->hp.beta2, (double)t);
-		step_size = o->hp.lr * sqrt(bc2) / bc1;
-	}
+	double step_size = ds_lamb_step_size(&o->hp, t);
 	for (int ri = 0; ri < nranges; ri++) {
 		double r = ds_lamb_trust_ratio(sqrt(sums[2 * ri]), sqrt(sums[2 * ri + 1]), o->hp.min_coeff,
 					       o->hp.max_coeff);

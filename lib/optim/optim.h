@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/optim_math.h"
 #include "util/err.h"
 
 enum ds_optim_type {
@@ -95,11 +96,6 @@ void ds_optim_destroy(struct ds_optim *o);  /* accepts NULL */
  * NULL if this type has none of that name.  Borrowed. */
 float *ds_optim_state(struct ds_optim *o, const char *name);
 
-/* A tensor piece inside the shard: elements [off, off + len). */
-struct ds_range {
-	size_t off, len;
-};
-
 /* One optimizer step over the shard: p -= update(g * grad_mul), t = step+1.
  * grad_mul is the unscale/clip factor 1/c (1 for none), applied to the
  * gradient before anything else, as FusedLamb's combined_scale and
@@ -122,6 +118,17 @@ int ds_lamb_partial_norms(struct ds_optim *o, const float *p, const float *g, fl
  * is 0) per range, p -= step_size * r * u; advances the step count. */
 int ds_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, int nranges,
 		  const double *sums, struct ds_err *err);
+
+/* Lamb's per-step constants (struct ds_lamb_coef, optim_math.h) for hp, and
+ * its step size for step t: lr * sqrt(1-b2^t) / (1-b1^t) with bias
+ * correction, else lr (in double; phase 2 scales it by the trust ratio and
+ * rounds once to float).  For a device implementation of the two phases. */
+void ds_lamb_coef_init(struct ds_lamb_coef *k, const struct ds_optim_params *hp);
+double ds_lamb_step_size(const struct ds_optim_params *hp, int64_t t);
+
+/* torch SGD's constants (struct ds_sgd_coef, optim_math.h) for step t (>= 1)
+ * of hp with gradient factor grad_mul. */
+void ds_sgd_coef_init(struct ds_sgd_coef *c, const struct ds_optim_params *hp, int64_t t, float grad_mul);
 
 /* Lamb trust ratio for the norms (not squared): ||p||/||u|| clamped to
  * [min_coeff, max_coeff], 1 when either norm is 0 (spec case 17). */
@@ -150,24 +157,9 @@ enum ds_simd ds_simd_pick(void);
  * hook for tests and benchmarks.  Process-wide: call between steps. */
 void ds_simd_force(enum ds_simd isa);
 
-/* Per-step constants of the Adam element update, in the order CPUAdam
- * applies them:
- *   g *= grad_mul;  if L2: g = p*wd + g
- *   m = m*b1; m = g*(1-b1) + m;  v = v*b2; v = (g*g)*(1-b2) + v
- *   d = sqrt(v)*bc2_rsqrt + eps;  u = m/d
- *   if AdamW: p = p*wd_mul + p    (wd_mul = -lr*wd)
- *   p = u*step_size + p          (step_size = -lr/bc1)
- * where every "a*b + c" is one fused multiply-add (fmaf) in all kernels,
- * so the scalar reference and the vector kernels agree bit for bit.  The
- * bias corrections 1-b^t are computed in double and rounded once to float
- * (CPUAdam keeps b^t as a float running product: last-bit differences). */
-struct ds_adam_coef {
-	float beta1, beta2, one_minus_beta1, one_minus_beta2;
-	float eps, bc2_rsqrt, step_size;
-	float l2_wd;   /* wd in L2 mode, else 0 */
-	float wd_mul;  /* -lr*wd in AdamW mode, else 0 */
-	float grad_mul;
-};
+/* struct ds_adam_coef (the per-step constants of the Adam element update,
+ * in CPUAdam's order) and struct ds_range are kernels/common/optim_math.h's,
+ * shared with the CUDA kernels. */
 
 /* Constants for step t (>= 1) of hp with gradient factor grad_mul. */
 void ds_adam_coef_init(struct ds_adam_coef *c, const struct ds_optim_params *hp, int64_t t, float grad_mul);

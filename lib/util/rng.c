@@ -3,32 +3,9 @@
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
-{
-	uint64_t p = (uint64_t)a * b;
-	*hi = (uint32_t)(p >> 32);
-	*lo = (uint32_t)p;
-}
-
 void ds_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
-	uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-	uint32_t k0 = key[0], k1 = key[1];
-	for (int r = 0; r < 10; r++) {
-		uint32_t hi0, lo0, hi1, lo1;
-		mulhilo(PHILOX_M0, c0, &hi0, &lo0);
-		mulhilo(PHILOX_M1, c2, &hi1, &lo1);
-		uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-		c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-		k0 += PHILOX_W0;
-		k1 += PHILOX_W1;
-	}
-	out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+	ds_philox_rounds(ctr, key, out);
 }
 
 uint64_t ds_hash_str(const char *s)
@@ -42,20 +19,16 @@ uint64_t ds_hash_str(const char *s)
 }
 
 /* Mix the two 64-bit stream ids into the upper counter words and the seed
- * into the key; the lower two counter words carry the block index. */
+ * into the key; the lower two counter words carry the block index
+ * (ds_rng_make and ds_rng_draw4 in rng.h, shared with the CUDA kernels). */
 void ds_rng_init(struct ds_rng *r, uint64_t seed, uint64_t a, uint64_t b)
 {
-	uint64_t mix = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull + (a << 6) + (a >> 2));
-	r->key[0] = (uint32_t)seed;
-	r->key[1] = (uint32_t)(seed >> 32);
-	r->c0 = (uint32_t)mix;
-	r->c1 = (uint32_t)(mix >> 32);
+	*r = ds_rng_make(seed, a, b);
 }
 
 void ds_rng_block(const struct ds_rng *r, uint64_t idx, uint32_t out[4])
 {
-	uint32_t ctr[4] = { (uint32_t)idx, (uint32_t)(idx >> 32), r->c0, r->c1 };
-	ds_philox4x32_10(ctr, r->key, out);
+	ds_rng_draw4(r, idx, out);
 }
 
 float ds_rng_uniform(const struct ds_rng *r, uint64_t i)
