@@ -1,0 +1,132 @@
+/* gemm_cuda.cu - the cuBLAS wrapper of gemm_cuda.h and ds_cuda_strerror.
+ * A row-major product C = op(A) op(B) is the column-major product
+ * C^T = op(B)^T op(A)^T on the same memory: cuBLAS gets B first, then A,
+ * with M and N swapped and the same leading dimensions.  Under
+ * -DDS_CUDA_EMU the calls go to tests/unit/cublas_emu.h (cblas_sgemm on the
+ * host), which checks that mapping, not cuBLAS.
+ */
+#include "cuda/cuda_port.h"
+
+#ifdef DS_CUDA_EMU
+#include "cublas_emu.h"
+#else
+#include <cublas_v2.h>
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/gemm_cuda.h"
+
+struct ds_cuda_blas {
+	cublasHandle_t h;
+	int tf32;
+};
+
+#define BLAS_TRY(x)                                                                                        \
+	do {                                                                                               \
+		cublasStatus_t ds_s_ = (x);                                                                \
+		if (ds_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
+			return DS_CUDA_EBLAS + (int)ds_s_;                                                 \
+	} while (0)
+
+extern "C" const char *ds_cuda_strerror(int rc)
+{
+	static thread_local char buf[160];
+	if (rc == 0)
+		return "no error";
+	if (rc >= DS_CUDA_EBLAS) {
+		snprintf(buf, sizeof(buf), "cuBLAS: %s", cublasGetStatusString((cublasStatus_t)(rc - DS_CUDA_EBLAS)));
+		return buf;
+	}
+	return cudaGetErrorString((cudaError_t)rc);
+}
+
+extern "C" int ds_cuda_blas_create(struct ds_cuda_blas **out, void *stream, int allow_tf32)
+{
+	*out = NULL;
+	struct ds_cuda_blas *b = (struct ds_cuda_blas *)calloc(1, sizeof(*b));
+	if (!b)
+		return (int)cudaErrorMemoryAllocation;
+	cublasStatus_t s = cublasCreate(&b->h);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		free(b);
+		return DS_CUDA_EBLAS + (int)s;
+	}
+	b->tf32 = allow_tf32 != 0;
+	s = cublasSetStream(b->h, (cudaStream_t)stream);
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasSetMathMode(b->h, b->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		ds_cuda_blas_destroy(b);
+		return DS_CUDA_EBLAS + (int)s;
+	}
+	*out = b;
+	return 0;
+}
+
+extern "C" void ds_cuda_blas_destroy(struct ds_cuda_blas *b)
+{
+	if (!b)
+		return;
+	cublasDestroy(b->h);
+	free(b);
+}
+
+extern "C" int ds_cuda_blas_set_stream(struct ds_cuda_blas *b, void *stream)
+{
+	BLAS_TRY(cublasSetStream(b->h, (cudaStream_t)stream));
+	return 0;
+}
+
+static cudaDataType dtype(enum ds_half_kind k)
+{
+	return k == DS_HALF_FP16 ? CUDA_R_16F : k == DS_HALF_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static cublasComputeType_t compute(const struct ds_cuda_blas *b, enum ds_half_kind ab)
+{
+	if (ab != DS_HALF_NONE)
+		return CUBLAS_COMPUTE_32F;   /* 16-bit inputs, fp32 accumulation: tensor cores */
+	return b->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
+}
+
+extern "C" int ds_cuda_blas_fp32_compute(const struct ds_cuda_blas *b) { return (int)compute(b, DS_HALF_NONE); }
+
+static size_t esize(enum ds_half_kind k) { return k == DS_HALF_NONE ? 4 : 2; }
+
+extern "C" int ds_cuda_gemm(struct ds_cuda_blas *b, enum ds_half_kind ab, enum ds_half_kind c, int ta, int tb, int M,
+			    int N, int K, float alpha, const void *A, int lda, const void *B, int ldb, float beta,
+			    void *C, int ldc)
+{
+	BLAS_TRY(cublasGemmEx(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+			      dtype(ab), ldb, A, dtype(ab), lda, &beta, C, dtype(c), ldc, compute(b, ab),
+			      CUBLAS_GEMM_DEFAULT));
+	return 0;
+}
+
+extern "C" int ds_cuda_gemm_batch(struct ds_cuda_blas *b, const struct ds_cuda_batch *bt, enum ds_half_kind ab,
+				  enum ds_half_kind c, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+				  int lda, const void *B, int ldb, float beta, void *C, int ldc)
+{
+	if (bt->count <= 0)
+		return 0;
+	if (bt->inner <= 0 || bt->count % bt->inner)
+		return DS_CUDA_EBLAS + (int)CUBLAS_STATUS_INVALID_VALUE;
+	const long in = bt->inner;
+	/* one strided call over everything when the outer stride continues
+	 * the inner one */
+	const int uniform = bt->sa[0] == in * bt->sa[1] && bt->sb[0] == in * bt->sb[1] && bt->sc[0] == in * bt->sc[1];
+	const int outer = uniform ? 1 : bt->count / bt->inner, per = uniform ? bt->count : bt->inner;
+	const size_t ea = esize(ab), ec = esize(c);
+	for (int q = 0; q < outer; q++) {
+		const char *a = (const char *)A + (size_t)q * bt->sa[0] * ea;
+		const char *bb = (const char *)B + (size_t)q * bt->sb[0] * ea;
+		char *cc = (char *)C + (size_t)q * bt->sc[0] * ec;
+		BLAS_TRY(cublasGemmStridedBatchedEx(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+						    M, K, &alpha, bb, dtype(ab), ldb, bt->sb[1], a, dtype(ab), lda,
+						    bt->sa[1], &beta, cc, dtype(c), ldc, bt->sc[1], per, compute(b, ab),
+						    CUBLAS_GEMM_DEFAULT));
+	}
+	return 0;
+}

@@ -1,0 +1,406 @@
+/* cuda_emu.cpp - the scheduler behind cuda_emu.h: a launch runs its blocks
+ * one after another, each block's threads as fibers that run to their next
+ * barrier in the order ds_emu_set_order chose (a fiber is made once with
+ * makecontext and then switched with _setjmp/_longjmp, which costs no
+ * system call, and runs block after block); barriers release
+ * only when every live thread of the block (or every lane of the warp mask)
+ * has arrived, and anything else (a barrier after some threads exited, a
+ * warp operation on an exited lane, mixed masks, a deadlock) stops the
+ * launch with one line on stderr and cudaErrorLaunchFailure.
+ */
+/* _longjmp between fiber stacks: glibc's fortified longjmp would refuse */
+#undef _FORTIFY_SOURCE
+#include "cuda_emu.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "util/half.h"
+
+uint3 ds_emu_threadIdx, ds_emu_blockIdx;
+dim3 ds_emu_blockDim, ds_emu_gridDim;
+
+namespace {
+
+enum { READY, AT_BAR, AT_WARP, DONE };
+
+const size_t kStack = 512u << 10;  /* per fiber, plus a guard page */
+const size_t kGuard = 4096;
+const size_t kSmemDefault = 48u << 10;
+const int kSmemOptin = 166912;     /* sm_80's opt-in limit (sm_90 allows 232448) */
+
+struct fiber {
+	ucontext_t ctx;
+	jmp_buf jb;
+	bool started;
+	int state;
+	unsigned mask;
+	uint3 tid;
+};
+
+struct emu {
+	std::vector<char *> stacks;
+	std::vector<fiber> th;
+	std::vector<unsigned long long> slot;
+	std::vector<unsigned char> dyn;
+	std::map<const void *, int> smem_attr;
+	ucontext_t sched;
+	jmp_buf sched_jb;
+	const std::function<void()> *body = nullptr;
+	const char *kname = "";
+	unsigned n = 0, cur = 0;
+	int order = DS_EMU_FORWARD;
+	unsigned long long rng = 0x9E3779B97F4A7C15ull;
+	bool stop = false, in_fiber = false;
+	cudaError_t err = cudaSuccess;
+	long launches = 0, failures = 0;
+};
+
+emu E;
+
+unsigned long long next_rand()
+{
+	E.rng ^= E.rng << 13;
+	E.rng ^= E.rng >> 7;
+	E.rng ^= E.rng << 17;
+	return E.rng;
+}
+
+/* the order of n items for one pass */
+void permutation(std::vector<unsigned> &p, unsigned n)
+{
+	p.resize(n);
+	for (unsigned i = 0; i < n; i++)
+		p[i] = E.order == DS_EMU_REVERSE ? n - 1 - i : i;
+	if (E.order == DS_EMU_SHUFFLE)
+		for (unsigned i = n; i > 1; i--) {
+			unsigned j = (unsigned)(next_rand() % i);
+			unsigned t = p[i - 1];
+			p[i - 1] = p[j];
+			p[j] = t;
+		}
+}
+
+/* back to the scheduler, to continue here when resumed */
+void yield()
+{
+	if (!_setjmp(E.th[E.cur].jb))
+		_longjmp(E.sched_jb, 1);
+}
+
+/* a fiber runs the launch's body once per block, for as long as it lives */
+void fiber_entry()
+{
+	for (;;) {
+		(*E.body)();
+		E.th[E.cur].state = DONE;
+		yield();
+	}
+}
+
+/* run fiber i until it yields */
+void resume(unsigned i)
+{
+	fiber &f = E.th[i];
+	E.cur = i;
+	E.in_fiber = true;
+	if (!_setjmp(E.sched_jb)) {
+		if (f.started) {
+			_longjmp(f.jb, 1);
+		} else {
+			f.started = true;
+			getcontext(&f.ctx);
+			f.ctx.uc_stack.ss_sp = E.stacks[i] + kGuard;
+			f.ctx.uc_stack.ss_size = kStack;
+			f.ctx.uc_link = nullptr;
+			makecontext(&f.ctx, fiber_entry, 0);
+			swapcontext(&E.sched, &f.ctx);  /* comes back through sched_jb */
+		}
+	}
+	E.in_fiber = false;
+}
+
+bool ensure_stacks(unsigned n)
+{
+	while (E.stacks.size() < n) {
+		void *p = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (p == MAP_FAILED)
+			return false;
+		mprotect(p, kGuard, PROT_NONE);  /* a stack overflow faults at once */
+		E.stacks.push_back((char *)p);
+	}
+	return true;
+}
+
+void set_ids(unsigned t)
+{
+	ds_emu_threadIdx = E.th[t].tid;
+}
+
+/* Release what can be released after a pass; false when nothing can. */
+bool release()
+{
+	unsigned done = 0, bar = 0, warp = 0;
+	for (unsigned i = 0; i < E.n; i++) {
+		done += E.th[i].state == DONE;
+		bar += E.th[i].state == AT_BAR;
+		warp += E.th[i].state == AT_WARP;
+	}
+	bool any = false;
+	for (unsigned w = 0; w * 32 < E.n && warp; w++) {
+		unsigned lo = w * 32, hi = lo + 32 < E.n ? lo + 32 : E.n;
+		unsigned mask = 0;
+		bool have = false;
+		for (unsigned i = lo; i < hi; i++)
+			if (E.th[i].state == AT_WARP) {
+				if (have && E.th[i].mask != mask) {
+					ds_emu_fail("warp %u: lanes wait with different masks (%#x, %#x)", w, mask, E.th[i].mask);
+					return false;
+				}
+				mask = E.th[i].mask;
+				have = true;
+				if (!(mask >> (i - lo) & 1u)) {
+					ds_emu_fail("warp %u lane %u: a warp operation whose mask %#x leaves it out", w, i - lo, mask);
+					return false;
+				}
+			}
+		if (!have)
+			continue;
+		bool all = true;
+		for (unsigned l = 0; l < 32; l++) {
+			if (!(mask >> l & 1u))
+				continue;
+			if (lo + l >= E.n) {
+				ds_emu_fail("warp %u: mask %#x names lane %u, past the block's %u threads", w, mask, l, E.n);
+				return false;
+			}
+			int s = E.th[lo + l].state;
+			if (s == DONE) {
+				ds_emu_fail("warp %u: lane %u exited, lanes of mask %#x wait for it", w, l, mask);
+				return false;
+			}
+			all &= s == AT_WARP;
+		}
+		if (all) {
+			for (unsigned l = 0; l < 32; l++)
+				if (mask >> l & 1u)
+					E.th[lo + l].state = READY;
+			any = true;
+		}
+	}
+	if (any)
+		return true;
+	if (bar && !warp) {
+		if (done) {
+			ds_emu_fail("__syncthreads reached by %u threads while %u have exited", bar, done);
+			return false;
+		}
+		for (unsigned i = 0; i < E.n; i++)
+			E.th[i].state = READY;
+		return true;
+	}
+	ds_emu_fail("deadlock: %u threads at __syncthreads, %u at warp operations, %u exited", bar, warp, done);
+	return false;
+}
+
+/* one block to completion; false when it was stopped */
+bool run_block()
+{
+	std::vector<unsigned> perm;
+	for (unsigned i = 0; i < E.n; i++)
+		E.th[i].state = READY;
+	for (;;) {
+		permutation(perm, E.n);
+		for (unsigned k = 0; k < E.n; k++) {
+			unsigned i = perm[k];
+			if (E.th[i].state != READY)
+				continue;
+			set_ids(i);
+			resume(i);
+			if (E.stop)
+				return false;
+		}
+		bool all_done = true;
+		for (unsigned i = 0; i < E.n; i++)
+			all_done &= E.th[i].state == DONE;
+		if (all_done)
+			return true;
+		if (!release())
+			return false;
+	}
+}
+
+} // namespace
+
+extern "C" void ds_emu_set_order(enum ds_emu_order o)
+{
+	E.order = o;
+	E.rng = 0x9E3779B97F4A7C15ull + (unsigned long long)o;
+}
+
+extern "C" long ds_emu_launches(void) { return E.launches; }
+extern "C" long ds_emu_failures(void) { return E.failures; }
+
+void ds_emu_fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "cuda_emu: %s block (%u,%u,%u) thread %u: ", E.kname, ds_emu_blockIdx.x, ds_emu_blockIdx.y,
+		ds_emu_blockIdx.z, E.cur);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	E.err = cudaErrorLaunchFailure;
+	E.stop = true;
+	E.failures++;
+	/* called from a fiber: leave it for good (the scheduler sees stop; the
+	 * fibers restart from scratch at the next launch) */
+	if (E.in_fiber)
+		_longjmp(E.sched_jb, 1);
+}
+
+static cudaError_t refuse(const char *name, cudaError_t e, const char *why)
+{
+	fprintf(stderr, "cuda_emu: launch of %s refused: %s\n", name, why);
+	E.failures++;
+	E.err = e;
+	return e;
+}
+
+cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size_t shmem, cudaStream_t stream,
+			  const std::function<void()> &body)
+{
+	(void)stream;  /* one queue: every launch runs to completion at once */
+	E.launches++;
+	unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+	if (!b.x || !b.y || !b.z || !g.x || !g.y || !g.z)
+		return refuse(name, cudaErrorInvalidConfiguration, "a zero grid or block dimension");
+	if (nt > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
+		return refuse(name, cudaErrorInvalidConfiguration, "more than 1024 threads per block (or y > 1024, z > 64)");
+	if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
+		return refuse(name, cudaErrorInvalidConfiguration, "grid dimension over the limit (x < 2^31, y, z <= 65535)");
+	size_t lim = kSmemDefault;
+	auto it = E.smem_attr.find(fn);
+	if (it != E.smem_attr.end() && (size_t)it->second > lim)
+		lim = (size_t)it->second;
+	if (shmem > lim)
+		return refuse(name, cudaErrorInvalidValue,
+			      "dynamic shared memory over 48 KiB without cudaFuncSetAttribute (or over its value)");
+	if (!ensure_stacks((unsigned)nt))
+		return refuse(name, cudaErrorMemoryAllocation, "no memory for the fiber stacks");
+	E.n = (unsigned)nt;
+	if (E.th.size() < E.n)
+		E.th.resize(E.n);
+	for (auto &f : E.th)
+		f.started = f.started && !E.stop;  /* after a stopped launch, fresh fibers */
+	for (unsigned z = 0, i = 0; z < b.z; z++)
+		for (unsigned y = 0; y < b.y; y++)
+			for (unsigned x = 0; x < b.x; x++, i++)
+				E.th[i].tid = uint3{ x, y, z };
+	E.slot.assign(E.n, 0);
+	E.dyn.assign(shmem ? shmem : 1, 0xff);  /* NaN bytes: a read before any write shows */
+	E.body = &body;
+	E.kname = name;
+	E.stop = false;
+	ds_emu_blockDim = b;
+	ds_emu_gridDim = g;
+	unsigned long long nb = (unsigned long long)g.x * g.y * g.z;
+	std::vector<unsigned> perm;
+	if (nb > 0xffffffffull)
+		return refuse(name, cudaErrorInvalidConfiguration, "too many blocks for the emulation");
+	permutation(perm, (unsigned)nb);
+	bool ok = true;
+	for (unsigned k = 0; k < nb && ok; k++) {
+		unsigned bi = perm[k];
+		ds_emu_blockIdx = uint3{ bi % g.x, bi / g.x % g.y, bi / g.x / g.y };
+		memset(E.dyn.data(), 0xff, E.dyn.size());
+		ok = run_block();
+	}
+	E.body = nullptr;
+	return ok ? cudaSuccess : cudaErrorLaunchFailure;
+}
+
+cudaError_t ds_emu_take_error(int clear)
+{
+	cudaError_t e = E.err;
+	if (clear)
+		E.err = cudaSuccess;
+	return e;
+}
+
+void ds_emu_set_error(cudaError_t e) { E.err = e; }
+
+void *ds_emu_dyn_smem(void) { return E.dyn.data(); }
+
+cudaError_t ds_emu_set_smem_attr(const void *fn, int bytes)
+{
+	if (bytes < 0 || bytes > kSmemOptin) {
+		fprintf(stderr, "cuda_emu: cudaFuncSetAttribute: %d bytes of dynamic shared memory is over sm_80's %d\n",
+			bytes, kSmemOptin);
+		E.failures++;
+		return E.err = cudaErrorInvalidValue;
+	}
+	E.smem_attr[fn] = bytes;
+	return cudaSuccess;
+}
+
+const char *ds_emu_error_string(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument";
+	case cudaErrorMemoryAllocation: return "out of memory";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorLaunchFailure: return "unspecified launch failure (emulated)";
+	}
+	return "unknown error";
+}
+
+unsigned ds_emu_linear_tid(void) { return E.cur; }
+unsigned ds_emu_block_threads(void) { return E.n; }
+
+void ds_emu_syncthreads(void)
+{
+	E.th[E.cur].state = AT_BAR;
+	yield();
+}
+
+void ds_emu_warp_wait(unsigned mask)
+{
+	E.th[E.cur].state = AT_WARP;
+	E.th[E.cur].mask = mask;
+	yield();
+}
+
+void ds_emu_slot_put(unsigned long long v) { E.slot[E.cur] = v; }
+
+unsigned long long ds_emu_slot_get(unsigned t, unsigned mask)
+{
+	if (t >= E.n || !(mask >> (t & 31u) & 1u)) {
+		ds_emu_fail("warp operation reads lane %u, outside the mask %#x or the block", t & 31u, mask);
+		return 0;
+	}
+	return E.slot[t];
+}
+
+namespace nvcuda {
+namespace wmma {
+float ds_emu_wmma_read(const __half *p) { return ds_f16_to_f32_exact(p->x); }
+float ds_emu_wmma_read(const __nv_bfloat16 *p) { return ds_bf16_to_f32_exact(p->x); }
+void ds_emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *what)
+{
+	if ((uintptr_t)p % 32)
+		ds_emu_fail("%s: pointer %p is not 32-byte aligned", what, p);
+	else if ((ldm * elem) % 16)
+		ds_emu_fail("%s: ldm %u elements is not a multiple of 16 bytes", what, ldm);
+}
+} // namespace wmma
+} // namespace nvcuda
