@@ -27,9 +27,10 @@ endif
 ## warning an error.  -fmad=false: no contraction of a*b+c into an FMA
 ## unless the source says fmaf, as gcc -std=c11 compiles the CPU side, so
 ## the same per-element math rounds alike.
-DS_CUDA_SRC = kernels/cuda/gpt_cuda.cu kernels/cuda/flat_cuda.cu kernels/cuda/gemm_cuda.cu
+DS_CUDA_SRC = kernels/cuda/gpt_cuda.cu kernels/cuda/flat_cuda.cu kernels/cuda/gemm_cuda.cu \
+	kernels/cuda/attn_cuda.cu
 DS_CUDA_HDR = kernels/cuda/cuda_port.h kernels/cuda/ds_cuda.h kernels/cuda/gpt_cuda.h kernels/cuda/flat_cuda.h \
-	kernels/cuda/gemm_cuda.h kernels/common/gpt_math.h kernels/common/optim_math.h \
+	kernels/cuda/gemm_cuda.h kernels/cuda/attn_cuda.h kernels/common/gpt_math.h kernels/common/optim_math.h \
 	lib/util/half.h lib/util/rng.h
 DS_CUDA_OBJ = $(DS_CUDA_SRC:.cu=.$(OBJEXT))
 DS_NVCC_FLAGS = -O3 -std=c++17 -fmad=false $(NVCC_GENCODE) -Werror all-warnings -Xcompiler -fPIC,-Wall \

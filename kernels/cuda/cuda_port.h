@@ -22,7 +22,7 @@
 #include <mma.h>
 #define DS_CUDA_LAUNCH(k, g, b, sh, st, ...) (k)<<<(g), (b), (sh), (cudaStream_t)(st)>>>(__VA_ARGS__)
 #define DS_CUDA_DYN_SHARED(T, name)                                                                        \
-	extern __shared__ __align__(16) unsigned char ds_cuda_dyn_smem[];                                   \
+	extern __shared__ __align__(128) unsigned char ds_cuda_dyn_smem[];                                   \
 	T *name = reinterpret_cast<T *>(ds_cuda_dyn_smem)
 #endif
 
@@ -59,11 +59,13 @@ struct ds_f32 {
 };
 struct ds_f16 {
 	typedef uint16_t elem;
+	typedef __half wmma_t;   /* the type wmma's fragments name */
 	static __device__ __forceinline__ float load(const uint16_t *p) { return ds_f16_to_f32_exact(*p); }
 	static __device__ __forceinline__ void store(uint16_t *p, float v) { *p = ds_f32_to_f16_rne(v); }
 };
 struct ds_bf16 {
 	typedef uint16_t elem;
+	typedef __nv_bfloat16 wmma_t;
 	static __device__ __forceinline__ float load(const uint16_t *p) { return ds_bf16_to_f32_exact(*p); }
 	static __device__ __forceinline__ void store(uint16_t *p, float v) { *p = ds_f32_to_bf16_rne(v); }
 };

@@ -43,12 +43,20 @@ struct fiber {
 	int state;
 	unsigned mask;
 	uint3 tid;
+	long mma;   /* wmma loads and products this thread made in this block */
+};
+
+/* a warp's last wmma load or product, for the lanes after the first */
+struct mma_cache {
+	long gen;
+	float out[256];
 };
 
 struct emu {
 	std::vector<char *> stacks;
 	std::vector<fiber> th;
 	std::vector<unsigned long long> slot;
+	std::vector<mma_cache> mma;
 	std::vector<unsigned char> dyn;
 	std::map<const void *, int> smem_attr;
 	ucontext_t sched;
@@ -215,8 +223,11 @@ bool release()
 bool run_block()
 {
 	std::vector<unsigned> perm;
-	for (unsigned i = 0; i < E.n; i++)
+	for (unsigned i = 0; i < E.n; i++) {
 		E.th[i].state = READY;
+		E.th[i].mma = 0;
+	}
+	E.mma.assign((E.n + 31) / 32, mma_cache{ -1, {} });
 	for (;;) {
 		permutation(perm, E.n);
 		for (unsigned k = 0; k < E.n; k++) {
@@ -306,7 +317,7 @@ cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size
 			for (unsigned x = 0; x < b.x; x++, i++)
 				E.th[i].tid = uint3{ x, y, z };
 	E.slot.assign(E.n, 0);
-	E.dyn.assign(shmem ? shmem : 1, 0xff);  /* NaN bytes: a read before any write shows */
+	E.dyn.assign(shmem + 128, 0xff);  /* NaN bytes: a read before any write shows */
 	E.body = &body;
 	E.kname = name;
 	E.stop = false;
@@ -321,7 +332,7 @@ cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size
 	for (unsigned k = 0; k < nb && ok; k++) {
 		unsigned bi = perm[k];
 		ds_emu_blockIdx = uint3{ bi % g.x, bi / g.x % g.y, bi / g.x / g.y };
-		memset(E.dyn.data(), 0xff, E.dyn.size());
+		memset(E.dyn.data(), 0xff, E.dyn.size());   /* each block starts from garbage */
 		ok = run_block();
 	}
 	E.body = nullptr;
@@ -338,7 +349,12 @@ cudaError_t ds_emu_take_error(int clear)
 
 void ds_emu_set_error(cudaError_t e) { E.err = e; }
 
-void *ds_emu_dyn_smem(void) { return E.dyn.data(); }
+/* 128-byte aligned, as CUDA's dynamic shared memory declared __align__(128) */
+void *ds_emu_dyn_smem(void)
+{
+	uintptr_t p = (uintptr_t)E.dyn.data();
+	return (void *)((p + 127) & ~(uintptr_t)127);
+}
 
 cudaError_t ds_emu_set_smem_attr(const void *fn, int bytes)
 {
@@ -393,6 +409,15 @@ unsigned long long ds_emu_slot_get(unsigned t, unsigned mask)
 
 namespace nvcuda {
 namespace wmma {
+float *ds_emu_wmma_slot(int *first)
+{
+	mma_cache &c = E.mma[E.cur / 32];
+	long g = E.th[E.cur].mma++;
+	*first = c.gen != g;
+	c.gen = g;
+	return c.out;
+}
+
 float ds_emu_wmma_read(const __half *p) { return ds_f16_to_f32_exact(p->x); }
 float ds_emu_wmma_read(const __nv_bfloat16 *p) { return ds_bf16_to_f32_exact(p->x); }
 void ds_emu_wmma_check(const void *p, unsigned ldm, size_t elem, const char *what)

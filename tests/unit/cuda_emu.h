@@ -308,15 +308,25 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v)
 
 /* a, b: element (r, c) of the tile at p[r*ldm + c] (row_major) or
  * p[c*ldm + r] (col_major) */
+/* a warp's slot for the collective operation this lane is at: the first
+ * lane to arrive (*first set) does the work there, the others copy it (the
+ * operands are the same for every lane of a correct kernel), so the
+ * emulation loads and multiplies once per warp, not 32 times */
+float *ds_emu_wmma_slot(int *first);
+
 template <class Use, int M, int N, int K, class T, class L, class P>
 static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ldm)
 {
 	ds_emu_wmma_check(p, ldm, sizeof(P), "load_matrix_sync");
 	typedef fragment<Use, M, N, K, T, L> F;
-	for (int r = 0; r < F::rows; r++)
-		for (int c = 0; c < F::cols; c++)
-			f.x[r * F::cols + c] = ds_emu_wmma_read(std::is_same<L, col_major>::value ? p + (size_t)c * ldm + r
-											 : p + (size_t)r * ldm + c);
+	int first = 0;
+	float *v = ds_emu_wmma_slot(&first);
+	if (first)
+		for (int r = 0; r < F::rows; r++)
+			for (int c = 0; c < F::cols; c++)
+				v[r * F::cols + c] = ds_emu_wmma_read(std::is_same<L, col_major>::value ? p + (size_t)c * ldm + r
+												 : p + (size_t)r * ldm + c);
+	memcpy(f.x, v, sizeof(f.x));
 	__syncwarp();
 }
 
@@ -348,15 +358,18 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float, void> &d,
 			    const fragment<matrix_a, M, N, K, T, LA> &a, const fragment<matrix_b, M, N, K, T, LB> &b,
 			    const fragment<accumulator, M, N, K, float, void> &c)
 {
-	float out[M * N];
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++) {
-			double s = c.x[i * N + j];
-			for (int k = 0; k < K; k++)
-				s += (double)a.x[i * K + k] * (double)b.x[k * N + j];
-			out[i * N + j] = (float)s;
-		}
-	memcpy(d.x, out, sizeof(out));
+	static_assert(M * N <= 256 && M * K <= 256 && K * N <= 256, "wmma tile larger than the emulation's slot");
+	int first = 0;
+	float *out = ds_emu_wmma_slot(&first);
+	if (first)
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double s = c.x[i * N + j];
+				for (int k = 0; k < K; k++)
+					s += (double)a.x[i * K + k] * (double)b.x[k * N + j];
+				out[i * N + j] = (float)s;
+			}
+	memcpy(d.x, out, sizeof(float) * M * N);
 	__syncwarp();
 }
 } // namespace wmma

@@ -41,6 +41,7 @@ int main(void)
 		DS_CUDA_GPT_CASES,
 		DS_CUDA_FLAT_CASES,
 		DS_CUDA_GEMM_CASES,
+		DS_CUDA_ATTN_CASES,
 		DS_EMU_SELF_CASES,
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
