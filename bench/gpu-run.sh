@@ -179,6 +179,7 @@ run() {
 	} >"$out/smoke.txt" 2>&1
 	{
 		[ -x build-gpu/bench/gpu-step ] && timeout 900 build-gpu/bench/gpu-step 2>&1
+		[ -x build-gpu/bench/cuda-kernels ] && timeout 300 build-gpu/bench/cuda-kernels 2>&1
 		OMP_NUM_THREADS=$(nproc) timeout 300 build-gpu/bench/gpt-step gpt2 5 2>&1
 	} >"$out/bench.txt" 2>&1
 	echo "gpu-run.sh: raw output in $out:"

@@ -44,6 +44,15 @@ kernels/cuda/%.$(OBJEXT): $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(D
 	$(AM_V_GEN)$(NVCC) $(DS_NVCC_FLAGS) -c $< -o $@
 endif
 
+## bench/cuda-kernels: the fused attention, the bf16 GEMM and memory-bound
+## kernels on a GPU at GPT-2 sizes against the device's ceilings (built by
+## make check, run by bench/gpu-run.sh; says so and exits 0 without a GPU).
+if HAVE_CUDA
+check_PROGRAMS += bench/cuda-kernels
+bench_cuda_kernels_SOURCES = bench/cuda-kernels.c
+bench_cuda_kernels_LDADD = $(DS_LDADD)
+endif
+
 ## The same .cu sources compiled by g++ over a host emulation of CUDA
 ## (tests/unit/cuda_emu.h: threads as fibers, real barriers; cuBLAS through
 ## cblas_sgemm, cublas_emu.h) and compared with the CPU kernels on the CPU
@@ -54,8 +63,10 @@ DS_EMU_HDR = tests/unit/cuda_emu.h tests/unit/cuda_emu_api.h tests/unit/cublas_e
 	tests/unit/emu_selftest.h tests/unit/emu_selftest_api.h tests/unit/kernels_cuda_cases.h
 DS_EMU_OBJ = $(patsubst kernels/cuda/%.cu,tests/unit/emu/%.$(OBJEXT),$(DS_CUDA_SRC)) \
 	$(patsubst tests/unit/%.cpp,tests/unit/emu/%.$(OBJEXT),$(DS_EMU_SRC))
+## (configure --enable-asan instruments them too: ASan then sees a kernel
+## that reads or writes past a buffer or its shared memory)
 DS_EMU_FLAGS = -std=c++17 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I$(top_srcdir)/lib -I$(top_srcdir)/kernels \
-	-I$(top_srcdir)/tests/unit $(BLAS_CFLAGS)
+	-I$(top_srcdir)/tests/unit $(BLAS_CFLAGS) $(filter -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS))
 EXTRA_DIST += $(DS_EMU_SRC) $(DS_EMU_HDR)
 if HAVE_CUDA
 if HAVE_CMOCKA

@@ -57,7 +57,8 @@ struct emu {
 	std::vector<fiber> th;
 	std::vector<unsigned long long> slot;
 	std::vector<mma_cache> mma;
-	std::vector<unsigned char> dyn;
+	unsigned char *dyn = nullptr;   /* the block's dynamic shared memory */
+	size_t dyn_n = 0;
 	std::map<const void *, int> smem_attr;
 	ucontext_t sched;
 	jmp_buf sched_jb;
@@ -317,7 +318,13 @@ cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size
 			for (unsigned x = 0; x < b.x; x++, i++)
 				E.th[i].tid = uint3{ x, y, z };
 	E.slot.assign(E.n, 0);
-	E.dyn.assign(shmem + 128, 0xff);  /* NaN bytes: a read before any write shows */
+	/* exactly the bytes asked for (rounded to the 128-byte alignment), so
+	 * that ASan sees a kernel that runs past its shared memory */
+	free(E.dyn);
+	E.dyn_n = (shmem + 127) / 128 * 128;
+	E.dyn = (unsigned char *)aligned_alloc(128, E.dyn_n ? E.dyn_n : 128);
+	if (!E.dyn)
+		return refuse(name, cudaErrorMemoryAllocation, "no memory for the dynamic shared memory");
 	E.body = &body;
 	E.kname = name;
 	E.stop = false;
@@ -332,7 +339,7 @@ cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size
 	for (unsigned k = 0; k < nb && ok; k++) {
 		unsigned bi = perm[k];
 		ds_emu_blockIdx = uint3{ bi % g.x, bi / g.x % g.y, bi / g.x / g.y };
-		memset(E.dyn.data(), 0xff, E.dyn.size());   /* each block starts from garbage */
+		memset(E.dyn, 0xff, E.dyn_n);   /* NaN bytes: a read before any write shows */
 		ok = run_block();
 	}
 	E.body = nullptr;
@@ -350,11 +357,7 @@ cudaError_t ds_emu_take_error(int clear)
 void ds_emu_set_error(cudaError_t e) { E.err = e; }
 
 /* 128-byte aligned, as CUDA's dynamic shared memory declared __align__(128) */
-void *ds_emu_dyn_smem(void)
-{
-	uintptr_t p = (uintptr_t)E.dyn.data();
-	return (void *)((p + 127) & ~(uintptr_t)127);
-}
+void *ds_emu_dyn_smem(void) { return E.dyn; }
 
 cudaError_t ds_emu_set_smem_attr(const void *fn, int bytes)
 {
