@@ -190,8 +190,9 @@ static __global__ void sumsq_part_k(double *part, int *bad, const void *x, enum 
 	}
 }
 
-/* one block: thread j adds chunks j, j+256, ... in order, then the tree */
-static __global__ void sumsq_final_k(double *sumsq, int *nonfinite, const double *part, const int *bad, int64_t nch)
+/* one block: thread j adds items j, j+256, ... in order, then the tree;
+ * acc[0] (add 1) or out[0] (add 0) gets the sum, acc[1] the flag */
+static __global__ void final_k(double *out, int add, const double *part, const int *bad, int64_t nch)
 {
 	__shared__ double sh[SQ_THREADS];
 	__shared__ int shb[SQ_THREADS];
@@ -199,18 +200,18 @@ static __global__ void sumsq_final_k(double *sumsq, int *nonfinite, const double
 	int b = 0;
 	for (int64_t c = threadIdx.x; c < nch; c += blockDim.x) {
 		s += part[c];
-		b |= bad[c];
+		b |= bad ? bad[c] : 0;
 	}
 	s = ds_block_sum(s, sh);
 	b = ds_block_max(b, shb);
 	if (threadIdx.x == 0) {
-		*sumsq += s;
-		*nonfinite |= b;
+		out[0] = add ? out[0] + s : s;
+		if (bad && b)
+			out[1] = 1.0;
 	}
 }
 
-extern "C" int ds_cuda_sumsq(double *sumsq, int *nonfinite, const void *x, enum ds_half_kind k, int64_t n,
-			     void *stream)
+extern "C" int ds_cuda_sumsq(double *acc, const void *x, enum ds_half_kind k, int64_t n, void *stream)
 {
 	if (n <= 0)
 		return 0;
@@ -220,10 +221,31 @@ extern "C" int ds_cuda_sumsq(double *sumsq, int *nonfinite, const void *x, enum 
 	double *part = (double *)scratch;
 	int *bad = (int *)(part + nch);
 	DS_CUDA_LAUNCH(sumsq_part_k, (unsigned)nch, SQ_THREADS, 0, stream, part, bad, x, k, n);
-	DS_CUDA_LAUNCH(sumsq_final_k, 1, SQ_THREADS, 0, stream, sumsq, nonfinite, part, bad, nch);
+	DS_CUDA_LAUNCH(final_k, 1, SQ_THREADS, 0, stream, acc, 1, (const double *)part, (const int *)bad, nch);
 	int rc = ds_cuda_status();
 	cudaError_t e = cudaFreeAsync(scratch, (cudaStream_t)stream);
 	return rc ? rc : (int)e;
+}
+
+extern "C" int ds_cuda_sum(double *out, const double *x, int64_t n, void *stream)
+{
+	DS_CUDA_LAUNCH(final_k, 1, SQ_THREADS, 0, stream, out, 0, x, (const int *)NULL, n);
+	return ds_cuda_status();
+}
+
+static __global__ void fill_cols_k(float *x, int64_t rows, int64_t ld, int col0, int w, float v)
+{
+	FOR_N(i, rows * w);
+	x[i / w * ld + col0 + i % w] = v;
+}
+
+extern "C" int ds_cuda_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v, void *stream)
+{
+	if (rows <= 0 || col1 <= col0)
+		return 0;
+	DS_CUDA_LAUNCH(fill_cols_k, ds_cuda_blocks(rows * (col1 - col0), EW), EW, 0, stream, x, rows, ld, col0,
+		       col1 - col0, v);
+	return ds_cuda_status();
 }
 
 /* ---- Adam, SGD -------------------------------------------------------------- */
@@ -262,10 +284,11 @@ extern "C" int ds_cuda_sgd(const struct ds_sgd_coef *c, float *p, const float *g
 
 #define LAMB_CHUNK 8192   /* lib/optim/lamb.c's CHUNK */
 
-/* one 8192-element piece of a range */
+/* one 8192-element piece of a range, and phase 2's step for its range */
 struct lamb_chunk {
 	int64_t lo, len;
 	int range;
+	float step;
 };
 
 /* block c: chunk c's moments, and its sums of p^2 and u^2 */
@@ -308,21 +331,19 @@ static __global__ void lamb_sums_k(double *sums, const double *part, const int64
 }
 
 static __global__ void lamb_apply_k(struct ds_lamb_coef k, float *p, const float *m, const float *v,
-				    const struct lamb_chunk *ch, const double *sums, double step_size, double mn,
-				    double mx)
+				    const struct lamb_chunk *ch)
 {
 	const struct lamb_chunk c = ch[blockIdx.x];
-	const double r = ds_lamb_ratio(sqrt(sums[2 * c.range]), sqrt(sums[2 * c.range + 1]), mn, mx);
-	const float s = (float)(step_size * r);
 	for (int64_t i = c.lo + threadIdx.x; i < c.lo + c.len; i += blockDim.x)
-		p[i] = p[i] - s * ds_lamb_u(&k, p[i], m[i], v[i]);
+		p[i] = p[i] - c.step * ds_lamb_u(&k, p[i], m[i], v[i]);
 }
 
 /* The chunk table of the ranges (and each range's first chunk) in device
  * scratch: *dev holds the chunks, then nranges + 1 first indices.  Host
  * memory is staged by cudaMemcpyAsync before it returns (pageable source),
  * so the host copy is freed here. */
-static int lamb_table(const struct ds_range *ranges, int nranges, void **dev, int64_t *nchunks, void *stream)
+static int lamb_table(const struct ds_range *ranges, int nranges, const float *steps, void **dev, int64_t *nchunks,
+		      void *stream)
 {
 	int64_t nc = 0;
 	for (int r = 0; r < nranges; r++)
@@ -339,6 +360,7 @@ static int lamb_table(const struct ds_range *ranges, int nranges, void **dev, in
 			c[k].lo = (int64_t)(ranges[r].off + o);
 			c[k].len = (int64_t)(ranges[r].len - o < LAMB_CHUNK ? ranges[r].len - o : LAMB_CHUNK);
 			c[k].range = r;
+			c[k].step = steps ? steps[r] : 0.0f;
 		}
 	}
 	first[nranges] = k;
@@ -358,7 +380,7 @@ extern "C" int ds_cuda_lamb_partial(const struct ds_lamb_coef *k, const float *p
 		return 0;
 	void *tab = NULL;
 	int64_t nc = 0;
-	int rc = lamb_table(ranges, nranges, &tab, &nc, stream);
+	int rc = lamb_table(ranges, nranges, NULL, &tab, &nc, stream);
 	double *part = NULL;
 	if (!rc)
 		rc = (int)cudaMallocAsync((void **)&part, (size_t)(nc ? nc : 1) * 2 * sizeof(double), (cudaStream_t)stream);
@@ -383,12 +405,18 @@ extern "C" int ds_cuda_lamb_apply(const struct ds_lamb_coef *k, float *p, const 
 {
 	if (nranges <= 0)
 		return 0;
+	/* each range's step as lib/optim/lamb.c takes it, on the host */
+	float *steps = (float *)malloc((size_t)nranges * sizeof(float));
+	if (!steps)
+		return (int)cudaErrorMemoryAllocation;
+	for (int r = 0; r < nranges; r++)
+		steps[r] = (float)(step_size * ds_lamb_ratio(sqrt(sums[2 * r]), sqrt(sums[2 * r + 1]), min_coeff, max_coeff));
 	void *tab = NULL;
 	int64_t nc = 0;
-	int rc = lamb_table(ranges, nranges, &tab, &nc, stream);
+	int rc = lamb_table(ranges, nranges, steps, &tab, &nc, stream);
+	free(steps);
 	if (!rc && nc) {
-		DS_CUDA_LAUNCH(lamb_apply_k, (unsigned)nc, EW, 0, stream, *k, p, m, v, (const struct lamb_chunk *)tab,
-			       sums, step_size, min_coeff, max_coeff);
+		DS_CUDA_LAUNCH(lamb_apply_k, (unsigned)nc, EW, 0, stream, *k, p, m, v, (const struct lamb_chunk *)tab);
 		rc = ds_cuda_status();
 	}
 	if (tab)

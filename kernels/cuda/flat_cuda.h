@@ -49,11 +49,20 @@ int ds_cuda_hrecast(uint16_t *p, int64_t n, enum ds_half_kind from, enum ds_half
 /* acc[0..n) += g, then rounded to k (DS_HALF_NONE: fp32 accumulation). */
 int ds_cuda_accumulate(enum ds_half_kind k, float *acc, const float *g, int64_t n, void *stream);
 
-/* *sumsq += the sum of x^2 over x[0..n) in double, *nonfinite |= 1 when an
- * element is inf or nan (both device pointers).  x is fp32 (k NONE) or
- * 16-bit of kind k.  Fixed order: 64Ki-element chunks (a block each, a
- * fixed tree), then one block over the chunks: the same bits every run. */
-int ds_cuda_sumsq(double *sumsq, int *nonfinite, const void *x, enum ds_half_kind k, int64_t n, void *stream);
+/* acc (two doubles, device): acc[0] += the sum of x^2 over x[0..n) in
+ * double, acc[1] becomes 1 (and stays 1) when an element is inf or nan.
+ * x is fp32 (k NONE) or 16-bit of kind k.  Fixed order: 64Ki-element
+ * chunks (a block each, a fixed tree), then one block over the chunks: the
+ * same bits every run. */
+int ds_cuda_sumsq(double *acc, const void *x, enum ds_half_kind k, int64_t n, void *stream);
+
+/* *out (one double, device) writes x[0] + ... + x[n-1] (device doubles:
+ * the cross-entropy's per-row losses), in a fixed tree. */
+int ds_cuda_sum(double *out, const double *x, int64_t n, void *stream);
+
+/* x (rows, ld): columns [col0, col1) of every row write v (the logits'
+ * padding columns). */
+int ds_cuda_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v, void *stream);
 
 /* Adam/AdamW over [0, n): c from ds_adam_coef_init (lib/optim). */
 int ds_cuda_adam(const struct ds_adam_coef *c, float *p, const float *g, float *m, float *v, int64_t n,
@@ -68,9 +77,10 @@ int ds_cuda_sgd(const struct ds_sgd_coef *c, float *p, const float *g, float *bu
  * k from ds_lamb_coef_init. */
 int ds_cuda_lamb_partial(const struct ds_lamb_coef *k, const float *p, const float *g, float *m, float *v,
 			 float grad_mul, const struct ds_range *ranges, int nranges, double *sums, void *stream);
-/* Lamb phase 2 (ds_lamb_apply): with the reduced sums (device), the trust
- * ratio per range (ds_lamb_ratio, in double on the device) and
- * p -= (float)(step_size * ratio) * u; step_size from ds_lamb_step_size. */
+/* Lamb phase 2 (ds_lamb_apply): with the reduced sums (host, 2*nranges
+ * doubles) the trust ratio per range (ds_lamb_ratio, on the host as the
+ * CPU takes it) and p -= (float)(step_size * ratio) * u; step_size from
+ * ds_lamb_step_size. */
 int ds_cuda_lamb_apply(const struct ds_lamb_coef *k, float *p, const float *m, const float *v,
 		       const struct ds_range *ranges, int nranges, const double *sums, double step_size,
 		       double min_coeff, double max_coeff, void *stream);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda/flat_cuda.h"
 #include "cuda/gemm_cuda.h"
 
 struct ds_cuda_blas {
@@ -129,4 +130,36 @@ extern "C" int ds_cuda_gemm_batch(struct ds_cuda_blas *b, const struct ds_cuda_b
 						    CUBLAS_GEMM_DEFAULT));
 	}
 	return 0;
+}
+
+/* elements from X's start that a (batch of) product(s) reads: the last
+ * entry's offset plus one stored matrix of rows x cols at leading dim ld */
+static int64_t extent(const struct ds_cuda_batch *bt, const long *s, int rows, int cols, int ld)
+{
+	int64_t off = 0;
+	if (bt && bt->count > 1)
+		off = (int64_t)(bt->count / bt->inner - 1) * s[0] + (int64_t)(bt->inner - 1) * s[1];
+	return off + (int64_t)(rows - 1) * ld + cols;
+}
+
+extern "C" int ds_cuda_gemm_rounded(struct ds_cuda_blas *b, const struct ds_cuda_batch *bt, enum ds_half_kind k,
+				    int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+				    const float *B, int ldb, float beta, float *C, int ldc, void *stream)
+{
+	if (M <= 0 || N <= 0 || (bt && bt->count <= 0))
+		return 0;
+	const struct ds_cuda_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+	if (!bt)
+		bt = &one;
+	const int64_t na = K > 0 ? extent(bt, bt->sa, ta ? K : M, ta ? M : K, lda) : 0;
+	const int64_t nb = K > 0 ? extent(bt, bt->sb, tb ? N : K, tb ? K : N, ldb) : 0;
+	uint16_t *h = NULL;
+	DS_CUDA_TRY(cudaMallocAsync((void **)&h, (size_t)(na + nb + 1) * sizeof(uint16_t), (cudaStream_t)stream));
+	int rc = ds_cuda_half_pack(k, h, A, na, stream);
+	if (!rc)
+		rc = ds_cuda_half_pack(k, h + na, B, nb, stream);
+	if (!rc)
+		rc = ds_cuda_gemm_batch(b, bt, k, DS_HALF_NONE, ta, tb, M, N, K, alpha, h, lda, h + na, ldb, beta, C, ldc);
+	cudaError_t e = cudaFreeAsync(h, (cudaStream_t)stream);
+	return rc ? rc : (int)e;
 }

@@ -52,6 +52,15 @@ int ds_cuda_gemm_batch(struct ds_cuda_blas *b, const struct ds_cuda_batch *bt, e
 		       enum ds_half_kind c, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
 		       const void *B, int ldb, float beta, void *C, int ldc);
 
+/* The CPU's bf16 products (kernels/cpu/gemm_bf16.h) on fp32 buffers: A
+ * and B rounded to kind k (to nearest even, into stream-ordered scratch
+ * covering the elements the product reads), the products on the tensor
+ * cores accumulated in fp32, C fp32.  bt NULL: one product.  For a model
+ * that keeps 16-bit values in fp32 buffers, as the CPU path does. */
+int ds_cuda_gemm_rounded(struct ds_cuda_blas *b, const struct ds_cuda_batch *bt, enum ds_half_kind k, int ta, int tb,
+			 int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+			 float *C, int ldc, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

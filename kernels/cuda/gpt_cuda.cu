@@ -597,7 +597,7 @@ extern "C" int ds_kernel_cuda_act_backward(float *dinp, const float *dout, const
 
 /* ---- cross-entropy --------------------------------------------------------- */
 
-static __global__ void xent_forward_k(float *lse, float *loss_rows, const float *logits, const int32_t *targets,
+static __global__ void xent_forward_k(float *lse, double *losses, const float *logits, const int32_t *targets,
 				      int V, int Vp)
 {
 	__shared__ float sh[ROW_THREADS];
@@ -614,37 +614,17 @@ static __global__ void xent_forward_k(float *lse, float *loss_rows, const float 
 	if (threadIdx.x == 0) {
 		float z = (float)(mx + log((double)s));
 		lse[n] = z;
-		if (loss_rows)
-			loss_rows[n] = z - l[targets[n]];
+		if (losses)
+			losses[n] = (double)z - (double)l[targets[n]];
 	}
 }
 
-extern "C" int ds_kernel_cuda_xent_forward(float *lse, float *loss_rows, const float *logits,
+extern "C" int ds_kernel_cuda_xent_forward(float *lse, double *losses, const float *logits,
 					   const int32_t *targets, int64_t N, int V, int Vp, void *stream)
 {
 	if (N <= 0)
 		return 0;
-	DS_CUDA_LAUNCH(xent_forward_k, (unsigned)N, ROW_THREADS, 0, stream, lse, loss_rows, logits, targets, V, Vp);
-	return ds_cuda_status();
-}
-
-/* one block: thread j sums rows j, j+256, ... in order, then the tree */
-static __global__ void xent_total_k(double *total, const float *lse, const float *logits, const int32_t *targets,
-				    int64_t N, int Vp)
-{
-	__shared__ double sh[ROW_THREADS];
-	double s = 0;
-	for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
-		s += (double)lse[n] - (double)logits[n * Vp + targets[n]];
-	s = ds_block_sum(s, sh);
-	if (threadIdx.x == 0)
-		*total = s;
-}
-
-extern "C" int ds_kernel_cuda_xent_total(double *total, const float *lse, const float *logits,
-					 const int32_t *targets, int64_t N, int Vp, void *stream)
-{
-	DS_CUDA_LAUNCH(xent_total_k, 1, ROW_THREADS, 0, stream, total, lse, logits, targets, N, Vp);
+	DS_CUDA_LAUNCH(xent_forward_k, (unsigned)N, ROW_THREADS, 0, stream, lse, losses, logits, targets, V, Vp);
 	return ds_cuda_status();
 }
 

@@ -86,15 +86,11 @@ int ds_kernel_cuda_act_backward(float *dinp, const float *dout, const float *inp
 				void *stream);
 
 /* Cross-entropy over the first V of Vp columns: lse (N) writes the
- * log-sum-exp (the CPU's: float max and sum, log in double), loss_rows (N)
- * writes lse - logit[target] (NULL: skip). */
-int ds_kernel_cuda_xent_forward(float *lse, float *loss_rows, const float *logits, const int32_t *targets, int64_t N,
+ * log-sum-exp (the CPU's: float max and sum, log in double), losses (N,
+ * double; NULL: skip) writes (double)lse - (double)logit[target] (the
+ * terms ds_kernel_xent_forward adds up; ds_cuda_sum adds them here). */
+int ds_kernel_cuda_xent_forward(float *lse, double *losses, const float *logits, const int32_t *targets, int64_t N,
 				int V, int Vp, void *stream);
-/* *total (one double, device) writes the sum over rows of (double)lse -
- * (double)logit[target]: ds_kernel_xent_forward's return value, summed in
- * a fixed tree instead of in row order. */
-int ds_kernel_cuda_xent_total(double *total, const float *lse, const float *logits, const int32_t *targets,
-			      int64_t N, int Vp, void *stream);
 /* In place: logits become dscale * (softmax - onehot), padding columns 0. */
 int ds_kernel_cuda_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
 				 float dscale, void *stream);

@@ -279,27 +279,15 @@ CLONES static void sgd_chunk(float *p, const float *g, float *buf, size_t n, flo
 	}
 }
 
-void ds_sgd_coef_init(struct ds_sgd_coef *c, const struct ds_optim_params *hp, int64_t t, float grad_mul)
-{
-	c->lr = (float)hp->lr;
-	c->wd = (float)hp->weight_decay;
-	c->mom = (float)hp->momentum;
-	c->damp = (float)(1.0 - hp->dampening);
-	c->grad_mul = grad_mul;
-	c->first = t == 1;
-	c->nesterov = hp->nesterov;
-}
-
 /* torch.optim.SGD for step t over [0, n): d = g + wd*p; buf = d on the
  * first step, else mom*buf + (1-dampening)*d; nesterov d += mom*buf, else
  * d = buf; p -= lr*d (wd*p only when wd != 0, as torch). */
 static void sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf,
 		       float grad_mul, size_t n)
 {
-	struct ds_sgd_coef k;
-	ds_sgd_coef_init(&k, hp, t, grad_mul);
-	const float lr = k.lr, wd = k.wd, mom = k.mom, damp = k.damp;
-	const int first = k.first, nest = k.nesterov;
+	const float lr = (float)hp->lr, wd = (float)hp->weight_decay, mom = (float)hp->momentum;
+	const float damp = (float)(1.0 - hp->dampening);
+	const int first = t == 1, nest = hp->nesterov;
 	const size_t chunk = 65536, nc = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (nc > 1)
 	for (size_t c = 0; c < nc; c++) {
@@ -339,4 +327,17 @@ int ds_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul, 
 	}
 	o->step = t;
 	return 0;
+}
+
+/* The constants sgd_update computes, for a device implementation of the
+ * same step (kernels/common/optim_math.h, ds_sgd_elem). */
+void ds_sgd_coef_init(struct ds_sgd_coef *c, const struct ds_optim_params *hp, int64_t t, float grad_mul)
+{
+	c->lr = (float)hp->lr;
+	c->wd = (float)hp->weight_decay;
+	c->mom = (float)hp->momentum;
+	c->damp = (float)(1.0 - hp->dampening);
+	c->grad_mul = grad_mul;
+	c->first = t == 1;
+	c->nesterov = hp->nesterov;
 }
