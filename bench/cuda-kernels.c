@@ -163,39 +163,14 @@ static void run_bwd(void *p)
 				      (enum ds_attn_impl)a->impl, NULL));
 }
 
-/* lib/model/gpt.c's attention with the CUDA launchers: fp32 products per
- * (b, head) through cuBLAS, the softmax and dropout kernels */
+/* lib/model/gpt.c's attention unfused on the device, fp32 */
 static void run_unfused(void *p)
 {
 	struct attn_arg *a = p;
-	const int T = a->T, C = a->C, NH = a->NH, hs = C / NH, C3 = 3 * C, B = a->B;
-	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
-	const float scale = 1.0f / sqrtf((float)hs);
-	const struct ds_cuda_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } };
-	CK(ds_cuda_gemm_batch(a->blas, &s, DS_HALF_NONE, DS_HALF_NONE, 0, 1, T, T, hs, scale, a->q32, C3, a->q32 + C, C3,
-			      0.0f, a->att, T));
-	CK(ds_kernel_cuda_causal_softmax_forward(a->att, B, NH, T, NULL));
-	const float *P = a->att;
-	if (a->p > 0) {
-		CK(ds_kernel_cuda_attention_dropout(a->attd, a->att, B, NH, T, a->p, a->gs, NULL));
-		P = a->attd;
-	}
-	const struct ds_cuda_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs } };
-	CK(ds_cuda_gemm_batch(a->blas, &y, DS_HALF_NONE, DS_HALF_NONE, 0, 0, T, hs, T, 1.0f, P, T, a->q32 + 2 * C, C3,
-			      0.0f, a->y32, C));
-	/* backward */
-	const struct ds_cuda_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } };
-	CK(ds_cuda_gemm_batch(a->blas, &dp, DS_HALF_NONE, DS_HALF_NONE, 0, 1, T, T, hs, 1.0f, a->dy32, C, a->q32 + 2 * C,
-			      C3, 0.0f, a->datt, T));
-	const struct ds_cuda_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } };
-	CK(ds_cuda_gemm_batch(a->blas, &dv, DS_HALF_NONE, DS_HALF_NONE, 1, 0, T, hs, T, 1.0f, P, T, a->dy32, C, 0.0f,
-			      a->dq32 + 2 * C, C3));
-	CK(ds_kernel_cuda_causal_softmax_backward(a->datt, a->att, B, NH, T, scale, a->p, a->gs, NULL));
-	const struct ds_cuda_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } };
-	CK(ds_cuda_gemm_batch(a->blas, &dq, DS_HALF_NONE, DS_HALF_NONE, 0, 0, T, hs, T, 1.0f, a->datt, T, a->q32 + C, C3,
-			      0.0f, a->dq32, C3));
-	CK(ds_cuda_gemm_batch(a->blas, &dq, DS_HALF_NONE, DS_HALF_NONE, 1, 0, T, hs, T, 1.0f, a->datt, T, a->q32, C3, 0.0f,
-			      a->dq32 + C, C3));
+	CK(ds_cuda_attention_unfused_forward(a->blas, DS_HALF_NONE, DS_HALF_NONE, a->y32, a->att, a->attd, a->q32, a->B,
+					     a->T, a->C, a->NH, a->p, a->gs, NULL));
+	CK(ds_cuda_attention_unfused_backward(a->blas, DS_HALF_NONE, DS_HALF_NONE, a->dq32, a->dy32, a->q32, a->att,
+					      a->attd, a->datt, a->B, a->T, a->C, a->NH, a->p, a->gs, NULL));
 }
 
 static void attention(struct ds_cuda_blas *blas, const char *name, int B, int T, int NH, int hs, double bf16_tf)

@@ -20,6 +20,9 @@
 #include <type_traits>
 
 #include "cuda/attn_cuda.h"
+#include "cuda/flat_cuda.h"
+#include "cuda/gemm_cuda.h"
+#include "cuda/gpt_cuda.h"
 
 /* rows [t0, t0 + rows) of a (T, W) matrix's column block at base (hs wide)
  * into sh[rows][ld] as float, zero outside T and past hs */
@@ -798,4 +801,79 @@ extern "C" int ds_cuda_attention_backward(void *dqkv, const void *dy, const void
 	}
 	cudaError_t e = cudaFreeAsync(D, (cudaStream_t)stream);
 	return rc ? rc : (int)e;
+}
+
+/* ---- unfused: gpt.c's attention_forward / attention_backward ------------------ */
+
+static int ugemm(struct ds_cuda_blas *b, enum ds_half_kind mm, const struct ds_cuda_batch *bt, int ta, int tb, int M,
+		 int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+		 void *stream)
+{
+	if (mm == DS_HALF_NONE)
+		return ds_cuda_gemm_batch(b, bt, DS_HALF_NONE, DS_HALF_NONE, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C,
+					  ldc);
+	return ds_cuda_gemm_rounded(b, bt, mm, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, stream);
+}
+
+#define UTRY(x)                                                                                            \
+	do {                                                                                               \
+		int ds_r_ = (x);                                                                           \
+		if (ds_r_)                                                                                 \
+			return ds_r_;                                                                      \
+	} while (0)
+
+extern "C" int ds_cuda_attention_unfused_forward(struct ds_cuda_blas *b, enum ds_half_kind mm, enum ds_half_kind half,
+						 float *y, float *att, float *attd, const float *qkv, int B, int T, int C,
+						 int NH, float p, const struct ds_rng *gs, void *stream)
+{
+	if (NH <= 0 || C % NH)
+		return (int)cudaErrorInvalidValue;
+	if (B <= 0 || T <= 0)
+		return 0;
+	const int hs = C / NH, C3 = 3 * C;
+	const long TT = (long)T * T, TC3 = (long)T * C3;
+	const float scale = 1.0f / sqrtf((float)hs);
+	UTRY(ds_cuda_blas_set_stream(b, stream));
+	/* att[b,h] (T,T) = scale * q k^T */
+	const struct ds_cuda_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } };
+	UTRY(ugemm(b, mm, &s, 0, 1, T, T, hs, scale, qkv, C3, qkv + C, C3, att, T, stream));
+	UTRY(ds_kernel_cuda_causal_softmax_forward(att, B, NH, T, stream));
+	UTRY(ds_cuda_half_round(half, att, (int64_t)B * NH * TT, stream));
+	const float *P = att;
+	if (p > 0.0f) {
+		UTRY(ds_kernel_cuda_attention_dropout(attd, att, B, NH, T, p, gs, stream));
+		P = attd;
+	}
+	/* y[b,:,h] (T,hs) = P (T,T) @ v */
+	const struct ds_cuda_batch yb = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs } };
+	return ugemm(b, mm, &yb, 0, 0, T, hs, T, 1.0f, P, T, qkv + 2 * C, C3, y, C, stream);
+}
+
+extern "C" int ds_cuda_attention_unfused_backward(struct ds_cuda_blas *b, enum ds_half_kind mm,
+						  enum ds_half_kind half, float *dqkv, const float *dy, const float *qkv,
+						  const float *att, float *attd, float *datt, int B, int T, int C, int NH,
+						  float p, const struct ds_rng *gs, void *stream)
+{
+	if (NH <= 0 || C % NH)
+		return (int)cudaErrorInvalidValue;
+	if (B <= 0 || T <= 0)
+		return 0;
+	const int hs = C / NH, C3 = 3 * C;
+	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
+	const float scale = 1.0f / sqrtf((float)hs);
+	UTRY(ds_cuda_blas_set_stream(b, stream));
+	if (p > 0.0f)   /* the dropped probabilities again, from the same keys */
+		UTRY(ds_kernel_cuda_attention_dropout(attd, att, B, NH, T, p, gs, stream));
+	/* datt (T,T) = dy v^T;  dv (T,hs) = P'^T dy */
+	const struct ds_cuda_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } };
+	UTRY(ugemm(b, mm, &dp, 0, 1, T, T, hs, 1.0f, dy, C, qkv + 2 * C, C3, datt, T, stream));
+	const struct ds_cuda_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } };
+	UTRY(ugemm(b, mm, &dv, 1, 0, T, hs, T, 1.0f, p > 0.0f ? attd : att, T, dy, C, dqkv + 2 * C, C3, stream));
+	UTRY(ds_cuda_half_round(half, datt, (int64_t)B * NH * TT, stream));
+	UTRY(ds_kernel_cuda_causal_softmax_backward(datt, att, B, NH, T, scale, p, p > 0.0f ? gs : NULL, stream));
+	UTRY(ds_cuda_half_round(half, datt, (int64_t)B * NH * TT, stream));
+	/* dq (T,hs) = dS k;  dk (T,hs) = dS^T q */
+	const struct ds_cuda_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } };
+	UTRY(ugemm(b, mm, &dq, 0, 0, T, hs, T, 1.0f, datt, T, qkv + C, C3, dqkv, C3, stream));
+	return ugemm(b, mm, &dq, 1, 0, T, hs, T, 1.0f, datt, T, qkv, C3, dqkv + C, C3, stream);
 }

@@ -48,6 +48,25 @@ int ds_cuda_attention_backward(void *dqkv, const void *dy, const void *qkv, cons
 			       int T, int C, int NH, float p, const struct ds_rng *gs, enum ds_half_kind dt,
 			       enum ds_attn_impl impl, void *stream);
 
+/* lib/model/gpt.c's attention unfused, on the device, step for step: the
+ * per-(sample, head) products through b in fp32 (mm DS_HALF_NONE) or under
+ * the CPU's bf16 contract (mm: ds_cuda_gemm_rounded), the causal softmax,
+ * attention dropout, and with `half` set the rounding of the probabilities
+ * and their gradients to 16 bits where gpt.c rounds them.  Forward: att
+ * (B,NH,T,T) writes the probabilities (kept for backward), attd (B,NH,T,T)
+ * scratch when p > 0, y (B,T,C) writes.  Backward: dqkv (B,T,3C) writes
+ * from dy (B,T,C), with the forward's att; attd and datt (B,NH,T,T)
+ * scratch.  All fp32 buffers.  The path that matches the CPU to float
+ * rounding (fp32 runs' 1e-5 check); it keeps what the CPU keeps per head. */
+struct ds_cuda_blas;
+int ds_cuda_attention_unfused_forward(struct ds_cuda_blas *b, enum ds_half_kind mm, enum ds_half_kind half, float *y,
+				      float *att, float *attd, const float *qkv, int B, int T, int C, int NH, float p,
+				      const struct ds_rng *gs, void *stream);
+int ds_cuda_attention_unfused_backward(struct ds_cuda_blas *b, enum ds_half_kind mm, enum ds_half_kind half,
+				       float *dqkv, const float *dy, const float *qkv, const float *att, float *attd,
+				       float *datt, int B, int T, int C, int NH, float p, const struct ds_rng *gs,
+				       void *stream);
+
 #ifdef __cplusplus
 }
 #endif

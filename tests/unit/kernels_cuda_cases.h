@@ -959,6 +959,23 @@ static void attn_case(enum ds_half_kind dt, int B, int NH, int T, int hs, float 
 		free(gy); free(gl); free(gq); free(gq2);
 		dfree(dq); dfree(ddy); dfree(dyo); dfree(ddq); dfree(dl);
 	}
+	/* the unfused path (gpt.c's steps on the device): fp32 products on
+	 * the same values; with a 16-bit dt, bf16/fp16-rounded products and
+	 * probabilities, within that type's tolerance */
+	struct ds_cuda_blas *bl = NULL;
+	assert_ok(ds_cuda_blas_create(&bl, NULL, 0));
+	const size_t tt = (size_t)B * NH * T * T;
+	float *q32 = dput(qkv, nq * 4), *dy32 = dput(dy, ny * 4), *y32 = dmalloc(ny * 4), *dq32 = dmalloc(nq * 4);
+	float *att = dmalloc(tt * 4), *attd = dmalloc(tt * 4), *datt = dmalloc(tt * 4);
+	assert_ok(ds_cuda_attention_unfused_forward(bl, dt, dt, y32, att, attd, q32, B, T, C, NH, p, gs, NULL));
+	assert_ok(ds_cuda_attention_unfused_backward(bl, dt, dt, dq32, dy32, q32, att, attd, datt, B, T, C, NH, p, gs,
+						     NULL));
+	float *uy = dgetn(y32, ny * 4), *uq = dgetn(dq32, nq * 4);
+	assert_close(uy, y, ny, ty);
+	assert_close(uq, dqkv, nq, tg);
+	free(uy); free(uq);
+	dfree(q32); dfree(dy32); dfree(y32); dfree(dq32); dfree(att); dfree(attd); dfree(datt);
+	ds_cuda_blas_destroy(bl);
 	free(qkv); free(dy); free(y); free(lse); free(dqkv);
 }
 
