@@ -383,13 +383,15 @@ attn_fwd_tc(uint16_t *y, float *lse, const uint16_t *qkv, int T, int C, int NH, 
 		const float mn = m > mt ? m : mt;
 		const float alpha = m == -INFINITY ? 0.0f : ds_expf(m - mn);
 		float ls = 0.0f;
+		struct ds_cuda_keeper kp;
+		kp.init(&gs.g[bl], p, sc);
 		for (int c = c0; c < c0 + K::BC / 2; c++) {
 			const int t2 = kt * K::BC + c;
 			const float s = S[r * K::LS + c];
 			float pj = s == -INFINITY ? 0.0f : ds_expf(s - mn);
 			ls += pj;
 			if (p > 0.0f && pj != 0.0f)
-				pj *= ds_cuda_keep(&gs.g[bl], ((uint64_t)h * T + t) * T + t2, p, sc);
+				pj *= kp.at(((uint64_t)h * T + t) * T + t2);
 			E::store(Ph + r * K::LP + c, pj);
 		}
 		ls += __shfl_xor_sync(0xffffffffu, ls, 1);
@@ -510,11 +512,13 @@ attn_bwd_dq_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv, const fl
 		warp_mm<E, HSP / 16, K::BC / 16, true, false>(dP + 16 * w * K::LS, K::LS, dOh + 16 * w * K::LH, K::LH, Vh,
 							      K::LH);
 		__syncthreads();
+		struct ds_cuda_keeper kp;
+		kp.init(&gs.g[bl], p, sc);
 		for (int c = half * (K::BC / 2); c < (half + 1) * (K::BC / 2); c++) {
 			const int t2 = kt * K::BC + c;
 			float pd = 0.0f, ds = 0.0f;
 			if (t < T && t2 <= t) {
-				const float keep = p > 0.0f ? ds_cuda_keep(&gs.g[bl], ((uint64_t)h * T + t) * T + t2, p, sc) : 1.0f;
+				const float keep = p > 0.0f ? kp.at(((uint64_t)h * T + t) * T + t2) : 1.0f;
 				bwd_elem(S[r * K::LS + c] * scale, L, Dt, dP[r * K::LS + c], keep, &pd, &ds);
 			}
 			E::store(dSh + r * K::LP + c, ds);

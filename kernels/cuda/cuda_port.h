@@ -135,6 +135,30 @@ static inline void ds_cuda_streams_fill(struct ds_cuda_streams *s, const struct 
 		s->g[i] = gs[b0 + i];
 }
 
+/* keep factors of a run of elements of one stream, one Philox block per 4
+ * consecutive elements (a thread walking along a row draws each block once) */
+struct ds_cuda_keeper {
+	const struct ds_rng *g;
+	uint64_t blk;
+	uint32_t r[4];
+	float p, sc;
+	__device__ __forceinline__ void init(const struct ds_rng *gg, float pp, float scc)
+	{
+		g = gg;
+		blk = ~(uint64_t)0;
+		p = pp;
+		sc = scc;
+	}
+	__device__ __forceinline__ float at(uint64_t e)
+	{
+		if (e >> 2 != blk) {
+			blk = e >> 2;
+			ds_rng_draw4(g, blk, r);
+		}
+		return ds_dropout_keep(r[e & 3], p) ? sc : 0.0f;
+	}
+};
+
 /* the keep factor of element e of stream g: 1/(1-p) or 0 */
 static __device__ __forceinline__ float ds_cuda_keep(const struct ds_rng *g, uint64_t e, float p, float sc)
 {
