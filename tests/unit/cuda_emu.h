@@ -6,9 +6,12 @@
  * to their next barrier in a chosen order (cuda_emu_api.h); __syncthreads
  * and the warp operations are real barriers, strictly checked (all threads
  * or all lanes of the mask, none exited); launch configurations are checked
- * against sm_80's limits.  What it does NOT check: timing, the memory model
- * beyond barriers, register or static shared-memory limits, out-of-bounds
- * accesses (run under ASan for those), the tensor cores' own rounding.
+ * against sm_80's limits, wmma pointers for their 32-byte alignment.  What
+ * it does NOT check: timing, the memory model beyond barriers (a warp
+ * shuffle here also orders the lanes' shared-memory accesses, which only
+ * __syncwarp/__syncthreads do on hardware), register or static
+ * shared-memory limits, out-of-bounds accesses (configure --enable-asan
+ * for those), the tensor cores' own rounding, inline PTX (none is used).
  * Test-only code: never part of libds.
  */
 #ifndef DS_TESTS_CUDA_EMU_H
