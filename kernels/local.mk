@@ -22,13 +22,14 @@ endif
 
 ## CUDA: the launchers of kernels/cuda (gpt_cuda.h: the GPT kernels,
 ## flat_cuda.h: flat buffers and optimizers, gemm_cuda.h: cuBLAS,
-## attn_cuda.h: fused attention), built by nvcc into the same library when
+## attn_cuda.h: fused attention; ds_cuda.h: the runtime calls libds needs,
+## rt_cuda.cu), built by nvcc into the same library when
 ## configure found CUDA, for sm_80 and sm_90 (+ compute_90 PTX) with every
 ## warning an error.  -fmad=false: no contraction of a*b+c into an FMA
 ## unless the source says fmaf, as gcc -std=c11 compiles the CPU side, so
 ## the same per-element math rounds alike.
 DS_CUDA_SRC = kernels/cuda/gpt_cuda.cu kernels/cuda/flat_cuda.cu kernels/cuda/gemm_cuda.cu \
-	kernels/cuda/attn_cuda.cu
+	kernels/cuda/attn_cuda.cu kernels/cuda/rt_cuda.cu
 DS_CUDA_HDR = kernels/cuda/cuda_port.h kernels/cuda/ds_cuda.h kernels/cuda/gpt_cuda.h kernels/cuda/flat_cuda.h \
 	kernels/cuda/gemm_cuda.h kernels/cuda/attn_cuda.h kernels/common/gpt_math.h kernels/common/optim_math.h \
 	lib/util/half.h lib/util/rng.h

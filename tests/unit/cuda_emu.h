@@ -140,6 +140,40 @@ static inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t
 	memset(d, v, n);
 	return cudaSuccess;
 }
+/* one device; streams are tokens (every launch runs to completion at once) */
+enum { cudaStreamNonBlocking = 1 };
+static inline cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+static inline cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
+{
+	*f = (size_t)1 << 30;
+	*t = (size_t)1 << 31;
+	return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	(void)flags;
+	*s = (cudaStream_t)malloc(1);
+	return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	free(s);
+	return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	(void)s;
+	return ds_emu_take_error(0);
+}
+static inline cudaError_t cudaMalloc(void **p, size_t n) { return cudaMallocAsync(p, n, (cudaStream_t)0); }
+static inline cudaError_t cudaFree(void *p) { return cudaFreeAsync(p, (cudaStream_t)0); }
+static inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMallocAsync(p, n, (cudaStream_t)0); }
+static inline cudaError_t cudaFreeHost(void *p) { return cudaFreeAsync(p, (cudaStream_t)0); }
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F *fn, enum cudaFuncAttribute a, int v)
 {
 	(void)a;

@@ -849,7 +849,42 @@ static void test_gemm_batch(void **state)
 	ds_cuda_blas_destroy(b);
 }
 
-#define DS_CUDA_GEMM_CASES cmocka_unit_test(test_gemm), cmocka_unit_test(test_gemm_batch)
+/* the runtime calls of ds_cuda.h: a stream, device and pinned memory,
+ * copies both ways and between device buffers, memset */
+static void test_runtime(void **state)
+{
+	(void)state;
+	int n = 0;
+	assert_ok(ds_cuda_device_count(&n));
+	assert_true(n >= 1);
+	assert_ok(ds_cuda_set_device(0));
+	size_t fr = 0, tot = 0;
+	assert_ok(ds_cuda_mem_info(&fr, &tot));
+	assert_true(fr > 0 && fr <= tot);
+	void *st = NULL, *d1 = NULL, *d2 = NULL, *h = NULL;
+	assert_ok(ds_cuda_stream_create(&st));
+	assert_ok(ds_cuda_malloc(&d1, 4096));
+	assert_ok(ds_cuda_malloc(&d2, 4096));
+	assert_ok(ds_cuda_host_alloc(&h, 4096));
+	unsigned char *hb = h;
+	for (int i = 0; i < 4096; i++)
+		hb[i] = (unsigned char)(i * 7);
+	assert_ok(ds_cuda_memcpy(d1, h, 4096, st));
+	assert_ok(ds_cuda_memset(d2, 0x5a, 4096, st));
+	assert_ok(ds_cuda_memcpy(d2, d1, 1000, st));
+	memset(h, 0, 4096);
+	assert_ok(ds_cuda_memcpy(h, d2, 4096, st));
+	assert_ok(ds_cuda_stream_sync(st));
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal(hb[i], i < 1000 ? (unsigned char)(i * 7) : 0x5a);
+	assert_ok(ds_cuda_host_free(h));
+	assert_ok(ds_cuda_free(d1));
+	assert_ok(ds_cuda_free(d2));
+	assert_ok(ds_cuda_free(NULL));
+	assert_ok(ds_cuda_stream_destroy(st));
+}
+
+#define DS_CUDA_GEMM_CASES cmocka_unit_test(test_gemm), cmocka_unit_test(test_gemm_batch), cmocka_unit_test(test_runtime)
 
 /* ---- fused attention ------------------------------------------------------------ */
 
