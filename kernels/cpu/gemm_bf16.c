@@ -134,14 +134,14 @@ static double cal_run(int cls, int k, int calls, const float *a, const float *b,
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CAL_M, CAL_N, CAL_K, 1.0f, a, CAL_K, b, CAL_K,
 				    0.0f, c, CAL_N);
 		else if (cls == DS_BF16_CLASS_LAYER) {
-			if (ds_gemm_bf16_kernel(1, 0, NULL, 0, 1, CAL_M, CAL_N, CAL_K, 1.0f, a, CAL_K, b, CAL_K, 0.0f, c,
+			if (ds_gemm_bf16_kernel(1, 0, NULL, 0, 0, 1, CAL_M, CAL_N, CAL_K, 1.0f, a, CAL_K, b, CAL_K, 0.0f, c,
 						CAL_N))
 				return -1;
 		} else if (!k) {
 			for (int e = 0; e < CAL_NB; e++)
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, CAL_T, CAL_T, CAL_T, 1.0f, a + e * CAL_T,
 					    CAL_LD, b + e * CAL_T, CAL_LD, 0.0f, c + (size_t)e * CAL_T * CAL_T, CAL_T);
-		} else if (ds_gemm_bf16_kernel(1, 0, &h, 0, 1, CAL_T, CAL_T, CAL_T, 1.0f, a, CAL_LD, b, CAL_LD, 0.0f, c,
+		} else if (ds_gemm_bf16_kernel(1, 0, &h, 0, 0, 1, CAL_T, CAL_T, CAL_T, 1.0f, a, CAL_LD, b, CAL_LD, 0.0f, c,
 					       CAL_T)) {
 			return -1;
 		}
@@ -291,8 +291,17 @@ int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, fl
 	if (impl == DS_BF16_ONEDNN)
 		return onednn_gemm(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
-		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-					   ldc);
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+					   C, ldc);
+	return -1;
+}
+
+int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
+		    const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
+{
+	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+					   beta, C, ldc);
 	return -1;
 }
 
@@ -302,7 +311,7 @@ int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M,
 	if (impl == DS_BF16_ONEDNN)
 		return onednn_gemm(same ? 2 : 1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
-		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, same ? 2 : 1, NULL, ta, tb, M, N, K, alpha, A, lda, B,
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, same ? 2 : 1, NULL, 0, ta, tb, M, N, K, alpha, A, lda, B,
 					   ldb, beta, C, ldc);
 	return -1;
 }
@@ -326,7 +335,7 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 				return -1;
 			for (; e < bt->count; e++) {
 				const long q2 = e / bt->inner, r2 = e % bt->inner;
-				if (ds_gemm_bf16_kernel(0, 0, NULL, ta, tb, M, N, K, alpha, A + q2 * bt->sa[0] + r2 * bt->sa[1],
+				if (ds_gemm_bf16_kernel(0, 0, NULL, 0, ta, tb, M, N, K, alpha, A + q2 * bt->sa[0] + r2 * bt->sa[1],
 							lda, B + q2 * bt->sb[0] + r2 * bt->sb[1], ldb, beta,
 							C + q2 * bt->sc[0] + r2 * bt->sc[1], ldc))
 					return -1;
@@ -335,8 +344,8 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 		return 0;
 	}
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
-		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-					   ldc);
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, bt, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+					   C, ldc);
 	return -1;
 }
 

@@ -109,6 +109,20 @@ enum ds_bf16_impl ds_gemm_bf16_pick(int mode, int ta, int tb, int M, int N, int 
 int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
 		 const float *B, int ldb, float beta, float *C, int ldc);
 
+/* ds_gemm_bf16_ex's flags: A holds bf16 values (uint16_t, ds_fp32_to_bf16's
+ * encoding, lda counted in them); C is bf16, written rounded to nearest
+ * even as ds_fp32_to_bf16 rounds (beta must be 0). */
+#define DS_GEMM_BF16_A16 1u
+#define DS_GEMM_BF16_C16 2u
+
+/* ds_gemm_bf16 with A and/or C in bf16 (flags), for callers that keep
+ * activations in bf16: the same numbers as rounding C after an fp32
+ * ds_gemm_bf16 of the unpacked A, without the fp32 copies.  dstk's kernel
+ * only (DS_BF16_KERNEL, DS_BF16_PORTABLE); -1 (nothing written) for the
+ * others, whose callers keep fp32 operands. */
+int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
+		    const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc);
+
 /* ds_gemm_bf16 with B's bf16 copy kept for the next call: same = 0
  * converts B (and keeps the copy), same = 1 promises that B holds the same
  * values as in the previous ds_gemm_bf16_keep_b call and reuses the copy if

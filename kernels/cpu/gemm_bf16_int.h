@@ -17,10 +17,12 @@ int ds_gemm_bf16_cpu_avx512bf16(void);
  * portable C micro-kernel (same packing and blocking, any CPU; for tests).
  * keep: 0 none; 1 pack B and keep the packed copy; 2 reuse the kept copy
  * when it was packed from the same B pointer, orientation, size and ldb.
- * bt (NULL: one product) runs a batch (keep must be 0).  Returns 0, or -1
- * when out of memory (C untouched).  Calls are serialised by a lock; not
- * inside a parallel region. */
-int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K,
-			float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+ * bt (NULL: one product) runs a batch (keep must be 0).  flags: A and C
+ * element types as ds_gemm_bf16_ex.  Returns 0, or -1 when out of memory
+ * or given a bf16 C with beta != 0 (C untouched).  Calls are serialised by
+ * a lock; not inside a parallel region. */
+int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, unsigned flags, int ta, int tb,
+			int M, int N, int K, float alpha, const void *A, int lda, const float *B, int ldb, float beta,
+			void *C, int ldc);
 
 #endif

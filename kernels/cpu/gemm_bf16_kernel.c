@@ -3,15 +3,26 @@
  * BLIS's structure with AVX512_BF16's pair dot product: op(A) is packed
  * into panels of MR rows and op(B) into panels of NR columns, both as bf16
  * pairs along K (one 32-bit word holds op(X)[.., 2p] and op(X)[.., 2p+1]),
- * converted from fp32 (round to nearest even) while packing.  The
- * micro-kernel keeps an MR x NR block of C in 24 fp32 registers; per pair
- * it loads NR/16 words of B and broadcasts one word of A per row into
- * vdpbf16ps, which adds a0*b0 then a1*b1 to each fp32 lane (products of
- * bf16 values are exact in fp32; bf16 subnormal inputs read as zero).  K is
- * blocked by KCP pairs so a B micro-panel stays in L1 while the A panels of
- * a tile pass over it.  Products are split into tiles of C run in parallel
- * (OpenMP, the pool OpenBLAS and the other kernels share); batches of small
- * products (attention's per-head ones) run one product per thread instead.
+ * converted from fp32 (round to nearest even) while packing, or copied
+ * where A already holds bf16.  The micro-kernel keeps an MR x NR block of C
+ * in 24 fp32 registers; per pair it loads NR/16 words of B and broadcasts
+ * one word of A per row into vdpbf16ps, which adds a0*b0 then a1*b1 to each
+ * fp32 lane (products of bf16 values are exact in fp32; bf16 subnormal
+ * inputs read as zero), and stores C in fp32 or, for callers that keep it
+ * in bf16, rounded to nearest even.
+ *
+ * Packing order: the smaller operand is packed whole first (in parallel);
+ * the larger one (a layer's weight matrix against a few hundred rows of
+ * activations) is streamed: the work is split into groups of its panels,
+ * each packed by the thread that multiplies it, one K block at a time, into
+ * that thread's buffer, where it is used while it is still in the core's
+ * cache.  Weight matrices come from memory, not cache, in a training step:
+ * packing all of one first and reading the packed copy back would cost two
+ * more trips to memory and a barrier, and the two threads' reads and
+ * products overlap this way.  K is blocked by KCP pairs so a B micro-panel
+ * stays near L1 while the A panels pass over it (not for a bf16 C, which
+ * is rounded once, after the whole sum).  Batches of small products
+ * (attention's per-head ones) run one product per thread instead.
  * A portable C micro-kernel and packer with the same layout stand in where
  * the CPU lacks AVX512_BF16: tests run the packing and blocking on any CPU.
  * The vector code is compiled with target attributes, chosen at run time:
@@ -40,6 +51,7 @@
 #define MR 6     /* rows of a micro-tile */
 #define NR 64    /* columns of a micro-tile: 4 vectors of 16 fp32 */
 #define KCP 128  /* K pairs per block: a B micro-panel slice is KCP*NR*4 = 32 KiB */
+#define PF 4     /* pairs ahead that the streaming packer prefetches */
 
 int ds_gemm_bf16_cpu_avx512bf16(void)
 {
@@ -55,144 +67,207 @@ int ds_gemm_bf16_cpu_avx512bf16(void)
 /* ---- packing ------------------------------------------------------------ */
 
 /* An operand as the packer sees it: element (o, k) of op(X) is
- * x[o*so + k*sk], o < O the outer index (rows of A, columns of B). */
+ * x[o*so + k*sk], o < O the outer index (rows of A, columns of B); h: the
+ * elements are bf16 (uint16_t), else fp32. */
 struct opnd {
-	const float *x;
+	const void *x;
 	ptrdiff_t so, sk;
-	int O, K;
+	int O, K, h;
 };
 
 /* pairs along K: ceil(K/2) */
 static int kpairs(int K) { return (K + 1) / 2; }
 
 /* A packed panel of W outer indices: the pair (c, kp) is the word
- * dst[c*rs + kp*ks].  B panels and A panels of a K-major A are [kp][W]
- * (rs 1, ks W); A panels of a row-major A stay rows (rs K2, ks 1), which
- * only costs a conversion. */
+ * dst[c*rs + kp*ks], kp counted from the block's first pair.  B panels and
+ * A panels of a K-major A are [kp][W] (rs 1, ks W); A panels of a
+ * row-major A stay rows (rs = the block's pairs, ks 1), which only costs a
+ * conversion. */
 struct lay {
 	ptrdiff_t rs, ks;
 };
 
-/* Panel p of W outer indices into dst, zero past O and K. */
-static void pack_portable(const struct opnd *s, int W, int p, uint32_t *dst, struct lay l)
+/* Packs panels [p0, p1) of W outer indices, pairs [kp0, kp1), panel p at
+ * dst + (p - p0) * pstride; zero past O and K. */
+typedef void (*pack_fn)(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1, uint32_t *dst,
+			size_t pstride, struct lay l);
+
+/* element (o, k) as bf16 bits */
+static uint32_t elem16(const struct opnd *s, int o, int k)
 {
-	const int K2 = kpairs(s->K);
-	for (int c = 0; c < W; c++) {
-		const int o = p * W + c;
-		for (int kp = 0; kp < K2; kp++) {
-			uint32_t w = 0;
-			if (o < s->O) {
-				const float *e = s->x + o * s->so + 2 * (ptrdiff_t)kp * s->sk;
-				w = ds_fp32_to_bf16(e[0]);
-				if (2 * kp + 1 < s->K)
-					w |= (uint32_t)ds_fp32_to_bf16(e[s->sk]) << 16;
+	const ptrdiff_t i = o * s->so + k * s->sk;
+	return s->h ? ((const uint16_t *)s->x)[i] : ds_fp32_to_bf16(((const float *)s->x)[i]);
+}
+
+static void pack_portable(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1, uint32_t *dst,
+			  size_t pstride, struct lay l)
+{
+	for (int p = p0; p < p1; p++, dst += pstride)
+		for (int c = 0; c < W; c++) {
+			const int o = p * W + c;
+			for (int kp = kp0; kp < kp1; kp++) {
+				uint32_t w = 0;
+				if (o < s->O) {
+					w = elem16(s, o, 2 * kp);
+					if (2 * kp + 1 < s->K)
+						w |= elem16(s, o, 2 * kp + 1) << 16;
+				}
+				dst[c * l.rs + (kp - kp0) * l.ks] = w;
 			}
-			dst[c * l.rs + kp * l.ks] = w;
 		}
-	}
 }
 
 #ifdef HAVE_AVX512BF16_CODE
-/* The mask of the first n (<= 16, may be <= 0) lanes. */
+/* The mask of the first n (<= 16, may be <= 0) lanes; of 32. */
 static inline __mmask16 lanes(int n) { return n >= 16 ? 0xffff : n > 0 ? (__mmask16)((1u << n) - 1u) : 0; }
+static inline __mmask32 lanes32(int n) { return n >= 32 ? 0xffffffffu : n > 0 ? (__mmask32)((1u << n) - 1u) : 0; }
 
-/* 32 values from p (n of them, the rest zero) as 16 bf16 pairs, rounded to
- * nearest even by vcvtne2ps2bf16 (subnormal inputs become zero, as
- * vdpbf16ps would read them anyway). */
-TARGET_BF16 static inline __m512i pairs32(const float *p, int n)
+/* 32 consecutive values of a K-contiguous row from element k (n of them
+ * valid, the rest zero) as 16 bf16 pairs: fp32 rounded to nearest even by
+ * vcvtne2ps2bf16 (subnormal inputs become zero, as vdpbf16ps would read
+ * them anyway), bf16 copied. */
+TARGET_BF16 static inline __m512i pairs32(const struct opnd *s, ptrdiff_t i, int n)
 {
+	if (s->h)
+		return _mm512_maskz_loadu_epi16(lanes32(n), (const uint16_t *)s->x + i);
+	const float *p = (const float *)s->x + i;
 	const __m512 lo = _mm512_maskz_loadu_ps(lanes(n), p), hi = _mm512_maskz_loadu_ps(lanes(n - 16), p + 16);
 	return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
-/* K contiguous, rows layout: each outer index's K values become its K2
- * pairs, a conversion without transposition. */
-TARGET_BF16 static void pack_rows_avx512(const struct opnd *s, int W, int p, uint32_t *dst, struct lay l)
+/* 16 outer-contiguous values of rows i0 and i1 (i1 < 0: zeros), n valid,
+ * as 16 pairs (row i0's value low, row i1's high) */
+TARGET_BF16 static inline __m512i inter16(const struct opnd *s, ptrdiff_t i0, ptrdiff_t i1, int n)
 {
-	const int K2 = kpairs(s->K), K = s->K;
-	for (int c = 0; c < W; c++) {
-		const int o = p * W + c;
-		uint32_t *d = dst + c * l.rs;
-		const float *row = s->x + o * s->so;
-		for (int k0 = 0; k0 < K; k0 += 32)
-			_mm512_mask_storeu_epi32(d + k0 / 2, lanes(K2 - k0 / 2),
-						 o < s->O ? pairs32(row + k0, K - k0) : _mm512_setzero_si512());
+	const __mmask16 m = lanes(n);
+	if (s->h) {
+		const uint16_t *x = (const uint16_t *)s->x;
+		const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i0));
+		const __m512i hi = i1 >= 0 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i1)) : _mm512_setzero_si512();
+		return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
 	}
+	const float *x = (const float *)s->x;
+	const __m512 lo = _mm512_maskz_loadu_ps(m, x + i0);
+	const __m512 hi = i1 >= 0 ? _mm512_maskz_loadu_ps(m, x + i1) : _mm512_setzero_ps();
+	/* [lo0..lo15 hi0..hi15] as bf16, then interleaved */
+	const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+					     21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-/* outer index contiguous: rows 2kp and 2kp+1 interleaved, 16 at a time */
-TARGET_BF16 static void pack_inter_avx512(const struct opnd *s, int W, int p, uint32_t *dst, struct lay l)
+/* K contiguous, rows layout: each outer index's values become its pairs,
+ * a conversion without transposition */
+TARGET_BF16 static void pack_rows_avx512(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1,
+					 uint32_t *dst, size_t pstride, struct lay l)
 {
-	const int K2 = kpairs(s->K), K = s->K;
-	for (int kp = 0; kp < K2; kp++) {
-		const float *r0 = s->x + 2 * (ptrdiff_t)kp * s->sk, *r1 = r0 + s->sk;
-		const int two = 2 * kp + 1 < K;
-		uint32_t *d = dst + kp * l.ks;
-		for (int c0 = 0; c0 < W; c0 += 16) {
-			const int o0 = p * W + c0;
-			const __mmask16 m = lanes(s->O - o0);
-			const __m512 lo = _mm512_maskz_loadu_ps(m, r0 + o0);
-			const __m512 hi = two ? _mm512_maskz_loadu_ps(m, r1 + o0) : _mm512_setzero_ps();
-			const __m512i wl = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
-			const __m512i wh = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
-			_mm512_mask_storeu_epi32(d + c0, lanes(W - c0), _mm512_or_si512(wl, _mm512_slli_epi32(wh, 16)));
+	const int K = s->K;
+	for (int p = p0; p < p1; p++, dst += pstride)
+		for (int c = 0; c < W; c++) {
+			const int o = p * W + c;
+			uint32_t *d = dst + c * l.rs;
+			for (int kp = kp0; kp < kp1; kp += 16)
+				_mm512_mask_storeu_epi32(d + (kp - kp0), lanes(kp1 - kp),
+							 o < s->O ? pairs32(s, o * s->so + 2 * (ptrdiff_t)kp, K - 2 * kp)
+								  : _mm512_setzero_si512());
+		}
+}
+
+/* outer index contiguous: rows 2kp and 2kp+1 interleaved, 16 at a time,
+ * row by row across every panel of the range (streams through memory) */
+TARGET_BF16 static void pack_inter_avx512(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1,
+					  uint32_t *dst, size_t pstride, struct lay l)
+{
+	const int K = s->K, o0 = p0 * W, o1 = p1 * W < s->O ? p1 * W : s->O;
+	for (int kp = kp0; kp < kp1; kp++) {
+		const ptrdiff_t r0 = 2 * (ptrdiff_t)kp * s->sk, r1 = 2 * kp + 1 < K ? r0 + s->sk : -1;
+		if (kp + PF < kp1) {   /* the rows PF pairs ahead, into L2 */
+			const ptrdiff_t f = r0 + 2 * PF * s->sk;
+			const int es = s->h ? 2 : 4;
+			for (int o = o0; o < o1; o += 64 / es) {
+				_mm_prefetch((const char *)s->x + (f + o) * es, _MM_HINT_T1);
+				_mm_prefetch((const char *)s->x + (f + s->sk + o) * es, _MM_HINT_T1);
+			}
+		}
+		for (int p = p0; p < p1; p++) {
+			uint32_t *d = dst + (p - p0) * pstride + (kp - kp0) * l.ks;
+			for (int c0 = 0; c0 < W; c0 += 16) {
+				const int o = p * W + c0;
+				_mm512_mask_storeu_epi32(d + c0, lanes(W - c0),
+							 inter16(s, r0 + o, r1 < 0 ? -1 : r1 + o, s->O - o));
+			}
 		}
 	}
 }
 
 /* K contiguous into [kp][W] (W a multiple of 16): 16 outer indices x 16
- * pairs at a time, converted then transposed in registers. */
-TARGET_BF16 static void pack_trans_avx512(const struct opnd *s, int W, int p, uint32_t *dst, struct lay l)
+ * pairs at a time, converted then transposed in registers */
+TARGET_BF16 static void pack_trans_avx512(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1,
+					  uint32_t *dst, size_t pstride, struct lay l)
 {
-	const int K2 = kpairs(s->K), K = s->K;
-	for (int c0 = 0; c0 < W; c0 += 16)
-		for (int k0 = 0; k0 < K; k0 += 32) {
-			__m512i r[16], t[16];
-			for (int i = 0; i < 16; i++) {
-				const int o = p * W + c0 + i;
-				r[i] = o < s->O ? pairs32(s->x + o * s->so + k0, K - k0) : _mm512_setzero_si512();
+	const int K = s->K;
+	for (int p = p0; p < p1; p++, dst += pstride)
+		for (int c0 = 0; c0 < W; c0 += 16)
+			for (int kp = kp0; kp < kp1; kp += 16) {
+				__m512i r[16], t[16];
+				for (int i = 0; i < 16; i++) {
+					const int o = p * W + c0 + i;
+					r[i] = o < s->O ? pairs32(s, o * s->so + 2 * (ptrdiff_t)kp, K - 2 * kp)
+							: _mm512_setzero_si512();
+				}
+				/* 16x16 transpose of 32-bit words: r[i] lane j -> r[j] lane i */
+				for (int i = 0; i < 16; i += 2) {
+					t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+					t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+				}
+				for (int i = 0; i < 16; i += 4) {
+					r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+					r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+					r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+					r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+				}
+				for (int i = 0; i < 4; i++) {
+					t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+					t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+					t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+					t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+				}
+				for (int i = 0; i < 8; i++) {
+					r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+					r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+				}
+				/* r[j]: pair kp + j of the 16 outer indices */
+				for (int j = 0; j < 16 && kp + j < kp1; j++)
+					_mm512_storeu_si512(dst + (kp - kp0 + j) * l.ks + c0, r[j]);
 			}
-			/* 16x16 transpose of 32-bit words: r[i] lane j -> r[j] lane i */
-			for (int i = 0; i < 16; i += 2) {
-				t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-				t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-			}
-			for (int i = 0; i < 16; i += 4) {
-				r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-				r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-				r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-				r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-			}
-			for (int i = 0; i < 4; i++) {
-				t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-				t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-				t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-				t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-			}
-			for (int i = 0; i < 8; i++) {
-				r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-				r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-			}
-			/* r[j]: pair k0/2 + j of the 16 outer indices */
-			for (int j = 0; j < 16 && k0 / 2 + j < K2; j++)
-				_mm512_storeu_si512(dst + (k0 / 2 + j) * l.ks + c0, r[j]);
-		}
 }
 
+/* x rounded to bf16 as ds_fp32_to_bf16 rounds (nearest even; NaN stays a
+ * quiet NaN; subnormals kept, unlike vcvtneps2bf16), 16 values */
+TARGET_BF16 static inline __m256i round16(__m512 x)
+{
+	const __m512i u = _mm512_castps_si512(x);
+	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+	const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+						      _mm512_set1_epi32(0x7f800000));
+	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+	return _mm512_cvtepi32_epi16(r);
+}
 #endif
 
 /* ---- micro-kernels ------------------------------------------------------- */
 
 /* c (mr, nr) with leading dimension ldc = alpha a b + beta c over K2 pairs:
  * a's pair (r, kp) at a[r*ars + kp*aks] (MR rows; rows past mr are zero),
- * b's [kp][NR]; beta 0 does not read c. */
-typedef void (*ukr_fn)(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, float *c, int ldc,
-		       int mr, int nr, float alpha, float beta);
+ * b's [kp][NR]; beta 0 does not read c.  c16: c holds bf16 (beta is 0),
+ * written rounded to nearest even. */
+typedef void (*ukr_fn)(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, void *c, int ldc,
+		       int mr, int nr, float alpha, float beta, int c16);
 
 static float bf2f(uint32_t h) { return ds_bf16_to_fp32((uint16_t)h); }
 
-static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, float *c,
-			 int ldc, int mr, int nr, float alpha, float beta)
+static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, void *c,
+			 int ldc, int mr, int nr, float alpha, float beta, int c16)
 {
 	float acc[MR][NR];
 	memset(acc, 0, sizeof acc);
@@ -207,8 +282,13 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 		}
 	for (int r = 0; r < mr; r++)
 		for (int j = 0; j < nr; j++) {
-			float *e = c + (size_t)r * ldc + j;
-			*e = beta == 0.0f ? alpha * acc[r][j] : alpha * acc[r][j] + beta * *e;
+			const size_t e = (size_t)r * ldc + j;
+			if (c16) {
+				((uint16_t *)c)[e] = ds_fp32_to_bf16(alpha * acc[r][j]);
+			} else {
+				float *f = (float *)c + e;
+				*f = beta == 0.0f ? alpha * acc[r][j] : alpha * acc[r][j] + beta * *f;
+			}
 		}
 }
 
@@ -223,11 +303,16 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 	}
 #define UK_STV(r, v)                                                                              \
 	{                                                                                         \
-		float *e = c + (size_t)(r) * ldc + 16 * (v);                                      \
+		const size_t e = (size_t)(r) * ldc + 16 * (v);                                    \
 		__m512 x = _mm512_mul_ps(va, c##r##v);                                            \
-		if (beta != 0.0f)                                                                 \
-			x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m##v, e), x);               \
-		_mm512_mask_storeu_ps(e, m##v, x);                                                \
+		if (c16) {                                                                        \
+			_mm256_mask_storeu_epi16((uint16_t *)c + e, m##v, round16(x));            \
+		} else {                                                                          \
+			float *f = (float *)c + e;                                                \
+			if (beta != 0.0f)                                                         \
+				x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m##v, f), x);       \
+			_mm512_mask_storeu_ps(f, m##v, x);                                        \
+		}                                                                                 \
 	}
 #define UK_ST(r)                                \
 	if ((r) < mr) {                         \
@@ -236,7 +321,7 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 	}
 
 TARGET_BF16 static void ukr_avx512(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b,
-				   float *c, int ldc, int mr, int nr, float alpha, float beta)
+				   void *c, int ldc, int mr, int nr, float alpha, float beta, int c16)
 {
 	__m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00,
 	       c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00, c40 = c00,
@@ -262,33 +347,32 @@ TARGET_BF16 static void ukr_avx512(int K2, const uint32_t *a, ptrdiff_t ars, ptr
 
 /* ---- one product ---------------------------------------------------------- */
 
-typedef void (*pack_fn)(const struct opnd *s, int W, int p, uint32_t *dst, struct lay l);
-
 /* The product's operands, geometry and the functions that run it. */
 struct prod {
 	struct opnd a, b;       /* op(A): O = M; op(B): O = N */
 	int M, N, K2, mp, np;   /* mp/np: panels of A and B */
-	struct lay la, lb;      /* packed layouts */
+	int kc;                 /* pairs per K block */
+	int ta, c16;
 	pack_fn pa, pb;
 	ukr_fn ukr;
 	float alpha, beta;
-	float *c;
+	void *c;
 	int ldc;
 };
 
-static void prod_init(struct prod *p, int isa, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-		      int lda, const float *B, int ldb, float beta, float *C, int ldc)
+static void prod_init(struct prod *p, int isa, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
+		      const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
 {
-	p->a = (struct opnd){ A, ta ? 1 : lda, ta ? lda : 1, M, K };
-	p->b = (struct opnd){ B, tb ? ldb : 1, tb ? 1 : ldb, N, K };
+	p->a = (struct opnd){ A, ta ? 1 : lda, ta ? lda : 1, M, K, !!(flags & DS_GEMM_BF16_A16) };
+	p->b = (struct opnd){ B, tb ? ldb : 1, tb ? 1 : ldb, N, K, 0 };
 	p->M = M;
 	p->N = N;
 	p->K2 = kpairs(K);
 	p->mp = (M + MR - 1) / MR;
 	p->np = (N + NR - 1) / NR;
-	/* a row-major A keeps its rows: converting is all its packing */
-	p->la = ta ? (struct lay){ 1, MR } : (struct lay){ p->K2, 1 };
-	p->lb = (struct lay){ 1, NR };
+	p->c16 = !!(flags & DS_GEMM_BF16_C16);
+	p->kc = p->c16 ? p->K2 : KCP;   /* a bf16 C is rounded once, after the whole sum */
+	p->ta = ta;
 	p->pa = p->pb = pack_portable;
 	p->ukr = ukr_portable;
 #ifdef HAVE_AVX512BF16_CODE
@@ -304,29 +388,42 @@ static void prod_init(struct prod *p, int isa, int ta, int tb, int M, int N, int
 	p->ldc = ldc;
 }
 
-/* words of one packed panel of A, of B */
+/* the layout of A panels holding kn pairs */
+static struct lay alay(const struct prod *p, int kn) { return p->ta ? (struct lay){ 1, MR } : (struct lay){ kn, 1 }; }
+static const struct lay blay = { 1, NR };
+
+/* words of one packed panel of A, of B, over all K */
 static size_t apanel(const struct prod *p) { return (size_t)p->K2 * MR; }
 static size_t bpanel(const struct prod *p) { return (size_t)p->K2 * NR; }
 
-static void pack_a(const struct prod *p, int i, uint32_t *ap) { p->pa(&p->a, MR, i, ap + i * apanel(p), p->la); }
-static void pack_b(const struct prod *p, int j, uint32_t *bp) { p->pb(&p->b, NR, j, bp + j * bpanel(p), p->lb); }
-
-/* C rows of A panels [i0, i1) x columns of B panels [j0, j1), all K */
-static void tile(const struct prod *p, const uint32_t *ap, const uint32_t *bp, int i0, int i1, int j0, int j1)
+/* C block of A panels [i0, i1) x B panels [j0, j1), pairs [kb, kb + kn):
+ * A panel i at a + (i - i0) * as, B panel j at b + (j - j0) * bs, both
+ * already at pair kb */
+static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay la, int i0, int i1,
+		  const uint32_t *b, size_t bs, int j0, int j1, int kb, int kn)
 {
-	const int K2 = p->K2;
-	for (int kb = 0; kb < K2; kb += KCP) {
-		const int kn = K2 - kb < KCP ? K2 - kb : KCP;
-		const float beta = kb == 0 ? p->beta : 1.0f;
-		for (int j = j0; j < j1; j++) {
-			const uint32_t *b = bp + j * bpanel(p) + (size_t)kb * NR;
-			const int nr = p->N - j * NR < NR ? p->N - j * NR : NR;
-			for (int i = i0; i < i1; i++) {
-				const int mr = p->M - i * MR < MR ? p->M - i * MR : MR;
-				p->ukr(kn, ap + i * apanel(p) + kb * p->la.ks, p->la.rs, p->la.ks, b,
-				       p->c + (size_t)i * MR * p->ldc + (size_t)j * NR, p->ldc, mr, nr, p->alpha, beta);
-			}
+	const float beta = kb == 0 ? p->beta : 1.0f;
+	const size_t es = p->c16 ? 2 : 4;
+	for (int j = j0; j < j1; j++) {
+		const int nr = p->N - j * NR < NR ? p->N - j * NR : NR;
+		for (int i = i0; i < i1; i++) {
+			const int mr = p->M - i * MR < MR ? p->M - i * MR : MR;
+			p->ukr(kn, a + (i - i0) * as, la.rs, la.ks, b + (j - j0) * bs,
+			       (char *)p->c + ((size_t)i * MR * p->ldc + (size_t)j * NR) * es, p->ldc, mr, nr, p->alpha,
+			       beta, p->c16);
 		}
+	}
+}
+
+/* The whole product on this thread, A and B packed whole into ap, bp. */
+static void run_serial(const struct prod *p, uint32_t *ap, uint32_t *bp)
+{
+	p->pa(&p->a, MR, 0, p->mp, 0, p->K2, ap, apanel(p), alay(p, p->K2));
+	p->pb(&p->b, NR, 0, p->np, 0, p->K2, bp, bpanel(p), blay);
+	const struct lay la = alay(p, p->K2);
+	for (int kb = 0; kb < p->K2; kb += p->kc) {
+		const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
+		block(p, ap + kb * la.ks, apanel(p), la, 0, p->mp, bp + (size_t)kb * NR, bpanel(p), 0, p->np, kb, kn);
 	}
 }
 
@@ -349,38 +446,71 @@ static int grow(uint32_t **buf, size_t *have, size_t n)
 	return *buf ? 0 : -1;
 }
 
-/* One product over all threads: pack A and B (panels shared out), then
- * tiles of C.  Tiles are MCP x NCP micro-panels, smaller when that leaves
- * threads idle. */
-static void run_parallel(const struct prod *p, uint32_t *ap, uint32_t *bp, int packb)
+/* How a product runs on nt threads: sb says whether the work is split
+ * over B's panels (else A's), g how many panels one work item takes. */
+struct plan {
+	int sb, g, items;
+	size_t words;   /* one thread's buffer for its panels of one K block */
+};
+
+static struct plan plan_of(const struct prod *p, int nt, int keep)
+{
+	struct plan s;
+	/* the larger operand is split and streamed; a kept B is split (its
+	 * items pack their panels whole into the kept copy, or reuse them) */
+	s.sb = keep || (int64_t)p->np * NR >= (int64_t)p->mp * MR;
+	const int ns = s.sb ? p->np : p->mp;
+	s.g = s.sb ? 4 : 16;   /* 256 columns of B, or 96 rows of A */
+	while (s.g > 1 && (ns + s.g - 1) / s.g < 4 * nt)
+		s.g /= 2;
+	s.items = (ns + s.g - 1) / s.g;
+	s.words = keep ? 0 : (size_t)s.g * p->kc * (s.sb ? NR : MR);
+	return s;
+}
+
+/* One product over all threads: the operand that is not split packed whole
+ * into up, then the work items: each packs its panels of the other one
+ * block by block into the thread's part of sbuf and multiplies them at
+ * once, or with kb (a kept B) packs them whole into kb unless packkb is 0
+ * (they are there from an earlier call). */
+static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *up, uint32_t *sbuf, uint32_t *kb_,
+			 int packkb)
 {
 	const int nt = omp_get_max_threads();
-	int mcp = 16, ncp = 4;   /* 96 rows x 256 columns */
-	while ((int64_t)((p->mp + mcp - 1) / mcp) * ((p->np + ncp - 1) / ncp) < 2 * nt && (mcp > 2 || ncp > 1)) {
-		if (mcp > 2)
-			mcp /= 2;
-		else
-			ncp /= 2;
-	}
-	const int tm = (p->mp + mcp - 1) / mcp, tn = (p->np + ncp - 1) / ncp;
+	const struct lay la = alay(p, p->K2);
 #pragma omp parallel if (nt > 1 && (int64_t)p->M * p->N * p->K2 > 16384)
 	{
-#pragma omp for schedule(static) nowait
-		for (int i = 0; i < p->mp; i++)
-			pack_a(p, i, ap);
-		if (packb) {
+		const int n = s->sb ? p->mp : p->np;
 #pragma omp for schedule(static)
-			for (int j = 0; j < p->np; j++)
-				pack_b(p, j, bp);
-		} else {
-#pragma omp barrier
+		for (int i = 0; i < n; i++) {
+			if (s->sb)
+				p->pa(&p->a, MR, i, i + 1, 0, p->K2, up + i * apanel(p), apanel(p), la);
+			else
+				p->pb(&p->b, NR, i, i + 1, 0, p->K2, up + i * bpanel(p), bpanel(p), blay);
 		}
+		uint32_t *mine = sbuf + s->words * (size_t)omp_get_thread_num();
+		const int ns = s->sb ? p->np : p->mp;
 #pragma omp for schedule(dynamic, 1)
-		for (int t = 0; t < tm * tn; t++) {
-			const int ti = t % tm, tj = t / tm;
-			const int i1 = (ti + 1) * mcp < p->mp ? (ti + 1) * mcp : p->mp;
-			const int j1 = (tj + 1) * ncp < p->np ? (tj + 1) * ncp : p->np;
-			tile(p, ap, bp, ti * mcp, i1, tj * ncp, j1);
+		for (int it = 0; it < s->items; it++) {
+			const int s0 = it * s->g, s1 = s0 + s->g < ns ? s0 + s->g : ns;
+			if (kb_ && packkb)
+				p->pb(&p->b, NR, s0, s1, 0, p->K2, kb_ + s0 * bpanel(p), bpanel(p), blay);
+			for (int kb = 0; kb < p->K2; kb += p->kc) {
+				const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
+				if (kb_) {
+					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, kb_ + s0 * bpanel(p) + (size_t)kb * NR,
+					      bpanel(p), s0, s1, kb, kn);
+				} else if (s->sb) {
+					p->pb(&p->b, NR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * NR, blay);
+					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, mine, (size_t)p->kc * NR, s0, s1,
+					      kb, kn);
+				} else {
+					const struct lay lk = alay(p, kn);
+					p->pa(&p->a, MR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * MR, lk);
+					block(p, mine, (size_t)p->kc * MR, lk, s0, s1, up + (size_t)kb * NR, bpanel(p), 0,
+					      p->np, kb, kn);
+				}
+			}
 		}
 	}
 }
@@ -391,14 +521,17 @@ static long boff(const struct ds_gemm_bf16_batch *bt, const long s[2], int e)
 	return (long)(e / bt->inner) * s[0] + (long)(e % bt->inner) * s[1];
 }
 
-int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K,
-			float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, unsigned flags, int ta, int tb,
+			int M, int N, int K, float alpha, const void *A, int lda, const float *B, int ldb, float beta,
+			void *C, int ldc)
 {
 	const int count = bt ? bt->count : 1;
-	if (M <= 0 || N <= 0 || K <= 0 || count < 1 || (bt && (keep || bt->inner < 1)))
+	const size_t ea = flags & DS_GEMM_BF16_A16 ? 2 : 4, ec = flags & DS_GEMM_BF16_C16 ? 2 : 4;
+	if (M <= 0 || N <= 0 || K <= 0 || count < 1 || (bt && (keep || bt->inner < 1)) ||
+	    ((flags & DS_GEMM_BF16_C16) && beta != 0.0f))
 		return -1;
 	struct prod p;
-	prod_init(&p, isa, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	prod_init(&p, isa, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 	const size_t na = p.mp * apanel(&p), nb = p.np * bpanel(&p);
 	const int nt = omp_get_max_threads();
 	int rc = -1;
@@ -412,35 +545,34 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 #pragma omp parallel for schedule(dynamic, 1)
 		for (int e = 0; e < count; e++) {
 			const int th = omp_get_thread_num();
-			uint32_t *ap = abuf + na * (size_t)th, *bp = bbuf + nb * (size_t)th;
 			struct prod q;
-			prod_init(&q, isa, ta, tb, M, N, K, alpha, A + boff(bt, bt->sa, e), lda, B + boff(bt, bt->sb, e),
-				  ldb, beta, C + boff(bt, bt->sc, e), ldc);
-			for (int i = 0; i < q.mp; i++)
-				pack_a(&q, i, ap);
-			for (int j = 0; j < q.np; j++)
-				pack_b(&q, j, bp);
-			tile(&q, ap, bp, 0, q.mp, 0, q.np);
+			prod_init(&q, isa, flags, ta, tb, M, N, K, alpha, (const char *)A + boff(bt, bt->sa, e) * ea, lda,
+				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
+			run_serial(&q, abuf + na * (size_t)th, bbuf + nb * (size_t)th);
 		}
 		rc = 0;
 		goto out;
 	}
-	if (grow(&abuf, &abuf_n, na) || (keep ? grow(&kbuf, &kbuf_n, nb) : grow(&bbuf, &bbuf_n, nb)))
+	const struct plan s = plan_of(&p, nt, keep);
+	if (grow(s.sb ? &abuf : &bbuf, s.sb ? &abuf_n : &bbuf_n, s.sb ? na : nb) ||
+	    grow(s.sb ? &bbuf : &abuf, s.sb ? &bbuf_n : &abuf_n, s.words * (size_t)nt + 1) ||
+	    (keep && grow(&kbuf, &kbuf_n, nb)))
 		goto out;
+	uint32_t *up = s.sb ? abuf : bbuf, *sbuf = s.sb ? bbuf : abuf;
 	for (int e = 0; e < count; e++) {   /* one product, or a batch smaller than the threads */
 		struct prod q;
 		if (bt)
-			prod_init(&q, isa, ta, tb, M, N, K, alpha, A + boff(bt, bt->sa, e), lda, B + boff(bt, bt->sb, e),
-				  ldb, beta, C + boff(bt, bt->sc, e), ldc);
+			prod_init(&q, isa, flags, ta, tb, M, N, K, alpha, (const char *)A + boff(bt, bt->sa, e) * ea, lda,
+				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
 		else
 			q = p;
-		int packb = 1;
+		int packkb = 1;
 		if (keep) {
-			packb = !(keep == 2 && kept.src == B && kept.tb == !!tb && kept.N == N && kept.K == K &&
+			packkb = !(keep == 2 && kept.src == B && kept.tb == !!tb && kept.N == N && kept.K == K &&
 				   kept.ldb == ldb && kept.isa == isa);
 			kept.src = NULL;   /* until the copy is complete */
 		}
-		run_parallel(&q, abuf, keep ? kbuf : bbuf, packb);
+		run_parallel(&q, &s, up, sbuf, keep ? kbuf : NULL, packkb);
 		if (keep) {
 			kept.src = B;
 			kept.tb = !!tb;
