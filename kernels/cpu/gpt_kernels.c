@@ -479,3 +479,73 @@ void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *tar
 			l[i] = 0;
 	}
 }
+
+/* bf16 bits <-> fp32, inline so the row loops below vectorise; the
+ * rounding is ds_fp32_to_bf16's (nearest even, NaN kept quiet) */
+static inline float bf16_get(uint16_t h)
+{
+	const uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static inline uint16_t bf16_put(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+
+DS_CLONES
+static float xent_row_lse16(const uint16_t *l, int V)
+{
+	float mx = -INFINITY;
+#pragma omp simd reduction(max:mx)
+	for (int i = 0; i < V; i++) {
+		const float x = bf16_get(l[i]);
+		mx = x > mx ? x : mx;
+	}
+	float s = 0;
+#pragma omp simd reduction(+:s)
+	for (int i = 0; i < V; i++)
+		s += ds_expf(bf16_get(l[i]) - mx);
+	return (float)(mx + log((double)s));
+}
+
+double ds_kernel_xent_forward16(float *lse, uint16_t *logits, const int32_t *targets, int64_t N, int V, int Vp)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		uint16_t *l = logits + n * Vp;
+		for (int i = V; i < Vp; i++)
+			l[i] = 0xff80u;   /* -inf */
+		if (targets)
+			lse[n] = xent_row_lse16(l, V);
+	}
+	double total = 0;   /* serial: the same bits whatever the thread count */
+	for (int64_t n = 0; targets && n < N; n++)
+		total += (double)lse[n] - (double)bf16_get(logits[n * Vp + targets[n]]);
+	return total;
+}
+
+DS_CLONES
+static void xent_row_grad16(uint16_t *l, float z, int V, float dscale, int tgt)
+{
+#pragma omp simd
+	for (int i = 0; i < V; i++)
+		l[i] = bf16_put(dscale * ds_expf(bf16_get(l[i]) - z) - (i == tgt ? dscale : 0.0f));
+}
+
+void ds_kernel_xent_backward16(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V,
+			       int Vp, float dscale)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		uint16_t *l = logits + n * Vp;
+		xent_row_grad16(l, lse[n], V, dscale, targets[n]);
+		for (int i = V; i < Vp; i++)
+			l[i] = 0;
+	}
+}

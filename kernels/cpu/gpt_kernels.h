@@ -86,4 +86,14 @@ double ds_kernel_xent_forward(float *lse, const float *logits, const int32_t *ta
 void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N,
 			     int V, int Vp, float dscale);
 
+/* The same on bf16 logits (N,Vp), as mixed precision keeps them: forward
+ * also writes -inf into the padding columns (targets NULL: only that) and
+ * returns the loss sum (0 without targets); backward turns them into
+ * dlogits rounded to bf16 in place (ds_fp32_to_bf16's rounding).  Each
+ * equals the fp32 kernel on the unpacked rows up to the order of its fp32
+ * sums. */
+double ds_kernel_xent_forward16(float *lse, uint16_t *logits, const int32_t *targets, int64_t N, int V, int Vp);
+void ds_kernel_xent_backward16(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V,
+			       int Vp, float dscale);
+
 #endif

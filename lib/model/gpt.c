@@ -839,6 +839,19 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
 }
 
+/* bf16 runs whose head products go to dstk's kernel keep the logits and
+ * their gradient in bf16 from the product to the loss and back: each of
+ * the three products runs once over the whole batch (no fp32 row chunks,
+ * no rounding or packing passes, one pass over the head's gradient).  The
+ * implementation, or DS_BF16_SGEMM for the chunked fp32 path. */
+static enum ds_bf16_impl head16(const struct ds_gpt_ws *ws, int N, int V, int C)
+{
+	if (ws->half != DS_HALF_BF16 || ws->mm < 0)
+		return DS_BF16_SGEMM;
+	const enum ds_bf16_impl im = ds_gemm_bf16_pick(ws->mm, 0, 1, N, V, C, 1);
+	return im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? im : DS_BF16_SGEMM;
+}
+
 /* logits rows [r0, r0+n) into out (n,Vp) = lnf @ head^T, rounded to 16
  * bits in mixed precision; the padding columns are -inf */
 static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *out, int64_t r0,
@@ -926,12 +939,18 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 	const int V = m->V, Vp = m->Vp;
 	const float *head = tp(m, P, m->head);
 	double sum = 0;
+	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
+	const int whole = h16 != DS_BF16_SGEMM &&
+			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
+					  ws->logits16, Vp) == 0;
+	if (whole)
+		sum = ds_kernel_xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
 	if (!hp) {
 		head_rows(m, ws, ws->logits, 0, N, head);
 		if (targets)
 			sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
 	}
-	for (int64_t r0 = 0; hp && r0 < N; r0 += ws->hrows) {
+	for (int64_t r0 = 0; hp && !whole && r0 < N; r0 += ws->hrows) {
 		/* 16-bit logits: hrows at a time in fp32, the loss's terms
 		 * added in the unchunked kernel's order */
 		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
@@ -975,13 +994,23 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	DS_TRY(hook_pre(m, ws, last, DS_GPT_BACKWARD, params, grads, err));
 	const int hp = ws->half != DS_HALF_NONE;
 	const int64_t R = hp ? ws->hrows : N;   /* 16-bit logits: hrows at a time */
-	for (int64_t r0 = 0; r0 < N; r0 += R) {
+	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
+	if (h16 != DS_BF16_SGEMM)   /* dlogits in bf16, in place */
+		ds_kernel_xent_backward16(ws->logits16, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
+	const int whole = h16 != DS_BF16_SGEMM &&
+			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_A16, 0, 0, (int)N, C, V, 1.0f, ws->logits16, Vp,
+					  tp(m, P, m->head), C, 0.0f, ws->dln, C) == 0 &&
+			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_A16, 1, 0, V, C, (int)N, 1.0f, ws->logits16, Vp, ws->lnf, C,
+					  1.0f, tp(m, G, m->head), C) == 0;
+	for (int64_t r0 = 0; !whole && r0 < N; r0 += R) {
 		const int64_t n = N - r0 < R ? N - r0 : R;
 		float *dl = hp ? ws->hchunk : ws->logits;
 		if (hp)
 			ds_half_unpack_n(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
-		ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
-		rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
+		if (h16 == DS_BF16_SGEMM) {
+			ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
+			rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
+		}
 		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
 		gemm_kb(ws, r0 > 0, (int)R, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
 			    tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
