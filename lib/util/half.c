@@ -1,6 +1,10 @@
 /* half.c - fp16/bf16 <-> fp32 by bit manipulation (see half.h; the scalar
  * conversions are its inline functions, which the CUDA kernels share).
- * Round to nearest even throughout; NaNs are kept quiet with the sign. */
+ * Round to nearest even throughout; NaNs are kept quiet with the sign.
+ * The bf16 bulk loops run in blocks compiled for AVX-512, AVX2 and
+ * baseline x86-64 (GCC function multi-versioning, picked at load time),
+ * with a branch-free form of ds_f32_to_bf16_rne that vectorises: the same
+ * integer arithmetic in every version, so the same bits. */
 #include "util/half.h"
 
 #include <string.h>
@@ -9,6 +13,44 @@ uint16_t ds_fp32_to_fp16(float f) { return ds_f32_to_f16_rne(f); }
 float ds_fp16_to_fp32(uint16_t h) { return ds_f16_to_f32_exact(h); }
 uint16_t ds_fp32_to_bf16(float f) { return ds_f32_to_bf16_rne(f); }
 float ds_bf16_to_fp32(uint16_t h) { return ds_bf16_to_f32_exact(h); }
+
+/* ds_f32_to_bf16_rne without the branch */
+static inline uint16_t to_bf16(float f)
+{
+	const uint32_t x = ds_half_f2u(f);
+	const uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;   /* RNE; overflow carries to inf */
+	return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);   /* quiet nan */
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HALF_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HALF_CLONES
+#endif
+
+/* elements per block of the bulk bf16 loops (the unit OpenMP shares out) */
+#define BLK 8192
+
+HALF_CLONES static void bf16_pack_blk(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dst[i] = to_bf16(src[i]);
+}
+
+HALF_CLONES static void bf16_unpack_blk(float *dst, const uint16_t *src, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dst[i] = ds_bf16_to_f32_exact(src[i]);
+}
+
+HALF_CLONES static void bf16_round_blk(float *x, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		x[i] = ds_bf16_to_f32_exact(to_bf16(x[i]));
+}
 
 void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n)
 {
@@ -26,16 +68,16 @@ void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n)
 
 void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
 {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		dst[i] = ds_fp32_to_bf16(src[i]);
+#pragma omp parallel for if (n > 65536) schedule(static)
+	for (size_t b = 0; b < n; b += BLK)
+		bf16_pack_blk(dst + b, src + b, n - b < BLK ? n - b : BLK);
 }
 
 void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n)
 {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-	for (size_t i = 0; i < n; i++)
-		dst[i] = ds_bf16_to_fp32(src[i]);
+#pragma omp parallel for if (n > 65536) schedule(static)
+	for (size_t b = 0; b < n; b += BLK)
+		bf16_unpack_blk(dst + b, src + b, n - b < BLK ? n - b : BLK);
 }
 
 const char *ds_half_name(enum ds_half_kind k)
@@ -50,9 +92,9 @@ void ds_half_round_n(enum ds_half_kind k, float *x, size_t n)
 		for (size_t i = 0; i < n; i++)
 			x[i] = ds_fp16_to_fp32(ds_fp32_to_fp16(x[i]));
 	} else if (k == DS_HALF_BF16) {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-		for (size_t i = 0; i < n; i++)
-			x[i] = ds_bf16_to_fp32(ds_fp32_to_bf16(x[i]));
+#pragma omp parallel for if (n > 65536) schedule(static)
+		for (size_t b = 0; b < n; b += BLK)
+			bf16_round_blk(x + b, n - b < BLK ? n - b : BLK);
 	}
 }
 

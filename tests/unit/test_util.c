@@ -5,6 +5,7 @@
 #include "unit.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/crc32c.h"
@@ -185,6 +186,67 @@ static void test_bf16_bits(void **state)
 	assert_true(back[0] == 1.0f && back[1] == -2.5f && back[2] == 65504.0f);
 }
 
+/* bf16 reference written apart from the library's (the branchy form):
+ * round to nearest even on the bits, NaN kept quiet */
+static uint16_t ref_bf16(uint32_t x)
+{
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 0x40u);
+	const uint32_t rest = x & 0xffffu, hi = x >> 16;
+	if (rest > 0x8000u || (rest == 0x8000u && (hi & 1u)))
+		return (uint16_t)(hi + 1u);
+	return (uint16_t)hi;
+}
+
+/* The bulk bf16 loops (vectorised, shared out over threads in blocks) give
+ * the reference's bits on every class of input: ties either way,
+ * subnormals, overflow to inf, signed zeros, quiet and signalling NaNs with
+ * payloads; over a length that is no multiple of the vector or block size,
+ * above the threads' threshold, from an unaligned start. */
+static void test_bf16_bulk(void **state)
+{
+	(void)state;
+	enum { N = 200003 };
+	uint32_t *u = malloc(sizeof(uint32_t) * (N + 1));
+	float *x = malloc(sizeof(float) * (N + 1)), *y = malloc(sizeof(float) * (N + 1));
+	uint16_t *h = malloc(sizeof(uint16_t) * (N + 1));
+	assert_non_null(u); assert_non_null(x); assert_non_null(y); assert_non_null(h);
+	static const uint32_t special[] = { 0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu,
+					    0x3f808001u, 0x00008000u, 0x00018000u, 0x00010000u, 0x807fffffu,
+					    0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+					    0x7f800001u, 0xffa5a5a5u, 0x7fffffffu, 0x7f7f7fffu, 0x3f80ffffu };
+	uint32_t seed = 12345u;
+	for (int i = 0; i < N + 1; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		u[i] = i < (int)(sizeof special / sizeof special[0]) ? special[i]
+		       : i % 7 == 0 ? (seed & 0x807fffffu) | ((uint32_t)(i % 3) << 23)   /* subnormal-ish */
+		       : i % 11 == 0 ? (seed | 0x7f800000u)                               /* inf / nan */
+		       : i % 5 == 0 ? (seed & 0xffff0000u) | 0x8000u                       /* ties */
+		       : seed;
+		memcpy(&x[i], &u[i], sizeof(float));
+	}
+	/* from element 1: an unaligned start */
+	ds_fp32_to_bf16_n(h + 1, x + 1, N);
+	for (int i = 1; i <= N; i++)
+		if (h[i] != ref_bf16(u[i]))
+			fail_msg("pack %08x: %04x, want %04x", u[i], h[i], ref_bf16(u[i]));
+	ds_bf16_to_fp32_n(y + 1, h + 1, N);
+	for (int i = 1; i <= N; i++) {
+		uint32_t w;
+		memcpy(&w, &y[i], sizeof w);
+		assert_int_equal(w, (uint32_t)h[i] << 16);
+	}
+	memcpy(y, x, sizeof(float) * (N + 1));
+	ds_half_round_n(DS_HALF_BF16, y + 1, N);
+	for (int i = 1; i <= N; i++) {
+		uint32_t w;
+		memcpy(&w, &y[i], sizeof w);
+		if (w != (uint32_t)ref_bf16(u[i]) << 16)
+			fail_msg("round %08x: %08x, want %08x", u[i], w, (uint32_t)ref_bf16(u[i]) << 16);
+	}
+	free(u); free(x); free(y); free(h);
+}
+
 static void test_parse_and_errors(void **state)
 {
 	uint64_t v;
@@ -242,6 +304,7 @@ int main(void)
 		cmocka_unit_test(test_rng_streams),
 		cmocka_unit_test(test_fp16_bits),
 		cmocka_unit_test(test_bf16_bits),
+		cmocka_unit_test(test_bf16_bulk),
 		cmocka_unit_test(test_half_round_n),
 		cmocka_unit_test(test_parse_and_errors),
 		cmocka_unit_test(test_alloc_accounting),
