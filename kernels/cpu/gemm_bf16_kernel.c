@@ -396,18 +396,60 @@ static const struct lay blay = { 1, NR };
 static size_t apanel(const struct prod *p) { return (size_t)p->K2 * MR; }
 static size_t bpanel(const struct prod *p) { return (size_t)p->K2 * NR; }
 
+/* The source of the next streamed slice, read into L2 while a block
+ * computes, so that packing it finds it there (a training step's weights
+ * come from memory): rows of span bytes, stride apart. */
+struct pfr {
+	const char *base;
+	ptrdiff_t stride;
+	size_t span;
+	int rows;
+};
+
+/* panels [p0, p1) of W outer indices of s, pairs [kp0, kp1); rows 0 when
+ * the range is empty */
+static struct pfr region(const struct opnd *s, int W, int p0, int p1, int kp0, int kp1)
+{
+	const size_t es = s->h ? 2 : 4;
+	const int o0 = p0 * W, o1 = p1 * W < s->O ? p1 * W : s->O, k0 = 2 * kp0, k1 = 2 * kp1 < s->K ? 2 * kp1 : s->K;
+	struct pfr r = { NULL, 0, 0, 0 };
+	if (o1 <= o0 || k1 <= k0)
+		return r;
+	if (s->sk == 1)   /* K contiguous: one row per outer index */
+		r = (struct pfr){ (const char *)s->x + ((size_t)o0 * s->so + k0) * es, s->so * (ptrdiff_t)es,
+				  (size_t)(k1 - k0) * es, o1 - o0 };
+	else              /* outer contiguous: one row per K index */
+		r = (struct pfr){ (const char *)s->x + ((size_t)k0 * s->sk + o0) * es, s->sk * (ptrdiff_t)es,
+				  (size_t)(o1 - o0) * es, k1 - k0 };
+	return r;
+}
+
 /* C block of A panels [i0, i1) x B panels [j0, j1), pairs [kb, kb + kn):
  * A panel i at a + (i - i0) * as, B panel j at b + (j - j0) * bs, both
- * already at pair kb */
+ * already at pair kb; pf (rows 0: none) is prefetched a little per
+ * micro-kernel call. */
 static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay la, int i0, int i1,
-		  const uint32_t *b, size_t bs, int j0, int j1, int kb, int kn)
+		  const uint32_t *b, size_t bs, int j0, int j1, int kb, int kn, struct pfr pf)
 {
 	const float beta = kb == 0 ? p->beta : 1.0f;
 	const size_t es = p->c16 ? 2 : 4;
+	const size_t lpr = (pf.span + 63) / 64, calls = (size_t)(i1 - i0) * (size_t)(j1 - j0);
+	const size_t per = calls ? (lpr * (size_t)pf.rows + calls - 1) / calls : 0;
+	const char *row = pf.base;
+	size_t col = 0;
+	int left = pf.rows;
 	for (int j = j0; j < j1; j++) {
 		const int nr = p->N - j * NR < NR ? p->N - j * NR : NR;
 		for (int i = i0; i < i1; i++) {
 			const int mr = p->M - i * MR < MR ? p->M - i * MR : MR;
+			for (size_t q = 0; q < per && left > 0; q++) {   /* per lines of the rows, in order */
+				__builtin_prefetch(row + col * 64, 0, 2);
+				if (++col == lpr) {
+					col = 0;
+					row += pf.stride;
+					left--;
+				}
+			}
 			p->ukr(kn, a + (i - i0) * as, la.rs, la.ks, b + (j - j0) * bs,
 			       (char *)p->c + ((size_t)i * MR * p->ldc + (size_t)j * NR) * es, p->ldc, mr, nr, p->alpha,
 			       beta, p->c16);
@@ -423,7 +465,8 @@ static void run_serial(const struct prod *p, uint32_t *ap, uint32_t *bp)
 	const struct lay la = alay(p, p->K2);
 	for (int kb = 0; kb < p->K2; kb += p->kc) {
 		const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
-		block(p, ap + kb * la.ks, apanel(p), la, 0, p->mp, bp + (size_t)kb * NR, bpanel(p), 0, p->np, kb, kn);
+		block(p, ap + kb * la.ks, apanel(p), la, 0, p->mp, bp + (size_t)kb * NR, bpanel(p), 0, p->np, kb, kn,
+		      (struct pfr){ NULL, 0, 0, 0 });
 	}
 }
 
@@ -490,25 +533,39 @@ static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *u
 		}
 		uint32_t *mine = sbuf + s->words * (size_t)omp_get_thread_num();
 		const int ns = s->sb ? p->np : p->mp;
-#pragma omp for schedule(dynamic, 1)
-		for (int it = 0; it < s->items; it++) {
+		/* round robin, so each thread knows its next item and reads its
+		 * first slice ahead */
+		const int th = omp_get_thread_num(), nth = omp_get_num_threads();
+		const struct opnd *so = s->sb ? &p->b : &p->a;
+		const int W = s->sb ? NR : MR;
+		for (int it = th; it < s->items; it += nth) {
 			const int s0 = it * s->g, s1 = s0 + s->g < ns ? s0 + s->g : ns;
 			if (kb_ && packkb)
 				p->pb(&p->b, NR, s0, s1, 0, p->K2, kb_ + s0 * bpanel(p), bpanel(p), blay);
 			for (int kb = 0; kb < p->K2; kb += p->kc) {
 				const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
+				/* what this thread packs next: this item's next slice, or
+				 * its next item's first */
+				struct pfr pf = { NULL, 0, 0, 0 };
+				if (kb_)
+					;
+				else if (kb + kn < p->K2)
+					pf = region(so, W, s0, s1, kb + kn, kb + kn + p->kc < p->K2 ? kb + kn + p->kc : p->K2);
+				else if (it + nth < s->items)
+					pf = region(so, W, (it + nth) * s->g, (it + nth + 1) * s->g < ns ? (it + nth + 1) * s->g : ns,
+						    0, p->kc < p->K2 ? p->kc : p->K2);
 				if (kb_) {
 					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, kb_ + s0 * bpanel(p) + (size_t)kb * NR,
-					      bpanel(p), s0, s1, kb, kn);
+					      bpanel(p), s0, s1, kb, kn, pf);
 				} else if (s->sb) {
 					p->pb(&p->b, NR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * NR, blay);
 					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, mine, (size_t)p->kc * NR, s0, s1,
-					      kb, kn);
+					      kb, kn, pf);
 				} else {
 					const struct lay lk = alay(p, kn);
 					p->pa(&p->a, MR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * MR, lk);
 					block(p, mine, (size_t)p->kc * MR, lk, s0, s1, up + (size_t)kb * NR, bpanel(p), 0,
-					      p->np, kb, kn);
+					      p->np, kb, kn, pf);
 				}
 			}
 		}
