@@ -44,6 +44,8 @@ int ds_bf16_mode_parse(const char *s)
 
 const char *ds_bf16_mode_name(int mode)
 {
+	if (mode == DS_BF16_MM_PORTABLE)
+		return "portable";
 	return mode >= 0 && mode < (int)(sizeof mode_names / sizeof mode_names[0]) ? mode_names[mode] : "?";
 }
 
@@ -223,6 +225,8 @@ enum ds_bf16_impl ds_gemm_bf16_pick(int mode, int ta, int tb, int M, int N, int 
 		return onednn_isa() ? DS_BF16_ONEDNN : DS_BF16_SGEMM;
 	case DS_BF16_MM_KERNEL:
 		return ds_gemm_bf16_cpu_avx512bf16() ? DS_BF16_KERNEL : DS_BF16_SGEMM;
+	case DS_BF16_MM_PORTABLE:
+		return DS_BF16_PORTABLE;
 	default:
 		return DS_BF16_SGEMM;
 	}
@@ -249,6 +253,9 @@ int ds_gemm_bf16_plan(int mode, char *buf, size_t n)
 		else
 			snprintf(buf, n, "fp32 sgemm: this CPU has no AVX512_BF16");
 		return kern;
+	case DS_BF16_MM_PORTABLE:
+		snprintf(buf, n, "bf16 on dstk's portable C kernel for every product (tests)");
+		return 1;
 	default:
 		break;
 	}

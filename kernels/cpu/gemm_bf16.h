@@ -51,11 +51,12 @@ enum ds_bf16_mode {
 	DS_BF16_MM_ONEDNN,     /* "onednn": oneDNN for every product */
 	DS_BF16_MM_KERNEL,     /* "avx512_bf16": dstk's kernel for every product */
 	DS_BF16_MM_FP32,       /* "fp32": fp32 sgemm for every product */
+	DS_BF16_MM_PORTABLE,   /* tests only (no config value): the portable kernel for every product */
 };
 
 /* The mode a dstk.bf16_matmul value names, or -1. */
 int ds_bf16_mode_parse(const char *s);
-/* "auto", "onednn", "avx512_bf16" or "fp32". */
+/* "auto", "onednn", "avx512_bf16", "fp32" (or "portable"). */
 const char *ds_bf16_mode_name(int mode);
 
 /* 1 when impl can run on this build and CPU, else 0 with *why (optional)

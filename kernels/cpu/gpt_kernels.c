@@ -533,9 +533,11 @@ double ds_kernel_xent_forward16(float *lse, uint16_t *logits, const int32_t *tar
 DS_CLONES
 static void xent_row_grad16(uint16_t *l, float z, int V, float dscale, int tgt)
 {
+	const float lt = bf16_get(l[tgt]);
 #pragma omp simd
 	for (int i = 0; i < V; i++)
-		l[i] = bf16_put(dscale * ds_expf(bf16_get(l[i]) - z) - (i == tgt ? dscale : 0.0f));
+		l[i] = bf16_put(dscale * ds_expf(bf16_get(l[i]) - z));
+	l[tgt] = bf16_put(dscale * ds_expf(lt - z) - dscale);   /* the fp32 kernel's order: subtract, then round */
 }
 
 void ds_kernel_xent_backward16(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V,

@@ -244,8 +244,10 @@ static int check_prod(const char *what, int ta, int tb, int M, int N, int K, flo
 static void test_gemm_bf16(void **state)
 {
 	(void)state;
+	/* the last two: A split into several work items of streamed panels
+	 * (M well above N), and B (N above M), each over three K blocks */
 	static const int sz[][3] = { { 17, 18, 33 }, { 17, 33, 45 }, { 37, 19, 71 }, { 64, 48, 96 }, { 130, 77, 300 },
-				     { 23, 150, 601 } };
+				     { 23, 150, 601 }, { 203, 21, 533 }, { 13, 330, 517 } };
 	static const float ab[][2] = { { 1.0f, 0.0f }, { 0.5f, 1.0f }, { -1.25f, 0.75f } };
 	enum ds_bf16_impl im[3];
 	const int nim = impls(im);
@@ -368,7 +370,7 @@ static void test_gemm_bf16_keep_b(void **state)
 	(void)state;
 	enum ds_bf16_impl im[3];
 	const int nim = impls(im);
-	enum { M = 32, N = 48, K = 64 };
+	enum { M = 32, N = 300, K = 64 };   /* B: 5 panels of the kernel, split over the threads */
 	static float a[M * K], b[N * K], b2[N * K], c[M * N];
 	for (int v = 0; v < nim; v++) {
 		const enum ds_bf16_impl x = im[v];
@@ -394,7 +396,154 @@ static void test_gemm_bf16_keep_b(void **state)
 			b[i] = 3.0f;
 		assert_int_equal(ds_gemm_bf16_keep_b(x, 0, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
 		assert_true(c[0] == (float)(3 * row0));     /* same = 0: converted again */
+		for (int i = 0; i < M; i++) {               /* every row and column of the last */
+			double r = 0;
+			for (int k = 0; k < K; k++)
+				r += a[i * K + k];
+			for (int j = 0; j < N; j++)
+				assert_true(c[i * N + j] == (float)(3 * r));
+		}
 	}
+}
+
+/* bf16 bits of x as the kernels round it */
+static uint16_t h16(float x) { return ds_fp32_to_bf16(x); }
+
+/* ds_gemm_bf16_ex: A given as bf16 values (as the model keeps its logits'
+ * gradient), C written as bf16 (its logits), alone and together, in the
+ * layouts the model uses (A16 NN and TN, C16 NT), sizes that split into
+ * several work items and K blocks: against the double product of the
+ * bf16-rounded inputs (A16: the same A in fp32 through check_prod's
+ * bound), C16 within that bound plus half a bf16 unit (its one rounding)
+ * and equal to rounding the fp32 result where that is not near a tie;
+ * beta must be 0 with a bf16 C; C's padding untouched; implementations
+ * without the entry point (oneDNN) answer -1 and write nothing. */
+static void test_gemm_bf16_ex(void **state)
+{
+	(void)state;
+	static const int sz[][3] = { { 37, 19, 71 }, { 203, 21, 533 }, { 13, 330, 517 }, { 64, 150, 64 } };
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	for (int v = 0; v < nim; v++) {
+		int checked = 0;
+		for (int lay = 0; lay < 3; lay++)
+			for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+				for (int c16 = 0; c16 < 2; c16++) {
+					/* lay 0: NN A16, 1: TN A16, 2: NT C16 (c16 adds C16 to the first two) */
+					const int ta = lay == 1, tb = lay == 2, a16 = lay < 2;
+					const unsigned fl = (a16 ? DS_GEMM_BF16_A16 : 0) | (c16 || lay == 2 ? DS_GEMM_BF16_C16 : 0);
+					if (lay == 2 && c16)
+						continue;
+					const int M = sz[q][0], N = sz[q][1], K = sz[q][2];
+					const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+					const int lda = ac + 3, ldb = bc + 5, ldc = N + 7;
+					const float alpha = 0.75f;
+					float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
+					float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
+					uint16_t *Ah = malloc(sizeof(uint16_t) * (size_t)ar * lda);
+					uint16_t *Ch = malloc(sizeof(uint16_t) * (size_t)M * ldc);
+					assert_non_null(A); assert_non_null(B); assert_non_null(C); assert_non_null(C0);
+					assert_non_null(Ah); assert_non_null(Ch);
+					fill(A, ar, ac, lda, 31u + (unsigned)q);
+					fill(B, br, bc, ldb, 77u + (unsigned)lay);
+					for (size_t i = 0; i < (size_t)ar * lda; i++) {   /* A holds bf16 values */
+						Ah[i] = h16(A[i]);
+						A[i] = ds_bf16_to_fp32(Ah[i]);
+					}
+					for (size_t i = 0; i < (size_t)M * ldc; i++) {
+						C0[i] = NAN;   /* beta 0: never read */
+						Ch[i] = 0x7fc1;
+					}
+					const int fl_c = !!(fl & DS_GEMM_BF16_C16);
+					memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+					int rc = ds_gemm_bf16_ex(im[v], fl, ta, tb, M, N, K, alpha, a16 ? (const void *)Ah : A, lda, B,
+								 ldb, 0.0f, fl_c ? (void *)Ch : C, ldc);
+					if (im[v] == DS_BF16_ONEDNN) {
+						assert_int_equal(rc, -1);
+						for (size_t i = 0; i < (size_t)M * ldc; i++)
+							assert_true(Ch[i] == 0x7fc1 && isnan(C[i]));
+						goto next;
+					}
+					if (rc)
+						fail_msg("%s ex %u %s%s M%d N%d K%d: not run", impl_name(im[v]), fl, ta ? "T" : "N",
+							 tb ? "T" : "N", M, N, K);
+					if (!fl_c) {
+						check_prod(impl_name(im[v]), ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C0, C, ldc);
+					} else {
+						/* the fp32 result of the same inputs, then C16 against it */
+						assert_int_equal(ds_gemm_bf16(im[v], ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc), 0);
+						check_prod(impl_name(im[v]), ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C0, C, ldc);
+						for (int i = 0; i < M; i++) {
+							for (int j = 0; j < N; j++) {
+								const float f = C[(size_t)i * ldc + j], g = ds_bf16_to_fp32(Ch[(size_t)i * ldc + j]);
+								/* one bf16 rounding of a sum within 2^-16 of f */
+								if (!(fabsf(g - f) <= ldexpf(fabsf(f), -8) * 1.01f))
+									fail_msg("%s C16 M%d N%d K%d: C[%d,%d] = %.9g, fp32 %.9g", impl_name(im[v]), M,
+										 N, K, i, j, g, f);
+								const float up = ds_bf16_to_fp32(h16(f * (1 + 0x1p-16f))),
+									    dn = ds_bf16_to_fp32(h16(f * (1 - 0x1p-16f)));
+								if (up == dn)   /* not near a tie: the rounding of f itself */
+									assert_int_equal(Ch[(size_t)i * ldc + j], h16(f));
+							}
+							for (int j = N; j < ldc; j++)
+								assert_int_equal(Ch[(size_t)i * ldc + j], 0x7fc1);
+						}
+					}
+					checked += M * N;
+				next:
+					free(A); free(B); free(C); free(C0); free(Ah); free(Ch);
+				}
+		if (im[v] != DS_BF16_ONEDNN) {
+			float a[4] = { 1, 2, 3, 4 }, b[4] = { 1, 1, 1, 1 };
+			uint16_t c[4];
+			assert_int_equal(ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_C16, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 1.0f, c, 2), -1);
+			printf("# %s: %d elements checked through ds_gemm_bf16_ex\n", impl_name(im[v]), checked);
+		}
+	}
+	float a[4] = { 0 }, b[4] = { 0 }, c[4] = { 0 };
+	assert_int_equal(ds_gemm_bf16_ex(DS_BF16_SGEMM, 0, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2), -1);
+}
+
+/* The bf16 cross-entropy kernels against the fp32 ones on the unpacked
+ * logits: lse and the loss to fp32 summation order, the padding columns
+ * set to -inf (forward) and 0 (backward), dlogits bit for bit the fp32
+ * kernel's rounded to bf16 (same per-element operations), including each
+ * row's target; over rows shared out to threads. */
+static void test_xent16(void **state)
+{
+	(void)state;
+	enum { N = 37, V = 1003, Vp = 1024 };
+	uint16_t *h = malloc(sizeof(uint16_t) * N * Vp);
+	float *f = malloc(sizeof(float) * N * Vp), lse16[N], lse[N];
+	int32_t t[N];
+	assert_non_null(h); assert_non_null(f);
+	fill(f, N, Vp, Vp, 4242u);
+	for (int i = 0; i < N * Vp; i++) {
+		h[i] = h16(f[i] * 8.0f);
+		f[i] = ds_bf16_to_fp32(h[i]);
+	}
+	for (int n = 0; n < N; n++) {
+		t[n] = (n * 397) % V;
+		for (int i = V; i < Vp; i++)
+			f[n * Vp + i] = -INFINITY;
+	}
+	const double s16 = ds_kernel_xent_forward16(lse16, h, t, N, V, Vp);
+	const double s = ds_kernel_xent_forward(lse, f, t, N, V, Vp);
+	assert_true(fabs(s16 - s) <= 1e-6 * fabs(s));
+	for (int n = 0; n < N; n++) {
+		assert_true(fabsf(lse16[n] - lse[n]) <= 1e-6f * fabsf(lse[n]));
+		for (int i = V; i < Vp; i++)
+			assert_int_equal(h[n * Vp + i], 0xff80);
+	}
+	assert_true(ds_kernel_xent_forward16(lse16, h, NULL, N, V, Vp) == 0.0);
+	ds_kernel_xent_backward16(h, lse, t, N, V, Vp, 0.125f);
+	ds_kernel_xent_backward(f, lse, t, N, V, Vp, 0.125f);
+	for (int i = 0; i < N * Vp; i++)
+		if (h[i] != h16(f[i]))
+			fail_msg("dlogits[%d] = %04x, fp32 kernel rounded %04x (%.9g)", i, h[i], h16(f[i]), f[i]);
+	for (int n = 0; n < N; n++)
+		assert_true(ds_bf16_to_fp32(h[n * Vp + t[n]]) < 0);   /* the target's p - 1 */
+	free(h); free(f);
 }
 
 /* dstk.bf16_matmul's modes: names round-trip; "fp32" never picks a bf16
@@ -468,6 +617,8 @@ int main(void)
 		cmocka_unit_test(test_gemm_bf16),
 		cmocka_unit_test(test_gemm_bf16_batch),
 		cmocka_unit_test(test_gemm_bf16_keep_b),
+		cmocka_unit_test(test_gemm_bf16_ex),
+		cmocka_unit_test(test_xent16),
 		cmocka_unit_test(test_gemm_bf16_modes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

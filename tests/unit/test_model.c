@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "util/half.h"
@@ -894,6 +895,84 @@ static void test_half_logits_chunked(void **state)
 	ds_gpt_destroy(m);
 }
 
+/* bf16 with the head kept in bf16 end to end (logits written by the
+ * product in bf16, the loss and dlogits computed there, the backward
+ * products reading bf16 over the whole batch), as it runs where dstk's
+ * kernel does the products: the portable kernel forced for every product
+ * (so this runs on every CPU), and the AVX512_BF16 kernel where the CPU has
+ * it, against the chunked fp32-row head of sgemm products
+ * (dstk.bf16_matmul "fp32").  A vocabulary with padding columns (V 1000,
+ * Vp 1024): the logits' padding is -inf, the real ones, the loss and every
+ * gradient agree to bf16 tolerances (the products' sums only run in
+ * another order); a run repeats its bits. */
+static void test_bf16_head_whole(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.vocab_size = 1000;
+	c.make_vocab_size_divisible_by = 64;
+	c.init_method_std = 0.2;
+	struct ds_gpt *m = mk(&c);
+	const int B = FX_B, T = FX_T, N = B * T, V = 1000, Vp = ds_gpt_config(m)->padded_vocab_size;
+	assert_int_equal(Vp, 1024);
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float)), *gs = calloc((size_t)n, sizeof(float));
+	float *gx = calloc((size_t)n, sizeof(float)), *gy = calloc((size_t)n, sizeof(float));
+	float *ls = malloc((size_t)N * Vp * sizeof(float)), *lx = malloc((size_t)N * Vp * sizeof(float));
+	assert_non_null(ls);
+	assert_non_null(lx);
+	ds_gpt_init(m, 1, p, 0, n);
+	ds_half_round_n(DS_HALF_BF16, p, (size_t)n);
+	int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
+	rand_tokens(tok, N, V, 17);
+	rand_tokens(tgt, N, V, 18);
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_gpt_ws *ws = NULL;
+	struct ds_gpt_ws_opts o = { B, T, 0, 3, DS_HALF_BF16, DS_BF16_MM_FP32 };
+	assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), 0);
+	const float lss = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+	ds_gpt_ws_logits_copy(ws, ls);
+	run_bwd(m, ws, p, gs, 1.0f);
+	ds_gpt_ws_destroy(ws);
+	const int modes[] = { DS_BF16_MM_PORTABLE, DS_BF16_MM_KERNEL };
+	for (int k = 0; k < 2; k++) {
+		if (modes[k] == DS_BF16_MM_KERNEL && !ds_gemm_bf16_available(DS_BF16_KERNEL, NULL)) {
+			printf("# avx512_bf16: this CPU has no AVX512_BF16 (the portable kernel ran the same path)\n");
+			continue;
+		}
+		o.bf16_matmul = modes[k];
+		assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), 0);
+		const float lx1 = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+		ds_gpt_ws_logits_copy(ws, lx);
+		memset(gx, 0, (size_t)n * sizeof(float));
+		run_bwd(m, ws, p, gx, 1.0f);
+		const float lx2 = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+		memset(gy, 0, (size_t)n * sizeof(float));
+		run_bwd(m, ws, p, gy, 1.0f);
+		assert_memory_equal(&lx1, &lx2, sizeof lx1);
+		assert_memory_equal(gx, gy, (size_t)n * sizeof(float));
+		if (!(fabsf(lx1 - lss) <= 1e-3f * fabsf(lss)))
+			fail_msg("%s: loss %.7g, sgemm products %.7g", ds_bf16_mode_name(modes[k]), lx1, lss);
+		for (int r = 0; r < N; r++) {
+			double e;
+			for (int v = V; v < Vp; v++)
+				assert_true(isinf(lx[(size_t)r * Vp + v]) && lx[(size_t)r * Vp + v] < 0);
+			if (!ds_test_close(lx + (size_t)r * Vp, ls + (size_t)r * Vp, V, 2e-2, &e))
+				fail_msg("%s: logits row %d rel err %.3g", ds_bf16_mode_name(modes[k]), r, e);
+		}
+		for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+			const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+			double e;
+			if (!ds_test_close(gx + x->offset, gs + x->offset, (long)x->numel, 5e-2, &e))
+				fail_msg("%s: gradient %s rel err %.3g", ds_bf16_mode_name(modes[k]), x->name, e);
+		}
+		ds_gpt_ws_destroy(ws);
+	}
+	free(p), free(gs), free(gx), free(gy), free(ls), free(lx);
+	ds_gpt_destroy(m);
+}
+
 /* A sample gets the same dropout masks whatever its position in the
  * micro-batch: rows of a B=3 batch at offset 10 equal B=1 runs at offsets
  * 10, 11, 12 (to 1e-5: sgemm may block M=24 and M=8 differently; a wrong
@@ -1133,6 +1212,7 @@ int main(void)
 		cmocka_unit_test(test_checkpointing_bitwise),
 		cmocka_unit_test(test_half_storage_bitwise),
 		cmocka_unit_test(test_half_logits_chunked),
+		cmocka_unit_test(test_bf16_head_whole),
 		cmocka_unit_test(test_dropout_layout),
 		cmocka_unit_test(test_hooks),
 		cmocka_unit_test(test_learns_sequence),
