@@ -129,7 +129,7 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 	for (int l = 0; l < 5; l++) {
 		int ic = lin[l].ic, oc = lin[l].oc, head = l == 4, ldo = head ? Vp : oc;
 		const char *lays[3] = { "NT", "NN", "TN" };
-		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
 		struct prod q[3] = {
 			/* out (N,oc) = inp (N,ic) @ w^T, += bias (the head writes, ldc Vp) */
 			{ "", "NT", N, oc, ic, ic, ic, ldo, 1.0f, head ? 0.0f : 1.0f, one },
@@ -144,23 +144,25 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 			ps[np++] = q[k];
 		}
 	}
-	/* attention: B*NH products on strided views (gpt.c's batches) */
+	/* attention: B*NH products on strided views (gpt.c's batches), dense:
+	 * gpt.c also tells the kernel which half the causal mask zeroes, which
+	 * it skips (not timed here) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
 	const float sc = 1.0f / sqrtf((float)hs);
 	const int n = B * NH;
 	struct prod att[6] = {
 		/* S = q k^T */
-		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } } },
+		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE } },
 		/* y = P v */
-		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs } } },
+		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs }, DS_GEMM_BF16_DENSE } },
 		/* dP = dy v^T */
-		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } } },
+		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE } },
 		/* dv = P^T dy */
-		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } } },
+		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
 		/* dq = dS k */
-		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } } },
+		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
 		/* dk = dS^T q */
-		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } } },
+		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
 	};
 	const char *an[6] = { "S=qk'", "y=Pv", "dP=dyv'", "dv=P'dy", "dq=dSk", "dk=dS'q" };
 	for (int k = 0; k < 6; k++) {

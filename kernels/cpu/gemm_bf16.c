@@ -129,7 +129,7 @@ static double cpu_now(void)
 
 static double cal_run(int cls, int k, int calls, const float *a, const float *b, float *c)
 {
-	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T } };
+	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T }, DS_GEMM_BF16_DENSE };
 	const double t0 = cpu_now();
 	for (int i = 0; i < calls; i++) {
 		if (cls == DS_BF16_CLASS_LAYER && !k)

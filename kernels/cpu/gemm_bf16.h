@@ -135,12 +135,23 @@ int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int 
 int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M, int N, int K, float alpha,
 			const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* A batch's causal structure (attention's square per-head products under
+ * the causal mask), which dstk's kernel uses to skip work; the others
+ * compute everything, which gives the same results. */
+enum ds_gemm_bf16_causal {
+	DS_GEMM_BF16_DENSE = 0,
+	DS_GEMM_BF16_C_LOWER,   /* only C[m][n] with n <= m is wanted (scores, their gradient): the rest is not written */
+	DS_GEMM_BF16_A_LOWER,   /* op(A)[m][k] = 0 for k > m (probabilities times values) */
+	DS_GEMM_BF16_A_UPPER,   /* op(A)[m][k] = 0 for k < m (transposed probabilities) */
+};
+
 /* Where entry e of a batch of products lives: X + (e / inner) * s[0] +
  * (e % inner) * s[1] for X = A, B, C (attention's (b, head) products:
- * inner = heads). */
+ * inner = heads); causal: enum ds_gemm_bf16_causal. */
 struct ds_gemm_bf16_batch {
 	int count, inner;
 	long sa[2], sb[2], sc[2];
+	int causal;
 };
 
 /* The batch's products, each ds_gemm_bf16 with the same shape and

@@ -52,6 +52,7 @@
 #define NR 64    /* columns of a micro-tile: 4 vectors of 16 fp32 */
 #define KCP 128  /* K pairs per block: a B micro-panel slice is KCP*NR*4 = 32 KiB */
 #define PF 4     /* pairs ahead that the streaming packer prefetches */
+#define QP 32    /* narrow panels the row-pair packer converts at once */
 
 int ds_gemm_bf16_cpu_avx512bf16(void)
 {
@@ -188,13 +189,27 @@ TARGET_BF16 static void pack_inter_avx512(const struct opnd *s, int W, int p0, i
 				_mm_prefetch((const char *)s->x + (f + s->sk + o) * es, _MM_HINT_T1);
 			}
 		}
-		for (int p = p0; p < p1; p++) {
-			uint32_t *d = dst + (p - p0) * pstride + (kp - kp0) * l.ks;
-			for (int c0 = 0; c0 < W; c0 += 16) {
-				const int o = p * W + c0;
-				_mm512_mask_storeu_epi32(d + c0, lanes(W - c0),
-							 inter16(s, r0 + o, r1 < 0 ? -1 : r1 + o, s->O - o));
+		if (W >= 16) {
+			for (int p = p0; p < p1; p++) {
+				uint32_t *d = dst + (p - p0) * pstride + (kp - kp0) * l.ks;
+				for (int c0 = 0; c0 < W; c0 += 16) {
+					const int o = p * W + c0;
+					_mm512_mask_storeu_epi32(d + c0, lanes(W - c0),
+								 inter16(s, r0 + o, r1 < 0 ? -1 : r1 + o, s->O - o));
+				}
 			}
+			continue;
+		}
+		/* narrow panels (A's MR): the row pair 16 outer indices at a time
+		 * into one buffer, then W words to each panel */
+		for (int q0 = p0; q0 < p1; q0 += QP) {
+			const int q1 = q0 + QP < p1 ? q0 + QP : p1;
+			uint32_t tmp[QP * MR + 16];
+			for (int o = q0 * W; o < q1 * W; o += 16)
+				_mm512_storeu_si512(tmp + (o - q0 * W), inter16(s, r0 + o, r1 < 0 ? -1 : r1 + o, s->O - o));
+			for (int p = q0; p < q1; p++)
+				_mm512_mask_storeu_epi32(dst + (p - p0) * pstride + (kp - kp0) * l.ks, lanes(W),
+							 _mm512_maskz_loadu_epi32(lanes(W), tmp + (p - q0) * W));
 		}
 	}
 }
@@ -353,6 +368,7 @@ struct prod {
 	int M, N, K2, mp, np;   /* mp/np: panels of A and B */
 	int kc;                 /* pairs per K block */
 	int ta, c16;
+	int causal;             /* enum ds_gemm_bf16_causal */
 	pack_fn pa, pb;
 	ukr_fn ukr;
 	float alpha, beta;
@@ -371,6 +387,7 @@ static void prod_init(struct prod *p, int isa, unsigned flags, int ta, int tb, i
 	p->mp = (M + MR - 1) / MR;
 	p->np = (N + NR - 1) / NR;
 	p->c16 = !!(flags & DS_GEMM_BF16_C16);
+	p->causal = DS_GEMM_BF16_DENSE;
 	p->kc = p->c16 ? p->K2 : KCP;   /* a bf16 C is rounded once, after the whole sum */
 	p->ta = ta;
 	p->pa = p->pb = pack_portable;
@@ -450,19 +467,51 @@ static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay
 					left--;
 				}
 			}
-			p->ukr(kn, a + (i - i0) * as, la.rs, la.ks, b + (j - j0) * bs,
+			int k0 = 0, k1 = kn;   /* the pairs of this block the tile needs */
+			float bt = beta;
+			if (p->causal == DS_GEMM_BF16_C_LOWER && j * NR > i * MR + mr - 1)
+				continue;   /* above the diagonal: not wanted */
+			if (p->causal == DS_GEMM_BF16_A_LOWER) {   /* rows < i*MR + mr need k below that */
+				const int hi = (i * MR + mr + 1) / 2 - kb;
+				if (hi <= 0)
+					continue;
+				k1 = hi < kn ? hi : kn;
+			} else if (p->causal == DS_GEMM_BF16_A_UPPER) {   /* rows >= i*MR need k from there */
+				const int lo = i * MR / 2 - kb;
+				if (lo >= kn)
+					continue;
+				if (lo >= 0) {   /* the tile's first block: C starts here */
+					k0 = lo;
+					bt = p->beta;
+				}
+			}
+			p->ukr(k1 - k0, a + (i - i0) * as + k0 * la.ks, la.rs, la.ks, b + (j - j0) * bs + (size_t)k0 * NR,
 			       (char *)p->c + ((size_t)i * MR * p->ldc + (size_t)j * NR) * es, p->ldc, mr, nr, p->alpha,
-			       beta, p->c16);
+			       bt, p->c16);
 		}
 	}
 }
 
-/* The whole product on this thread, A and B packed whole into ap, bp. */
+/* The whole product on this thread, A and B packed whole into ap, bp (a
+ * causal A only where it is not zero). */
 static void run_serial(const struct prod *p, uint32_t *ap, uint32_t *bp)
 {
-	p->pa(&p->a, MR, 0, p->mp, 0, p->K2, ap, apanel(p), alay(p, p->K2));
-	p->pb(&p->b, NR, 0, p->np, 0, p->K2, bp, bpanel(p), blay);
 	const struct lay la = alay(p, p->K2);
+	if (p->causal == DS_GEMM_BF16_A_LOWER || p->causal == DS_GEMM_BF16_A_UPPER) {
+		/* groups of panels, each the pairs its rows need (the union: a few
+		 * zeros more) */
+		const int g = p->causal == DS_GEMM_BF16_A_LOWER ? 1 : 8;
+		for (int i = 0; i < p->mp; i += g) {
+			const int i1 = i + g < p->mp ? i + g : p->mp;
+			const int lo = p->causal == DS_GEMM_BF16_A_UPPER ? i * MR / 2 : 0;
+			int hi = p->causal == DS_GEMM_BF16_A_LOWER ? (i1 * MR + 1) / 2 : p->K2;
+			hi = hi < p->K2 ? hi : p->K2;
+			p->pa(&p->a, MR, i, i1, lo, hi, ap + i * apanel(p) + lo * la.ks, apanel(p), la);
+		}
+	} else {
+		p->pa(&p->a, MR, 0, p->mp, 0, p->K2, ap, apanel(p), la);
+	}
+	p->pb(&p->b, NR, 0, p->np, 0, p->K2, bp, bpanel(p), blay);
 	for (int kb = 0; kb < p->K2; kb += p->kc) {
 		const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
 		block(p, ap + kb * la.ks, apanel(p), la, 0, p->mp, bp + (size_t)kb * NR, bpanel(p), 0, p->np, kb, kn,
@@ -525,11 +574,12 @@ static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *u
 	{
 		const int n = s->sb ? p->mp : p->np;
 #pragma omp for schedule(static)
-		for (int i = 0; i < n; i++) {
+		for (int i = 0; i < n; i += 8) {   /* 8 panels at a time */
+			const int i1 = i + 8 < n ? i + 8 : n;
 			if (s->sb)
-				p->pa(&p->a, MR, i, i + 1, 0, p->K2, up + i * apanel(p), apanel(p), la);
+				p->pa(&p->a, MR, i, i1, 0, p->K2, up + i * apanel(p), apanel(p), la);
 			else
-				p->pb(&p->b, NR, i, i + 1, 0, p->K2, up + i * bpanel(p), bpanel(p), blay);
+				p->pb(&p->b, NR, i, i1, 0, p->K2, up + i * bpanel(p), bpanel(p), blay);
 		}
 		uint32_t *mine = sbuf + s->words * (size_t)omp_get_thread_num();
 		const int ns = s->sb ? p->np : p->mp;
@@ -583,6 +633,10 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 			void *C, int ldc)
 {
 	const int count = bt ? bt->count : 1;
+	/* the causal shapes are square (M = K, or M = N) */
+	const int causal = bt && ((bt->causal == DS_GEMM_BF16_C_LOWER && M == N) ||
+				  ((bt->causal == DS_GEMM_BF16_A_LOWER || bt->causal == DS_GEMM_BF16_A_UPPER) && M == K))
+				   ? bt->causal : DS_GEMM_BF16_DENSE;
 	const size_t ea = flags & DS_GEMM_BF16_A16 ? 2 : 4, ec = flags & DS_GEMM_BF16_C16 ? 2 : 4;
 	if (M <= 0 || N <= 0 || K <= 0 || count < 1 || (bt && (keep || bt->inner < 1)) ||
 	    ((flags & DS_GEMM_BF16_C16) && beta != 0.0f))
@@ -605,6 +659,7 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 			struct prod q;
 			prod_init(&q, isa, flags, ta, tb, M, N, K, alpha, (const char *)A + boff(bt, bt->sa, e) * ea, lda,
 				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
+			q.causal = causal;
 			run_serial(&q, abuf + na * (size_t)th, bbuf + nb * (size_t)th);
 		}
 		rc = 0;
@@ -623,6 +678,7 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
 		else
 			q = p;
+		q.causal = causal;
 		int packkb = 1;
 		if (keep) {
 			packkb = !(keep == 2 && kept.src == B && kept.tb == !!tb && kept.N == N && kept.K == K &&

@@ -604,7 +604,7 @@ static void gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch 
 		    int ldb, float beta, float *C, int ldc)
 {
 	const int t1 = ta == CblasTrans, t2 = tb == CblasTrans;
-	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
 	if (!bt)
 		bt = &one;
 	enum ds_bf16_impl im = ws->mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(ws->mm, t1, t2, M, N, K, bt->count);
@@ -693,7 +693,7 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT } };
+	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
 	gemm_bt(ws, &s, CblasNoTrans, CblasTrans, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
 	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
@@ -701,7 +701,8 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
-	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs } };
+	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
+					     DS_GEMM_BF16_A_LOWER };
 	gemm_bt(ws, &y, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
@@ -718,10 +719,10 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
-	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT } };
+	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
 	gemm_bt(ws, &dp, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f, ws->datt,
 		T);
-	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs } };
+	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
 	gemm_bt(ws, &dv, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 		ws->dqkv + 2 * C, C3);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
@@ -729,9 +730,10 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 					  drop ? streams(ws, B, l + 1, 1) : NULL);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
-	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs } };
+	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER };
 	gemm_bt(ws, &dq, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
-	gemm_bt(ws, &dq, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
+	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
+	gemm_bt(ws, &dk, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 }
 
 /* ---- one transformer layer --------------------------------------------- */

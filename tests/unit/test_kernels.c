@@ -323,7 +323,7 @@ static void test_gemm_bf16_batch(void **state)
 			fill(S0, n, (int)TT, (int)TT, 7u);
 			memcpy(S, S0, sizeof(float) * (size_t)n * TT);
 			/* S[b,h] (T,T) = 0.5 q k^T, q and k strided views of qkv */
-			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT } };
+			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE };
 			assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, qkv, C3, qkv + C, C3, 0.0f, S,
 							    T), 0);
 			for (int e = 0; e < n; e++) {
@@ -334,7 +334,7 @@ static void test_gemm_bf16_batch(void **state)
 			/* y[b,:,h] (T,hs) = S[b,h] @ v: strided output, beta 1 */
 			fill(y0, Bn * T, C, C, 9u);
 			memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
-			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs } };
+			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE };
 			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3, 1.0f, y,
 							    C), 0);
 			for (int e = 0; e < n; e++) {
@@ -358,6 +358,82 @@ static void test_gemm_bf16_batch(void **state)
 			}
 			free(qkv); free(S); free(S0); free(y); free(y0);
 		}
+	omp_set_num_threads(nt);
+}
+
+/* ds_gemm_bf16_batch with the causal mask's structure, as gpt.c gives it
+ * for attention: C_LOWER (scores: only n <= m wanted), A_LOWER
+ * (probabilities times values), A_UPPER (transposed probabilities times a
+ * gradient, beta 0 with C NaN and beta 1): the wanted entries against the
+ * double product of the bf16-rounded inputs with the zeros in place, for
+ * T that spans several micro-tiles and K blocks (300) or ends in a short
+ * micro-tile (41), batches run whole
+ * per thread (6 entries) and one at a time over the threads (2 entries on
+ * 4 threads); oneDNN and sgemm ignore the hint (dense is right too). */
+static void test_gemm_bf16_causal(void **state)
+{
+	(void)state;
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	const int nt = omp_get_max_threads();
+	static const int Ts[] = { 41, 300 };   /* 41: a last micro-tile of 5 rows, an odd diagonal */
+	enum { hs = 24 };
+	for (int v = 0; v < nim; v++)
+		for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+			for (int n = 2; n <= 6; n += 4) {
+				omp_set_num_threads(n == 2 ? 4 : nt);
+				const int T = Ts[ti];
+				const long TT = (long)T * T, Th = (long)T * hs;
+				float *q = malloc(sizeof(float) * n * Th), *k = malloc(sizeof(float) * n * Th);
+				float *P = malloc(sizeof(float) * n * TT), *S = malloc(sizeof(float) * n * TT);
+				float *y = malloc(sizeof(float) * n * Th), *y0 = malloc(sizeof(float) * n * Th);
+				assert_non_null(q); assert_non_null(k); assert_non_null(P); assert_non_null(S);
+				assert_non_null(y); assert_non_null(y0);
+				fill(q, n * T, hs, hs, 21u);
+				fill(k, n * T, hs, hs, 22u);
+				fill(P, n * T, T, T, 23u);
+				for (int e = 0; e < n; e++)   /* causal: zero above the diagonal */
+					for (int i = 0; i < T; i++)
+						for (int j = i + 1; j < T; j++)
+							P[e * TT + (long)i * T + j] = 0.0f;
+				/* scores: S = q k^T, lower triangle */
+				const struct ds_gemm_bf16_batch sb = { n, 1, { Th, 0 }, { Th, 0 }, { TT, 0 }, DS_GEMM_BF16_C_LOWER };
+				for (long i = 0; i < n * TT; i++)
+					S[i] = NAN;
+				assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, q, hs, k, hs, 0.0f, S, T), 0);
+				for (int e = 0; e < n; e++)
+					for (int i = 0; i < T; i++)
+						for (int j = 0; j <= i; j++) {
+							double r = 0, mag = 0;
+							for (int x = 0; x < hs; x++) {
+								const double t = (double)bf(q[e * Th + i * hs + x]) * bf(k[e * Th + j * hs + x]);
+								r += t;
+								mag += fabs(t);
+							}
+							const double got = S[e * TT + (long)i * T + j];
+							if (!(fabs(got - 0.5 * r) <= 4.0 * (hs + 2) * ldexp(1.0, -24) * 0.5 * mag))
+								fail_msg("%s causal S T%d entry %d [%d,%d] = %.9g, want %.9g", impl_name(im[v]),
+									 T, e, i, j, got, 0.5 * r);
+						}
+				/* y = P v (A_LOWER, beta 1) and dv = P^T dy (A_UPPER, beta 0 and 1) */
+				for (int w = 0; w < 3; w++) {
+					const int ta = w > 0;
+					const float beta = w == 1 ? 0.0f : 1.0f;
+					const struct ds_gemm_bf16_batch yb = { n, 1, { TT, 0 }, { Th, 0 }, { Th, 0 },
+									       ta ? DS_GEMM_BF16_A_UPPER : DS_GEMM_BF16_A_LOWER };
+					fill(y0, n * T, hs, hs, 24u + (unsigned)w);
+					if (beta == 0.0f)
+						for (long i = 0; i < n * Th; i++)
+							y0[i] = NAN;
+					memcpy(y, y0, sizeof(float) * n * Th);
+					assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, ta, 0, T, hs, T, 1.0f, P, T, q, hs, beta, y, hs),
+							 0);
+					for (int e = 0; e < n; e++)
+						check_prod(impl_name(im[v]), ta, 0, T, hs, T, 1.0f, P + e * TT, T, q + e * Th, hs, beta,
+							   y0 + e * Th, y + e * Th, hs);
+				}
+				free(q); free(k); free(P); free(S); free(y); free(y0);
+			}
 	omp_set_num_threads(nt);
 }
 
@@ -616,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_dropout),
 		cmocka_unit_test(test_gemm_bf16),
 		cmocka_unit_test(test_gemm_bf16_batch),
+		cmocka_unit_test(test_gemm_bf16_causal),
 		cmocka_unit_test(test_gemm_bf16_keep_b),
 		cmocka_unit_test(test_gemm_bf16_ex),
 		cmocka_unit_test(test_xent16),
