@@ -539,11 +539,17 @@ static int grow(uint32_t **buf, size_t *have, size_t n)
 }
 
 /* How a product runs on nt threads: sb says whether the work is split
- * over B's panels (else A's), g how many panels one work item takes. */
+ * over B's panels (else A's), g how many panels one work item takes; the
+ * other operand is packed whole, ks pairs at a time (all of K unless that
+ * would not stay in the core's L2: then super-blocks of ks pairs, each
+ * packed once and used by every work item before the next). */
 struct plan {
-	int sb, g, items;
-	size_t words;   /* one thread's buffer for its panels of one K block */
+	int sb, g, items, ks;
+	size_t words;     /* one thread's buffer for its panels of one K block */
+	size_t upwords;   /* the whole-packed operand's buffer */
 };
+
+#define UPMAX (1u << 20)   /* bytes of the whole-packed operand kept per super-block */
 
 static struct plan plan_of(const struct prod *p, int nt, int keep)
 {
@@ -557,66 +563,80 @@ static struct plan plan_of(const struct prod *p, int nt, int keep)
 		s.g /= 2;
 	s.items = (ns + s.g - 1) / s.g;
 	s.words = keep ? 0 : (size_t)s.g * p->kc * (s.sb ? NR : MR);
+	const size_t pair = (size_t)(s.sb ? p->mp * MR : p->np * NR) * 4;   /* bytes per pair, all panels */
+	s.ks = p->K2;
+	if (!p->c16 && pair * (size_t)p->K2 > UPMAX) {
+		const size_t k = UPMAX / pair / (size_t)p->kc * (size_t)p->kc;
+		s.ks = k > (size_t)p->kc ? (int)k : p->kc;
+	}
+	s.upwords = (size_t)s.ks * (s.sb ? (size_t)p->mp * MR : (size_t)p->np * NR);
 	return s;
 }
 
-/* One product over all threads: the operand that is not split packed whole
- * into up, then the work items: each packs its panels of the other one
- * block by block into the thread's part of sbuf and multiplies them at
- * once, or with kb (a kept B) packs them whole into kb unless packkb is 0
- * (they are there from an earlier call). */
+/* One product over all threads, super-block by super-block: the operand
+ * that is not split packed into up, then the work items: each packs its
+ * panels of the other one block by block into the thread's part of sbuf
+ * and multiplies them at once, or with kb_ (a kept B) packs them whole into
+ * kb_ unless packkb is 0 (they are there from an earlier call). */
 static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *up, uint32_t *sbuf, uint32_t *kb_,
 			 int packkb)
 {
 	const int nt = omp_get_max_threads();
-	const struct lay la = alay(p, p->K2);
+	const size_t ustr = (size_t)s->ks * (s->sb ? MR : NR);   /* a whole-packed panel */
 #pragma omp parallel if (nt > 1 && (int64_t)p->M * p->N * p->K2 > 16384)
 	{
-		const int n = s->sb ? p->mp : p->np;
-#pragma omp for schedule(static)
-		for (int i = 0; i < n; i += 8) {   /* 8 panels at a time */
-			const int i1 = i + 8 < n ? i + 8 : n;
-			if (s->sb)
-				p->pa(&p->a, MR, i, i1, 0, p->K2, up + i * apanel(p), apanel(p), la);
-			else
-				p->pb(&p->b, NR, i, i1, 0, p->K2, up + i * bpanel(p), bpanel(p), blay);
-		}
 		uint32_t *mine = sbuf + s->words * (size_t)omp_get_thread_num();
-		const int ns = s->sb ? p->np : p->mp;
-		/* round robin, so each thread knows its next item and reads its
-		 * first slice ahead */
+		const int ns = s->sb ? p->np : p->mp, n = s->sb ? p->mp : p->np;
 		const int th = omp_get_thread_num(), nth = omp_get_num_threads();
 		const struct opnd *so = s->sb ? &p->b : &p->a;
 		const int W = s->sb ? NR : MR;
-		for (int it = th; it < s->items; it += nth) {
-			const int s0 = it * s->g, s1 = s0 + s->g < ns ? s0 + s->g : ns;
-			if (kb_ && packkb)
-				p->pb(&p->b, NR, s0, s1, 0, p->K2, kb_ + s0 * bpanel(p), bpanel(p), blay);
-			for (int kb = 0; kb < p->K2; kb += p->kc) {
-				const int kn = p->K2 - kb < p->kc ? p->K2 - kb : p->kc;
-				/* what this thread packs next: this item's next slice, or
-				 * its next item's first */
-				struct pfr pf = { NULL, 0, 0, 0 };
-				if (kb_)
-					;
-				else if (kb + kn < p->K2)
-					pf = region(so, W, s0, s1, kb + kn, kb + kn + p->kc < p->K2 ? kb + kn + p->kc : p->K2);
-				else if (it + nth < s->items)
-					pf = region(so, W, (it + nth) * s->g, (it + nth + 1) * s->g < ns ? (it + nth + 1) * s->g : ns,
-						    0, p->kc < p->K2 ? p->kc : p->K2);
-				if (kb_) {
-					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, kb_ + s0 * bpanel(p) + (size_t)kb * NR,
-					      bpanel(p), s0, s1, kb, kn, pf);
-				} else if (s->sb) {
-					p->pb(&p->b, NR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * NR, blay);
-					block(p, up + kb * la.ks, apanel(p), la, 0, p->mp, mine, (size_t)p->kc * NR, s0, s1,
-					      kb, kn, pf);
-				} else {
-					const struct lay lk = alay(p, kn);
-					p->pa(&p->a, MR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * MR, lk);
-					block(p, mine, (size_t)p->kc * MR, lk, s0, s1, up + (size_t)kb * NR, bpanel(p), 0,
-					      p->np, kb, kn, pf);
+		for (int ks0 = 0; ks0 < p->K2; ks0 += s->ks) {
+			const int ks1 = ks0 + s->ks < p->K2 ? ks0 + s->ks : p->K2;
+			const struct lay la = alay(p, ks1 - ks0);   /* A's whole-packed layout */
+#pragma omp for schedule(static)
+			for (int i = 0; i < n; i += 8) {   /* 8 panels at a time */
+				const int i1 = i + 8 < n ? i + 8 : n;
+				if (s->sb)
+					p->pa(&p->a, MR, i, i1, ks0, ks1, up + i * ustr, ustr, la);
+				else
+					p->pb(&p->b, NR, i, i1, ks0, ks1, up + i * ustr, ustr, blay);
+			}
+			/* round robin, so each thread knows its next item and reads
+			 * its first slice ahead */
+			for (int it = th; it < s->items; it += nth) {
+				const int s0 = it * s->g, s1 = s0 + s->g < ns ? s0 + s->g : ns;
+				if (kb_ && packkb && ks0 == 0)
+					p->pb(&p->b, NR, s0, s1, 0, p->K2, kb_ + s0 * bpanel(p), bpanel(p), blay);
+				for (int kb = ks0; kb < ks1; kb += p->kc) {
+					const int kn = ks1 - kb < p->kc ? ks1 - kb : p->kc;
+					/* what this thread packs next: this item's next slice,
+					 * or its next item's first */
+					struct pfr pf = { NULL, 0, 0, 0 };
+					if (kb_)
+						;
+					else if (kb + kn < ks1)
+						pf = region(so, W, s0, s1, kb + kn, kb + kn + p->kc < ks1 ? kb + kn + p->kc : ks1);
+					else if (it + nth < s->items)
+						pf = region(so, W, (it + nth) * s->g,
+							    (it + nth + 1) * s->g < ns ? (it + nth + 1) * s->g : ns, ks0,
+							    ks0 + p->kc < ks1 ? ks0 + p->kc : ks1);
+					if (kb_) {
+						block(p, up + (kb - ks0) * la.ks, ustr, la, 0, p->mp,
+						      kb_ + s0 * bpanel(p) + (size_t)kb * NR, bpanel(p), s0, s1, kb, kn, pf);
+					} else if (s->sb) {
+						p->pb(&p->b, NR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * NR, blay);
+						block(p, up + (kb - ks0) * la.ks, ustr, la, 0, p->mp, mine, (size_t)p->kc * NR, s0,
+						      s1, kb, kn, pf);
+					} else {
+						const struct lay lk = alay(p, kn);
+						p->pa(&p->a, MR, s0, s1, kb, kb + kn, mine, (size_t)p->kc * MR, lk);
+						block(p, mine, (size_t)p->kc * MR, lk, s0, s1, up + (size_t)(kb - ks0) * NR, ustr, 0,
+						      p->np, kb, kn, pf);
+					}
 				}
+			}
+			if (ks1 < p->K2) {   /* every item done before up is packed again */
+#pragma omp barrier
 			}
 		}
 	}
@@ -666,7 +686,7 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 		goto out;
 	}
 	const struct plan s = plan_of(&p, nt, keep);
-	if (grow(s.sb ? &abuf : &bbuf, s.sb ? &abuf_n : &bbuf_n, s.sb ? na : nb) ||
+	if (grow(s.sb ? &abuf : &bbuf, s.sb ? &abuf_n : &bbuf_n, s.upwords) ||
 	    grow(s.sb ? &bbuf : &abuf, s.sb ? &bbuf_n : &abuf_n, s.words * (size_t)nt + 1) ||
 	    (keep && grow(&kbuf, &kbuf_n, nb)))
 		goto out;
