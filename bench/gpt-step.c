@@ -20,7 +20,8 @@
  * ceiling, which implementation ran the matrix products, and the time of
  * the step's matrix products alone in fp32 sgemm with the same shapes (the
  * bound the step can reach with this BLAS; skip it with
- * GPT_STEP_NO_MATMUL_ONLY=1).  Best-of figures matter on a shared machine.
+ * GPT_STEP_NO_MATMUL_ONLY=1), the CPU and the load average at the start and
+ * end.  Best-of figures matter on a shared machine.
  * Not a test: it asserts nothing.
  */
 #include <stdio.h>
@@ -66,6 +67,39 @@ static double sgemm_only_step(int L, int C, int F, int V, int N)
 }
 
 #define MAXD 6
+
+/* the 1-minute load average (-1 where /proc/loadavg cannot be read): a
+ * shared machine's figures are only comparable at similar loads */
+static double loadavg(void)
+{
+	double l = -1;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf", &l) != 1)
+			l = -1;
+		fclose(f);
+	}
+	return l;
+}
+
+/* the CPU's model name from /proc/cpuinfo, or "?" */
+static void cpu_model(char *buf, size_t n)
+{
+	char line[256];
+	snprintf(buf, n, "?");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f))
+		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+			const char *v = strchr(line, ':') + 1;
+			while (*v == ' ' || *v == '\t')
+				v++;
+			snprintf(buf, n, "%.*s", (int)strcspn(v, "\n"), v);
+			break;
+		}
+	fclose(f);
+}
 
 /* one dtype's run: its workspace, 16-bit-rounded parameters and figures */
 struct run {
@@ -162,6 +196,7 @@ int main(int argc, char **argv)
 	struct ds_count_totals tot;
 	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);
 
+	const double load0 = loadavg();
 	double ceil_gf = ds_ceiling_sgemm_gflops(0, 1.0);
 	double mm = 1e30;
 	for (int s = -1; s < steps; s++) {   /* step -1 warms up */
@@ -195,6 +230,9 @@ int main(int argc, char **argv)
 		ceil_gf = c2;
 	printf("# gpt-step: L=%d C=%d NH=%d V=%d B=%d T=%d ckpt=%d params=%lld threads=%d\n", L, C, NH, V, B,
 	       T, ckpt, (long long)n, omp_get_max_threads());
+	char cpu[128];
+	cpu_model(cpu, sizeof cpu);
+	printf("# cpu: %s; load average %.2f at the start, %.2f at the end\n", cpu, load0, loadavg());
 	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
 	if (mm < 1e30)
 		printf("matmul_only_step_ms %.2f\n", 1e3 * mm);

@@ -19,8 +19,10 @@
  * measured fastest for its shape class on this CPU, fp32 sgemm included
  * (see ds_gemm_bf16_pick),
  * "onednn" and "avx512_bf16" force one, "fp32" keeps fp32 sgemm.  fp16 runs
- * never use these: the CPUs' fp16 arithmetic (AVX512-FP16) accumulates in
- * fp16, and rounding fp16 to bf16 would drop 3 mantissa bits.
+ * never use these, on any CPU: AVX512-FP16 accumulates in fp16 (the fp32
+ * accumulation of GPU products is the contract), widening fp16 to fp32
+ * first is sgemm's rate, and rounding fp16 to bf16 would drop 3 mantissa
+ * bits.
  * Like cblas_sgemm, none of these may be called inside an OpenMP parallel
  * region (they run their own, on the same libgomp pool); calls are
  * serialised by locks.
