@@ -212,23 +212,16 @@ void ds_kernel_bias_fill(float *out, const float *b, int64_t N, int OC)
 	}
 }
 
+/* db[0..w) += column sums of dout's rows (N rows, leading dimension OC),
+ * each column summed over the rows in order */
+static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w);
+
 void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC)
 {
 	const int CB = 64;
 #pragma omp parallel for schedule(static)
-	for (int c0 = 0; c0 < OC; c0 += CB) {
-		int c1 = c0 + CB < OC ? c0 + CB : OC;
-		float a[64];
-		for (int i = 0; i < c1 - c0; i++)
-			a[i] = 0;
-		for (int64_t n = 0; n < N; n++) {
-			const float *g = dout + n * OC;
-			for (int i = c0; i < c1; i++)
-				a[i - c0] += g[i];
-		}
-		for (int i = c0; i < c1; i++)
-			db[i] += a[i - c0];
-	}
+	for (int c0 = 0; c0 < OC; c0 += CB)
+		bias_cols(db + c0, dout + c0, N, OC, c0 + CB < OC ? CB : OC - c0);
 }
 
 void ds_kernel_add_inplace(float *out, const float *a, int64_t n)
@@ -278,6 +271,28 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 #else
 #define DS_CLONES
 #endif
+
+DS_CLONES
+static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w)
+{
+	float a[64] = { 0 };
+	if (w == 64) {   /* a full strip: a fixed trip count the vectoriser unrolls */
+		for (int64_t n = 0; n < N; n++) {
+			const float *g = dout + n * OC;
+#pragma omp simd
+			for (int i = 0; i < 64; i++)
+				a[i] += g[i];
+		}
+	} else {
+		for (int64_t n = 0; n < N; n++) {
+			const float *g = dout + n * OC;
+			for (int i = 0; i < w; i++)
+				a[i] += g[i];
+		}
+	}
+	for (int i = 0; i < w; i++)
+		db[i] += a[i];
+}
 
 /* one causal softmax row t of scores a (T): probabilities for t2 <= t,
  * zeros above the diagonal */
