@@ -558,7 +558,10 @@ static struct plan plan_of(const struct prod *p, int nt, int keep)
 	 * items pack their panels whole into the kept copy, or reuse them) */
 	s.sb = keep || (int64_t)p->np * NR >= (int64_t)p->mp * MR;
 	const int ns = s.sb ? p->np : p->mp;
-	s.g = s.sb ? 4 : 16;   /* 256 columns of B, or 96 rows of A */
+	/* B: one panel an item (each item passes over all of A anyway, so
+	 * nothing is lost, and the threads' shares come out even); A: 96 rows,
+	 * fewer when that leaves too few items to share */
+	s.g = s.sb ? 1 : 16;
 	while (s.g > 1 && (ns + s.g - 1) / s.g < 4 * nt)
 		s.g /= 2;
 	s.items = (ns + s.g - 1) / s.g;
