@@ -5,6 +5,7 @@ noinst_LIBRARIES += kernels/libds_kernels.a
 kernels_libds_kernels_a_SOURCES = kernels/cpu/gpt_kernels.c kernels/cpu/gpt_kernels.h \
 	kernels/cpu/gemm_bf16.c kernels/cpu/gemm_bf16.h \
 	kernels/cpu/ceiling.c kernels/cpu/ceiling.h \
+	kernels/cpu/onebit.c kernels/cpu/onebit.h \
 	kernels/cpu/gemm_bf16_kernel.c kernels/cpu/gemm_bf16_int.h \
 	kernels/common/gpt_math.h kernels/common/optim_math.h
 ## -fno-trapping-math lets the element-wise loops with clamps vectorise; it

@@ -10,7 +10,7 @@ cd "$src" || exit 1
 rules='
 lib/util:
 lib/config: util
-lib/comm: util
+lib/comm: util cpu
 kernels: util cpu common cuda
 lib/app: util
 lib/model: util config cpu common

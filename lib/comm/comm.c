@@ -160,6 +160,16 @@ int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err
 	TIMED("barrier", 0, c->ops->barrier(c, err));
 }
 
+int ds_comm_alltoall_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t count,
+			int dtype, struct ds_err *err)
+{
+	const struct ds_comm_ops *ops = ds_comm_route(c, send, recv);
+	if (!ops->alltoall)
+		return ds_err_set(err, DS_ENOTSUP, "the %s communicator has no all_to_all", ops->name);
+	TIMED("all_to_all_single", count * c->size * ds_dtype_size(dtype),
+	      ops->alltoall(c, send, recv, count, dtype, err));
+}
+
 static int start_req(struct ds_comm_req **req, const struct ds_comm_ops *ops, const char *op, const char *caller,
 		     size_t bytes, struct ds_err *err)
 {
@@ -274,6 +284,13 @@ static int self_broadcast(struct ds_comm *c, void *buf, size_t count, int dtype,
 
 static int self_barrier(struct ds_comm *c, struct ds_err *err) { return 0; }
 
+static int self_alltoall(struct ds_comm *c, const void *send, void *recv, size_t count, int dtype,
+			 struct ds_err *err)
+{
+	memmove(recv, send, count * ds_dtype_size(dtype));
+	return 0;
+}
+
 static int self_iallreduce(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
 			   struct ds_comm_req *req, struct ds_err *err)
 {
@@ -308,6 +325,7 @@ const struct ds_comm_ops ds_comm_self_ops = {
 	.allgather = self_allgather,
 	.broadcast = self_broadcast,
 	.barrier = self_barrier,
+	.alltoall = self_alltoall,
 	.iallreduce = self_iallreduce,
 	.ireduce_scatter = self_ireduce_scatter,
 	.iallgather = self_iallgather,

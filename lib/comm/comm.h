@@ -37,6 +37,7 @@ struct ds_comm_ops {
 			 struct ds_err *err);
 	int (*broadcast)(struct ds_comm *c, void *buf, size_t count, int dtype, int root, struct ds_err *err);
 	int (*barrier)(struct ds_comm *c, struct ds_err *err);
+	int (*alltoall)(struct ds_comm *c, const void *send, void *recv, size_t count, int dtype, struct ds_err *err);
 	/* non-blocking variants: start and return a request, finished by wait */
 	int (*iallreduce)(struct ds_comm *c, void *buf, size_t count, int dtype, int op,
 			  struct ds_comm_req *req, struct ds_err *err);
@@ -52,9 +53,10 @@ struct ds_comm_ops {
 
 /* One record per finished collective, for the comms logger.  op is
  * DeepSpeed's op name ("all_reduce", "reduce_scatter", "all_gather",
- * "broadcast", "barrier"); bytes DeepSpeed's message size, the tensor each
- * rank passes in (all_reduce, broadcast: the buffer; reduce_scatter: the
- * whole input, world x recvcount; all_gather: this rank's block); seconds
+ * "broadcast", "barrier", "all_to_all_single"); bytes DeepSpeed's message
+ * size, the tensor each rank passes in (all_reduce, broadcast: the buffer;
+ * reduce_scatter, all_to_all_single: the whole input, world x count;
+ * all_gather: this rank's block); seconds
  * from the call to its completion (non-blocking: to the first test or wait
  * that saw it finished); caller the function that issued it. */
 struct ds_comm_record { const char *op; size_t bytes; double seconds; const char *caller; };
@@ -94,11 +96,17 @@ int ds_comm_allgather_at(const char *caller, struct ds_comm *c, const void *send
 int ds_comm_broadcast_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int root,
 			 struct ds_err *err);
 int ds_comm_barrier_at(const char *caller, struct ds_comm *c, struct ds_err *err);
+/* All-to-all of equal blocks (DeepSpeed's all_to_all_single): send holds
+ * size*count elements, block r going to rank r; recv block r comes from
+ * rank r.  send and recv must not overlap. */
+int ds_comm_alltoall_at(const char *caller, struct ds_comm *c, const void *send, void *recv, size_t count,
+			int dtype, struct ds_err *err);
 #define ds_comm_allreduce(...) ds_comm_allreduce_at(__func__, __VA_ARGS__)
 #define ds_comm_reduce_scatter(...) ds_comm_reduce_scatter_at(__func__, __VA_ARGS__)
 #define ds_comm_allgather(...) ds_comm_allgather_at(__func__, __VA_ARGS__)
 #define ds_comm_broadcast(...) ds_comm_broadcast_at(__func__, __VA_ARGS__)
 #define ds_comm_barrier(...) ds_comm_barrier_at(__func__, __VA_ARGS__)
+#define ds_comm_alltoall(...) ds_comm_alltoall_at(__func__, __VA_ARGS__)
 
 /* Non-blocking: *req is allocated by the call and freed by ds_comm_wait. */
 int ds_comm_iallreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
@@ -221,6 +229,36 @@ int ds_comm_share_id(struct ds_comm *c, int local_ok, const struct ds_err *local
 /* 1 when ok is nonzero on every rank, else 0 (0 also when the agreement
  * itself failed, with err filled); a collective over the host backend. */
 int ds_comm_agree(struct ds_comm *c, int ok, struct ds_err *err);
+
+/* ---- the compressed allreduce (1-bit Adam, 0/1 Adam, 1-bit LAMB) -------
+ * DeepSpeed's compressed_allreduce (deepspeed/runtime/comm/nccl.py), the
+ * average over the ranks of buf with 1-bit compression and error feedback
+ * on both sides: each rank (worker) adds its worker error to buf, sends
+ * the signs of chunk r (buf cut in `world` equal chunks) to rank r with
+ * one all_to_all_single and its scale ||buf||/sqrt(padded) with an
+ * all_gather, keeping what the signs lost as its new worker error; rank r
+ * (server of chunk r) averages the W signed chunks, adds its server error,
+ * compresses that the same way (keeping the server error) and all_gathers
+ * its signs and scale; every rank decodes the W server chunks into buf.
+ * Each rank sends padded/8 + padded/(8W) bytes of signs and two 4-byte
+ * scales, against 4*padded for an fp32 allreduce.  The comms logger sees
+ * the four collectives with those sizes. */
+
+/* Scratch reused by the compressed allreduce (grows on demand). */
+struct ds_comm_onebit;
+int ds_comm_onebit_create(struct ds_comm_onebit **out, struct ds_err *err);
+void ds_comm_onebit_destroy(struct ds_comm_onebit *w);  /* accepts NULL */
+
+/* The compressed allreduce of buf[0 .. padded) in place (padded: the
+ * length DeepSpeed pads a tensor of n elements to, ds_onebit_padded of
+ * kernels/cpu/onebit.h; the caller fills the tail, zeros unless it keeps
+ * them), with this rank's worker_error (padded floats) and server_error
+ * (padded / world floats), both updated.  Collective: every rank passes the
+ * same padded.  At world 1 the same arithmetic runs without exchanges.
+ * Returns 0, DS_EINVAL (padded not a valid size) or the collective's
+ * error. */
+int ds_comm_compressed_allreduce(struct ds_comm *c, struct ds_comm_onebit *w, float *buf, size_t padded,
+				 float *worker_error, float *server_error, struct ds_err *err);
 
 /* Take every rank down with exit status `code` (a failing rank must not
  * leave the others hanging).  The self backend simply returns. */

@@ -165,6 +165,16 @@ static int m_barrier(struct ds_comm *c, struct ds_err *err)
 	return 0;
 }
 
+static int m_alltoall(struct ds_comm *c, const void *send, void *recv, size_t count, int dtype,
+		      struct ds_err *err)
+{
+	struct mpi_state *s = c->priv;
+	MPI_Datatype t = mpi_type(dtype);
+	CHECK_COUNT(count * c->size);
+	DS_MPI_TRY(MPI_Alltoall(send, (int)count, t, recv, (int)count, t, s->comm), "MPI_Alltoall");
+	return 0;
+}
+
 static MPI_Request *req_of(struct ds_comm_req *r)
 {
 	return (MPI_Request *)r->inline_buf;
@@ -241,6 +251,7 @@ const struct ds_comm_ops ds_comm_mpi_ops = {
 	.allgather = m_allgather,
 	.broadcast = m_broadcast,
 	.barrier = m_barrier,
+	.alltoall = m_alltoall,
 	.iallreduce = m_iallreduce,
 	.ireduce_scatter = m_ireduce_scatter,
 	.iallgather = m_iallgather,

@@ -1,8 +1,10 @@
 ## lib/comm: the communicator (self, mpi; on device buffers nccl, or the host
-## backend staging through pinned memory) and its collectives.
+## backend staging through pinned memory) and its collectives, and the
+## compressed allreduce of the 1-bit optimizers (compressed.c, over the
+## packing kernels of kernels/cpu/onebit.c).
 noinst_LIBRARIES += lib/comm/libds_comm.a
 lib_comm_libds_comm_a_SOURCES = lib/comm/comm.c lib/comm/comm.h lib/comm/comm_int.h \
-	lib/comm/comm_dev.c lib/comm/comm_staged.c
+	lib/comm/comm_dev.c lib/comm/comm_staged.c lib/comm/compressed.c
 if HAVE_MPI
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi.c
 else
@@ -23,17 +25,24 @@ TESTS += tests/unit/test_comm
 tests_unit_test_comm_SOURCES = tests/unit/test_comm.c tests/unit/unit.h tests/unit/comm_devsim.h
 tests_unit_test_comm_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_comm_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_onebit
+TESTS += tests/unit/test_onebit
+tests_unit_test_onebit_SOURCES = tests/unit/test_onebit.c tests/unit/unit.h tests/unit/onebit_example.h
+tests_unit_test_onebit_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_onebit_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
 if HAVE_MPI
-check_PROGRAMS += tests/mpi/comm_check
+check_PROGRAMS += tests/mpi/comm_check tests/mpi/onebit_check
 tests_mpi_comm_check_SOURCES = tests/mpi/comm_check.c tests/unit/comm_devsim.h
 tests_mpi_comm_check_LDADD = $(DS_LDADD)
+tests_mpi_onebit_check_SOURCES = tests/mpi/onebit_check.c tests/unit/onebit_example.h
+tests_mpi_onebit_check_LDADD = $(DS_LDADD)
 if HAVE_BATS
-TESTS += tests/mpi/comm.bats
+TESTS += tests/mpi/comm.bats tests/mpi/onebit.bats
 endif
 endif
-EXTRA_DIST += tests/mpi/comm.bats tests/mpi/helper.bash
+EXTRA_DIST += tests/mpi/comm.bats tests/mpi/onebit.bats tests/mpi/helper.bash
 
 ## the same checks on CUDA device buffers (NCCL, staged mpi): skips without a
 ## device; bench/gpu-run.sh runs tests/gpu on the GPU machine
