@@ -28,21 +28,37 @@ void ds_optim_params_init(struct ds_optim_params *p, enum ds_optim_type type)
 	p->momentum = 0.0;
 	p->dampening = 0.0;
 	p->nesterov = 0;
+	p->freeze_step = 100000;
+	p->comm_backend = DS_ONEBIT_NCCL;
+	p->var_freeze_step = 100000;
+	p->var_update_scaler = 16;
+	p->local_step_scaler = 32678;
+	p->local_step_clipper = 16;
+	p->coeff_beta = 0.9;
+	p->factor_max = 4.0;
+	p->factor_min = 0.5;
+	p->factor_threshold = 0.1;
 }
 
-static const char *const type_names[] = { "adam", "adamw", "lamb", "sgd" };
+#define NTYPES 7
+static const char *const type_names[NTYPES] = { "adam", "adamw", "lamb", "sgd", "onebitadam", "zerooneadam",
+						 "onebitlamb" };
 
 const char *ds_optim_type_name(enum ds_optim_type type)
 {
-	return (unsigned)type < 4 ? type_names[type] : "?";
+	return (unsigned)type < NTYPES ? type_names[type] : "?";
+}
+
+int ds_optim_is_onebit(enum ds_optim_type type)
+{
+	return type == DS_OPTIM_ONEBIT_ADAM || type == DS_OPTIM_ZERO_ONE_ADAM || type == DS_OPTIM_ONEBIT_LAMB;
 }
 
 int ds_optim_type_from_name(const char *name, enum ds_optim_type *type, struct ds_err *err)
 {
 	/* DeepSpeed's own names it does not have in dstk (yet) */
-	static const char *const known[] = { "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "lion",
-					     "muadam", "muadamw", "musgd", NULL };
-	for (int i = 0; i < 4; i++)
+	static const char *const known[] = { "adagrad", "lion", "muadam", "muadamw", "musgd", NULL };
+	for (int i = 0; i < NTYPES; i++)
 		if (!strcasecmp(name, type_names[i])) {
 			*type = (enum ds_optim_type)i;
 			return 0;
@@ -51,17 +67,19 @@ int ds_optim_type_from_name(const char *name, enum ds_optim_type *type, struct d
 		if (!strcasecmp(name, known[i]))
 			return ds_err_set(err, DS_EINVAL,
 					  "optimizer.type: '%s' is a DeepSpeed optimizer dstk does not implement; "
-					  "use Adam, AdamW, Lamb or SGD", name);
-	return ds_err_set(err, DS_EINVAL, "optimizer.type: unknown optimizer '%s'; use Adam, AdamW, Lamb or SGD",
-			  name);
+					  "use Adam, AdamW, Lamb, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb", name);
+	return ds_err_set(err, DS_EINVAL, "optimizer.type: unknown optimizer '%s'; use Adam, AdamW, Lamb, SGD, "
+			  "OneBitAdam, ZeroOneAdam or OneBitLamb", name);
 }
 
 int ds_optim_decoupled(const struct ds_optim_params *p)
 {
-	return p->type == DS_OPTIM_ADAMW || p->type == DS_OPTIM_LAMB || (p->type == DS_OPTIM_ADAM && p->adam_w_mode);
+	/* the 1-bit family adds weight_decay * p to the update, as AdamW */
+	return p->type == DS_OPTIM_ADAMW || p->type == DS_OPTIM_LAMB || (p->type == DS_OPTIM_ADAM && p->adam_w_mode) ||
+	       ds_optim_is_onebit(p->type);
 }
 
-enum { K_NUM, K_BOOL, K_PAIR };
+enum { K_NUM, K_BOOL, K_PAIR, K_INT };
 
 struct key {
 	const char *name;
@@ -73,22 +91,38 @@ struct key {
 #define ADAMS ((1u << DS_OPTIM_ADAM) | (1u << DS_OPTIM_ADAMW))
 #define LAMB (1u << DS_OPTIM_LAMB)
 #define SGD (1u << DS_OPTIM_SGD)
+#define OBA (1u << DS_OPTIM_ONEBIT_ADAM)
+#define ZOA (1u << DS_OPTIM_ZERO_ONE_ADAM)
+#define OBL (1u << DS_OPTIM_ONEBIT_LAMB)
+#define ONEBIT (OBA | ZOA | OBL)
 #define OFF(f) offsetof(struct ds_optim_params, f)
 
+/* The 1-bit family takes bias_correction and eps_inside_sqrt as DeepSpeed
+ * does and, as DeepSpeed does, never applies them (onebit.h). */
 static const struct key keys[] = {
-	{ "lr", K_NUM, ADAMS | LAMB | SGD, OFF(lr) },
-	{ "betas", K_PAIR, ADAMS | LAMB, OFF(beta1) },
-	{ "eps", K_NUM, ADAMS | LAMB, OFF(eps) },
-	{ "weight_decay", K_NUM, ADAMS | LAMB | SGD, OFF(weight_decay) },
-	{ "bias_correction", K_BOOL, ADAMS | LAMB, OFF(bias_correction) },
+	{ "lr", K_NUM, ADAMS | LAMB | SGD | ONEBIT, OFF(lr) },
+	{ "betas", K_PAIR, ADAMS | LAMB | ONEBIT, OFF(beta1) },
+	{ "eps", K_NUM, ADAMS | LAMB | ONEBIT, OFF(eps) },
+	{ "weight_decay", K_NUM, ADAMS | LAMB | SGD | ONEBIT, OFF(weight_decay) },
+	{ "bias_correction", K_BOOL, ADAMS | LAMB | ONEBIT, OFF(bias_correction) },
 	{ "adam_w_mode", K_BOOL, ADAMS, OFF(adam_w_mode) },
 	{ "torch_adam", K_BOOL, ADAMS, 0 },   /* same update either way */
-	{ "amsgrad", K_BOOL, ADAMS | LAMB, 0 }, /* false only */
+	{ "amsgrad", K_BOOL, ADAMS | LAMB | ONEBIT, 0 }, /* false only */
 	{ "set_grad_none", K_BOOL, ADAMS, 0 },  /* dstk zeroes its flat grads anyway */
 	{ "fp32_optimizer_states", K_BOOL, ADAMS, 0 }, /* true only */
-	{ "eps_inside_sqrt", K_BOOL, LAMB, OFF(eps_inside_sqrt) },
-	{ "max_coeff", K_NUM, LAMB, OFF(max_coeff) },
-	{ "min_coeff", K_NUM, LAMB, OFF(min_coeff) },
+	{ "eps_inside_sqrt", K_BOOL, LAMB | ONEBIT, OFF(eps_inside_sqrt) },
+	{ "max_coeff", K_NUM, LAMB | OBL, OFF(max_coeff) },
+	{ "min_coeff", K_NUM, LAMB | OBL, OFF(min_coeff) },
+	{ "freeze_step", K_INT, OBA | OBL, OFF(freeze_step) },
+	{ "cuda_aware", K_BOOL, ONEBIT, 0 },    /* host buffers: nothing for MPI to be aware of */
+	{ "var_freeze_step", K_INT, ZOA, OFF(var_freeze_step) },
+	{ "var_update_scaler", K_INT, ZOA, OFF(var_update_scaler) },
+	{ "local_step_scaler", K_INT, ZOA, OFF(local_step_scaler) },
+	{ "local_step_clipper", K_INT, ZOA, OFF(local_step_clipper) },
+	{ "coeff_beta", K_NUM, OBL, OFF(coeff_beta) },
+	{ "factor_max", K_NUM, OBL, OFF(factor_max) },
+	{ "factor_min", K_NUM, OBL, OFF(factor_min) },
+	{ "factor_threshold", K_NUM, OBL, OFF(factor_threshold) },
 	{ "momentum", K_NUM, SGD, OFF(momentum) },
 	{ "dampening", K_NUM, SGD, OFF(dampening) },
 	{ "nesterov", K_BOOL, SGD, OFF(nesterov) },
@@ -147,7 +181,7 @@ int ds_optim_param_set(struct ds_optim_params *p, const char *name, const double
 					  "optimizer.params.fp32_optimizer_states: dstk keeps optimizer states in fp32; "
 					  "set it to true or remove it");
 		if (!strcmp(name, "torch_adam") || !strcmp(name, "set_grad_none") ||
-		    !strcmp(name, "fp32_optimizer_states"))
+		    !strcmp(name, "fp32_optimizer_states") || !strcmp(name, "cuda_aware"))
 			return 0;
 		if (!strcmp(name, "adam_w_mode") && !b && p->type == DS_OPTIM_ADAMW)
 			return ds_err_set(err, DS_EINVAL,
@@ -161,13 +195,19 @@ int ds_optim_param_set(struct ds_optim_params *p, const char *name, const double
 		p->beta2 = vals[1];
 		return 0;
 	}
+	if (k->kind == K_INT) {
+		if (vals[0] != floor(vals[0]) || fabs(vals[0]) > 9e15)
+			return ds_err_set(err, DS_EINVAL, "optimizer.params.%s: expected an integer", name);
+		*(int64_t *)(base + k->off) = (int64_t)vals[0];
+		return 0;
+	}
 	*(double *)(base + k->off) = vals[0];
 	return 0;
 }
 
 int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err)
 {
-	if ((unsigned)p->type > DS_OPTIM_SGD)
+	if ((unsigned)p->type >= NTYPES)
 		return ds_err_set(err, DS_EINVAL, "optimizer.type: invalid type %d", (int)p->type);
 	if (!(p->lr >= 0))
 		return ds_err_set(err, DS_EINVAL, "optimizer.params.lr: must be >= 0 (got %g)", p->lr);
@@ -188,10 +228,26 @@ int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err)
 				  p->beta1, p->beta2);
 	if (!(p->eps >= 0))
 		return ds_err_set(err, DS_EINVAL, "optimizer.params.eps: must be >= 0 (got %g)", p->eps);
-	if (p->type == DS_OPTIM_LAMB && !(p->min_coeff >= 0 && p->min_coeff <= p->max_coeff))
+	if ((p->type == DS_OPTIM_LAMB || p->type == DS_OPTIM_ONEBIT_LAMB) &&
+	    !(p->min_coeff >= 0 && p->min_coeff <= p->max_coeff))
 		return ds_err_set(err, DS_EINVAL,
 				  "optimizer.params.min_coeff: need 0 <= min_coeff <= max_coeff (got %g, %g)",
 				  p->min_coeff, p->max_coeff);
+	if (p->type == DS_OPTIM_ZERO_ONE_ADAM) {
+		/* DeepSpeed divides by the local-step interval (the clipper
+		 * bounds it) and counts up to the two scalers */
+		if (p->local_step_clipper < 1 || p->local_step_scaler < 1 || p->var_update_scaler < 1)
+			return ds_err_set(err, DS_EINVAL, "optimizer.params: var_update_scaler, local_step_scaler and "
+					  "local_step_clipper must be >= 1 (got %lld, %lld, %lld)",
+					  (long long)p->var_update_scaler, (long long)p->local_step_scaler,
+					  (long long)p->local_step_clipper);
+	}
+	if (p->type == DS_OPTIM_ONEBIT_LAMB &&
+	    !(p->coeff_beta >= 0 && p->coeff_beta <= 1 && p->factor_min >= 0 && p->factor_min <= p->factor_max &&
+	      p->factor_threshold >= 0))
+		return ds_err_set(err, DS_EINVAL, "optimizer.params: need coeff_beta in [0, 1], 0 <= factor_min <= "
+				  "factor_max and factor_threshold >= 0 (got %g, %g, %g, %g)", p->coeff_beta,
+				  p->factor_min, p->factor_max, p->factor_threshold);
 	return 0;
 }
 
@@ -199,6 +255,9 @@ int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, siz
 {
 	*out = NULL;
 	DS_TRY(ds_optim_params_check(hp, err));
+	if (ds_optim_is_onebit(hp->type))
+		return ds_err_set(err, DS_EINVAL, "optimizer %s spans the whole model: create it with ds_onebit_create",
+				  ds_optim_type_name(hp->type));
 	struct ds_optim *o = ds_alloc(sizeof(*o));
 	if (!o)
 		return ds_err_set(err, DS_ENOMEM, "optimizer: out of memory");
@@ -324,6 +383,9 @@ int ds_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul, 
 			ds_free(sums);
 		return rc;
 	}
+	default:
+		return ds_err_set(err, DS_EINVAL, "optimizer %s: step it with ds_onebit_step",
+				  ds_optim_type_name(o->hp.type));
 	}
 	o->step = t;
 	return 0;

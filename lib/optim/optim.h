@@ -1,5 +1,8 @@
 /* optim.h - optimizers on flat fp32 shards: Adam/AdamW (DeepSpeed's
- * FusedAdam/CPUAdam), Lamb (FusedLamb) and SGD (torch.optim.SGD).
+ * FusedAdam/CPUAdam), Lamb (FusedLamb) and SGD (torch.optim.SGD).  The
+ * communication-compressed family (OneBitAdam, ZeroOneAdam, OneBitLamb)
+ * shares the hyper-parameters and names here; its optimizer object, which
+ * spans the whole model, is onebit.h's.
  *
  * Parameters, gradients and states are flat float arrays covering one shard
  * [0, n).  The optimizer owns its states (named as in DeepSpeed's state_dict
@@ -21,8 +24,15 @@ enum ds_optim_type {
 	DS_OPTIM_ADAM = 0,  /* "adam": AdamW unless adam_w_mode is false */
 	DS_OPTIM_ADAMW,     /* "adamw": always decoupled weight decay */
 	DS_OPTIM_LAMB,
-	DS_OPTIM_SGD
+	DS_OPTIM_SGD,
+	DS_OPTIM_ONEBIT_ADAM,   /* "onebitadam": DeepSpeed's OnebitAdam (onebit.h) */
+	DS_OPTIM_ZERO_ONE_ADAM, /* "zerooneadam": ZeroOneAdam (0/1 Adam) */
+	DS_OPTIM_ONEBIT_LAMB    /* "onebitlamb": OnebitLamb */
 };
+
+/* comm_backend_name of the 1-bit family: every one runs dstk's compressed
+ * allreduce over the run's communicator (hccl, Ascend's, is refused). */
+enum ds_onebit_backend { DS_ONEBIT_NCCL = 0, DS_ONEBIT_MPI, DS_ONEBIT_COMPRESSED };
 
 /* Hyper-parameters; ds_optim_params_init fills DeepSpeed's defaults. */
 struct ds_optim_params {
@@ -39,24 +49,41 @@ struct ds_optim_params {
 	double momentum;        /* SGD: 0 */
 	double dampening;       /* SGD: 0 */
 	int nesterov;           /* SGD: 0 */
+	/* the 1-bit family (DeepSpeed's defaults; onebit.h) */
+	int64_t freeze_step;        /* OneBitAdam, OneBitLamb: warm-up steps, 100000 */
+	int comm_backend;           /* enum ds_onebit_backend: nccl */
+	int64_t var_freeze_step;    /* ZeroOneAdam: last step the variance may change, 100000 */
+	int64_t var_update_scaler;  /* ZeroOneAdam: variance updates per doubling of their interval, 16 */
+	int64_t local_step_scaler;  /* ZeroOneAdam: steps per doubling of the local-step interval, 32678 */
+	int64_t local_step_clipper; /* ZeroOneAdam: longest local-step interval, 16 */
+	double coeff_beta;          /* OneBitLamb: EMA of the trust ratio in warm-up, 0.9 */
+	double factor_max, factor_min;  /* OneBitLamb: clamp of the frozen ratio's factor, 4.0, 0.5 */
+	double factor_threshold;    /* OneBitLamb: most the factor moves per step, 0.1 */
 };
 
 /* Fill p with DeepSpeed's (or torch's for SGD) defaults for type. */
 void ds_optim_params_init(struct ds_optim_params *p, enum ds_optim_type type);
 
-/* Map a config "type" ("Adam", "AdamW", "Lamb", "SGD", any case) to *type.
- * Returns 0, or DS_EINVAL naming the type and the supported ones (the
- * 1-bit family and the others DeepSpeed knows are reported as not
- * implemented in dstk). */
+/* Map a config "type" ("Adam", "AdamW", "Lamb", "SGD", "OneBitAdam",
+ * "ZeroOneAdam", "OneBitLamb", any case) to *type.  Returns 0, or
+ * DS_EINVAL naming the type and the supported ones (the others DeepSpeed
+ * knows are reported as not implemented in dstk). */
 int ds_optim_type_from_name(const char *name, enum ds_optim_type *type, struct ds_err *err);
 
-/* Canonical lower-case name of a type ("adam", "adamw", "lamb", "sgd"). */
+/* Canonical lower-case name of a type ("adam", "adamw", "lamb", "sgd",
+ * "onebitadam", "zerooneadam", "onebitlamb"). */
 const char *ds_optim_type_name(enum ds_optim_type type);
+
+/* True for the 1-bit family, whose optimizer is a struct ds_onebit. */
+int ds_optim_is_onebit(enum ds_optim_type type);
 
 /* Set one config param ("lr", "betas" (nvals 2), "eps", "weight_decay",
  * "bias_correction", "adam_w_mode", "torch_adam", "amsgrad",
  * "set_grad_none", "fp32_optimizer_states", "momentum", "nesterov",
- * "dampening", "max_coeff", "min_coeff", "eps_inside_sqrt") for p->type.
+ * "dampening", "max_coeff", "min_coeff", "eps_inside_sqrt"; for the 1-bit
+ * family "freeze_step", "cuda_aware", "var_freeze_step",
+ * "var_update_scaler", "local_step_scaler", "local_step_clipper",
+ * "coeff_beta", "factor_max", "factor_min", "factor_threshold") for p->type.
  * torch_adam and set_grad_none change nothing (same update, grads always
  * zeroed); amsgrad must be false and fp32_optimizer_states true.
  * Booleans are 0 or 1.  Returns 0, or DS_EINVAL with a message
@@ -73,7 +100,7 @@ int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err);
 /* True when the update decouples weight decay (AdamW, Lamb). */
 int ds_optim_decoupled(const struct ds_optim_params *p);
 
-#define DS_OPTIM_MAX_STATES 2
+#define DS_OPTIM_MAX_STATES 3
 
 /* An optimizer over one shard of n elements.  A checkpoint keeps step and
  * every state by name; both must be restored together (SGD's first step

@@ -429,8 +429,8 @@ static void test_names_and_params(void **state)
 	assert_int_equal(t, DS_OPTIM_LAMB);
 	assert_int_equal(ds_optim_type_from_name("SGD", &t, &err), 0);
 	assert_int_equal(t, DS_OPTIM_SGD);
-	assert_int_equal(ds_optim_type_from_name("OneBitAdam", &t, &err), DS_EINVAL);
-	assert_non_null(strstr(err.msg, "OneBitAdam"));
+	assert_int_equal(ds_optim_type_from_name("Adagrad", &t, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "does not implement"));
 	assert_int_equal(ds_optim_type_from_name("RMSprop", &t, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "unknown"));
 
