@@ -50,7 +50,7 @@ KEY = {
     "optimizer.params.fp32_optimizer_states": (INH, "optimizer states are always fp32 in dstk (only true is accepted)"),
     "optimizer.params.max_grad_norm": (UNSUP, "use the top-level gradient_clipping (DeepSpeed raises ValueError too)"),
     "optimizer.params.amsgrad": (IMPL, "must be false: DeepSpeed's fused and CPU Adam reject amsgrad"),
-    "optimizer.params.<name>": (UNSUP, "dstk's optimizers (Adam, AdamW, Lamb, SGD) take only their declared params"),
+    "optimizer.params.<name>": (UNSUP, "dstk's optimizers take only the params DeepSpeed declares for them"),
     "scheduler.params.<name>": (UNSUP, "dstk's schedulers take only their declared params"),
     "seq_parallel_comm_data_type": (UNSUP, "dstk has no sequence parallelism"),
     "sparse_gradients": (UNSUP, "sparse embedding gradients are not implemented in dstk"),
@@ -115,10 +115,8 @@ for k in ("wandb.group", "wandb.team", "wandb.project"):
 for k in ("comet.samples_log_interval", "comet.project", "comet.workspace", "comet.api_key",
           "comet.experiment_name", "comet.experiment_key", "comet.online", "comet.mode"):
     KEY[k] = (UNSUP, "Comet needs a network service; use csv_monitor or tensorboard")
-for k in ("freeze_step", "cuda_aware", "comm_backend_name", "var_freeze_step", "var_update_scaler",
-          "local_step_scaler", "local_step_clipper", "coeff_beta", "factor_max", "factor_min",
-          "factor_threshold"):
-    KEY["optimizer.params." + k] = (UNSUP, "1-bit and 0/1 optimizers are not implemented in dstk")
+KEY["optimizer.params.cuda_aware"] = (INH, "OneBitAdam, ZeroOneAdam, OneBitLamb: dstk's compressed allreduce "
+                                      "runs on host buffers, so MPI needs no CUDA awareness")
 
 # Ranges dstk enforces beyond the spec's min: path -> (min, max); None = open.
 RANGE = {
@@ -127,6 +125,9 @@ RANGE = {
     "optimizer.params.lr": (0, None), "optimizer.params.eps": (0, None),
     "optimizer.params.weight_decay": (0, None), "optimizer.params.max_coeff": (0, None),
     "optimizer.params.min_coeff": (0, None),
+    "optimizer.params.local_step_clipper": (1, None), "optimizer.params.coeff_beta": (0, 1),
+    "optimizer.params.factor_max": (0, None), "optimizer.params.factor_min": (0, None),
+    "optimizer.params.factor_threshold": (0, None),
     "scheduler.params.warmup_min_lr": (0, None), "scheduler.params.warmup_max_lr": (0, None),
     "scheduler.params.warmup_num_steps": (0, None), "scheduler.params.total_num_steps": (1, None),
     "scheduler.params.warmup_min_ratio": (0, 1), "scheduler.params.cos_min_ratio": (0, 1),
@@ -165,16 +166,26 @@ HELP = {
     "train_batch_size": "samples per optimizer step over all ranks (= micro x accumulation x world size)",
     "train_micro_batch_size_per_gpu": "samples per rank per forward/backward pass",
     "gradient_accumulation_steps": "micro-batches accumulated before each optimizer step",
-    "optimizer.type": "Adam, AdamW, Lamb or SGD (any case); 1-bit optimizers are not implemented",
+    "optimizer.type": "Adam, AdamW, Lamb, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb (any case)",
     "optimizer.params.lr": "learning rate (the scheduler overrides it when one is configured)",
     "optimizer.params.betas": "[beta1, beta2], each in [0, 1)",
     "optimizer.params.eps": "term added to the denominator",
     "optimizer.params.weight_decay": "weight decay (decoupled for AdamW and Lamb, L2 for Adam with adam_w_mode false and SGD)",
     "optimizer.params.bias_correction": "Adam/Lamb bias correction",
     "optimizer.params.adam_w_mode": "Adam: true gives the decoupled AdamW update, false L2 regularisation",
-    "optimizer.params.eps_inside_sqrt": "Lamb: add eps inside the square root",
-    "optimizer.params.max_coeff": "Lamb: upper clamp of the trust ratio",
-    "optimizer.params.min_coeff": "Lamb: lower clamp of the trust ratio",
+    "optimizer.params.eps_inside_sqrt": "Lamb: add eps inside the square root (the 1-bit family takes it and, as DeepSpeed, ignores it)",
+    "optimizer.params.max_coeff": "Lamb, OneBitLamb: upper clamp of the trust ratio",
+    "optimizer.params.min_coeff": "Lamb, OneBitLamb: lower clamp of the trust ratio",
+    "optimizer.params.freeze_step": "OneBitAdam, OneBitLamb: steps of uncompressed warm-up before the variance freezes and momentum travels as 1-bit signs",
+    "optimizer.params.comm_backend_name": "1-bit family: nccl, mpi or compressed all run dstk's compressed allreduce over the run's communicator (hccl: Ascend, refused)",
+    "optimizer.params.var_freeze_step": "ZeroOneAdam: the last step at which the variance may change; local steps follow",
+    "optimizer.params.var_update_scaler": "ZeroOneAdam: variance updates before the interval between them doubles",
+    "optimizer.params.local_step_scaler": "ZeroOneAdam: steps before the local-step interval doubles",
+    "optimizer.params.local_step_clipper": "ZeroOneAdam: the longest local-step interval",
+    "optimizer.params.coeff_beta": "OneBitLamb: EMA factor of the warm-up trust ratios that become the frozen ratio",
+    "optimizer.params.factor_max": "OneBitLamb: upper clamp of the factor applied to the frozen ratio",
+    "optimizer.params.factor_min": "OneBitLamb: lower clamp of the factor applied to the frozen ratio",
+    "optimizer.params.factor_threshold": "OneBitLamb: most the factor may change from one step to the next (relative)",
     "scheduler.type": "WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle or LRRangeTest",
     "scheduler.params.total_num_steps": "WarmupDecayLR/WarmupCosineLR: total steps of the schedule (required)",
     "communication_data_type": "dtype of gradient reductions (fp32, fp16, bf16; default: the model dtype)",
@@ -384,6 +395,8 @@ ALIAS = {"bfloat16.enabled", "bfloat16.immediate_grad_update", "allgather_size",
 # --check still estimates it); ds-train refuses it with this reason
 # (ds_config_unimplemented in lib/config).
 UNIMPL = {
+    "optimizer.params.comm_backend_name": (["hccl"], "HCCL is Huawei Ascend's collective library; use nccl, mpi or "
+                                           "compressed, which all run dstk's compressed allreduce over MPI"),
     "zero_optimization.offload_optimizer.device": (["nvme"], "NVMe offload is not implemented in this build; use cpu "
                                                    "(on a CPU build states are in host memory anyway)"),
     "zero_optimization.offload_param.device": (["nvme"], "NVMe offload is not implemented in this build; use cpu"),

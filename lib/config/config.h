@@ -105,7 +105,8 @@ struct ds_config_batch {
 };
 void ds_config_batch(const struct ds_config *c, struct ds_config_batch *b);
 
-enum ds_opt_type { DS_OPT_NONE = 0, DS_OPT_ADAM, DS_OPT_ADAMW, DS_OPT_LAMB, DS_OPT_SGD };
+enum ds_opt_type { DS_OPT_NONE = 0, DS_OPT_ADAM, DS_OPT_ADAMW, DS_OPT_LAMB, DS_OPT_SGD, DS_OPT_ONEBIT_ADAM,
+		   DS_OPT_ZERO_ONE_ADAM, DS_OPT_ONEBIT_LAMB };
 struct ds_config_optimizer {
 	int type;               /* enum ds_opt_type; NONE when no optimizer section */
 	int adamw;              /* Adam family: 1 decoupled (AdamW), 0 L2 */
@@ -115,6 +116,10 @@ struct ds_config_optimizer {
 	double max_coeff, min_coeff;  /* Lamb trust-ratio clamp */
 	double momentum, dampening;   /* SGD */
 	int nesterov;           /* SGD */
+	/* the 1-bit family (optim/onebit.h) */
+	int64_t freeze_step, var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper;
+	int comm_backend;       /* comm_backend_name: 0 nccl, 1 mpi, 2 compressed */
+	double coeff_beta, factor_max, factor_min, factor_threshold;
 };
 void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *o);
 const char *ds_config_opt_name(int type);  /* "Adam", ... "none" */

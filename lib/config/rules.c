@@ -49,6 +49,17 @@ static const char *const adam_params[] = { "lr", "betas", "eps", "weight_decay",
 static const char *const lamb_params[] = { "lr", "betas", "eps", "weight_decay", "bias_correction",
 					   "eps_inside_sqrt", "max_coeff", "min_coeff", NULL };
 static const char *const sgd_params[] = { "lr", "momentum", "dampening", "nesterov", "weight_decay", NULL };
+/* the 1-bit family's constructors (deepspeed/runtime/fp16/onebit/): all
+ * take bias_correction and eps_inside_sqrt, and none applies them */
+static const char *const oba_params[] = { "lr", "freeze_step", "bias_correction", "betas", "eps", "eps_inside_sqrt",
+					  "weight_decay", "amsgrad", "cuda_aware", "comm_backend_name", NULL };
+static const char *const zoa_params[] = { "lr", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay",
+					  "var_freeze_step", "var_update_scaler", "local_step_scaler",
+					  "local_step_clipper", "amsgrad", "cuda_aware", "comm_backend_name", NULL };
+static const char *const obl_params[] = { "lr", "freeze_step", "bias_correction", "betas", "eps", "eps_inside_sqrt",
+					  "weight_decay", "max_coeff", "min_coeff", "amsgrad", "cuda_aware",
+					  "comm_backend_name", "coeff_beta", "factor_max", "factor_min",
+					  "factor_threshold", NULL };
 
 static const char *const wlr_params[] = { "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
 					  "last_batch_iteration", NULL };
@@ -98,6 +109,32 @@ static int check_params(struct ds_config *c, const char *sect, const char *type,
 	return 0;
 }
 
+/* The 1-bit family: what DeepSpeed's engine asserts (no ZeRO; OneBitLamb,
+ * like Lamb, dynamic loss scaling) and what its constructors accept but
+ * never apply. */
+static int onebit_rules(struct ds_config *c, const char *type, struct ds_err *err)
+{
+	int lamb = !strcmp(type, "OneBitLamb");
+	if (!DS_CONFIG_AUTO(V, zero_optimization.stage) && V->zero_optimization.stage != 0)
+		FAIL("%s: key 'zero_optimization.stage': %s is not compatible with ZeRO (DeepSpeed asserts the same); "
+		     "use stage 0", c->name, type);
+	if (lamb && (V->bf16.enabled || (V->fp16.enabled && V->fp16.loss_scale > 0)))
+		FAIL("%s: key 'optimizer.type': OneBitLamb needs dynamic loss scaling (fp16 with loss_scale 0, or fp32); %s",
+		     c->name, V->bf16.enabled ? "bf16 has a fixed scale of 1" : "fp16.loss_scale is static");
+	if (lamb && V->optimizer.params.min_coeff > V->optimizer.params.max_coeff)
+		FAIL("%s: key 'optimizer.params.min_coeff': must not exceed max_coeff", c->name);
+	if (lamb && V->optimizer.params.factor_min > V->optimizer.params.factor_max)
+		FAIL("%s: key 'optimizer.params.factor_min': must not exceed factor_max", c->name);
+	if (GIVEN(optimizer.params.bias_correction) && !V->optimizer.params.bias_correction)
+		NOTE(DS_NOTE_WARNING, "key 'optimizer.params.bias_correction' has no effect: %s never corrects bias "
+		     "(DeepSpeed takes the key and ignores it too)", type);
+	if (V->optimizer.params.eps_inside_sqrt)
+		NOTE(DS_NOTE_WARNING, "key 'optimizer.params.eps_inside_sqrt' has no effect: %s adds eps outside the "
+		     "square root (DeepSpeed takes the key and ignores it too)", type);
+	return check_params(c, "optimizer", type,
+			    lamb ? obl_params : !strcmp(type, "ZeroOneAdam") ? zoa_params : oba_params, err);
+}
+
 static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 {
 	const char *type = V->optimizer.type;
@@ -137,8 +174,10 @@ static int optimizer_rules(struct ds_config *c, struct ds_err *err)
 			FAIL("%s: key 'optimizer.params.nesterov': needs momentum > 0 and dampening 0", c->name);
 		return check_params(c, "optimizer", type, sgd_params, err);
 	}
-	FAIL("%s: key 'optimizer.type': \"%s\" is not supported by dstk (it implements Adam, AdamW, Lamb and SGD)",
-	     c->name, type);
+	if (!strcmp(type, "OneBitAdam") || !strcmp(type, "ZeroOneAdam") || !strcmp(type, "OneBitLamb"))
+		return onebit_rules(c, type, err);
+	FAIL("%s: key 'optimizer.type': \"%s\" is not supported by dstk (it implements Adam, AdamW, Lamb, SGD, "
+	     "OneBitAdam, ZeroOneAdam and OneBitLamb)", c->name, type);
 }
 
 static int scheduler_rules(struct ds_config *c, struct ds_err *err)
@@ -375,6 +414,7 @@ int ds_config_applies(const struct ds_config *c, const char *path)
 {
 	static const struct { const char *name; const char *const *params; } tab[] = {
 		{ "Adam", adam_params }, { "AdamW", adam_params }, { "Lamb", lamb_params }, { "SGD", sgd_params },
+		{ "OneBitAdam", oba_params }, { "ZeroOneAdam", zoa_params }, { "OneBitLamb", obl_params },
 		{ "WarmupLR", wlr_params }, { "WarmupDecayLR", wdlr_params }, { "WarmupCosineLR", wclr_params },
 		{ "OneCycle", oc_params }, { "LRRangeTest", lrrt_params },
 	};
@@ -626,8 +666,9 @@ void ds_config_batch(const struct ds_config *c, struct ds_config_batch *b)
 
 const char *ds_config_opt_name(int type)
 {
-	static const char *const n[] = { "none", "Adam", "AdamW", "Lamb", "SGD" };
-	return type >= 0 && type <= DS_OPT_SGD ? n[type] : "?";
+	static const char *const n[] = { "none", "Adam", "AdamW", "Lamb", "SGD", "OneBitAdam", "ZeroOneAdam",
+					 "OneBitLamb" };
+	return type >= 0 && type <= DS_OPT_ONEBIT_LAMB ? n[type] : "?";
 }
 
 const char *ds_config_sched_name(int type)
@@ -642,11 +683,11 @@ void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *
 	const struct ds_config_values *v = V;
 	const char *t = v->optimizer.type ? v->optimizer.type : "none";
 	memset(o, 0, sizeof(*o));
-	for (int i = DS_OPT_ADAM; i <= DS_OPT_SGD; i++)
+	for (int i = DS_OPT_ADAM; i <= DS_OPT_ONEBIT_LAMB; i++)
 		if (!strcmp(t, ds_config_opt_name(i)))
 			o->type = i;
 	o->adamw = o->type == DS_OPT_ADAMW || (o->type == DS_OPT_ADAM && v->optimizer.params.adam_w_mode) ||
-		   o->type == DS_OPT_LAMB;
+		   o->type == DS_OPT_LAMB || o->type >= DS_OPT_ONEBIT_ADAM;
 	o->lr = v->optimizer.params.lr;
 	o->beta1 = json_number_value(json_array_get(v->optimizer.params.betas, 0));
 	o->beta2 = json_number_value(json_array_get(v->optimizer.params.betas, 1));
@@ -659,6 +700,19 @@ void ds_config_optimizer(const struct ds_config *c, struct ds_config_optimizer *
 	o->momentum = v->optimizer.params.momentum;
 	o->dampening = v->optimizer.params.dampening;
 	o->nesterov = v->optimizer.params.nesterov;
+	o->freeze_step = v->optimizer.params.freeze_step;
+	static const char *const be[] = { "nccl", "mpi", "compressed" };
+	for (int i = 0; i < 3; i++)
+		if (v->optimizer.params.comm_backend_name && !strcmp(v->optimizer.params.comm_backend_name, be[i]))
+			o->comm_backend = i;
+	o->var_freeze_step = v->optimizer.params.var_freeze_step;
+	o->var_update_scaler = v->optimizer.params.var_update_scaler;
+	o->local_step_scaler = v->optimizer.params.local_step_scaler;
+	o->local_step_clipper = v->optimizer.params.local_step_clipper;
+	o->coeff_beta = v->optimizer.params.coeff_beta;
+	o->factor_max = v->optimizer.params.factor_max;
+	o->factor_min = v->optimizer.params.factor_min;
+	o->factor_threshold = v->optimizer.params.factor_threshold;
 }
 
 void ds_config_scheduler(const struct ds_config *c, struct ds_config_scheduler *s)

@@ -38,6 +38,16 @@ struct ds_config_sources {
 			unsigned char eps_inside_sqrt;
 			unsigned char max_coeff;
 			unsigned char min_coeff;
+			unsigned char freeze_step;
+			unsigned char comm_backend_name;
+			unsigned char var_freeze_step;
+			unsigned char var_update_scaler;
+			unsigned char local_step_scaler;
+			unsigned char local_step_clipper;
+			unsigned char coeff_beta;
+			unsigned char factor_max;
+			unsigned char factor_min;
+			unsigned char factor_threshold;
 			unsigned char momentum;
 			unsigned char dampening;
 			unsigned char nesterov;
@@ -213,7 +223,7 @@ struct ds_config_values {
 	int64_t train_micro_batch_size_per_gpu;  /* samples per rank per forward/backward pass */
 	int64_t gradient_accumulation_steps;  /* micro-batches accumulated before each optimizer step */
 	struct {
-		const char *type;  /* Adam, AdamW, Lamb or SGD (any case); 1-bit optimizers are not implemented */
+		const char *type;  /* Adam, AdamW, Lamb, SGD, OneBitAdam, ZeroOneAdam or OneBitLamb (any case) */
 		struct {
 			double lr;  /* learning rate (the scheduler overrides it when one is configured) (default 0.001) */
 			const struct json_t *betas;  /* [beta1, beta2], each in [0, 1) (default [0.9, 0.999]) */
@@ -222,9 +232,19 @@ struct ds_config_values {
 			int bias_correction;  /* Adam/Lamb bias correction (default true) */
 			int adam_w_mode;  /* Adam: true gives the decoupled AdamW update, false L2 regularisation (default true) */
 			int amsgrad;  /* must be false: DeepSpeed's fused and CPU Adam reject amsgrad (default false) */
-			int eps_inside_sqrt;  /* Lamb: add eps inside the square root (default false) */
-			double max_coeff;  /* Lamb: upper clamp of the trust ratio (default 10.0) */
-			double min_coeff;  /* Lamb: lower clamp of the trust ratio (default 0.01) */
+			int eps_inside_sqrt;  /* Lamb: add eps inside the square root (the 1-bit family takes it and, as DeepSpeed, ignores it) (default false) */
+			double max_coeff;  /* Lamb, OneBitLamb: upper clamp of the trust ratio (default 10.0) */
+			double min_coeff;  /* Lamb, OneBitLamb: lower clamp of the trust ratio (default 0.01) */
+			int64_t freeze_step;  /* OneBitAdam, OneBitLamb: steps of uncompressed warm-up before the variance freezes and momentum travels as 1-bit signs (default 100000) */
+			const char *comm_backend_name;  /* 1-bit family: nccl, mpi or compressed all run dstk's compressed allreduce over the run's communicator (hccl: Ascend, refused) (default "nccl") */
+			int64_t var_freeze_step;  /* ZeroOneAdam: the last step at which the variance may change; local steps follow (default 100000) */
+			int64_t var_update_scaler;  /* ZeroOneAdam: variance updates before the interval between them doubles (default 16) */
+			int64_t local_step_scaler;  /* ZeroOneAdam: steps before the local-step interval doubles (default 32678) */
+			int64_t local_step_clipper;  /* ZeroOneAdam: the longest local-step interval (default 16) */
+			double coeff_beta;  /* OneBitLamb: EMA factor of the warm-up trust ratios that become the frozen ratio (default 0.9) */
+			double factor_max;  /* OneBitLamb: upper clamp of the factor applied to the frozen ratio (default 4.0) */
+			double factor_min;  /* OneBitLamb: lower clamp of the factor applied to the frozen ratio (default 0.5) */
+			double factor_threshold;  /* OneBitLamb: most the factor may change from one step to the next (relative) (default 0.1) */
 			double momentum;  /* SGD: momentum factor (torch.optim.SGD's name) (default 0.0) */
 			double dampening;  /* SGD: dampening of the momentum (torch.optim.SGD's name) (default 0.0) */
 			int nesterov;  /* SGD: Nesterov momentum (needs momentum > 0, dampening 0) (default false) */

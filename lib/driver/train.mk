@@ -1,7 +1,7 @@
 ## lib/driver/train.mk: ds-train's driver (set-up, state, --check, the
 ## comms logger, the hang watchdog, the loop), the tool and its tests.
 lib_driver_libds_driver_a_SOURCES += lib/driver/train.c lib/driver/train.h lib/driver/train_setup.c \
-	lib/driver/train_int.h lib/driver/ckpt_need.h lib/driver/train_state.c lib/driver/train_check.c lib/driver/train_commlog.c \
+	lib/driver/train_int.h lib/driver/ckpt_need.h lib/driver/train_state.c lib/driver/train_state_onebit.c lib/driver/train_check.c lib/driver/train_commlog.c \
 	lib/driver/watchdog.c lib/driver/watchdog.h
 
 bin_PROGRAMS += tools/ds-train

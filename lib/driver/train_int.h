@@ -88,4 +88,14 @@ int ds_train_load(const char *dir, const char *tag, int weights_only, struct ds_
 		  const struct ds_train_setup *s, struct ds_train_state *st, struct ds_comm *comm, char **tag_out,
 		  struct ds_err *err);
 
+/* A 1-bit optimizer's state beyond its element states (train_state_onebit.c:
+ * counters, per-tensor values, this rank's error feedback, 0/1 Adam's
+ * rank-local weights); nothing for other optimizers.  save: every rank
+ * calls it inside ds_train_save's writer, errors kept in later as the
+ * writer's other calls do.  load: inside the load, before the 16-bit copy
+ * is refreshed; 0 or DS_E*. */
+struct ds_ckpt;
+void ds_train_save_onebit(struct ds_ckpt *ck, struct ds_engine *e, int W, int rank, struct ds_err *later);
+int ds_train_load_onebit(struct ds_ckpt *ck, struct ds_engine *e, int W, int rank, struct ds_err *err);
+
 #endif

@@ -34,6 +34,9 @@ static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 	case DS_OPT_ADAMW: ds_optim_params_init(p, DS_OPTIM_ADAMW); break;
 	case DS_OPT_LAMB: ds_optim_params_init(p, DS_OPTIM_LAMB); break;
 	case DS_OPT_SGD: ds_optim_params_init(p, DS_OPTIM_SGD); break;
+	case DS_OPT_ONEBIT_ADAM: ds_optim_params_init(p, DS_OPTIM_ONEBIT_ADAM); break;
+	case DS_OPT_ZERO_ONE_ADAM: ds_optim_params_init(p, DS_OPTIM_ZERO_ONE_ADAM); break;
+	case DS_OPT_ONEBIT_LAMB: ds_optim_params_init(p, DS_OPTIM_ONEBIT_LAMB); break;
 	default:
 		return ds_err_set(err, DS_EINVAL, "%s: optimizer.type: not supported by the trainer",
 				  ds_config_name(s->cfg));
@@ -47,10 +50,26 @@ static int map_optimizer(struct ds_train_setup *s, struct ds_err *err)
 		p->bias_correction = co.bias_correction;
 		p->adam_w_mode = co.type == DS_OPT_ADAMW || co.type == DS_OPT_NONE ? 1 : co.adamw;
 	}
-	if (co.type == DS_OPT_LAMB) {
+	if (co.type == DS_OPT_LAMB || co.type == DS_OPT_ONEBIT_LAMB) {
 		p->eps_inside_sqrt = co.eps_inside_sqrt;
 		p->max_coeff = co.max_coeff;
 		p->min_coeff = co.min_coeff;
+	}
+	if (ds_optim_is_onebit(p->type)) {
+		p->freeze_step = co.freeze_step;
+		p->comm_backend = co.comm_backend;
+		p->var_freeze_step = co.var_freeze_step;
+		p->var_update_scaler = co.var_update_scaler;
+		p->local_step_scaler = co.local_step_scaler;
+		p->local_step_clipper = co.local_step_clipper;
+		p->coeff_beta = co.coeff_beta;
+		p->factor_max = co.factor_max;
+		p->factor_min = co.factor_min;
+		p->factor_threshold = co.factor_threshold;
+		/* DeepSpeed's engine warns the same for each of the three */
+		if (s->rank == 0 && !ds_config_values(s->cfg)->fp16.enabled)
+			ds_log_warn("currently the convergence of %s is only verified under FP16 (DeepSpeed's warning)",
+				    ds_config_opt_name(co.type));
 	}
 	if (co.type == DS_OPT_SGD) {
 		p->momentum = co.momentum;
@@ -154,9 +173,11 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	fc.given |= DS_CONFIG_GIVEN(v, fp16.min_loss_scale) ? DS_FP16_GIVEN_MIN_LOSS_SCALE : 0;
 	fc.given |= DS_CONFIG_GIVEN(v, fp16.hysteresis) ? DS_FP16_GIVEN_HYSTERESIS : 0;
 	fc.given |= DS_CONFIG_GIVEN(v, fp16.consecutive_hysteresis) ? DS_FP16_GIVEN_CONSECUTIVE_HYSTERESIS : 0;
+	/* DeepSpeed's FP16_Optimizer takes FusedAdam, OneBitAdam and ZeroOneAdam */
+	const enum ds_optim_type ot = s->eng.optim.type;
 	enum ds_scaler_path path = s->eng.zero_stage >= 1 ? DS_SCALER_PATH_ZERO
-		: s->eng.optim.type == DS_OPTIM_ADAM || s->eng.optim.type == DS_OPTIM_ADAMW ? DS_SCALER_PATH_FUSED
-		: DS_SCALER_PATH_UNFUSED;
+		: ot == DS_OPTIM_ADAM || ot == DS_OPTIM_ADAMW || ot == DS_OPTIM_ONEBIT_ADAM || ot == DS_OPTIM_ZERO_ONE_ADAM
+		? DS_SCALER_PATH_FUSED : DS_SCALER_PATH_UNFUSED;
 	int rc = ds_scaler_init_cfg(&s->eng.scaler, fp16, path, &fc, err);
 	return rc < 0 ? ds_err_prefix(err, "%s: fp16: ", ds_config_name(c)) : 0;
 }
@@ -184,7 +205,7 @@ static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *e
 static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 {
 	static const char *const known[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
-					     NULL };
+					     "all_to_all_single", NULL };
 	struct ds_monitor_comms_opts *o = &s->comms;
 	const struct ds_config_values *v = ds_config_values(s->cfg);
 	o->enabled = v->comms_logger.enabled;
@@ -210,7 +231,8 @@ static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 			ok = !strcmp(*k, v);
 		if (!ok && o->enabled && !o->prof_all && s->rank == 0)
 			ds_log_warn("%s: comms_logger.prof_ops: ds-train issues no '%s' (it issues all_reduce, "
-				    "reduce_scatter, all_gather, broadcast, barrier)", ds_config_name(s->cfg), v);
+				    "reduce_scatter, all_gather, broadcast, barrier, and all_to_all_single with the 1-bit "
+				    "optimizers)", ds_config_name(s->cfg), v);
 		s->comms_ops[i] = v;
 	}
 	o->prof_ops = s->comms_ops;

@@ -127,6 +127,7 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 			put_slice(ck, name, p, hb, he, sb, se, &later);
 		}
 	}
+	ds_train_save_onebit(ck, e, s->W, ds_comm_rank(comm), &later);
 	for (int k = 0; k < ds_engine_num_states(e); k++)
 		snprintf(states + strlen(states), sizeof states - strlen(states), "%s%s", k ? "," : "",
 			 ds_engine_state_name(e, k));
@@ -304,6 +305,8 @@ static int load(const char *dir, const char *tag, int weights_only, struct ds_en
 				    "change from here", ds_ckpt_file(ck), (long long)v,
 				    (unsigned long long)s->eng.seed);
 	}
+	if (rc == 0 && !weights_only)
+		rc = ds_train_load_onebit(ck, e, s->W, ds_comm_rank(comm), err);
 	if (rc == 0)  /* the 16-bit model copy follows the loaded master weights */
 		rc = ds_engine_params_loaded(e, err);
 	if (rc == 0 && tag_out)

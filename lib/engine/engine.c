@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_onebit.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
@@ -123,6 +124,11 @@ struct ds_engine {
 	int64_t gstage_n;
 	int gstage_b;
 	int inject_step, inject_n;  /* DS_TEST_INJECT_INF_STEP (0: off) */
+	/* the 1-bit optimizers (engine_onebit.h) replace opt[]; reduce_on:
+	 * this step's gradients are allreduced (DeepSpeed's
+	 * enable_backward_allreduce, off once they compress the momentum) */
+	struct ds_engine_onebit *ob;
+	int reduce_on;
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -678,6 +684,9 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	if (opts->micro_batch < 1 || opts->grad_accum < 1)
 		return ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
 				  opts->micro_batch, opts->grad_accum);
+	if (ds_optim_is_onebit(opts->optim.type) && opts->zero_stage != 0)
+		return ds_err_set(err, DS_EINVAL, "%s is not compatible with ZeRO (DeepSpeed asserts the same); use "
+				  "zero_optimization.stage 0", ds_optim_type_name(opts->optim.type));
 	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16)
 		return ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
 				  ds_half_name(opts->half));
@@ -873,7 +882,8 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	sg->g_own = e->grads ? e->grads + go : NULL;
 	sg->h_upd = e->gh ? e->gh + gu : NULL;
 	sg->h_own = e->gh ? e->gh + go : NULL;
-	DS_TRY(ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err));
+	if (!ds_optim_is_onebit(opts->optim.type))  /* else one optimizer for the whole model */
+		DS_TRY(ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err));
 	return build_lamb_ranges(e, sg, s, err);
 }
 
@@ -917,6 +927,17 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	for (int s = 0; s < e->nseg; s++)
 		if ((rc = init_segment(e, s, err)) < 0)
 			goto fail;
+	if (ds_optim_is_onebit(opts->optim.type)) {
+		int64_t *off = calloc((size_t)e->nseg, sizeof *off);
+		for (int s = 0; off && s < e->nseg; s++)
+			off[s] = e->seg[s].off;
+		rc = off ? ds_engine_onebit_create(&e->ob, &opts->optim, e->model, off, e->total, e->half, comm, err)
+			 : ds_err_set(err, DS_ENOMEM, "out of memory");
+		free(off);
+		if (rc < 0)
+			goto fail;
+	}
+	e->reduce_on = 1;
 	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
 	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
 	read_test_faults(e);
@@ -941,6 +962,7 @@ void ds_engine_destroy(struct ds_engine *e)
 		free(e->seg[s].lamb_tensor);
 	}
 	free(e->opt);
+	ds_engine_onebit_destroy(e->ob);
 	free(e->seg);
 	free(e->lamb_sums);
 	ds_free(e->params);
@@ -1110,11 +1132,16 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 {
 	double ss = 0;
 	int bad = 0;
+	/* unreduced gradients (a 1-bit optimizer's compressed phase): this
+	 * rank's own, whole, as DeepSpeed takes the norm of local gradients */
+	const int whole = !e->reduce_on;
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
-		const float *g = e->g16 ? hwiden(e, sg->h_own, sg->shard) : sg->g_own;
+		const int64_t n = whole ? sg->padded : sg->shard;
+		const float *g = e->g16 ? hwiden(e, whole ? e->gh + sg->goff : sg->h_own, n)
+				 : whole ? e->grads + sg->goff : sg->g_own;
 #pragma omp parallel for reduction(+ : ss) reduction(| : bad) schedule(static)
-		for (int64_t i = 0; i < sg->shard; i++) {
+		for (int64_t i = 0; i < n; i++) {
 			double v = g[i];
 			bad |= !isfinite(g[i]);
 			ss += v * v;
@@ -1126,6 +1153,8 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 
 static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
 {
+	if (e->ob)
+		return ds_engine_onebit_step(e->ob, e->params, e->grads, e->gh, grad_mul, err);
 	if (e->o.optim.type != DS_OPTIM_LAMB) {
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
@@ -1285,7 +1314,7 @@ static int micro_steps(struct ds_engine *e, const struct ds_engine_batch *in, do
 		if ((rc = ds_gpt_forward(e->model, e->ws, NULL, e->in, e->tg, MB, T, in->step, offset, 1, &loss, err)) < 0)
 			return pass_failed(e, rc, err);
 		res->t_fwd += ds_now() - t0;
-		if ((e->last_micro = a == GA - 1) && e->nbuckets) {
+		if ((e->last_micro = a == GA - 1) && e->nbuckets && e->reduce_on) {
 			e->bnext = e->nbuckets - 1;
 			e->ready_seg = e->nseg - 1;
 			e->ready_from = e->total;
@@ -1342,7 +1371,9 @@ static float grad_multiplier(const struct ds_engine *e, double scaled_norm, cons
  * then the updated slices gathered back and the 16-bit copy refreshed. */
 static int update(struct ds_engine *e, const struct ds_engine_batch *in, float grad_mul, struct ds_err *err)
 {
-	for (int s = 0; s < e->nseg; s++) {
+	if (e->ob)
+		ds_engine_onebit_set_lr(e->ob, in->lr, in->has_betas, in->beta1, in->beta2);
+	for (int s = 0; s < e->nseg && !e->ob; s++) {
 		e->opt[s]->hp.lr = in->lr;
 		if (in->has_betas) {
 			e->opt[s]->hp.beta1 = in->beta1;
@@ -1373,21 +1404,25 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	else
 		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
 	e->red_flight = e->red_wait = 0;
+	e->reduce_on = !e->ob || ds_onebit_reduce_next(ds_engine_onebit_optim(e->ob));
 	DS_TRY(micro_steps(e, in, prev_scale, &loss_sum, res, err));
 
 	/* reduce; then one allreduce of the squared norm of the owned slices,
-	 * the non-finite flag and the loss makes them global */
+	 * the non-finite flag and the loss makes them global (without the
+	 * reduction the norm stays this rank's own) */
 	t0 = ds_now();
-	DS_TRY(reduce_grads(e, err));
+	if (e->reduce_on)
+		DS_TRY(reduce_grads(e, err));
 	inject_inf(e, in->step);
 	int bad;
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;
 	double lsum = loss_sum / GA;
 	if (e->W > 1) {
-		double v[3] = { stat[0], stat[1], lsum };
+		double v[3] = { e->reduce_on ? stat[0] : 0, stat[1], lsum };
 		DS_TRY(ds_comm_allreduce(e->comm, v, 3, DS_F64, DS_SUM, err));
-		stat[0] = v[0];
+		if (e->reduce_on)
+			stat[0] = v[0];
 		stat[1] = v[1];
 		lsum = v[2] / e->W;
 	}
@@ -1489,6 +1524,12 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
+	if (e->ob && ds_onebit_rank_local(ds_engine_onebit_optim(e->ob))) {
+		/* ranks' weights differ (0/1 Adam's local steps): rank 0's */
+		*begin = 0;
+		*end = e->rank == 0 ? ds_gpt_tensor(e->model, i)->numel : 0;
+		return;
+	}
 	intersect(a, ds_gpt_tensor(e->model, i)->numel, (int64_t)e->rank * sg->shard, sg->shard, begin, end);
 }
 
@@ -1497,6 +1538,12 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
 	int s = ds_gpt_tensor(e->model, i)->segment;
+	if (e->ob) {  /* whole-model states in the flat layout */
+		float *fl = ds_onebit_state(ds_engine_onebit_optim(e->ob), name);
+		*begin = 0;
+		*end = ds_gpt_tensor(e->model, i)->numel;
+		return fl ? fl + sg->off + a : NULL;
+	}
 	float *st = ds_optim_state(e->opt[s], name);
 	if (!st)
 		return NULL;
@@ -1505,8 +1552,17 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 	return st + (a + *begin - sg->u0);
 }
 
-int ds_engine_num_states(const struct ds_engine *e) { return e->opt[0]->nstates; }
-const char *ds_engine_state_name(const struct ds_engine *e, int k) { return e->opt[0]->state_names[k]; }
+int ds_engine_num_states(const struct ds_engine *e)
+{
+	return e->ob ? ds_onebit_num_states(ds_engine_onebit_optim(e->ob)) : e->opt[0]->nstates;
+}
+
+const char *ds_engine_state_name(const struct ds_engine *e, int k)
+{
+	return e->ob ? ds_onebit_state_name(ds_engine_onebit_optim(e->ob), k) : e->opt[0]->state_names[k];
+}
+
+struct ds_onebit *ds_engine_onebit(struct ds_engine *e) { return e->ob ? ds_engine_onebit_optim(e->ob) : NULL; }
 
 const struct ds_scaler *ds_engine_scaler(const struct ds_engine *e) { return &e->scaler; }
 void ds_engine_set_scaler(struct ds_engine *e, const struct ds_scaler *s) { e->scaler = *s; }
@@ -1514,7 +1570,9 @@ void ds_engine_set_scaler(struct ds_engine *e, const struct ds_scaler *s) { e->s
 void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 {
 	e->steps = steps;
-	for (int s = 0; s < e->nseg; s++)
+	if (e->ob)
+		ds_onebit_set_steps(ds_engine_onebit_optim(e->ob), steps);
+	for (int s = 0; s < e->nseg && !e->ob; s++)
 		e->opt[s]->step = steps;
 }
 
@@ -1523,8 +1581,10 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 	size_t b = (size_t)e->ptotal * sizeof(float) + (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
 	if (e->half)
 		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
-	for (int s = 0; s < e->nseg; s++)
+	for (int s = 0; s < e->nseg && !e->ob; s++)
 		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
+	if (e->ob)
+		b += ds_onebit_state_bytes(ds_engine_onebit_optim(e->ob));
 	return b;
 }
 

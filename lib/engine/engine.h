@@ -61,6 +61,7 @@
 #include "comm/comm.h"
 #include "config/model.h"
 #include "model/gpt.h"
+#include "optim/onebit.h"
 #include "optim/optim.h"
 #include "optim/scaler.h"
 #include "util/err.h"
@@ -199,6 +200,13 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 /* Names of the optimizer's states (count, and name k). */
 int ds_engine_num_states(const struct ds_engine *e);
 const char *ds_engine_state_name(const struct ds_engine *e, int k);
+
+/* The 1-bit optimizer of a OneBitAdam/ZeroOneAdam/OneBitLamb run (its
+ * counters, per-tensor values and this rank's error feedback, for
+ * checkpoints), else NULL.  Borrowed.  Its element states are the ones
+ * above; its flat layout is the engine's (a tensor's elements through
+ * ds_engine_state). */
+struct ds_onebit *ds_engine_onebit(struct ds_engine *e);
 
 /* The loss scaler (borrowed; a checkpoint saves it) and its replacement
  * with a loaded state (copied). */

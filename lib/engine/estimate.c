@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
+#include "optim/onebit.h"
 
 #define F32 ((size_t)sizeof(float))
 
@@ -27,7 +28,29 @@ static int optim_states(const struct ds_optim_params *p)
 {
 	if (p->type == DS_OPTIM_SGD)
 		return p->momentum != 0 ? 1 : 0;
+	if (p->type == DS_OPTIM_ZERO_ONE_ADAM || p->type == DS_OPTIM_ONEBIT_LAMB)
+		return 3;
 	return 2;
+}
+
+/* The 1-bit family (stage 0): one optimizer over the whole flat buffer
+ * (lib/optim/onebit.c's allocations, by ds_onebit_bytes); *comm gets the
+ * compressed allreduce's scratch and, for a 16-bit model, the widened
+ * gradients (engine_onebit.c). */
+static int onebit_bytes(const struct ds_gpt *model, const struct ds_engine_opts *o, int W, size_t total,
+			size_t *optim, size_t *comm, struct ds_err *err)
+{
+	int nt = ds_gpt_num_tensors(model);
+	struct ds_onebit_tensor *t = calloc((size_t)(nt ? nt : 1), sizeof *t);
+	if (!t)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (int i = 0; i < nt; i++)
+		t[i].n = (size_t)ds_gpt_tensor(model, i)->numel;
+	*optim = ds_onebit_bytes(o->optim.type, total, t, nt, o->half != DS_HALF_NONE, W, comm);
+	if (o->half != DS_HALF_NONE)
+		*comm += total * F32;
+	free(t);
+	return 0;
 }
 
 /* ds_engine_create's choices: 16-bit gradients (a 16-bit model accumulating
@@ -90,6 +113,12 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	/* fp16/bf16: the parameters are the 16-bit model copy; the fp32 master
 	 * weights count with the optimizer states, as DeepSpeed and the ZeRO
 	 * paper count them (K = 12 bytes per element with Adam) */
+	size_t ob_comm = 0;
+	const int onebit = ds_optim_is_onebit(o->optim.type);
+	if (onebit && onebit_bytes(model, o, W, (size_t)m->padded, &optim, &ob_comm, err) < 0) {
+		ds_gpt_destroy(model);
+		return DS_ENOMEM;
+	}
 	m->bytes[DS_MEM_PARAMS] = half ? (size_t)htotal * sizeof(uint16_t) : (size_t)mtotal * F32;
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * (g16 ? sizeof(uint16_t) : F32);
 	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
@@ -104,7 +133,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : half ? 2 : 0) * (size_t)maxpad * F32 +
 				(size_t)(zg || half ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
 				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32 +
-				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t);
+				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t) + ob_comm;
 	/* communication_data_type fp16/bf16 of an fp32 model (W > 1): the
 	 * 16-bit copy of the flat gradients that the buckets reduce in
 	 * (stages 0-1), or per gradient slot a 16-bit segment to send and a
@@ -128,7 +157,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	 * optimizer header (ds_optim_create allocates it with ds_alloc) */
 	m->bytes[DS_MEM_OTHER] = 2 * (size_t)o->micro_batch * (size_t)T * sizeof(int32_t) +
 				 (size_t)o->grad_accum * (size_t)o->micro_batch * (size_t)(T + 1) * sizeof(int32_t) +
-				 (size_t)m->nseg * sizeof(struct ds_optim);
+				 (size_t)(onebit ? 1 : m->nseg) * sizeof(struct ds_optim);
 	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		m->total += m->bytes[c];
@@ -165,8 +194,9 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		break;
 	}
 	case DS_MEM_OPTIM:
-		snprintf(buf, n, "%d fp32 state%s per element, %s", m->nstates, m->nstates == 1 ? "" : "s",
-			 sharded ? "owned slices" : "whole model");
+		snprintf(buf, n, "%d fp32 state%s per element, %s%s", m->nstates, m->nstates == 1 ? "" : "s",
+			 sharded ? "owned slices" : "whole model",
+			 ds_optim_is_onebit(o->optim.type) && W > 1 ? " + the compressed allreduce's error feedback" : "");
 		if (sharded) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " (1/%d)", W);

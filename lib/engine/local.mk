@@ -2,6 +2,7 @@
 ## memory estimator.
 noinst_LIBRARIES += lib/engine/libds_engine.a
 lib_engine_libds_engine_a_SOURCES = lib/engine/engine.c lib/engine/engine.h \
+	lib/engine/engine_onebit.c lib/engine/engine_onebit.h \
 	lib/engine/estimate.c lib/engine/estimate.h
 LIBDS += lib/engine/libds_engine.a
 

@@ -669,18 +669,35 @@ float *ds_onebit_lamb_pad(struct ds_onebit *o, size_t *n)
 	return o->pad;
 }
 
+size_t ds_onebit_bytes(enum ds_optim_type type, size_t total, const struct ds_onebit_tensor *t, int nt, int fused,
+		       int world, size_t *scratch)
+{
+	const size_t F = sizeof(float), W = world > 0 ? (size_t)world : 1;
+	size_t b = (type == DS_OPTIM_ONEBIT_ADAM ? 2 : 3) * (total ? total : 1) * F, maxpad = 0;
+	if (type == DS_OPTIM_ONEBIT_LAMB) {
+		b += (total ? total : 1) * F;  /* exp_avg at the step's start */
+		fused = 1;
+	}
+	int nu = fused ? nt > 0 : nt;
+	for (int k = 0; k < nu; k++) {
+		size_t n = 0;
+		for (int i = fused ? 0 : k; i < (fused ? nt : k + 1); i++)
+			n += t[i].n;
+		size_t padded = ds_onebit_padded(n, world);
+		maxpad = padded > maxpad ? padded : maxpad;
+		if (W > 1)
+			b += (padded + padded / W) * F;
+		if (W > 1 && type == DS_OPTIM_ONEBIT_LAMB && padded > n)
+			b += (padded - n) * F;  /* the kept padding */
+	}
+	if (W > 1)
+		b += (maxpad ? maxpad : 1) * F;
+	*scratch = W > 1 ? 2 * (maxpad / 8) + maxpad / 8 / W + maxpad / W * F : 0;
+	return b;
+}
+
 size_t ds_onebit_state_bytes(const struct ds_onebit *o)
 {
-	size_t b = (size_t)ds_onebit_num_states(o) * o->total * sizeof(float);
-	if (o->mlast)
-		b += o->total * sizeof(float);
-	for (int k = 0; k < o->nu && o->W > 1; k++)
-		b += (o->u[k].padded + o->u[k].padded / (size_t)o->W) * sizeof(float);
-	if (o->buf) {
-		size_t mx = 0;
-		for (int k = 0; k < o->nu; k++)
-			mx = o->u[k].padded > mx ? o->u[k].padded : mx;
-		b += mx * sizeof(float);
-	}
-	return b + o->npad * sizeof(float);
+	size_t scratch;
+	return ds_onebit_bytes(o->hp.type, o->total, o->t, o->nt, o->fused, o->W, &scratch);
 }

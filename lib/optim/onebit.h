@@ -142,7 +142,14 @@ float *ds_onebit_server_error(struct ds_onebit *o, int u);
  * otherwise or at world 1. */
 float *ds_onebit_lamb_pad(struct ds_onebit *o, size_t *n);
 
-/* Bytes of state this optimizer holds (the estimator's figure). */
+/* Bytes this optimizer allocates with ds_alloc beyond its ds_optim header:
+ * element states, error feedback, the exchange buffer. */
 size_t ds_onebit_state_bytes(const struct ds_onebit *o);
+
+/* The same figure before creating it, for the memory estimate, and in
+ * *scratch the bytes lib/comm's compressed allreduce keeps for the largest
+ * unit (its signs, the received signs, a server chunk; 0 at world 1). */
+size_t ds_onebit_bytes(enum ds_optim_type type, size_t total, const struct ds_onebit_tensor *t, int nt, int fused,
+		       int world, size_t *scratch);
 
 #endif

@@ -233,15 +233,11 @@ int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err)
 		return ds_err_set(err, DS_EINVAL,
 				  "optimizer.params.min_coeff: need 0 <= min_coeff <= max_coeff (got %g, %g)",
 				  p->min_coeff, p->max_coeff);
-	if (p->type == DS_OPTIM_ZERO_ONE_ADAM) {
-		/* DeepSpeed divides by the local-step interval (the clipper
-		 * bounds it) and counts up to the two scalers */
-		if (p->local_step_clipper < 1 || p->local_step_scaler < 1 || p->var_update_scaler < 1)
-			return ds_err_set(err, DS_EINVAL, "optimizer.params: var_update_scaler, local_step_scaler and "
-					  "local_step_clipper must be >= 1 (got %lld, %lld, %lld)",
-					  (long long)p->var_update_scaler, (long long)p->local_step_scaler,
-					  (long long)p->local_step_clipper);
-	}
+	/* DeepSpeed takes the step modulo the local-step interval, which the
+	 * clipper bounds: 0 would divide by zero */
+	if (p->type == DS_OPTIM_ZERO_ONE_ADAM && p->local_step_clipper < 1)
+		return ds_err_set(err, DS_EINVAL, "optimizer.params.local_step_clipper: must be >= 1 (got %lld)",
+				  (long long)p->local_step_clipper);
 	if (p->type == DS_OPTIM_ONEBIT_LAMB &&
 	    !(p->coeff_beta >= 0 && p->coeff_beta <= 1 && p->factor_min >= 0 && p->factor_min <= p->factor_max &&
 	      p->factor_threshold >= 0))

@@ -271,7 +271,6 @@ check_bad() {
 	check_bad partial-offload.json "zero_optimization.offload_optimizer.ratio" "Stage 3"
 	check_bad max-grad-norm.json "optimizer.params.max_grad_norm" "gradient_clipping"
 	check_bad unsupported-wandb.json "wandb.enabled" "not supported by dstk"
-	check_bad seed-onebit-adam.json "optimizer.type" "OneBitAdam"
 	# two errors in the file: both reported in one run, then the count
 	run -2 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/seed-autotuning-nulls.json" "${MODEL_ARGS[@]}"
 	[ "${#stderr_lines[@]}" -eq 3 ] || fail "expected two errors and a count: $stderr"
@@ -279,6 +278,39 @@ check_bad() {
 	[[ "${stderr_lines[1]}" == "error: "*"key 'autotuning.exps_dir': null is not a value here"* ]] || fail "$stderr"
 	[[ "${stderr_lines[2]}" == "ds-train: "*"seed-autotuning-nulls.json: 2 errors (above)" ]] || fail "$stderr"
 	check_bad seed-flops-trailing-comma.json "seed-flops-trailing-comma.json:9:"
+}
+
+# the 1-bit family (issue 22): the seeds' OneBitAdam loads; what DeepSpeed
+# refuses is refused with DeepSpeed's reason, one line each
+@test "the 1-bit optimizers: their params load; ZeRO, hccl, another type's param and static fp16 scaling for OneBitLamb do not" {
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$TDATA/configs/seed-onebit-adam.json" "${MODEL_ARGS[@]}"
+	assert_line --regexp '^optimizer\.params\.freeze_step +400  \(file\)$'
+	local d="$BATS_TEST_TMPDIR"
+	echo '{"train_batch_size": 8, "optimizer": {"type": "ZeroOneAdam", "params": {"var_freeze_step": 10,
+		"var_update_scaler": 4, "local_step_scaler": 100, "local_step_clipper": 8}}}' >"$d/zo.json"
+	run -0 ds-train --check --deepspeed_config "$d/zo.json" "${MODEL_ARGS[@]}"
+	assert_line --regexp '^optimizer\.params\.local_step_clipper +8  \(file\)$'
+	echo '{"train_batch_size": 8, "zero_optimization": {"stage": 1}, "optimizer": {"type": "OneBitAdam"}}' >"$d/z1.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$d/z1.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"z1.json: key 'zero_optimization.stage': OneBitAdam is not compatible with ZeRO"* ]] || fail "$stderr"
+	echo '{"train_batch_size": 8, "optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}}' >"$d/fs.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$d/fs.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"key 'optimizer.params.freeze_step': not a parameter of ZeroOneAdam"* ]] || fail "$stderr"
+	echo '{"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": 128},
+		"optimizer": {"type": "OneBitLamb"}}' >"$d/lamb.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$d/lamb.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"OneBitLamb needs dynamic loss scaling"* ]] || fail "$stderr"
+	# hccl loads for --check, which says the trainer would refuse it; a run refuses it
+	echo '{"train_batch_size": 8, "optimizer": {"type": "OneBitLamb", "params": {"comm_backend_name": "hccl"}}}' >"$d/hccl.json"
+	run -0 ds-train --check --deepspeed_config "$d/hccl.json" "${MODEL_ARGS[@]}"
+	run -2 --separate-stderr ds-train --deepspeed_config "$d/hccl.json" "${MODEL_ARGS[@]}" --train-iters 1
+	[[ "$stderr" == *"optimizer.params.comm_backend_name"*"HCCL is Huawei Ascend's"* ]] || fail "$stderr"
+	# bias_correction false and eps_inside_sqrt are taken and ignored, as by DeepSpeed: a warning each
+	echo '{"train_batch_size": 8, "optimizer": {"type": "OneBitAdam", "params": {"bias_correction": false,
+		"eps_inside_sqrt": true}}}' >"$d/bc.json"
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$d/bc.json" "${MODEL_ARGS[@]}"
+	[[ "$stderr" == *"'optimizer.params.bias_correction' has no effect: OneBitAdam never corrects bias"* ]] || fail "$stderr"
+	[[ "$stderr" == *"'optimizer.params.eps_inside_sqrt' has no effect"* ]] || fail "$stderr"
 }
 
 @test "bad input: the seeds' incomplete snippets (no batch size) and an inconsistent triad" {

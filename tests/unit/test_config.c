@@ -421,8 +421,29 @@ static void test_optimizer(void **state)
 	    "optimizer.params.amsgrad", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"momentum\":0.9}}}", 1,
 	    "optimizer.params.momentum", "not a parameter of Adam", NULL);
-	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"OneBitAdam\"}}", 1, "optimizer.type",
-	    "OneBitAdam", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adagrad\"}}", 1, "optimizer.type",
+	    "Adagrad", "not supported", NULL);
+	/* the 1-bit family: DeepSpeed's defaults, its refusals */
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"onebitlamb\",\"params\":"
+			    "{\"freeze_step\":7,\"factor_max\":3,\"comm_backend_name\":\"mpi\"}}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_int_equal(o.type, DS_OPT_ONEBIT_LAMB);
+	assert_true(o.freeze_step == 7 && o.factor_max == 3 && o.factor_min == 0.5 && o.factor_threshold == 0.1);
+	assert_true(o.coeff_beta == 0.9 && o.comm_backend == 1 && o.max_coeff == 10);
+	ds_config_destroy(c);
+	assert_int_equal(ld("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"ZeroOneAdam\"}}", 1, &c), 0);
+	ds_config_optimizer(c, &o);
+	assert_true(o.var_freeze_step == 100000 && o.var_update_scaler == 16 && o.local_step_scaler == 32678 &&
+		    o.local_step_clipper == 16 && o.comm_backend == 0);
+	ds_config_destroy(c);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"zero_optimization\":{\"stage\":2},\"optimizer\":{\"type\":"
+	    "\"ZeroOneAdam\"}}", 1, "zero_optimization.stage", "not compatible with ZeRO", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"OneBitAdam\",\"params\":{\"max_coeff\":2}}}",
+	    1, "optimizer.params.max_coeff", "not a parameter of OneBitAdam", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"OneBitAdam\",\"params\":{\"amsgrad\":true}}}",
+	    1, "optimizer.params.amsgrad", NULL);
+	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"ZeroOneAdam\",\"params\":"
+	    "{\"local_step_clipper\":0}}}", 1, "optimizer.params.local_step_clipper", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"RMSprop\"}}", 1, "optimizer.type",
 	    "RMSprop", NULL);
 	bad("{\"train_micro_batch_size_per_gpu\":1,\"optimizer\":{\"type\":\"Adam\",\"params\":{\"weight_decy\":0.1}}}", 1,
