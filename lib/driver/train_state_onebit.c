@@ -20,10 +20,16 @@
  * feedback depends on the world size: resumed at another, it starts from
  * zero with a warning (DeepSpeed resets it at every load), and 0/1 Adam's
  * ranks continue from rank 0's weights and momentum.
+ *
+ * Test-only (tests/mpi/onebit.bats; never set in production):
+ * DS_TEST_FAULT_ONEBIT_RESET=1 makes a load treat the error feedback as
+ * saved at another world size, so that a resume must leave the continuous
+ * run's losses.
  */
 #include "driver/train_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/ckpt.h"
@@ -145,11 +151,13 @@ int ds_train_load_onebit(struct ds_ckpt *ck, struct ds_engine *e, int W, int ran
 	if (rc < 0)
 		return ds_err_prefix(err, "%s: 1-bit optimizer state: ", ds_ckpt_file(ck));
 	/* the error feedback: this rank's row of the same world size */
+	const char *fault = getenv("DS_TEST_FAULT_ONEBIT_RESET");
+	const int same = sw == W && !(fault && !strcmp(fault, "1"));
 	int reset = 0;
 	for (int u = 0; W > 1 && u < ds_onebit_num_units(ob); u++) {
 		const uint64_t P = ds_onebit_unit_padded(ob, u), C = P / (uint64_t)W;
 		float *we = ds_onebit_worker_error(ob, u), *se = ds_onebit_server_error(ob, u);
-		int ok = sw == W;
+		int ok = same;
 		snprintf(name, sizeof name, "optimizer/worker_error/%s", unit_name(ob, m, u));
 		ok = ok && read_if(ck, name, (uint64_t)W * P, (uint64_t)rank * P, (uint64_t)(rank + 1) * P, we, &rc, err);
 		snprintf(name, sizeof name, "optimizer/server_error/%s", unit_name(ob, m, u));
@@ -164,13 +172,15 @@ int ds_train_load_onebit(struct ds_ckpt *ck, struct ds_engine *e, int W, int ran
 	}
 	size_t npad = 0;
 	float *pad = ds_onebit_lamb_pad(ob, &npad);
-	if (pad && npad && !(sw == W && read_if(ck, "optimizer/onebit_pad", npad, 0, npad, pad, &rc, err))) {
+	if (pad && npad && !(same && read_if(ck, "optimizer/onebit_pad", npad, 0, npad, pad, &rc, err))) {
 		if (rc < 0)
 			return rc;
 		memset(pad, 0, npad * sizeof(float));
 		reset = 1;
 	}
-	if (reset && sw > 1 && rank == 0)
+	if (reset && sw > 1 && rank == 0 && same)  /* a file saved without them */
+		ds_log_warn("%s: the 1-bit optimizer's error feedback is missing: it starts from zero", ds_ckpt_file(ck));
+	else if (reset && sw > 1 && rank == 0)
 		ds_log_warn("%s: the 1-bit optimizer's error feedback was saved at %lld ranks and this run has %d: it "
 			    "starts from zero (DeepSpeed resets it at every load)", ds_ckpt_file(ck), (long long)sw, W);
 	/* 0/1 Adam between synchronisations: each rank its own weights and
