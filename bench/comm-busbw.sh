@@ -30,6 +30,15 @@
 # reductions were in flight, the time the engine waited on them, and the
 # difference hidden behind backward (sums over the run).
 #
+# Part 3, the compressed allreduce of the 1-bit optimizers (issue 22) on 2
+# and 4 ranks, by bench/comm-compressed: its effective busbw (DeepSpeed's
+# all_reduce formula on the fp32 bytes it stands in for) next to a raw
+# MPI_Allreduce of the same fp32 buffer measured in the same run, for the
+# model's gradients and for 4 and 32 MiB, and the bytes each rank hands
+# its collectives against the fp32 size.  Within one node MPI moves bytes
+# through shared memory faster than the packing costs, so the ratio says
+# where compression pays: where the network, not the copy, is the ceiling.
+#
 # Micro batch 4 per rank, GA 1 (global batch 4N: each rank's work is the
 # same whatever N).  Ranks share this machine's cores (mpirun
 # --oversubscribe, one OpenMP thread each), so N > cores measures
@@ -44,8 +53,8 @@ steps=${1:-30}
 model=${2:-$here/share/models/gpt-test.json}
 repeat=${3:-3}
 bucket=10000
-for t in jq "$tools/ds-train" "$bench/comm-raw" mpirun; do
-	command -v "$t" >/dev/null || { echo "$0: $t not found (set DS_TOOLS / DS_BENCH; comm-raw needs an MPI build: make bench/comm-raw)" >&2; exit 2; }
+for t in jq "$tools/ds-train" "$bench/comm-raw" "$bench/comm-compressed" mpirun; do
+	command -v "$t" >/dev/null || { echo "$0: $t not found (set DS_TOOLS / DS_BENCH; the helpers need an MPI build: make bench/comm-raw bench/comm-compressed)" >&2; exit 2; }
 done
 mpirun=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
@@ -140,5 +149,19 @@ for n in 2 4; do
 			read -r fl wt hd <<<"$line"
 			printf '%-6s %-6s %-8s %-12s %-12s %-12s %-12s\n' "$n" "$st" "$ov" "$tok" "$fl" "$wt" "$hd"
 		done
+	done
+done
+
+echo
+echo "# compressed allreduce (1-bit optimizers) against raw MPI_Allreduce of the same fp32 bytes, best of $repeat rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-6s %-10s %-12s %-14s %-10s %-12s\n' ranks bytes raw_busbw compressed_eff compr/raw sent_1/x
+for n in 2 4; do
+	for b in $((params * 4)) $((4 << 20)) $((32 << 20)); do
+		out=$("${mpirun[@]}" -np "$n" "$bench/comm-compressed" "$b" 20 3 "$repeat")
+		raw=$(grep '^raw' <<<"$out" | sed 's/.*busbw (Gbps) //')
+		cmp=$(grep '^compressed' <<<"$out" | sed 's/.*effective busbw (Gbps) \([0-9.]*\).*/\1/')
+		sent=$(grep '^compressed' <<<"$out" | sed 's/.*(1\/\([0-9.]*\))$/\1/')
+		printf '%-6s %-10s %-12s %-14s %-10s %-12s\n' "$n" "$b" "$raw" "$cmp" \
+			"$(awk -v a="$cmp" -v b="$raw" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')" "$sent"
 	done
 done

@@ -55,10 +55,13 @@ endif
 endif
 EXTRA_DIST += tests/gpu/comm.bats
 
-## Benchmark helper (not a test): raw MPI_Allreduce for bench/comm-busbw.sh;
-## built by `make check` or `make bench/comm-raw`, never run by it.
+## Benchmark helpers (not tests): raw MPI_Allreduce, and the compressed
+## allreduce against it, for bench/comm-busbw.sh; built by `make check` or
+## `make bench/comm-raw bench/comm-compressed`, never run by it.
 if HAVE_MPI
-check_PROGRAMS += bench/comm-raw
+check_PROGRAMS += bench/comm-raw bench/comm-compressed
 bench_comm_raw_SOURCES = bench/comm-raw.c
 bench_comm_raw_LDADD = $(DS_LDADD)
+bench_comm_compressed_SOURCES = bench/comm-compressed.c
+bench_comm_compressed_LDADD = $(DS_LDADD)
 endif
