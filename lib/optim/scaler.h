@@ -89,7 +89,7 @@ void ds_fp16_cfg_init(struct ds_fp16_cfg *c);
 /* Which wrapper holds the scaler. */
 enum ds_scaler_path {
 	DS_SCALER_PATH_ZERO = 0,     /* ZeRO stage 1-3: DynamicLossScaler */
-	DS_SCALER_PATH_FUSED,        /* no ZeRO, FusedAdam: FP16_Optimizer */
+	DS_SCALER_PATH_FUSED,        /* no ZeRO, FusedAdam, OneBitAdam, ZeroOneAdam: FP16_Optimizer */
 	DS_SCALER_PATH_UNFUSED       /* no ZeRO, other optimizers: FP16_UnfusedOptimizer */
 };
 
