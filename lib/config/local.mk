@@ -5,7 +5,7 @@ lib_config_libds_config_a_SOURCES = \
 	lib/config/config.c lib/config/config.h lib/config/config_int.h \
 	lib/config/rules.c lib/config/table.c lib/config/table.h \
 	lib/config/keys.h lib/config/keys_ds.c lib/config/values.h \
-	lib/config/model.c lib/config/model.h \
+	lib/config/model.c lib/config/model.h lib/config/model_moe.c \
 	lib/config/train_opts.c lib/config/train_opts.h \
 	lib/config/neox.c lib/config/neox.h lib/config/yaml.h
 if HAVE_LIBYAML

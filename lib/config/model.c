@@ -92,6 +92,7 @@ static void set_field(struct ds_model_config *m, int i, json_t *v)
 void ds_model_config_defaults(struct ds_model_config *m)
 {
 	memset(m, 0, sizeof(*m));
+	ds_moe_config_defaults(&m->moe);
 	for (int i = 0; i < NMK; i++)
 		if (mkeys[i].def) {
 			json_t *v = json_loads(mkeys[i].def, JSON_DECODE_ANY, NULL);
@@ -121,10 +122,14 @@ static int load(json_t *root, const char *file, struct ds_model_config *m, struc
 	if (!json_is_object(root))
 		FAIL("%s: expected a JSON object of model keys", file);
 	const char *name;
-	json_t *v;
+	json_t *v, *moe = NULL;
 	json_object_foreach(root, name, v) {
 		char norm[128];
 		ds_config_table_underscores(name, norm, sizeof(norm));
+		if (!strcmp(norm, "moe")) {  /* read once num_layers is known (model_moe.c) */
+			moe = v;
+			continue;
+		}
 		int i = key_index(norm);
 		if (i < 0) {
 			char sug[128];
@@ -176,6 +181,12 @@ static int load(json_t *root, const char *file, struct ds_model_config *m, struc
 			if (MSET(m, gpt_only[i]))
 				FAIL("%s: key '%s': not used with family \"bert\" (learned positions, post-LN, gelu, tied head)",
 				     file, gpt_only[i]);
+	}
+	if (moe && !json_is_null(moe)) {
+		if ((rc = ds_moe_config_load_json(moe, file, m, err)) < 0)
+			goto out;
+		if (m->family != DS_FAMILY_GPT)
+			FAIL("%s: key 'moe': Mixture of Experts is for family \"gpt\"", file);
 	}
 	int given_pv = MSET(m, "padded_vocab_size") ? m->padded_vocab_size : 0;
 	ds_model_config_derive(m);
@@ -296,6 +307,18 @@ int ds_model_config_print(const struct ds_model_config *m, FILE *f, struct ds_er
 		fprintf(f, "%-58s %s  (%s)\n", mkeys[i].path, s, source(m, i));
 		json_decref(v);
 	}
+	json_t *moe = ds_moe_config_to_json(&m->moe);
+	if (moe) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(moe, k, v) {
+			char s[128], p[96];
+			ds_config_table_fmt_value(v, s, sizeof(s));
+			snprintf(p, sizeof p, "moe.%s", k);
+			fprintf(f, "%-58s %s  (file)\n", p, s);
+		}
+		json_decref(moe);
+	}
 	if (fflush(f) != 0 || ferror(f))
 		return ds_err_set(err, DS_EIO, "writing the model configuration failed");
 	return 0;
@@ -314,6 +337,11 @@ char *ds_model_config_to_json(const struct ds_model_config *m, int with_sources)
 		else
 			json_object_set_new(root, mkeys[i].path, v);
 	}
+	json_t *moe = root ? ds_moe_config_to_json(&m->moe) : NULL;
+	if (moe && with_sources)
+		json_object_set_new(root, "moe", json_pack("{s:o,s:s}", "value", moe, "source", "file"));
+	else if (moe)
+		json_object_set_new(root, "moe", moe);
 	char *s = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(root);
 	return s;

@@ -80,7 +80,7 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 	ds_rng_init(&r, 1234, 0x70726f66, 0);
 	for (int64_t i = 0; i < 2LL * B * T; i++)
 		tok[i] = (int32_t)(ds_rng_uniform(&r, (uint64_t)i) * cfg->vocab_size) % cfg->vocab_size;
-	struct ds_gpt_hooks h = { &k, pre_hook, post_hook };
+	struct ds_gpt_hooks h = { .ctx = &k, .pre = pre_hook, .post = post_hook };
 	ds_gpt_ws_set_hooks(ws, &h);
 
 	double fwd = 0, bwd = 0, step = 0;

@@ -20,6 +20,7 @@
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/gpt_kernels.h"
+#include "model/moe.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/progress.h"
@@ -29,6 +30,8 @@
 /* registry indices of one layer's tensors (-1: absent) */
 struct layer_ix {
 	int ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcpw, fcpb;
+	int gate, coefw, coefb, ex0;  /* MoE: gate, PR-MoE coefficient, first local expert tensor */
+	int moe;                      /* index among the MoE layers, -1 dense */
 };
 
 struct ds_gpt {
@@ -37,6 +40,7 @@ struct ds_gpt {
 	int L, C, NH, V, Vp, F, F2, rd;
 	int wte, wpe, lnfw, lnfb, head;   /* head = wte when tied */
 	struct layer_ix *li;
+	int ep, ep_rank, nmoe;            /* expert parallelism; MoE layers */
 };
 
 /* activations of one layer */
@@ -90,6 +94,10 @@ struct ds_gpt_ws {
 	double recompute_s;
 	struct ds_gpt_hooks hooks;
 	int has_hooks;
+	struct ds_moe_ws *moe;        /* MoE layers' working memory (NULL: dense model) */
+	float bscale;                 /* the running backward's loss scale (weights aux) */
+	int recomputing;              /* a checkpointed layer's second forward */
+	struct ds_err lerr;           /* a layer's failure */
 	float *segp[];                /* 2*nseg: parameter then gradient base per segment */
 };
 
@@ -103,6 +111,12 @@ static int find(const struct ds_gpt *m, const char *fmt, int l)
 }
 
 int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct ds_err *err)
+{
+	return ds_gpt_create_ep(out, cfg, 1, 0, err);
+}
+
+int ds_gpt_create_ep(struct ds_gpt **out, const struct ds_model_config *cfg, int ep, int ep_rank,
+		     struct ds_err *err)
 {
 	*out = NULL;
 	struct ds_gpt *m = calloc(1, sizeof(*m));
@@ -122,7 +136,9 @@ int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct
 		c->intermediate_size = 4 * c->hidden_size;
 	if (c->rotary_emb_base <= 0)
 		c->rotary_emb_base = 10000;
-	int rc = ds_gpt_registry_build(&m->reg, c, err);
+	m->ep = ep;
+	m->ep_rank = ep_rank;
+	int rc = ds_gpt_registry_build_ep(&m->reg, c, ep, ep_rank, err);
 	if (rc < 0) {
 		free(m);
 		return rc;
@@ -178,6 +194,11 @@ int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct
 		x->fcb = find(m, "transformer.h.%d.mlp.c_fc.bias", l);
 		x->fcpw = find(m, "transformer.h.%d.mlp.c_proj.weight", l);
 		x->fcpb = find(m, "transformer.h.%d.mlp.c_proj.bias", l);
+		x->gate = find(m, "transformer.h.%d.mlp.gate.weight", l);
+		x->coefw = find(m, "transformer.h.%d.mlp.coefficient.weight", l);
+		x->coefb = find(m, "transformer.h.%d.mlp.coefficient.bias", l);
+		x->moe = ds_moe_experts(c, l) > 1 ? m->nmoe++ : -1;
+		x->ex0 = x->moe >= 0 ? m->reg.seg[m->reg.expert_seg[l]].first_tensor : -1;
 	}
 	*out = m;
 	return 0;
@@ -338,12 +359,22 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	return off;
 }
 
+/* the MoE layers' activations (all of them saved; one layer's with
+ * checkpointing, recomputed) */
+static size_t moe_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing)
+{
+	int n = ds_moe_num_layers(cfg);
+	if (!cfg->moe.enabled || !n)
+		return 0;
+	return ds_moe_ws_bytes_for(cfg, cfg->moe.ep_size, (int64_t)B * T, checkpointing ? 1 : n);
+}
+
 size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
 {
 	struct dims d;
 	dims_of(&d, cfg, B, T, checkpointing, half);
 	size_t saved;
-	return layout(&d, NULL, NULL, &saved);
+	return layout(&d, NULL, NULL, &saved) + moe_bytes(cfg, B, T, checkpointing);
 }
 
 size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
@@ -352,7 +383,7 @@ size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, i
 	dims_of(&d, cfg, B, T, checkpointing, half);
 	size_t saved;
 	layout(&d, NULL, NULL, &saved);
-	return saved;
+	return saved + moe_bytes(cfg, B, T, checkpointing);
 }
 
 int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
@@ -400,6 +431,15 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		return rc;
 	}
 	layout(&d, ws, ws->mem, &saved);
+	if (m->nmoe) {
+		int rc = ds_moe_ws_create(&ws->moe, &m->cfg, m->ep, m->ep_rank, (int64_t)o->B * o->T,
+					  ws->ckpt ? 1 : m->nmoe, ws->half, err);
+		if (rc < 0) {
+			ds_gpt_ws_destroy(ws);
+			return rc;
+		}
+		ws->bytes += ds_moe_ws_bytes(ws->moe);
+	}
 	ws->xw[0] = ws->dA;
 	ws->xw[1] = ws->dln;
 	/* rotary and sinusoidal tables, angles in double */
@@ -426,6 +466,7 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 	if (!ws)
 		return;
 	ds_free(ws->mem);
+	ds_moe_ws_destroy(ws->moe);
 	free(ws->la);
 	free(ws->ha);
 	free(ws->gs);
@@ -736,10 +777,42 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 	gemm_bt(ws, &dk, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 }
 
+/* ---- Mixture of Experts (moe.h) ----------------------------------------- */
+
+static int moe_a2a(void *ctx, const float *send, float *recv, int64_t count)
+{
+	struct ds_gpt_ws *ws = ctx;
+	if (!ws->has_hooks || !ws->hooks.ep_alltoall)
+		return DS_EINVAL;
+	return ws->hooks.ep_alltoall(ws->hooks.ctx, send, recv, count);
+}
+
+/* layer l's MoE parameters (or gradients) in the segments' buffers */
+static struct ds_moe_params moe_params(const struct ds_gpt *m, float **base, const struct layer_ix *ix)
+{
+	return (struct ds_moe_params){ .gate = tp(m, base, ix->gate), .fcw = tp(m, base, ix->fcw),
+				       .fcb = tp(m, base, ix->fcb), .pw = tp(m, base, ix->fcpw),
+				       .coefw = tp(m, base, ix->coefw), .coefb = tp(m, base, ix->coefb),
+				       .experts = tp(m, base, ix->ex0) };
+}
+
+static int moe_layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const float *x, float *out,
+			     int B, int T)
+{
+	const struct layer_ix *ix = &m->li[l];
+	struct ds_moe_params p = moe_params(m, seg_params(ws), ix);
+	struct ds_moe_rand r = { .seed = ws->seed, .step = (uint64_t)ws->step, .sample_offset = ws->sample_offset,
+				 .T = T, .layer = l + 1 };
+	struct ds_moe_a2a a2a = { ws, moe_a2a };
+	return ds_moe_forward(ws->moe, ws->ckpt ? 0 : ix->moe, l, &p, x, (int64_t)B * T, ws->train, ws->recomputing,
+			      &r, &a2a, out, &ws->lerr);
+}
+
 /* ---- one transformer layer --------------------------------------------- */
 
-/* out (N,C) = layer l of x (N,C); activations into a. */
-static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, struct acts *a,
+/* out (N,C) = layer l of x (N,C); activations into a.  0 or an MoE
+ * layer's failure (ws->lerr). */
+static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, struct acts *a,
 			  float *out, const float *x, int B, int T)
 {
 	const struct layer_ix *ix = &m->li[l];
@@ -766,12 +839,18 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 	const float *h = gptj ? x : a->res2;
 	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
 	rnd(ws, a->ln2, N * C);
-	matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
-	rnd(ws, a->fch, N * F2);
-	ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
-	rnd(ws, a->fcact, N * F);
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
-	matmul_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
+	if (ix->moe >= 0) {
+		int rc = moe_layer_forward(m, ws, l, a->ln2, mb, B, T);
+		if (rc < 0)
+			return rc;
+	} else {
+		matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
+		rnd(ws, a->fch, N * F2);
+		ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
+		rnd(ws, a->fcact, N * F);
+		matmul_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
+	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	if (gptj) {
 		ds_kernel_add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
@@ -780,12 +859,14 @@ static void layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, s
 		ds_kernel_add_inplace(out, mb, N * C);          /* out = res2 + mlp */
 	}
 	rnd(ws, out, N * C);   /* the layer boundary */
+	return 0;
 }
 
 /* dres (N,C): on entry d loss / d out of layer l, on return d loss / d x
  * (the residual stream's gradient, updated in place); parameter gradients
- * accumulate into the segment's grads.  x (N,C) is the layer's input. */
-static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
+ * accumulate into the segment's grads.  x (N,C) is the layer's input.
+ * 0 or an MoE layer's failure (ws->lerr). */
+static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			   float *dres, const float *x, int B, int T)
 {
 	const struct layer_ix *ix = &m->li[l];
@@ -808,14 +889,23 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
 		rnd(ws, ws->dA, N * C);
 	}
-	/* mlp: fcact @ c_proj, act, ln2 @ c_fc, norm2 */
-	matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
-			tp(m, P, ix->fcpw), N, F, C);
-	rnd(ws, ws->dfcact, N * F);
-	ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
-	rnd(ws, ws->dfch, N * F2);
-	matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
-			tp(m, P, ix->fcw), N, C, F2);
+	/* mlp: fcact @ c_proj, act, ln2 @ c_fc, norm2 (MoE: moe.c) */
+	if (ix->moe >= 0) {
+		struct ds_moe_params p = moe_params(m, P, ix), g = moe_params(m, G, ix);
+		struct ds_moe_a2a a2a = { ws, moe_a2a };
+		int rc = ds_moe_backward(ws->moe, ws->ckpt ? 0 : ix->moe, l, &p, &g, a->ln2, ws->dM,
+					 (float)m->cfg.moe.loss_coeff * ws->bscale, &a2a, ws->dln, &ws->lerr);
+		if (rc < 0)
+			return rc;
+	} else {
+		matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
+				tp(m, P, ix->fcpw), N, F, C);
+		rnd(ws, ws->dfcact, N * F);
+		ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
+		rnd(ws, ws->dfch, N * F2);
+		matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
+				tp(m, P, ix->fcw), N, C, F2);
+	}
 	rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_backward(m, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
@@ -839,6 +929,7 @@ static void layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, 
 	rnd(ws, ws->dln, N * C);
 	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
+	return 0;
 }
 
 /* bf16 runs whose head products go to dstk's kernel keep the logits and
@@ -919,12 +1010,21 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
 
 	/* layers */
+	if (ws->moe && !ws->recomputing)
+		ds_moe_stats_reset(ws->moe);
 	for (int l = 0; l < L; l++) {
+		const int es = m->reg.expert_seg[l];
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_FORWARD, params, NULL, err));
+		if (es >= 0)
+			DS_TRY(hook_pre(m, ws, es, DS_GPT_FORWARD, params, NULL, err));
 		struct acts a = layer_acts(ws, l);
 		float *x = hp ? ws->xw[l & 1] : ws->resid + (int64_t)l * NC;
 		float *out = hp ? ws->xw[(l + 1) & 1] : ws->resid + (int64_t)(l + 1) * NC;
-		layer_forward(m, ws, l, &a, out, x, B, T);
+		int lrc = layer_forward(m, ws, l, &a, out, x, B, T);
+		if (lrc < 0)
+			return ds_err_set(err, lrc, "%s", ws->lerr.msg);
+		if (es >= 0)
+			DS_TRY(hook_post(ws, es, DS_GPT_FORWARD, err));
 		if (hp)
 			ds_half_pack_n(ws->half, ws->resid16 + (int64_t)(l + 1) * NC, out, (size_t)NC);
 		if (ws->ha && l < L - 1)   /* the last layer stays in la[0] for backward */
@@ -990,6 +1090,7 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	const int tied = !m->cfg.no_weight_tying;
 	float **P = seg_params(ws), **G = seg_grads(m, ws);
 
+	ws->bscale = scale;
 	/* head: dlogits = scale/N (softmax - onehot) */
 	if (tied)
 		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
@@ -1029,21 +1130,32 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	/* layers, last first; with checkpointing recompute each from its input,
 	 * with 16-bit storage unpack each into the working set */
 	for (int l = L - 1; l >= 0; l--) {
+		const int es = m->reg.expert_seg[l];
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_BACKWARD, params, grads, err));
+		if (es >= 0)
+			DS_TRY(hook_pre(m, ws, es, DS_GPT_BACKWARD, params, grads, err));
 		const float *x = resid_in(ws, l, N * C);
 		struct acts a = layer_acts(ws, l);
+		int lrc = 0;
 		if (ws->ckpt && ws->ckpt_layer != l) {
 			double t0 = ds_now();
 			/* the output goes to scratch: resid[l+1] is no longer needed */
-			layer_forward(m, ws, l, &a, ws->dqkv, x, B, T);
+			ws->recomputing = 1;
+			lrc = layer_forward(m, ws, l, &a, ws->dqkv, x, B, T);
+			ws->recomputing = 0;
 			ws->ckpt_layer = l;
 			ws->recompute_s += ds_now() - t0;
 		} else if (ws->ha && ws->ckpt_layer != l) {
 			layer_store(m, ws, l, &a, B, T, 1);
 			ws->ckpt_layer = l;
 		}
-		layer_backward(m, ws, l, &a, ws->dresid, x, B, T);
+		if (lrc == 0)
+			lrc = layer_backward(m, ws, l, &a, ws->dresid, x, B, T);
+		if (lrc < 0)
+			return ds_err_set(err, lrc, "%s", ws->lerr.msg);
 		rnd(ws, ws->dresid, N * C);   /* the layer boundary */
+		if (es >= 0)
+			DS_TRY(hook_post(ws, es, DS_GPT_BACKWARD, err));
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
 	}
 
@@ -1056,3 +1168,25 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 	DS_TRY(hook_post(ws, 0, DS_GPT_BACKWARD, err));
 	return 0;
 }
+
+void ds_gpt_ws_moe_stats(const struct ds_gpt_ws *ws, struct ds_moe_stats *st)
+{
+	if (ws->moe)
+		ds_moe_stats_get(ws->moe, st);
+	else
+		memset(st, 0, sizeof *st);
+}
+
+int ds_gpt_ep(const struct ds_gpt *m, int *rank)
+{
+	if (rank)
+		*rank = m->ep_rank;
+	return m->ep;
+}
+
+int ds_gpt_expert_segment(const struct ds_gpt *m, int s)
+{
+	return s >= m->reg.nseg_dense && s < m->reg.nseg;
+}
+
+int ds_gpt_num_dense_segments(const struct ds_gpt *m) { return m->reg.nseg_dense; }

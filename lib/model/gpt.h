@@ -69,6 +69,16 @@ struct ds_gpt_ws;   /* activations/workspace for one (B, T) */
  * intermediate_size 0 becomes 4*hidden_size, rotary_emb_base 0 becomes 10000.
  * Returns 0 or DS_EINVAL (names the field) / DS_ENOMEM.  Free with ds_gpt_destroy. */
 int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct ds_err *err);
+/* The model as expert-parallel rank ep_rank of ep holds it (registry.h:
+ * its share of every MoE layer's experts); ds_gpt_create is ep 1. */
+int ds_gpt_create_ep(struct ds_gpt **out, const struct ds_model_config *cfg, int ep, int ep_rank,
+		     struct ds_err *err);
+/* The expert-parallel size (and *rank, may be NULL). */
+int ds_gpt_ep(const struct ds_gpt *m, int *rank);
+/* 1 when segment s holds experts (segments from ds_gpt_num_dense_segments
+ * on: one per MoE layer, after the final norm's), else 0. */
+int ds_gpt_expert_segment(const struct ds_gpt *m, int s);
+int ds_gpt_num_dense_segments(const struct ds_gpt *m);
 void ds_gpt_destroy(struct ds_gpt *m);   /* accepts NULL */
 
 /* The effective config (derived fields filled); borrowed. */
@@ -175,9 +185,19 @@ struct ds_gpt_hooks {
 	void *ctx;
 	int (*pre)(void *ctx, int seg, int phase, float **params, float **grads);
 	int (*post)(void *ctx, int seg, int phase);
+	/* expert parallelism (ep > 1; moe.h): all-to-all of count floats per
+	 * rank over the expert-parallel group */
+	int (*ep_alltoall)(void *ctx, const float *send, float *recv, int64_t count);
 };
 /* Install hooks (copied; NULL removes them). */
 void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h);
+
+/* What the MoE layers saw in the last forward (moe.h's struct ds_moe_stats:
+ * the aux loss summed over layers, dropped and routed token choices); all
+ * zero for a dense model.  The loss of ds_gpt_forward is the language
+ * model's; backward adds moe.loss_coeff x aux to it. */
+struct ds_moe_stats;
+void ds_gpt_ws_moe_stats(const struct ds_gpt_ws *ws, struct ds_moe_stats *st);
 
 /* ---- passes ------------------------------------------------------------ */
 

@@ -63,7 +63,19 @@ static void seg_end(struct builder *b)
 
 int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_config *m, struct ds_err *err)
 {
+	return ds_gpt_registry_build_ep(r, m, 1, 0, err);
+}
+
+int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_config *m, int ep, int ep_rank,
+			     struct ds_err *err)
+{
 	memset(r, 0, sizeof(*r));
+	if (ep < 1 || ep_rank < 0 || ep_rank >= ep)
+		return ds_err_set(err, DS_EINVAL, "model: expert-parallel rank %d of %d", ep_rank, ep);
+	for (int l = 0; l < m->num_layers; l++)
+		if (ds_moe_experts(m, l) % ep)
+			return ds_err_set(err, DS_EINVAL, "model: expert-parallel size %d does not divide the %d experts of "
+					  "layer %d (moe.ep_size)", ep, ds_moe_experts(m, l), l);
 	if (m->num_layers < 1)
 		return ds_err_set(err, DS_EINVAL, "model: num_layers must be >= 1 (got %d)", m->num_layers);
 	if (m->hidden_size < 1 || m->num_attention_heads < 1 || m->hidden_size % m->num_attention_heads)
@@ -84,10 +96,16 @@ int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_confi
 	const float sstd = (float)ds_model_init_std(m, ds_model_output_init(m));
 	const int ln = m->norm == DS_NORM_LAYERNORM;
 
-	r->nseg = (int)L + 2;
+	r->nseg_dense = (int)L + 2;
+	r->nseg = r->nseg_dense + ds_moe_num_layers(m);
+	r->ep = ep;
+	r->ep_rank = ep_rank;
 	r->seg = calloc((size_t)r->nseg, sizeof(*r->seg));
-	if (!r->seg)
+	r->expert_seg = malloc((size_t)L * sizeof(int));
+	if (!r->seg || !r->expert_seg) {
+		ds_gpt_registry_release(r);
 		return ds_err_set(err, DS_ENOMEM, "model: out of memory for the segment table");
+	}
 	struct builder b = { r, 0, 0, 0 };
 	char n[DS_GPT_NAME_MAX];
 	int rc = 0;
@@ -111,8 +129,22 @@ int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_confi
 		LIN("attn.c_attn", 3 * C, C, DS_INIT_NORMAL, std);
 		LIN("attn.c_proj", C, C, DS_INIT_SCALED, sstd);
 		LN("ln_2");
-		LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
-		LIN("mlp.c_proj", C, F, DS_INIT_SCALED, sstd);
+		if (ds_moe_experts(m, l) > 1) {
+			/* DeepSpeed's MoE: a bias-free gate; PR-MoE's dense MLP and its
+			 * mixing coefficient.  The MLP's output bias is left out as
+			 * DeepSpeed drops it (a Megatron MLP's skip_bias_add bias). */
+			snprintf(n, sizeof(n), "transformer.h.%d.mlp.gate.weight", l);
+			ADD(n, ds_moe_experts(m, l), C, DS_INIT_NORMAL, std);
+			if (m->moe.use_residual) {
+				LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
+				snprintf(n, sizeof(n), "transformer.h.%d.mlp.c_proj.weight", l);
+				ADD(n, C, F, DS_INIT_SCALED, sstd);
+				LIN("mlp.coefficient", 2, C, DS_INIT_NORMAL, std);
+			}
+		} else {
+			LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
+			LIN("mlp.c_proj", C, F, DS_INIT_SCALED, sstd);
+		}
 #undef LN
 #undef LIN
 		seg_end(&b);
@@ -124,6 +156,25 @@ int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_confi
 	if (m->no_weight_tying)
 		ADD("lm_head.weight", Vp, C, DS_INIT_NORMAL, std);
 	seg_end(&b);
+	/* the experts of each MoE layer: this expert-parallel rank's share */
+	for (int l = 0; l < L; l++) {
+		const int E = ds_moe_experts(m, l), El = E / ep;
+		r->expert_seg[l] = E > 1 ? b.seg : -1;
+		if (E <= 1)
+			continue;
+		seg_begin(&b);
+		for (int e = ep_rank * El; e < (ep_rank + 1) * El; e++) {
+			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.weight", l, e);
+			ADD(n, Fup, C, DS_INIT_NORMAL, std);
+			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.bias", l, e);
+			ADD(n, Fup, 0, DS_INIT_ZERO, 0);
+			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_proj.weight", l, e);
+			ADD(n, C, F, DS_INIT_SCALED, sstd);
+		}
+		for (int i = b.r->seg[b.seg].first_tensor; i < r->nt; i++)
+			r->t[i].expert = 1;
+		seg_end(&b);
+	}
 #undef ADD
 	r->numel = b.off;
 	return 0;
@@ -136,6 +187,7 @@ void ds_gpt_registry_release(struct ds_gpt_registry *r)
 {
 	free(r->t);
 	free(r->seg);
+	free(r->expert_seg);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -5,6 +5,14 @@
  * shape into the flat buffer; gradients and optimizer states mirror it.
  * Segments: 0 = embeddings, 1..L = transformer layers, L+1 = final norm (and
  * lm_head when untied).  Names are HF GPT-2 style; see gpt.h for the table.
+ *
+ * Mixture of Experts (issue 23): an MoE layer's segment holds its gate (and
+ * PR-MoE's residual MLP and coefficient) in place of the MLP; its experts
+ * get a segment of their own, after the final norm's, one per MoE layer in
+ * layer order.  A registry built for expert-parallel rank ep_rank of ep
+ * holds that rank's experts only (each layer's [ep_rank * E/ep, +E/ep)),
+ * named by their global index, so every rank's registry has the same
+ * shape and a checkpoint name means the same expert at any ep.
  */
 #ifndef DS_MODEL_REGISTRY_H
 #define DS_MODEL_REGISTRY_H
@@ -35,6 +43,7 @@ struct ds_gpt_tensor {
 	int init;                    /* enum ds_gpt_init_kind */
 	float init_std;              /* std of the normal kinds, 0 otherwise */
 	uint64_t name_hash;          /* ds_hash_str(name): the RNG stream id */
+	int expert;                  /* 1: an expert's (lives in an expert segment) */
 };
 
 struct ds_gpt_segment {
@@ -47,14 +56,21 @@ struct ds_gpt_registry {
 	struct ds_gpt_tensor *t;
 	int nt;
 	struct ds_gpt_segment *seg;
-	int nseg;                    /* num_layers + 2 */
+	int nseg;                    /* num_layers + 2, + one per MoE layer */
 	int64_t numel;               /* total elements of the flat buffer */
+	int nseg_dense;              /* segments before the expert segments (num_layers + 2) */
+	int ep, ep_rank;             /* the expert-parallel shard it describes (1, 0: every expert) */
+	int *expert_seg;             /* per layer: the segment of its experts, -1 for a dense layer */
 };
 
 /* Build the registry of config m (padded_vocab_size and intermediate_size
  * must be set).  Returns 0, DS_EINVAL (names the bad field) or DS_ENOMEM.
  * Release with ds_gpt_registry_release. */
 int ds_gpt_registry_build(struct ds_gpt_registry *r, const struct ds_model_config *m, struct ds_err *err);
+/* The same for expert-parallel rank ep_rank of ep (ep divides every MoE
+ * layer's experts: the config loader checks it; DS_EINVAL otherwise). */
+int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_config *m, int ep, int ep_rank,
+			     struct ds_err *err);
 void ds_gpt_registry_release(struct ds_gpt_registry *r);   /* accepts a zeroed struct */
 
 /* Index of tensor `name`, or -1. */
