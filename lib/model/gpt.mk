@@ -12,7 +12,13 @@ TESTS += tests/unit/test_model
 tests_unit_test_model_SOURCES = tests/unit/test_model.c tests/unit/unit.h
 tests_unit_test_model_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_model_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_moe
+TESTS += tests/unit/test_moe
+tests_unit_test_moe_SOURCES = tests/unit/test_moe.c tests/unit/unit.h
+tests_unit_test_moe_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_moe_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
+EXTRA_DIST += contrib/reference/moe_reference.py
 
 ## bench/gpt-step: forward+backward ms/step and the sgemm ceiling (built by
 ## `make check`, never run by it; DESIGN.md "Benchmarks").

@@ -1070,7 +1070,7 @@ static void hooks_case(int untied, const char *want)
 	struct ds_gpt_ws *ws = mkws(m, B, T, 1, 0);
 	float l0 = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
 	run_bwd(m, ws, p, g, 1.0f);
-	struct ds_gpt_hooks hooks = { &h, hk_pre, hk_post };
+	struct ds_gpt_hooks hooks = { .ctx = &h, .pre = hk_pre, .post = hk_post };
 	ds_gpt_ws_set_hooks(ws, &hooks);
 	/* the flat buffers are not passed: every segment comes from the hook */
 	float l1 = run_fwd(m, ws, NULL, tok, tgt, B, T, 0, 0, 1);
