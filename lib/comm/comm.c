@@ -98,6 +98,32 @@ void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx)
 	c->log_ctx = ctx;
 }
 
+int ds_comm_split(struct ds_comm *c, int color, int key, struct ds_comm **out, struct ds_err *err)
+{
+	*out = NULL;
+	if (color < 0)
+		return ds_err_set(err, DS_EINVAL, "communicator split: color %d must be >= 0", color);
+	if (!c->ops->split)
+		return ds_err_set(err, DS_ENOTSUP, "the %s communicator cannot split into groups", c->ops->name);
+	struct ds_comm *s = calloc(1, sizeof *s);
+	if (!s)
+		return ds_err_set(err, DS_ENOMEM, "out of memory splitting the communicator");
+	*s = *c;
+	s->log_fn = NULL;
+	s->log_ctx = NULL;
+	s->priv = NULL;
+	s->dops = NULL;   /* host buffers until ds_comm_set_devmem on the group */
+	s->dev = NULL;
+	s->parent = c;
+	int rc = c->ops->split(c, color, key, s, err);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
 /* what this process is blocked in, for the hang watchdog */
 static _Atomic(const char *) cur_op;
 static atomic_ullong ops_done;
@@ -106,8 +132,18 @@ unsigned long long ds_comm_ops_done(void) { return atomic_load(&ops_done); }
 static void op_enter(const char *op) { atomic_store(&cur_op, op); }
 static void op_leave(void) { atomic_store(&cur_op, NULL); atomic_fetch_add(&ops_done, 1); }
 
+/* c or the communicator it was split from has a logger */
+static int has_logger(const struct ds_comm *c)
+{
+	while (c->parent && !c->log_fn)
+		c = c->parent;
+	return c->log_fn != NULL;
+}
+
 static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t bytes, double t0, double t1)
 {
+	while (c->parent && !c->log_fn)  /* a group reports to its parent's logger */
+		c = c->parent;
 	if (c->log_fn) {
 		struct ds_comm_record r = { op, bytes, (t1 > 0 ? t1 : ds_now()) - t0, caller };
 		c->log_fn(c->log_ctx, &r);
@@ -120,7 +156,7 @@ static void log_op(struct ds_comm *c, const char *op, const char *caller, size_t
  * all_gather (comm.h, struct ds_comm_record). */
 #define TIMED(opname, bytes, call)                                  \
 	do {                                                        \
-		double t0_ = c->log_fn ? ds_now() : 0;              \
+		double t0_ = has_logger(c) ? ds_now() : 0;          \
 		op_enter(opname);                                   \
 		int rc_ = (call);                                   \
 		op_leave();                                         \
@@ -170,6 +206,32 @@ int ds_comm_alltoall_at(const char *caller, struct ds_comm *c, const void *send,
 	      ops->alltoall(c, send, recv, count, dtype, err));
 }
 
+static int check_peer(const struct ds_comm *c, int peer, const char *op, struct ds_err *err)
+{
+	if (peer < 0 || peer >= c->size || peer == c->rank)
+		return ds_err_set(err, DS_EINVAL, "%s: peer %d is not another rank of this group of %d (rank %d)", op,
+				  peer, c->size, c->rank);
+	if (!c->ops->send)
+		return ds_err_set(err, DS_ENOTSUP, "the %s communicator has no point-to-point operations", c->ops->name);
+	return 0;
+}
+
+/* point to point moves host buffers through the host backend (the device
+ * path of ds_comm_set_devmem covers the collectives) */
+int ds_comm_send_at(const char *caller, struct ds_comm *c, const void *buf, size_t count, int dtype, int peer,
+		    int tag, struct ds_err *err)
+{
+	DS_TRY(check_peer(c, peer, "send", err));
+	TIMED("send", count * ds_dtype_size(dtype), c->ops->send(c, buf, count, dtype, peer, tag, err));
+}
+
+int ds_comm_recv_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		    struct ds_err *err)
+{
+	DS_TRY(check_peer(c, peer, "recv", err));
+	TIMED("recv", count * ds_dtype_size(dtype), c->ops->recv(c, buf, count, dtype, peer, tag, err));
+}
+
 static int start_req(struct ds_comm_req **req, const struct ds_comm_ops *ops, const char *op, const char *caller,
 		     size_t bytes, struct ds_err *err)
 {
@@ -215,6 +277,22 @@ int ds_comm_iallgather_at(const char *caller, struct ds_comm *c, const void *sen
 {
 	START(ds_comm_route(c, send, recv), "all_gather", sendcount * ds_dtype_size(dtype),
 	      o_->iallgather(c, send, recv, sendcount, dtype, *req, err));
+}
+
+int ds_comm_isend_at(const char *caller, struct ds_comm *c, const void *buf, size_t count, int dtype, int peer,
+		     int tag, struct ds_comm_req **req, struct ds_err *err)
+{
+	*req = NULL;
+	DS_TRY(check_peer(c, peer, "isend", err));
+	START(c->ops, "isend", count * ds_dtype_size(dtype), o_->isend(c, buf, count, dtype, peer, tag, *req, err));
+}
+
+int ds_comm_irecv_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		     struct ds_comm_req **req, struct ds_err *err)
+{
+	*req = NULL;
+	DS_TRY(check_peer(c, peer, "irecv", err));
+	START(c->ops, "irecv", count * ds_dtype_size(dtype), o_->irecv(c, buf, count, dtype, peer, tag, *req, err));
 }
 
 int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err)
@@ -317,8 +395,17 @@ static int self_test(struct ds_comm *c, struct ds_comm_req *req, int *done, stru
 	return 0;
 }
 
+/* a world of one splits into a world of one */
+static int self_split(struct ds_comm *c, int color, int key, struct ds_comm *sub, struct ds_err *err)
+{
+	sub->rank = 0;
+	sub->size = 1;
+	return 0;
+}
+
 const struct ds_comm_ops ds_comm_self_ops = {
 	.name = "self",
+	.split = self_split,
 	.init = self_init,
 	.allreduce = self_allreduce,
 	.reduce_scatter = self_reduce_scatter,

@@ -49,14 +49,25 @@ struct ds_comm_ops {
 	/* *done = 1 when req has finished (it stays valid until wait) */
 	int (*test)(struct ds_comm *c, struct ds_comm_req *req, int *done, struct ds_err *err);
 	void (*abort)(struct ds_comm *c, int code);
+	/* sub-communicators and point to point (3D parallelism): split fills
+	 * sub's rank, size and priv; send/recv block, isend/irecv start */
+	int (*split)(struct ds_comm *c, int color, int key, struct ds_comm *sub, struct ds_err *err);
+	int (*send)(struct ds_comm *c, const void *buf, size_t count, int dtype, int peer, int tag,
+		    struct ds_err *err);
+	int (*recv)(struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag, struct ds_err *err);
+	int (*isend)(struct ds_comm *c, const void *buf, size_t count, int dtype, int peer, int tag,
+		     struct ds_comm_req *req, struct ds_err *err);
+	int (*irecv)(struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		     struct ds_comm_req *req, struct ds_err *err);
 };
 
 /* One record per finished collective, for the comms logger.  op is
  * DeepSpeed's op name ("all_reduce", "reduce_scatter", "all_gather",
- * "broadcast", "barrier", "all_to_all_single"); bytes DeepSpeed's message
- * size, the tensor each rank passes in (all_reduce, broadcast: the buffer;
- * reduce_scatter, all_to_all_single: the whole input, world x count;
- * all_gather: this rank's block); seconds
+ * "broadcast", "barrier", "all_to_all_single", and point to point "send",
+ * "recv", "isend", "irecv"); bytes DeepSpeed's message size, the tensor
+ * each rank passes in (all_reduce, broadcast: the buffer; reduce_scatter,
+ * all_to_all_single: the whole input, group size x count; all_gather: this
+ * rank's block; send, recv: the message); seconds
  * from the call to its completion (non-blocking: to the first test or wait
  * that saw it finished); caller the function that issued it. */
 struct ds_comm_record { const char *op; size_t bytes; double seconds; const char *caller; };
@@ -78,8 +89,17 @@ const char *ds_comm_hostname(const struct ds_comm *c);
 
 /* Called after every blocking collective (and every wait) with its size and
  * latency; NULL turns it off.  lib/driver feeds the comms logger of
- * lib/monitor (comms.h) from here. */
+ * lib/monitor (comms.h) from here.  A sub-communicator (ds_comm_split)
+ * reports to the logger of the communicator it was split from, so one
+ * logger sees every group's operations. */
 void ds_comm_set_logger(struct ds_comm *c, ds_comm_log_fn fn, void *ctx);
+
+/* Process groups (3D parallelism, lib/comm/topo.h): the ranks of c that
+ * pass the same color form one sub-communicator, ordered by key then by
+ * rank in c (MPI_Comm_split).  Collective over c.  *out is destroyed with
+ * ds_comm_destroy before c is; the self backend gives a world of one.
+ * Returns 0, DS_EINVAL (color < 0), DS_ENOMEM or the backend's error. */
+int ds_comm_split(struct ds_comm *c, int color, int key, struct ds_comm **out, struct ds_err *err);
 
 /* Collectives.  count / recvcount / sendcount are in elements.
  * allreduce: in place.  reduce_scatter: send holds size*recvcount elements,
@@ -108,6 +128,19 @@ int ds_comm_alltoall_at(const char *caller, struct ds_comm *c, const void *send,
 #define ds_comm_barrier(...) ds_comm_barrier_at(__func__, __VA_ARGS__)
 #define ds_comm_alltoall(...) ds_comm_alltoall_at(__func__, __VA_ARGS__)
 
+/* Point to point (pipeline parallelism): count elements to or from rank
+ * peer of c, matched by tag.  send returns once buf may be reused, recv
+ * once buf holds the message (MPI_Send, MPI_Recv); isend/irecv start the
+ * transfer and ds_comm_wait ends it.  The comms logger records them as
+ * DeepSpeed's "send", "recv", "isend", "irecv".  DS_EINVAL for peer
+ * outside the group or equal to this rank (the self backend has no peer). */
+int ds_comm_send_at(const char *caller, struct ds_comm *c, const void *buf, size_t count, int dtype, int peer,
+		    int tag, struct ds_err *err);
+int ds_comm_recv_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		    struct ds_err *err);
+#define ds_comm_send(...) ds_comm_send_at(__func__, __VA_ARGS__)
+#define ds_comm_recv(...) ds_comm_recv_at(__func__, __VA_ARGS__)
+
 /* Non-blocking: *req is allocated by the call and freed by ds_comm_wait. */
 int ds_comm_iallreduce_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int op,
 			  struct ds_comm_req **req, struct ds_err *err);
@@ -118,6 +151,12 @@ int ds_comm_iallgather_at(const char *caller, struct ds_comm *c, const void *sen
 #define ds_comm_iallreduce(...) ds_comm_iallreduce_at(__func__, __VA_ARGS__)
 #define ds_comm_ireduce_scatter(...) ds_comm_ireduce_scatter_at(__func__, __VA_ARGS__)
 #define ds_comm_iallgather(...) ds_comm_iallgather_at(__func__, __VA_ARGS__)
+int ds_comm_isend_at(const char *caller, struct ds_comm *c, const void *buf, size_t count, int dtype, int peer,
+		     int tag, struct ds_comm_req **req, struct ds_err *err);
+int ds_comm_irecv_at(const char *caller, struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		     struct ds_comm_req **req, struct ds_err *err);
+#define ds_comm_isend(...) ds_comm_isend_at(__func__, __VA_ARGS__)
+#define ds_comm_irecv(...) ds_comm_irecv_at(__func__, __VA_ARGS__)
 int ds_comm_wait(struct ds_comm *c, struct ds_comm_req *req, struct ds_err *err);
 /* Drive a started operation (MPI progresses non-blocking collectives only
  * inside MPI calls) and set *done to 1 when it has finished.  req stays

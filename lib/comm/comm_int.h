@@ -14,6 +14,7 @@ struct ds_comm {
 	/* device buffers (comm_dev.c), NULL before ds_comm_set_devmem */
 	const struct ds_comm_ops *dops; /* ds_comm_nccl_ops or ds_comm_staged_ops */
 	struct ds_comm_dev *dev;
+	struct ds_comm *parent;  /* the communicator this one was split from (its logger logs), or NULL */
 };
 
 struct ds_comm_req {

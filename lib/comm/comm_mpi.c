@@ -230,6 +230,62 @@ static int m_test(struct ds_comm *c, struct ds_comm_req *req, int *done, struct 
 	return 0;
 }
 
+/* a group: its own MPI communicator and reduction ops; MPI stays the
+ * world communicator's to finalise */
+static int m_split(struct ds_comm *c, int color, int key, struct ds_comm *sub, struct ds_err *err)
+{
+	struct mpi_state *s = c->priv, *n = calloc(1, sizeof *n);
+	if (!n)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	int mrc = MPI_Comm_split(s->comm, color, key, &n->comm);
+	if (mrc != MPI_SUCCESS) {
+		free(n);
+		DS_MPI_TRY(mrc, "MPI_Comm_split");
+	}
+	MPI_Comm_set_errhandler(n->comm, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(n->comm, &sub->rank);
+	MPI_Comm_size(n->comm, &sub->size);
+	MPI_Op_create(fp16_sum, 1, &n->half_sum);
+	MPI_Op_create(bf16_sum, 1, &n->bf16_sum);
+	sub->priv = n;
+	return 0;
+}
+
+static int m_send(struct ds_comm *c, const void *buf, size_t count, int dtype, int peer, int tag,
+		  struct ds_err *err)
+{
+	struct mpi_state *s = c->priv;
+	CHECK_COUNT(count);
+	DS_MPI_TRY(MPI_Send(buf, (int)count, mpi_type(dtype), peer, tag, s->comm), "MPI_Send");
+	return 0;
+}
+
+static int m_recv(struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag, struct ds_err *err)
+{
+	struct mpi_state *s = c->priv;
+	CHECK_COUNT(count);
+	DS_MPI_TRY(MPI_Recv(buf, (int)count, mpi_type(dtype), peer, tag, s->comm, MPI_STATUS_IGNORE), "MPI_Recv");
+	return 0;
+}
+
+static int m_isend(struct ds_comm *c, const void *buf, size_t count, int dtype, int peer, int tag,
+		   struct ds_comm_req *req, struct ds_err *err)
+{
+	struct mpi_state *s = c->priv;
+	CHECK_COUNT(count);
+	DS_MPI_TRY(MPI_Isend(buf, (int)count, mpi_type(dtype), peer, tag, s->comm, req_of(req)), "MPI_Isend");
+	return 0;
+}
+
+static int m_irecv(struct ds_comm *c, void *buf, size_t count, int dtype, int peer, int tag,
+		   struct ds_comm_req *req, struct ds_err *err)
+{
+	struct mpi_state *s = c->priv;
+	CHECK_COUNT(count);
+	DS_MPI_TRY(MPI_Irecv(buf, (int)count, mpi_type(dtype), peer, tag, s->comm, req_of(req)), "MPI_Irecv");
+	return 0;
+}
+
 static void m_abort(struct ds_comm *c, int code)
 {
 	struct mpi_state *s = c->priv;
@@ -258,4 +314,9 @@ const struct ds_comm_ops ds_comm_mpi_ops = {
 	.wait = m_wait,
 	.test = m_test,
 	.abort = m_abort,
+	.split = m_split,
+	.send = m_send,
+	.recv = m_recv,
+	.isend = m_isend,
+	.irecv = m_irecv,
 };

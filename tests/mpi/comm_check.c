@@ -135,6 +135,55 @@ static void host_checks(struct ds_comm *c)
 	ds_comm_wait(c, req, &err);
 	CHECK(nrec == 6 && !strcmp(last.op, "reduce_scatter") && last.bytes == (size_t)40 * n,
 	      "ireduce_scatter record %s %zu (%d records)", last.op, last.bytes, nrec);
+
+	/* groups: even and odd ranks, ordered backwards by key; a sum inside
+	 * each group, and its records reach the world's logger */
+	struct ds_comm *g = NULL;
+	int rc = ds_comm_split(c, rank % 2, -rank, &g, &err);
+	CHECK(rc == 0 && g, "split: %s", err.msg);
+	if (g) {
+		int gn = (n - rank % 2 + 1) / 2, want = 0;
+		CHECK(ds_comm_size(g) == gn, "group size %d want %d", ds_comm_size(g), gn);
+		CHECK(ds_comm_rank(g) == gn - 1 - rank / 2, "group rank %d (key -rank)", ds_comm_rank(g));
+		int64_t v = rank;
+		for (int r = rank % 2; r < n; r += 2)
+			want += r;
+		int before = nrec;
+		ds_comm_allreduce(g, &v, 1, DS_I64, DS_SUM, &err);
+		CHECK(v == want, "group sum %lld want %d", (long long)v, want);
+		CHECK(nrec == before + 1 && !strcmp(last.op, "all_reduce"), "group record (%d records)", nrec);
+		ds_comm_destroy(g);
+	}
+	CHECK(ds_comm_split(c, -1, 0, &g, &err) == DS_EINVAL && !g, "split with color -1");
+
+	/* point to point: a ring, blocking one way (even ranks send first) and
+	 * non-blocking the other way; records named as DeepSpeed's */
+	if (n > 1) {
+		int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+		float out[5], in[5];
+		for (int i = 0; i < 5; i++)
+			out[i] = (float)(100 * rank + i);
+		if (rank % 2 == 0) {
+			rc = ds_comm_send(c, out, 5, DS_F32, next, 7, &err);
+			rc |= ds_comm_recv(c, in, 5, DS_F32, prev, 7, &err);
+		} else {
+			rc = ds_comm_recv(c, in, 5, DS_F32, prev, 7, &err);
+			rc |= ds_comm_send(c, out, 5, DS_F32, next, 7, &err);
+		}
+		CHECK(rc == 0 && in[4] == (float)(100 * prev + 4), "ring recv %g from %d", in[4], prev);
+		CHECK(!strcmp(last.op, "send") || !strcmp(last.op, "recv"), "p2p record %s", last.op);
+		CHECK(last.bytes == 20, "p2p record bytes %zu", last.bytes);
+		struct ds_comm_req *rs = NULL, *rr = NULL;
+		rc = ds_comm_irecv(c, in, 5, DS_F32, next, 8, &rr, &err);
+		rc |= ds_comm_isend(c, out, 5, DS_F32, prev, 8, &rs, &err);
+		rc |= ds_comm_wait(c, rs, &err);
+		CHECK(rc == 0 && !strcmp(last.op, "isend"), "isend record %s", last.op);
+		rc |= ds_comm_wait(c, rr, &err);
+		CHECK(rc == 0 && !strcmp(last.op, "irecv") && in[0] == (float)(100 * next), "irecv %g from %d", in[0],
+		      next);
+	}
+	CHECK(ds_comm_send(c, a, 1, DS_F32, rank, 0, &err) == DS_EINVAL, "send to itself is refused");
+	CHECK(ds_comm_recv(c, a, 1, DS_F32, n, 0, &err) == DS_EINVAL, "recv from rank %d is refused", n);
 	ds_comm_set_logger(c, NULL, NULL);
 	free(a);
 	free(b);

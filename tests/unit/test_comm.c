@@ -53,6 +53,32 @@ static void test_self_collectives(void **state)
 	ds_comm_destroy(c);
 }
 
+/* a world of one splits into worlds of one whose operations reach the
+ * parent's logger; it has no peer to send to */
+static void test_self_groups(void **state)
+{
+	struct ds_comm *c, *g;
+	struct ds_err err = DS_ERR_INIT;
+	assert_int_equal(ds_comm_create(&c, "self", &err), 0);
+	nlogged = 0;
+	ds_comm_set_logger(c, logger, NULL);
+	assert_int_equal(ds_comm_split(c, 3, 0, &g, &err), 0);
+	assert_int_equal(ds_comm_rank(g), 0);
+	assert_int_equal(ds_comm_size(g), 1);
+	double v = 2.5;
+	assert_int_equal(ds_comm_allreduce(g, &v, 1, DS_F64, DS_SUM, &err), 0);
+	assert_true(v == 2.5);
+	assert_int_equal(nlogged, 1);
+	assert_int_equal(lastbytes, 8);
+	assert_int_equal(ds_comm_send(g, &v, 1, DS_F64, 0, 0, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "peer 0"));
+	assert_int_equal(ds_comm_recv(c, &v, 1, DS_F64, 1, 0, &err), DS_EINVAL);
+	ds_comm_destroy(g);
+	assert_int_equal(ds_comm_split(c, -2, 0, &g, &err), DS_EINVAL);
+	assert_null(g);
+	ds_comm_destroy(c);
+}
+
 static void test_backend_choice(void **state)
 {
 	struct ds_comm *c;
@@ -308,6 +334,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_self_collectives),
+		cmocka_unit_test(test_self_groups),
 		cmocka_unit_test(test_backend_choice),
 		cmocka_unit_test(test_devpath_choose),
 		cmocka_unit_test(test_devkey),
