@@ -86,6 +86,7 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 		  const struct ds_train_state *st, struct ds_comm *comm, struct ds_err *err)
 {
 	const struct ds_gpt *m = ds_engine_model(e);
+	struct ds_gpt *whole = NULL;   /* expert parallelism: every rank lists every expert */
 	struct ds_ckpt *ck = NULL;
 	struct ds_err later = DS_ERR_INIT;  /* each call's own error; the writer keeps the first for commit */
 	char *cfg_json = ds_config_to_json(s->cfg, 0);
@@ -99,6 +100,12 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 	}
 	if ((rc = agree_on_tag(s, comm, &step, err)) < 0)
 		goto out;
+	/* the datasets are created collectively: with expert parallelism each
+	 * rank holds only its experts, so all ranks walk the whole model's
+	 * tensors and write what they hold (an expert is written whole by the
+	 * ranks of its expert-data-parallel group, each its ZeRO slice) */
+	if (ds_gpt_ep(m, NULL) > 1 && (rc = ds_gpt_create(&whole, ds_gpt_config(m), err)) < 0)
+		goto out;
 	struct ds_ckpt_meta meta = { .step = step, .consumed_samples = st->consumed, .world_size = s->W,
 				     .zero_stage = s->eng.zero_stage, .dtype = "fp32", .config_json = cfg_json,
 				     .model_json = model_json };
@@ -108,20 +115,23 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 	/* Every rank makes every call, whatever failed before (the tensor
 	 * calls are collective for W > 1): the writer remembers each rank's
 	 * first failure and commit returns the one all ranks agree on. */
-	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
-		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
+	const struct ds_gpt *all = whole ? whole : m;
+	for (int gi = 0; gi < ds_gpt_num_tensors(all); gi++) {
+		const struct ds_gpt_tensor *t = ds_gpt_tensor(all, gi);
+		const int i = whole ? ds_gpt_find(m, t->name) : gi;   /* -1: another rank's expert */
 		char name[DS_CKPT_NAME_MAX];
 		uint64_t shape[2];
-		int64_t sb, se, hb, he;
+		int64_t sb = 0, se = 0, hb = 0, he = 0;
 		shape_of(t, shape);
-		ds_engine_save_slice(e, i, &sb, &se);
+		if (i >= 0)
+			ds_engine_save_slice(e, i, &sb, &se);
 		snprintf(name, sizeof name, "model/%s", t->name);
 		ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
-		const float *pp = ds_engine_param_range(e, i, &hb, &he);
+		const float *pp = i >= 0 ? ds_engine_param_range(e, i, &hb, &he) : NULL;
 		put_slice(ck, name, pp, hb, he, sb, se, &later);
 		for (int k = 0; k < ds_engine_num_states(e); k++) {
 			const char *sn = ds_engine_state_name(e, k);
-			const float *p = ds_engine_state(e, i, sn, &hb, &he);
+			const float *p = i >= 0 ? ds_engine_state(e, i, sn, &hb, &he) : NULL;
 			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
 			ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
 			put_slice(ck, name, p, hb, he, sb, se, &later);
@@ -151,6 +161,7 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 	rc = ds_ckpt_commit(ck, err);
 out:
 	ds_ckpt_close(ck);
+	ds_gpt_destroy(whole);
 	free(cfg_json);
 	free(model_json);
 	return rc;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/engine_onebit.h"
+#include "model/moe.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
@@ -48,6 +49,9 @@ struct seg {
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
 	float *g_own;          /* grads of the owned W-slice */
 	uint16_t *h_upd, *h_own;  /* the same in e->gh (16-bit gradients; g_upd, g_own NULL) */
+	struct ds_comm *comm;   /* the data-parallel group it is sharded and reduced over: the world, or
+				 * for an expert segment the expert-data-parallel group */
+	int gW, grank;          /* that group's size and this rank in it */
 	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
 	int *lamb_tensor;       /* tensor index of each piece */
 	int nlamb;
@@ -82,7 +86,7 @@ struct ds_engine {
 		float *recv;
 		int reducing, done;
 		long seq;
-	} ps[3], gs[4];
+	} ps[4], gs[5];
 	int nps, ngs;   /* parameter slots in use: 3 at stage 3, 2 for a 16-bit model's widening, else 0 */
 	int64_t maxpad, ptotal, gtotal, htotal;
 	/* overlap_comm at stages 0-1: bucket b covers [b*bucket, ...) of the
@@ -90,6 +94,7 @@ struct ds_engine {
 	int overlap, last_micro, nbuckets, bnext, ready_seg;
 	unsigned char *seg_done;  /* per segment, in the last backward */
 	int64_t bucket, ready_from;
+	int nbk;                  /* entries of bk (every bucket; nbuckets: those overlapped) */
 	struct bucket_req { struct ds_comm_req *req; int done; } *breq;
 	/* gradient reductions in flight (t_red_flight / t_red_wait) */
 	int nflight;
@@ -129,6 +134,19 @@ struct ds_engine {
 	 * enable_backward_allreduce, off once they compress the momentum) */
 	struct ds_engine_onebit *ob;
 	int reduce_on;
+	/* Mixture of Experts (issue 23): expert segments (after the dense
+	 * ones, so at [total0, total) of the flat buffers) are sharded and
+	 * reduced over the expert-data-parallel group edp (ranks with the same
+	 * rank % ep: DeepSpeed's _create_expert_and_data_parallel), the
+	 * experts' tokens travel in the expert-parallel group ep (ep
+	 * consecutive ranks); both NULL without expert parallelism */
+	struct ds_comm *ep_comm, *edp_comm;
+	int64_t total0;
+	/* reduction buckets of stages 0-1: [off, off + n) over comm, never
+	 * across the two groups' ranges */
+	struct bk { int64_t off, n; struct ds_comm *comm; } *bk;
+	int ntd;                    /* tensors of the dense segments (Lamb's norms over the world) */
+	struct ds_moe_stats moe;    /* the step's MoE statistics, summed over micro-steps */
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -147,6 +165,8 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
 }
 
 static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
+/* segment sg's optimizer states (and more) are split over its group */
+static int seg_sharded(const struct ds_engine *e, const struct seg *sg) { return e->o.zero_stage >= 1 && sg->gW > 1; }
 
 /* ---- stage 2/3 segment gathering (model hooks) --------------------------
  * A partitioned segment's parameters are allgathered into one of ps[] just
@@ -323,7 +343,7 @@ static void gstage_finish(struct ds_engine *e)
 {
 	if (e->gstage_b < 0)
 		return;
-	int64_t off = (int64_t)e->gstage_b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
+	int64_t off = e->bk[e->gstage_b].off, n = e->bk[e->gstage_b].n;
 	scale_buf(e->gstage, n, e->grad_post);
 	ds_half_pack_n(e->half, e->gh + off, e->gstage, (size_t)n);
 	e->gstage_b = -1;
@@ -339,24 +359,25 @@ static void gstage_load(struct ds_engine *e, int b, int64_t off, int64_t n)
 
 static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
 {
-	int64_t off = (int64_t)b * e->bucket, n = e->total - off < e->bucket ? e->total - off : e->bucket;
+	int64_t off = e->bk[b].off, n = e->bk[b].n;
+	struct ds_comm *comm = e->bk[b].comm;
 	e->breq[b].done = 0;
 	if (e->g16 && e->chalf) {  /* in place, in the 16-bit communication type */
 		hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
-		DS_TRY(ds_comm_iallreduce(e->comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
+		DS_TRY(ds_comm_iallreduce(comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
 	} else if (e->g16) {  /* fp32 through gstage: one bucket in flight at a time */
 		if (e->gstage_b >= 0) {
 			DS_TRY(red_wait(e, &e->breq[e->gstage_b].req, &e->breq[e->gstage_b].done, err));
 			gstage_finish(e);
 		}
 		gstage_load(e, b, off, n);
-		DS_TRY(ds_comm_iallreduce(e->comm, e->gstage, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req, err));
+		DS_TRY(ds_comm_iallreduce(comm, e->gstage, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req, err));
 	} else if (e->chalf) {
 		cast_prescale(e, e->grads + off, e->c16 + off, n);
-		DS_TRY(ds_comm_iallreduce(e->comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
+		DS_TRY(ds_comm_iallreduce(comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
 	} else {
 		scale_buf(e->grads + off, n, e->grad_pre);
-		DS_TRY(ds_comm_iallreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req,
+		DS_TRY(ds_comm_iallreduce(comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req,
 					  err));
 	}
 	red_begin(e);
@@ -372,7 +393,7 @@ static int buckets_after(struct ds_engine *e, int s)
 	e->seg_done[s] = 1;
 	while (e->ready_seg >= 0 && e->seg_done[e->ready_seg])
 		e->ready_from = e->seg[e->ready_seg--].off;
-	while (e->bnext >= 0 && (int64_t)e->bnext * e->bucket >= e->ready_from)
+	while (e->bnext >= 0 && e->bk[e->bnext].off >= e->ready_from)
 		DS_TRY(start_bucket(e, e->bnext--, &e->herr));
 	return 0;
 }
@@ -455,14 +476,14 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 	sl->seg = s;
 	if (e->half) {  /* the 16-bit slices travel; expand_seg widens them */
 		if (blocking)
-			return ds_comm_allgather(e->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype,
+			return ds_comm_allgather(sg->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype,
 						 &e->herr);
-		return ds_comm_iallgather(e->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
+		return ds_comm_iallgather(sg->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
 					  &e->herr);
 	}
 	if (blocking)
-		return ds_comm_allgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &e->herr);
-	return ds_comm_iallgather(e->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &sl->req,
+		return ds_comm_allgather(sg->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &e->herr);
+	return ds_comm_iallgather(sg->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &sl->req,
 				  &e->herr);
 }
 
@@ -616,7 +637,7 @@ static int seg_post(void *ctx, int s, int phase)
 		if (e->overlap) {
 			/* finished by the next pre hook that needs the slot, or
 			 * by reduce_grads */
-			DS_TRY(ds_comm_ireduce_scatter(e->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &gl->req,
+			DS_TRY(ds_comm_ireduce_scatter(sg->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &gl->req,
 						       &e->herr));
 			red_begin(e);
 			gl->reducing = 1;
@@ -625,7 +646,7 @@ static int seg_post(void *ctx, int s, int phase)
 		} else {
 			red_begin(e);
 			double t0 = ds_now();
-			int rc = ds_comm_reduce_scatter(e->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &e->herr);
+			int rc = ds_comm_reduce_scatter(sg->comm, snd, rcv, (size_t)sg->shard, dt, DS_SUM, &e->herr);
 			e->red_wait += ds_now() - t0;
 			red_end(e);
 			DS_TRY(rc);
@@ -687,6 +708,9 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	if (ds_optim_is_onebit(opts->optim.type) && opts->zero_stage != 0)
 		return ds_err_set(err, DS_EINVAL, "%s is not compatible with ZeRO (DeepSpeed asserts the same); use "
 				  "zero_optimization.stage 0", ds_optim_type_name(opts->optim.type));
+	if (opts->model.moe.enabled && opts->zero_stage >= 3)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage 3 with MoE layers: DeepSpeed's MoE is not "
+				  "supported with ZeRO stage 3 (it refuses the same); use stage 0, 1 or 2");
 	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16)
 		return ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
 				  ds_half_name(opts->half));
@@ -727,18 +751,33 @@ static void read_test_faults(struct ds_engine *e)
 		e->inject_n = atoi(strchr(is, ':') + 1);
 }
 
+/* the MoE layers' token exchange over the expert-parallel group */
+static int ep_alltoall(void *ctx, const float *send, float *recv, int64_t count)
+{
+	struct ds_engine *e = ctx;
+	return ds_comm_alltoall(e->ep_comm, send, recv, (size_t)count, DS_F32, &e->herr);
+}
+
 /* The model, its workspace for one micro-batch, and the segment hooks
  * through which the engine gathers and reduces. */
 static int build_model(struct ds_engine *e, struct ds_err *err)
 {
 	const struct ds_engine_opts *opts = &e->o;
-	DS_TRY(ds_gpt_create(&e->model, &opts->model, err));
+	const int ep = opts->model.moe.enabled ? opts->model.moe.ep_size : 1;
+	if (ep > 1 && e->W % ep)
+		return ds_err_set(err, DS_EINVAL, "moe.ep_size %d does not divide the world size %d (expert-parallel "
+				  "groups are ep consecutive ranks)", ep, e->W);
+	if (ep > 1) {  /* DeepSpeed's groups: ep consecutive ranks; ranks equal modulo ep */
+		DS_TRY(ds_comm_split(e->comm, e->rank / ep, e->rank, &e->ep_comm, err));
+		DS_TRY(ds_comm_split(e->comm, e->rank % ep, e->rank, &e->edp_comm, err));
+	}
+	DS_TRY(ds_gpt_create_ep(&e->model, &opts->model, ep, ep > 1 ? e->rank % ep : 0, err));
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
 				     .dropout_seed = opts->seed, .half = opts->half,
 				     .bf16_matmul = opts->bf16_matmul };
 	DS_TRY(ds_gpt_ws_create(&e->ws, e->model, &wo, err));
-	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post };
+	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post, .ep_alltoall = ep_alltoall };
 	ds_gpt_ws_set_hooks(e->ws, &h);
 	return 0;
 }
@@ -754,20 +793,27 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 	e->seg = calloc((size_t)e->nseg, sizeof *e->seg);
 	if (!e->seg)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
-	int64_t align = (int64_t)e->W * 16;
-	const int zg = opts->zero_stage >= 2 && e->W > 1, zp = opts->zero_stage >= 3 && e->W > 1;
 	*maxshard = 0;
+	e->total0 = -1;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
+		const int ex = ds_gpt_expert_segment(e->model, s);
+		if (ex && e->total0 < 0)
+			e->total0 = e->total;
+		sg->comm = ex && e->edp_comm ? e->edp_comm : e->comm;
+		sg->gW = ds_comm_size(sg->comm);
+		sg->grank = ds_comm_rank(sg->comm);
+		const int64_t align = (int64_t)sg->gW * 16;
+		const int zg = opts->zero_stage >= 2 && sg->gW > 1, zp = opts->zero_stage >= 3 && sg->gW > 1;
 		sg->numel = ds_gpt_segment(e->model, s)->numel;
 		sg->padded = (sg->numel + align - 1) / align * align;
 		sg->off = e->total;
-		sg->shard = sg->padded / e->W;
+		sg->shard = sg->padded / sg->gW;
 		e->total += sg->padded;
 		/* stage 3: segments below the persistence threshold stay whole */
 		sg->pfull = !zp || sg->numel < opts->stage3_param_persistence_threshold;
 		sg->gfull = !zg;
-		sg->mfull = sg->pfull && !(opts->half != DS_HALF_NONE && opts->zero_stage >= 1 && e->W > 1);
+		sg->mfull = sg->pfull && !(opts->half != DS_HALF_NONE && opts->zero_stage >= 1 && sg->gW > 1);
 		sg->poff = e->ptotal;
 		sg->goff = e->gtotal;
 		sg->hoff = e->htotal;
@@ -779,6 +825,10 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		if ((!sg->pfull || !sg->gfull || e->half) && sg->padded > e->maxpad)
 			e->maxpad = sg->padded;
 	}
+	if (e->total0 < 0)
+		e->total0 = e->total;
+	const int nd = ds_gpt_num_dense_segments(e->model);
+	e->ntd = nd < e->nseg ? ds_gpt_segment(e->model, nd)->first_tensor : ds_gpt_num_tensors(e->model);
 	return 0;
 }
 
@@ -813,19 +863,20 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	/* stage 3 gathers into 3 slots (the segment, its prefetched successor,
 	 * the tied embedding); a 16-bit model at stages 0-2 widens at most two
 	 * segments at once (the tied embedding stays open through the head) */
-	e->nps = zp ? 3 : e->half ? 2 : 0;
-	for (int k = 0; k < 3; k++) {
+	const int moe = ds_gpt_num_dense_segments(e->model) < e->nseg;   /* an MoE layer opens two segments */
+	e->nps = zp ? 3 : e->half ? 2 + moe : 0;
+	for (int k = 0; k < 4; k++) {
 		e->ps[k].seg = -1;
 		if (k < e->nps && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
 			ok = 0;
-		if (zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
+		if (k < e->nps && zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
 			ok = 0;
 	}
 	/* overlap_comm: two more gradient slots, so that reductions stay in
 	 * flight while the next segments run backward (with tied weights the
 	 * embeddings hold one slot through the whole pass) */
 	e->overlap = opts->overlap_comm && e->W > 1;
-	e->ngs = zg && e->overlap ? 4 : 2;
+	e->ngs = (zg && e->overlap ? 4 : 2) + moe;
 	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
 		if ((zg || e->half) && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
@@ -845,13 +896,24 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->gstage_n = e->bucket < e->total ? e->bucket : e->total;
 	if (!zg && e->g16 && !e->chalf && e->W > 1 && !(e->gstage = ds_alloc((size_t)e->gstage_n * sizeof(float))))
 		ok = 0;
-	e->nbuckets = e->overlap && !zg ? (int)((e->total + e->bucket - 1) / e->bucket) : 0;
+	/* the buckets: the dense range then the experts', each cut at bucket */
+	int nb = (int)((e->total0 + e->bucket - 1) / e->bucket + (e->total - e->total0 + e->bucket - 1) / e->bucket);
+	e->bk = calloc((size_t)nb + 1, sizeof *e->bk);
+	nb = 0;
+	for (int g = 0; e->bk && g < 2; g++) {
+		const int64_t a = g ? e->total0 : 0, z = g ? e->total : e->total0;
+		for (int64_t off = a; off < z; off += e->bucket)
+			e->bk[nb++] = (struct bk){ off, z - off < e->bucket ? z - off : e->bucket,
+						   g && e->edp_comm ? e->edp_comm : e->comm };
+	}
+	e->nbuckets = e->overlap && !zg ? nb : 0;
+	e->nbk = nb;
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
 	if (e->half && !(e->p16 = ds_alloc((size_t)e->htotal * sizeof(uint16_t))))
 		ok = 0;
-	return ok && e->breq && e->seg_done;
+	return ok && e->breq && e->seg_done && e->bk;
 }
 
 /* Segment s: initialise the parameters this rank holds (a pure function of
@@ -866,18 +928,18 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	if (sg->mfull) {
 		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
 	} else {
-		int64_t lo = (int64_t)e->rank * sg->shard, hi = lo + sg->shard;
+		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
 		if (hi > sg->numel)
 			hi = sg->numel;
 		if (hi > lo)
 			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset + lo, ms->offset + hi);
 	}
-	sg->u0 = sharded(e) ? (int64_t)e->rank * sg->shard : 0;
-	if (sharded(e) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
+	sg->u0 = seg_sharded(e, sg) ? (int64_t)sg->grank * sg->shard : 0;
+	if (seg_sharded(e, sg) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
 		sg->u0 = 1;  /* test-only fault: see the top of this file */
-	sg->un = sharded(e) ? sg->shard : sg->padded;
+	sg->un = seg_sharded(e, sg) ? sg->shard : sg->padded;
 	sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
-	int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)e->rank * sg->shard : 0);
+	int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)sg->grank * sg->shard : 0);
 	sg->g_upd = e->grads ? e->grads + gu : NULL;
 	sg->g_own = e->grads ? e->grads + go : NULL;
 	sg->h_upd = e->gh ? e->gh + gu : NULL;
@@ -970,24 +1032,27 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_free(e->gh);
 	ds_free(e->gstage);
 	ds_free(e->scratch);
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		ds_free(e->ps[k].buf);
 		ds_free(e->ps[k].h);
 	}
 	ds_free(e->p16);
 	ds_free(e->c16);
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 5; k++) {
 		ds_free(e->gs[k].buf);
 		ds_free(e->gs[k].recv);
 		if ((void *)e->gs[k].c16 != (void *)e->gs[k].buf)
 			ds_free(e->gs[k].c16);
 	}
 	free(e->breq);
+	free(e->bk);
 	free(e->seg_done);
 	ds_free(e->in);
 	ds_free(e->tg);
 	ds_gpt_ws_destroy(e->ws);
 	ds_gpt_destroy(e->model);
+	ds_comm_destroy(e->ep_comm);
+	ds_comm_destroy(e->edp_comm);
 	free(e);
 }
 
@@ -1054,14 +1119,14 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 	} else {
 		if (!e->chalf)
 			scale_buf(e->grads, e->total, e->grad_pre);
-		for (int64_t off = 0; off < e->total; off += e->bucket) {
-			int64_t n = e->total - off < e->bucket ? e->total - off : e->bucket;
+		for (int b = 0; b < e->nbk; b++) {
+			const int64_t off = e->bk[b].off, n = e->bk[b].n;
 			if (e->chalf)
 				cast_prescale(e, e->grads + off, e->c16 + off, n);
 			red_begin(e);
 			double t0 = ds_now();
-			int rc = e->chalf ? ds_comm_allreduce(e->comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, err)
-					  : ds_comm_allreduce(e->comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err);
+			int rc = e->chalf ? ds_comm_allreduce(e->bk[b].comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, err)
+					  : ds_comm_allreduce(e->bk[b].comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, err);
 			e->red_wait += ds_now() - t0;
 			red_end(e);
 			DS_TRY(rc);
@@ -1104,16 +1169,16 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 			gstage_finish(e);
 		return 0;
 	}
-	for (int64_t off = 0; off < e->total; off += e->bucket) {
-		int64_t n = e->total - off < e->bucket ? e->total - off : e->bucket;
+	for (int b = 0; b < e->nbk; b++) {
+		const int64_t off = e->bk[b].off, n = e->bk[b].n;
 		if (e->chalf)
 			hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
 		else
-			gstage_load(e, (int)(off / e->bucket), off, n);
+			gstage_load(e, b, off, n);
 		red_begin(e);
 		double t0 = ds_now();
-		int rc = e->chalf ? ds_comm_allreduce(e->comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, err)
-				  : ds_comm_allreduce(e->comm, e->gstage, (size_t)n, DS_F32, DS_SUM, err);
+		int rc = e->chalf ? ds_comm_allreduce(e->bk[b].comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, err)
+				  : ds_comm_allreduce(e->bk[b].comm, e->gstage, (size_t)n, DS_F32, DS_SUM, err);
 		e->red_wait += ds_now() - t0;
 		red_end(e);
 		DS_TRY(rc);
@@ -1182,8 +1247,13 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 			free(sums);
 		DS_TRY(rc);
 	}
+	/* the dense tensors' partial norms over the world, the experts' over
+	 * their expert-data-parallel group */
 	if (sharded(e))
-		DS_TRY(ds_comm_allreduce(e->comm, e->lamb_sums, 2 * (size_t)nt, DS_F64, DS_SUM, err));
+		DS_TRY(ds_comm_allreduce(e->comm, e->lamb_sums, 2 * (size_t)e->ntd, DS_F64, DS_SUM, err));
+	if (nt > e->ntd && seg_sharded(e, &e->seg[e->nseg - 1]))
+		DS_TRY(ds_comm_allreduce(e->seg[e->nseg - 1].comm, e->lamb_sums + 2 * e->ntd, 2 * (size_t)(nt - e->ntd),
+					 DS_F64, DS_SUM, err));
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
@@ -1210,10 +1280,10 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
  * gather slot at stage 2.  Without a bucket smaller than the segment (or
  * without staging room), one allgather in place.  This rank sends from
  * element send_off (its shard; moved by the test-only shard-shift fault). */
-static int gather_chunked(struct ds_engine *e, void *base, int64_t shard, int64_t send_off, int dtype, size_t es,
-			  struct ds_err *err)
+static int gather_chunked(struct ds_engine *e, const struct seg *sg, void *base, int64_t shard, int64_t send_off,
+			  int dtype, size_t es, struct ds_err *err)
 {
-	const int W = e->W;
+	const int W = sg->gW;
 	char *b = base, *stage = NULL;
 	int64_t c = e->o.allgather_bucket_size > 0 ? e->o.allgather_bucket_size / W : shard, cap = 0;
 	if (c < 1)
@@ -1232,12 +1302,12 @@ static int gather_chunked(struct ds_engine *e, void *base, int64_t shard, int64_
 			stage = NULL;
 	}
 	if (!stage)
-		return ds_comm_allgather(e->comm, b + (size_t)send_off * es, b, (size_t)shard, dtype, err);
+		return ds_comm_allgather(sg->comm, b + (size_t)send_off * es, b, (size_t)shard, dtype, err);
 	for (int64_t o = 0; o < shard; o += c) {
 		int64_t n = shard - o < c ? shard - o : c;
-		DS_TRY(ds_comm_allgather(e->comm, b + (size_t)(send_off + o) * es, stage, (size_t)n, dtype, err));
+		DS_TRY(ds_comm_allgather(sg->comm, b + (size_t)(send_off + o) * es, stage, (size_t)n, dtype, err));
 		for (int r = 0; r < W; r++)
-			if (r != e->rank)
+			if (r != sg->grank)
 				memcpy(b + (size_t)(r * shard + o) * es, stage + (size_t)(r * n) * es, (size_t)n * es);
 	}
 	return 0;
@@ -1247,13 +1317,11 @@ static int gather_chunked(struct ds_engine *e, void *base, int64_t shard, int64_
  * (fp32 runs; a partitioned master has nothing to gather here). */
 static int gather_params(struct ds_engine *e, struct ds_err *err)
 {
-	if (!sharded(e))
-		return 0;
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
-		if (!sg->mfull)
-			continue;  /* the slice is all this rank keeps */
-		DS_TRY(gather_chunked(e, e->params + sg->poff, sg->shard, sg->u0, DS_F32, sizeof(float), err));
+		if (!seg_sharded(e, sg) || !sg->mfull)
+			continue;  /* whole here, or the slice is all this rank keeps */
+		DS_TRY(gather_chunked(e, sg, e->params + sg->poff, sg->shard, sg->u0, DS_F32, sizeof(float), err));
 	}
 	return 0;
 }
@@ -1268,7 +1336,8 @@ static int gather_half(struct ds_engine *e, struct ds_err *err)
 		uint16_t *base = e->p16 + sg->hoff;
 		if (sg->mfull || !sg->pfull)
 			continue;
-		DS_TRY(gather_chunked(e, base, sg->shard, (int64_t)e->rank * sg->shard, e->hdtype, sizeof(uint16_t), err));
+		DS_TRY(gather_chunked(e, sg, base, sg->shard, (int64_t)sg->grank * sg->shard, e->hdtype, sizeof(uint16_t),
+				      err));
 	}
 	return 0;
 }
@@ -1326,6 +1395,12 @@ static int micro_steps(struct ds_engine *e, const struct ds_engine_batch *in, do
 			return pass_failed(e, rc, err);
 		res->t_bwd += ds_now() - t0;
 		*loss_sum += loss;
+		struct ds_moe_stats ms;
+		ds_gpt_ws_moe_stats(e->ws, &ms);
+		e->moe.aux += ms.aux;
+		e->moe.dropped += ms.dropped;
+		e->moe.routed += ms.routed;
+		e->moe.a2a_floats += ms.a2a_floats;
 	}
 	return 0;
 }
@@ -1405,6 +1480,7 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
 	e->red_flight = e->red_wait = 0;
 	e->reduce_on = !e->ob || ds_onebit_reduce_next(ds_engine_onebit_optim(e->ob));
+	memset(&e->moe, 0, sizeof e->moe);
 	DS_TRY(micro_steps(e, in, prev_scale, &loss_sum, res, err));
 
 	/* reduce; then one allreduce of the squared norm of the owned slices,
@@ -1418,14 +1494,21 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	double stat[2] = { owned_sumsq(e, &bad), 0 };
 	stat[1] = bad;
 	double lsum = loss_sum / GA;
+	double mv[3] = { e->moe.aux / GA, (double)e->moe.dropped, (double)e->moe.routed };
 	if (e->W > 1) {
-		double v[3] = { e->reduce_on ? stat[0] : 0, stat[1], lsum };
-		DS_TRY(ds_comm_allreduce(e->comm, v, 3, DS_F64, DS_SUM, err));
+		double v[6] = { e->reduce_on ? stat[0] : 0, stat[1], lsum, mv[0], mv[1], mv[2] };
+		DS_TRY(ds_comm_allreduce(e->comm, v, 6, DS_F64, DS_SUM, err));
 		if (e->reduce_on)
 			stat[0] = v[0];
 		stat[1] = v[1];
 		lsum = v[2] / e->W;
+		mv[0] = v[3];
+		mv[1] = v[4];
+		mv[2] = v[5];
 	}
+	res->moe_aux = mv[0] / e->W;
+	res->moe_dropped = mv[2] > 0 ? mv[1] / mv[2] : 0;
+	res->moe_a2a_bytes = (double)e->moe.a2a_floats * sizeof(float);
 	res->t_reduce = ds_now() - t0;
 	res->t_red_flight = e->red_flight;
 	res->t_red_wait = e->red_wait;
@@ -1506,7 +1589,7 @@ float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t
 		*end = ds_gpt_tensor(e->model, i)->numel;
 		return e->params + sg->poff + a;
 	}
-	int64_t lo = (int64_t)e->rank * sg->shard;
+	int64_t lo = (int64_t)sg->grank * sg->shard;
 	intersect(a, ds_gpt_tensor(e->model, i)->numel, lo, sg->shard, begin, end);
 	return e->params + sg->poff + (a + *begin - lo);
 }
@@ -1530,7 +1613,7 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 		*end = e->rank == 0 ? ds_gpt_tensor(e->model, i)->numel : 0;
 		return;
 	}
-	intersect(a, ds_gpt_tensor(e->model, i)->numel, (int64_t)e->rank * sg->shard, sg->shard, begin, end);
+	intersect(a, ds_gpt_tensor(e->model, i)->numel, (int64_t)sg->grank * sg->shard, sg->shard, begin, end);
 }
 
 float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)

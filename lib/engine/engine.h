@@ -114,7 +114,14 @@ struct ds_engine_opts {
 	struct ds_scaler scaler;
 };
 
-/* Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
+/* MoE (opts.model.moe): experts are spread over moe.ep_size ranks (which
+ * divides the world size) and their segments sharded and reduced over the
+ * expert-data-parallel group, as DeepSpeed's _create_expert_and_data_parallel
+ * lays them out: ep consecutive ranks exchange tokens, ranks equal modulo
+ * ep hold the same experts.  ZeRO stage 3 is refused as DeepSpeed does.
+ * Gradients, norms and clipping are those of the whole model on one rank.
+ *
+ * Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
  * DeepSpeed's stage-3 defaults 5e7 / 1e9 / 1e5). */
 void ds_engine_opts_init(struct ds_engine_opts *o);
 
@@ -131,6 +138,12 @@ struct ds_engine_step {
 	 * the first test or wait that saw it finished) and time spent blocked
 	 * on them; equal without overlap_comm, the difference was hidden */
 	double t_red_flight, t_red_wait;
+	/* Mixture of Experts (0 for a dense model): the mean over the global
+	 * batch's micro-steps of the aux loss summed over MoE layers (before
+	 * moe.loss_coeff; the loss above is the language model's alone), the
+	 * fraction of token choices dropped for capacity, and the bytes this
+	 * rank sent in the experts' all-to-alls */
+	double moe_aux, moe_dropped, moe_a2a_bytes;
 };
 
 struct ds_engine;
