@@ -534,6 +534,8 @@ static void show_step(struct run *r, struct loop *lp, const struct ds_engine_ste
 					      .consumed_samples = st->consumed, .loss = step->loss, .lr = step->lr,
 					      .grad_norm = step->grad_norm, .skipped = st->skipped,
 					      .fp16 = r->fp16, .loss_scale = step->loss_scale,
+					      .moe = s->model.moe.enabled, .moe_loss = step->moe_aux,
+					      .moe_dropped = step->moe_dropped,
 					      .samples_per_s = sps, .tokens_per_s = sps * T,
 					      .tflops = r->ct.train_flops_step * lp->int_steps / el * 1e-12,
 					      .mfu = r->peak > 0 ? r->ct.train_flops_step * lp->int_steps / el / r->W / (r->peak * 1e9) : 0,

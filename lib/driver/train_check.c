@@ -11,8 +11,43 @@
 #include <string.h>
 
 #include "engine/estimate.h"
+#include "model/gpt.h"
+#include "model/moe.h"
 #include "util/log.h"
 #include "util/mem.h"
+
+/* MoE: the whole model's parameters and the experts' all-to-all traffic of
+ * one optimizer step per rank.  Each MoE layer exchanges an (E, capacity,
+ * C) fp32 buffer twice in forward and twice in backward (DeepSpeed's
+ * all_to_all_single message size: the whole buffer; (ep-1)/ep of it leaves
+ * the rank). */
+struct moe_facts { int layers, ep; int64_t whole, expert_whole; double a2a_msg, a2a_sent; };
+
+static int moe_facts(const struct ds_train_setup *s, struct moe_facts *f)
+{
+	const struct ds_model_config *m = &s->model;
+	memset(f, 0, sizeof *f);
+	if (!m->moe.enabled)
+		return 0;
+	struct ds_gpt *g;
+	if (ds_gpt_create(&g, m, NULL) < 0)
+		return 0;
+	f->whole = ds_gpt_num_params(g);
+	for (int i = 0; i < ds_gpt_num_tensors(g); i++)
+		f->expert_whole += ds_gpt_tensor(g, i)->expert ? ds_gpt_tensor(g, i)->numel : 0;
+	ds_gpt_destroy(g);
+	f->ep = m->moe.ep_size;
+	const int64_t N = (int64_t)s->eng.micro_batch * (s->eng.seq_length ? s->eng.seq_length : m->seq_length);
+	for (int l = 0; l < m->num_layers; l++) {
+		if (ds_moe_experts(m, l) < 2)
+			continue;
+		f->layers++;
+		double buf = (double)ds_moe_experts(m, l) * (double)ds_moe_capacity(m, l, N, 1) * m->hidden_size * 4.0;
+		f->a2a_msg += 4 * buf * (double)s->eng.grad_accum;
+	}
+	f->a2a_sent = f->ep > 1 ? f->a2a_msg * (f->ep - 1) / f->ep : 0;
+	return 1;
+}
 
 static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
@@ -35,6 +70,16 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 	json_object_set_new(j, "total_bytes", json_integer((json_int_t)m->total));
 	if (s->unimplemented[0])
 		json_object_set_new(j, "note", json_string(s->unimplemented));
+	struct moe_facts f;
+	if (moe_facts(s, &f))
+		json_object_set_new(j, "moe", json_pack("{s:i,s:i,s:I,s:I,s:I,s:I,s:f,s:f}", "layers", f.layers, "ep_size",
+						       f.ep, "params_whole_model", (json_int_t)f.whole,
+						       "expert_params_whole_model", (json_int_t)f.expert_whole,
+						       "expert_params_per_rank", (json_int_t)m->num_params_expert,
+						       "non_expert_params_per_rank",
+						       (json_int_t)(m->num_params - m->num_params_expert),
+						       "all_to_all_bytes_per_step", f.a2a_msg,
+						       "all_to_all_sent_bytes_per_step", f.a2a_sent));
 	return j;
 }
 
@@ -47,6 +92,17 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 		(long long)m->num_params, (long long)m->padded, m->nseg, 16 * m->world_size);
 	if (s->unimplemented[0])
 		fprintf(out, "# note: %s; the estimate is for fp32 training\n", s->unimplemented);
+	struct moe_facts f;
+	if (moe_facts(s, &f)) {
+		char a[32], b[32];
+		fprintf(out, "# MoE: %d layers with experts, top-%d, ep_size %d: parameters per rank %lld non-expert + "
+			"%lld expert (the whole model: %lld, %lld of them experts')\n", f.layers, s->model.moe.k, f.ep,
+			(long long)(m->num_params - m->num_params_expert), (long long)m->num_params_expert,
+			(long long)f.whole, (long long)f.expert_whole);
+		fprintf(out, "# MoE all-to-all per step and rank: %s in all_to_all_single messages (4 per MoE layer and "
+			"micro-step), %s of it sent to other ranks\n", ds_fmt_bytes(f.a2a_msg, a, sizeof a),
+			ds_fmt_bytes(f.a2a_sent, b, sizeof b));
+	}
 	fprintf(out, "# %-18s %14s %11s  %s\n", "category", "bytes", "size", "holds");
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		fprintf(out, "%-20s %14zu %11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],

@@ -75,10 +75,18 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	if (o->micro_batch < 1 || o->grad_accum < 1)
 		return ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
 				  o->micro_batch, o->grad_accum);
-	DS_TRY(ds_gpt_create(&model, &o->model, err));
+	/* MoE: this rank's share of the experts, their segments split over
+	 * the expert-data-parallel group of W / ep ranks (engine.h) */
+	const int ep = o->model.moe.enabled ? o->model.moe.ep_size : 1;
+	if (o->model.moe.enabled && o->zero_stage >= 3)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage 3 with MoE layers: DeepSpeed's MoE is not "
+				  "supported with ZeRO stage 3 (it refuses the same); use stage 0, 1 or 2");
+	if (ep > 1 && W % ep)
+		return ds_err_set(err, DS_EINVAL, "moe.ep_size %d does not divide the world size %d", ep, W);
+	DS_TRY(ds_gpt_create_ep(&model, &o->model, ep, 0, err));
 	const struct ds_model_config *cfg = ds_gpt_config(model);
 	const int T = o->seq_length ? o->seq_length : cfg->seq_length;
-	const int sharded = o->zero_stage >= 1 && W > 1;
+	const int sharded0 = o->zero_stage >= 1 && W > 1;
 	const int zg = o->zero_stage >= 2 && W > 1, zp = o->zero_stage >= 3 && W > 1;
 	const int half = o->half != DS_HALF_NONE, g16 = grads16(o);
 	const enum ds_half_kind chalf = comm_kind(o);
@@ -92,10 +100,16 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	m->num_params = ds_gpt_num_params(model);
 	m->nseg = ds_gpt_num_segments(model);
 	m->nstates = ns;
+	const int moe = ds_gpt_num_dense_segments(model) < m->nseg;
 	for (int s = 0; s < m->nseg; s++) {
+		const int ex = ds_gpt_expert_segment(model, s), gW = ex ? W / ep : W;
+		const int64_t galign = ex ? (int64_t)gW * 16 : align;
+		const int sharded = ex ? o->zero_stage >= 1 && gW > 1 : sharded0;
 		int64_t numel = ds_gpt_segment(model, s)->numel;
-		int64_t padded = (numel + align - 1) / align * align, shard = padded / W;
-		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !zg;
+		int64_t padded = (numel + galign - 1) / galign * galign, shard = padded / gW;
+		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !(zg && gW > 1);
+		if (ex)
+			m->num_params_expert += numel;
 		/* the fp32 master: the owned slice only in 16-bit runs at stages >= 1 */
 		int mfull = pfull && !(half && sharded);
 		m->padded += padded;
@@ -130,8 +144,8 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	 * parameter slots below stage 3, where at most the tied embedding and
 	 * one more segment are open) and add 3 16-bit gather slots at stage 3 */
 	const int ov = zg && o->overlap_comm;
-	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : half ? 2 : 0) * (size_t)maxpad * F32 +
-				(size_t)(zg || half ? (ov ? 4 : 2) : 0) * (size_t)maxpad * F32 +
+	m->bytes[DS_MEM_COMM] = (size_t)maxshard * F32 + (size_t)(zp ? 3 : half ? 2 + moe : 0) * (size_t)maxpad * F32 +
+				(size_t)(zg || half ? (ov ? 4 : 2) + moe : 0) * (size_t)maxpad * F32 +
 				(size_t)(ov ? 4 : 0) * (size_t)maxshard * F32 +
 				(size_t)(zp && half ? 3 : 0) * (size_t)maxpad * sizeof(uint16_t) + ob_comm;
 	/* communication_data_type fp16/bf16 of an fp32 model (W > 1): the
@@ -141,7 +155,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	 * place (stages 0-1) or pack the segment and receive the shard inside
 	 * the fp32 gradient slot (stages 2-3): nothing more */
 	if (chalf != DS_HALF_NONE && W > 1 && !g16)
-		m->bytes[DS_MEM_COMM] += zg ? (size_t)(ov ? 4 : 2) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
+		m->bytes[DS_MEM_COMM] += zg ? (size_t)((ov ? 4 : 2) + moe) * (size_t)(maxpad + maxshard) * sizeof(uint16_t)
 					    : (size_t)gtotal * sizeof(uint16_t);
 	/* 16-bit gradients reduced in fp32 at stages 0-1 (W > 1): one fp32
 	 * bucket of reduce_bucket_size elements (at most the whole buffer) */

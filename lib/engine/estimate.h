@@ -47,7 +47,8 @@ enum ds_engine_mem_cat {
 /* One rank's bytes (every rank holds the same amounts). */
 struct ds_engine_mem {
 	int stage, world_size;
-	int64_t num_params;          /* the model's elements */
+	int64_t num_params;          /* the model's elements this rank holds (its experts only with ep > 1) */
+	int64_t num_params_expert;   /* of them, experts' (MoE) */
 	int64_t padded;              /* flat elements after padding each segment */
 	int nseg, nseg_partitioned;  /* segments; of them parameter-partitioned (stage 3) */
 	int nstates;                 /* optimizer states per element */

@@ -186,11 +186,53 @@ static int64_t inter_size(const struct ds_model_config *m)
 	return m->intermediate_size > 0 ? m->intermediate_size : 4 * (int64_t)m->hidden_size;
 }
 
+/* The MLP's ops over `tokens` tokens: c_fc, activation, c_proj (with its
+ * bias or, as DeepSpeed's MoE uses an MLP, without). */
+static void mlp_ops(struct build *b, int mlp, const struct ds_model_config *m, int64_t tokens, int proj_bias)
+{
+	int64_t C = m->hidden_size, I = inter_size(m);
+	int gated = m->activation == DS_ACT_GEGLU || m->activation == DS_ACT_SWIGLU;
+	linear(b, mlp, "c_fc", tokens, C, gated ? 2 * I : I, 1);
+	elementwise(b, mlp, K_ELEMENTWISE, tokens * I);     /* gelu / silu */
+	if (gated)
+		elementwise(b, mlp, K_ELEMENTWISE, tokens * I); /* gate * up */
+	linear(b, mlp, "c_proj", tokens, I, C, proj_bias);
+}
+
+/* An MoE layer (DeepSpeed's MoE module): the gate over every token, and
+ * the experts over the tokens routed to them -- k per token, counted as
+ * the even share k*BT/E of each expert (capacity padding and dropped
+ * tokens aside), so the MACs are top-k's, not all experts'; PR-MoE's
+ * dense MLP and coefficient over every token. */
+static void moe_mlp(struct build *b, int blk, int l, const struct ds_model_config *m, int64_t BT, const char *act)
+{
+	const int64_t C = m->hidden_size, E = ds_moe_experts(m, l), k = m->moe.k, routed = k * BT;
+	char ex[160], nm[24];
+	snprintf(ex, sizeof(ex), "num_experts=%lld, k=%lld, ep_size=%d, %.60s", (long long)E, (long long)k,
+		 m->moe.ep_size, act);
+	int moe = node_add(b, blk, "mlp", "MoE", ex);
+	linear(b, moe, "gate", BT, C, E, 0);
+	elementwise(b, moe, K_SOFTMAX, BT * E);
+	snprintf(ex, sizeof(ex), "num_local_experts=%lld", (long long)(E / m->moe.ep_size));
+	int exs = node_add(b, moe, "experts", "Experts", ex);
+	for (int64_t e = 0; e < E; e++) {
+		snprintf(nm, sizeof(nm), "%lld", (long long)e);
+		int x = node_add(b, exs, nm, "GPTMLP", act);
+		mlp_ops(b, x, m, routed * (e + 1) / E - routed * e / E, 0);
+	}
+	if (m->moe.use_residual) {
+		int r = node_add(b, moe, "residual", "GPTMLP", act);
+		mlp_ops(b, r, m, BT, 0);
+		linear(b, moe, "coefficient", BT, C, 2, 1);
+		elementwise(b, moe, K_SOFTMAX, BT * 2);
+	}
+}
+
 /* Attention of one layer: q/k/v (fused or not), matmuls, softmax, output proj. */
 static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_config *m,
 		      int64_t B, int64_t T)
 {
-	int64_t C = m->hidden_size, NH = m->num_attention_heads, hd = C / NH, I = inter_size(m);
+	int64_t C = m->hidden_size, NH = m->num_attention_heads, hd = C / NH;
 	int64_t BT = B * T;
 	int rms = m->norm == DS_NORM_RMSNORM;
 	double eps = rms ? m->rms_norm_epsilon : m->layernorm_epsilon;
@@ -219,13 +261,12 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	const char *act = m->activation == DS_ACT_GEGLU ? "geglu" :
 			  m->activation == DS_ACT_SWIGLU ? "swiglu" : "gelu";
 	snprintf(ex, sizeof(ex), "activation=%s", act);
-	int mlp = node_add(b, blk, "mlp", "GPTMLP", ex);
-	int gated = m->activation == DS_ACT_GEGLU || m->activation == DS_ACT_SWIGLU;
-	linear(b, mlp, "c_fc", BT, C, gated ? 2 * I : I, 1);
-	elementwise(b, mlp, K_ELEMENTWISE, BT * I);     /* gelu / silu */
-	if (gated)
-		elementwise(b, mlp, K_ELEMENTWISE, BT * I); /* gate * up */
-	linear(b, mlp, "c_proj", BT, I, C, 1);
+	if (ds_moe_experts(m, l) > 1) {
+		moe_mlp(b, blk, l, m, BT, ex);
+	} else {
+		int mlp = node_add(b, blk, "mlp", "GPTMLP", ex);
+		mlp_ops(b, mlp, m, BT, 1);
+	}
 	/* the two residual adds (x + attn, x + mlp; parallel or sequential alike) */
 	elementwise(b, blk, K_ELEMENTWISE, 2 * BT * C);
 }

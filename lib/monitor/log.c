@@ -60,6 +60,8 @@ int ds_monitor_step_line(char *buf, size_t n, const struct ds_monitor_step *s)
 	put(&p, " | loss %.6f | lr %.3e", s->loss, s->lr);
 	if (!(s->grad_norm < 0))
 		put(&p, " | grad_norm %.4f", s->grad_norm);
+	if (s->moe)
+		put(&p, " | moe_loss %.6f | dropped %.4f", s->moe_loss, s->moe_dropped);
 	if (s->fp16)
 		put_scale(&p, s->loss_scale);
 	if (s->fp16 || s->skipped)

@@ -38,6 +38,9 @@ struct ds_monitor_step {
 	double tflops;              /* achieved, %.3f */
 	double mfu;                 /* fraction of the ceiling, %.2f */
 	double peak_rss_bytes;      /* "1.2 GiB" (1024 steps) */
+	int moe;                    /* an MoE model: show moe_loss and dropped */
+	double moe_loss;            /* the aux loss summed over MoE layers (%.6f, before loss_coeff) */
+	double moe_dropped;         /* fraction of token choices dropped for capacity (%.4f) */
 };
 
 /* Format the step line (no newline) into buf; returns snprintf's length. */
