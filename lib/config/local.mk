@@ -48,7 +48,8 @@ dist_dsconfig_configs_DATA = \
 	share/configs/zero2.json \
 	share/configs/zero3-offload.json
 dsconfig_modelsdir = $(pkgdatadir)/models
-dist_dsconfig_models_DATA = share/models/gpt-test.json share/models/gpt-tiny.json
+dist_dsconfig_models_DATA = share/models/gpt-test.json share/models/gpt-tiny.json \
+	share/models/gpt-test-moe-top2.json share/models/gpt-test-prmoe.json
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_config

@@ -22,6 +22,15 @@ endif
 endif
 EXTRA_DIST += tests/cli/ds-train-memory.bats tests/mpi/memory.bats tests/mpi/comms.bats tests/cli/ds-train-deadline.bats tests/cli/ds-train-watchdog.bats
 
+## Mixture of Experts (issue 23)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-moe.bats
+if HAVE_MPI
+TESTS += tests/mpi/moe.bats
+endif
+endif
+EXTRA_DIST += tests/cli/ds-train-moe.bats tests/mpi/moe.bats
+
 ## fp16/bf16 training runs (issue 5)
 if HAVE_BATS
 TESTS += tests/cli/ds-train-mixed.bats
