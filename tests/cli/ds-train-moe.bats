@@ -57,7 +57,7 @@ falls_and_resumes() {
 	assert_output --regexp '# MoE: 2 layers with experts, top-2, ep_size 2: parameters per rank [0-9]+ non-expert \+ [0-9]+ expert \(the whole model: [0-9]+'
 	line=$(echo "$output" | grep '^# MoE: 2 layers')
 	# after "per rank": non-expert, expert, the whole model's, its experts'
-	read -r ne ex whole exw < <(echo "${line#*per rank }" | grep -oE '[0-9]+' | head -n 4 | tr '\n' ' ')
+	read -r ne ex whole exw <<<"$(echo "${line#*per rank }" | grep -oE '[0-9]+' | head -n 4 | tr '\n' ' ')"
 	# an expert: c_fc [192, 64] + bias [192] + c_proj [64, 96]
 	[ "$ex" -eq $((2 * 2 * (192 * 64 + 192 + 64 * 96))) ] || fail "expert params per rank $ex"
 	[ "$exw" -eq $((2 * ex)) ] && [ "$whole" -eq $((ne + exw)) ] || fail "whole model $whole, experts $exw"
