@@ -46,7 +46,6 @@ static const char RETR[] = "retrieval (ICT/REALM) models are not implemented";
 static const char FP16S[] = "NeoX hands the fp16 section to DeepSpeed: set it there";
 static const char RNG[] = "dstk's random numbers are counter-based: there is no RNG state to save or load";
 static const char GEN[] = "a text-generation or evaluation setting: ds-train trains";
-static const char MOE[] = "moe_num_experts is 1 (mixture of experts is not implemented)";
 static const char TE[] = "Transformer Engine layers are not implemented";
 static const char MUP[] = "use_mup is off (muP is not implemented)";
 static const char OTHER_LAYERS[] = "a gMLP, RWKV or Mamba layer setting: those layers are not implemented";
@@ -116,9 +115,6 @@ static const struct param params[] = {
 	NOE("pipe_partition_method", "pipe_parallel_size is at most 1"),
 	NOE("scalenorm_epsilon", "for norm scalenorm, which is not implemented"),
 	NOE("rotary_save_freqs_buffer", "rotary frequencies are recomputed, never stored"),
-	REF("moe_num_experts", "1", "mixture of experts is not implemented"),
-	NOE("moe_top_k", MOE), NOE("moe_router_type", MOE), NOE("moe_lbl_in_fp32", MOE), NOE("moe_jitter_eps", MOE),
-	NOE("moe_expert_interval", MOE),
 	REF("te_columnparallel", "false", TE), REF("te_rowparallel", "false", TE), REF("te_layernorm_mlp", "false", TE),
 	REF("te_mha", "false", TE), REF("te_fp8_mha", "false", TE),
 	NOE("te_fp8_format", "Transformer Engine is off"), NOE("te_fp8_wgrad", "Transformer Engine is off"),
@@ -229,6 +225,19 @@ static const struct param params[] = {
 	DS("csv_monitor"), DS("tensorboard"), DS("autotuning"), DS("data_types"), DS("communication_data_type"),
 	DS("memory_breakdown"), DS("checkpoint"), DS("curriculum_learning"), DS("data_efficiency"),
 	DS("compression_training"), DS("elasticity"), SP("deepspeed_extra_args"),
+	/* Mixture of Experts: NeoX's DeepSpeed-MoE keys (moe_type "deepspeed"),
+	 * gathered into the model's moe section by moe_section() */
+	SP("moe_num_experts"), SP("moe_top_k"), SP("moe_expert_parallel_size"), SP("moe_loss_coeff"),
+	SP("moe_train_capacity_factor"), SP("moe_eval_capacity_factor"), SP("moe_min_capacity"),
+	SP("moe_token_dropping"), SP("moe_use_residual"), SP("expert_interval"), SP("moe_expert_interval"),
+	SP("moe_type"),
+	NOE("use_tutel", "Tutel is a faster dispatch of the same routing"),
+	NOE("create_moe_param_group", "the experts' parameters form their own groups already"),
+	NOE("moe_lbl_in_fp32", "the load-balancing loss is computed in fp32 (double) already"),
+	REF("enable_expert_tensor_parallelism", "false", "expert tensor parallelism is not implemented"),
+	REF("moe_glu", "false", "megablocks' GLU experts are not implemented (the experts use the model's activation)"),
+	REF("moe_jitter_eps", "null", "megablocks' router jitter is not implemented"),
+	REF("moe_router_type", "\"topk\"", "NeoX's sinkhorn router (dMoE) is not implemented; dstk routes as DeepSpeed's TopKGate"),
 };
 #define NP ((int)(sizeof(params) / sizeof(params[0])))
 
@@ -433,6 +442,55 @@ static int64_t vocab_of(struct ctx *x, const char *path)
 	return n;
 }
 
+/* NeoX's DeepSpeed MoE (megatron/model/transformer.py of the NeoX that
+ * had it): MoE(num_experts=moe_num_experts, ep_size, k=moe_top_k,
+ * use_residual=moe_use_residual, capacity_factor=moe_train_capacity_factor,
+ * eval_capacity_factor, min_capacity, drop_tokens=moe_token_dropping) in
+ * the layers whose 0-based index is a multiple of expert_interval, with
+ * NeoX's defaults (interval 2, residual on, dropping off, loss coeff 0.1),
+ * as the model's moe section. */
+static int moe_section(struct ctx *x)
+{
+	json_t *a = x->all, *ne = json_object_get(a, "moe_num_experts");
+	if (!ne || (json_is_integer(ne) && json_integer_value(ne) <= 1))
+		return 0;  /* NeoX: MoE layers not used with 1 expert */
+	const char *f = file_of(x, "moe_num_experts");
+	json_t *ty = json_object_get(a, "moe_type");
+	if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "deepspeed"))) {
+		error(x, "%s: parameter 'moe_type': only \"deepspeed\" is implemented (megablocks' dMoE is not)", f);
+		return 0;
+	}
+	if (!ty)
+		DS_TRY(line(x, "moe_type", "default", "NeoX's is megablocks' dMoE; dstk runs DeepSpeed's MoE (moe_type deepspeed)"));
+	json_t *iv = json_object_get(a, "moe_expert_interval");
+	if (!iv)
+		iv = json_object_get(a, "expert_interval");
+	int64_t interval = iv ? json_integer_value(iv) : 2, L = json_integer_value(json_object_get(a, "num_layers"));
+	if (interval < 1 || L < 1) {
+		error(x, "%s: parameter 'expert_interval': a positive integer, with num_layers given", f);
+		return 0;
+	}
+	json_t *moe = json_object(), *layers = json_array();
+	for (int64_t l = 0; l < L; l += interval)
+		json_array_append_new(layers, json_integer(l));
+	json_object_set(moe, "num_experts", ne);
+	json_object_set_new(moe, "layers", layers);
+	static const struct { const char *neox, *ds, *def; } map[] = {
+		{ "moe_top_k", "k", "1" }, { "moe_expert_parallel_size", "ep_size", "1" },
+		{ "moe_loss_coeff", "loss_coeff", "0.1" }, { "moe_train_capacity_factor", "capacity_factor", "1.0" },
+		{ "moe_eval_capacity_factor", "eval_capacity_factor", "1.0" }, { "moe_min_capacity", "min_capacity", "4" },
+		{ "moe_token_dropping", "drop_tokens", "false" }, { "moe_use_residual", "use_residual", "true" },
+	};
+	for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+		json_t *v = json_object_get(a, map[i].neox);
+		json_object_set_new(moe, map[i].ds, v ? json_incref(v) : json_loads(map[i].def, JSON_DECODE_ANY, NULL));
+	}
+	DS_TRY(line(x, "moe_num_experts", "applied", "DeepSpeed MoE in layers 0, %lld, ... of %lld; the load-balancing loss "
+		    "adds its gradient (NeoX's DeepSpeed-MoE training.py took .item() of it, which adds none)",
+		    (long long)interval, (long long)L));
+	return set_path(x->nx->model, "moe", moe);
+}
+
 static int special(struct ctx *x, const char *name, json_t *v)
 {
 	struct ds_neox *nx = x->nx;
@@ -450,6 +508,8 @@ static int special(struct ctx *x, const char *name, json_t *v)
 		}
 	if (!strcmp(name, "lr_decay_iters") || !strcmp(name, "lr_decay_fraction") || !strcmp(name, "warmup"))
 		return line(x, name, "applied", "in NeoX's AnnealingLR (the lr schedule line)");
+	if (!strncmp(name, "moe_", 4) || !strcmp(name, "expert_interval"))
+		return line(x, name, "applied", "in the model's moe section (the moe_num_experts line)");
 	if (!strcmp(name, "padded_vocab_size")) {
 		DS_TRY(set_path(nx->model, "vocab_size", json_incref(v)));
 		DS_TRY(set_path(nx->model, "make_vocab_size_divisible_by", json_integer(1)));
@@ -835,6 +895,7 @@ static int map(struct ctx *x, int lenient)
 		}
 	}
 	DS_TRY(mlp(x));
+	DS_TRY(moe_section(x));
 	return schedule(x);
 }
 

@@ -92,3 +92,30 @@ falls_and_resumes() {
 	run -2 --separate-stderr ds-train --model ep2.json --train-iters 1
 	[[ "$stderr" == *"moe.ep_size 2 does not divide the world size 1"* ]] || fail "$stderr"
 }
+
+@test "GPT-NeoX's DeepSpeed-MoE keys become the model's moe section, with NeoX's defaults" {
+	require_feature libyaml
+	cat >moe.yml <<'YML'
+{
+  "num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32,
+  "max_position_embeddings": 32, "padded_vocab_size": 256,
+  "moe_type": "deepspeed", "moe_num_experts": 4, "moe_top_k": 2, "moe_expert_parallel_size": 2,
+  "moe_train_capacity_factor": 1.5, "moe_min_capacity": 2, "moe_loss_coeff": 0.01,
+  "train_micro_batch_size_per_gpu": 4, "train_iters": 2,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.001}}
+}
+YML
+	run -0 ds-train --check --conf moe.yml --world-size 2
+	# NeoX: layers 0, 2 (0-based multiples of expert_interval 2), residual on, dropping off
+	assert_output --regexp 'moe\.layers +\[0, 2\]'
+	assert_output --regexp 'moe\.k +2 '
+	assert_output --regexp 'moe\.ep_size +2 '
+	assert_output --regexp 'moe\.use_residual +true '
+	assert_output --regexp 'moe\.drop_tokens +false '
+	assert_output --regexp 'moe\.capacity_factor +1\.5 '
+	assert_output --regexp 'moe\.min_capacity +2 '
+	assert_output --regexp 'moe\.loss_coeff +0\.01 '
+	sed 's/"deepspeed"/"megablocks"/' moe.yml >mb.yml
+	run -2 --separate-stderr ds-train --check --conf mb.yml
+	[[ "$stderr" == *"moe_type"* ]] || fail "$stderr"
+}
