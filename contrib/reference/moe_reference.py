@@ -14,9 +14,9 @@ the same draws (struct ds_moe_rand's override) and compares the math.
 Each case is one group of tests/data/ref_moe.h5 (tests/unit/test_moe.c):
     attributes   N C F E k act train capacity_factor eval_capacity_factor
                  min_capacity drop_tokens use_rts noisy (0 None 1 Jitter 2 RSample)
-                 top2_2nd_expert_sampling use_residual daux
+                 top2_2nd_expert_sampling use_residual daux use_bias_in_mlp
     x (N,C), dout (N,C), jitter (N,C), gumbel (N,E), rts (N,E)
-    params/<name>  gate (E,C), expert<e>_fcw (F2,C), expert<e>_fcb (F2),
+    params/<name>  gate (E,C), expert<e>_fcw (F2,C), expert<e>_fcb (F2; not with use_bias_in_mlp 0),
                    expert<e>_pw (C,F), fcw, fcb, pw, coefw (2,C), coefb (2)
     out (N,C), aux [1], capacity [1] (int), route (k,N) int (expert, -1 dropped)
     grads/<name>, dx (N,C): of L = sum(out * dout) + daux * aux
@@ -49,6 +49,9 @@ CASES = {
     "prmoe_nodrop": dict(N=32, C=16, F=24, E=4, k=1, act="gelu", train=1, cf=1.0, ecf=1.0, min_cap=4,
                          drop=0, rts=1, noisy="None", sampling=1, residual=1, daux=0.1, seed=14),
     # top-2 at evaluation: eval capacity factor, no Jitter, argmax second choice, residual
+    # top-2 with bias-free experts (use_bias_in_mlp false, Mixtral's), swiglu, dropping
+    "top2_nobias": dict(N=36, C=16, F=12, E=4, k=2, act="swiglu", train=1, cf=1.0, ecf=1.0, min_cap=2,
+                        drop=1, rts=1, noisy="None", sampling=1, residual=0, daux=0.25, seed=16, bias=0),
     "top2_eval_residual": dict(N=32, C=16, F=12, E=4, k=2, act="swiglu", train=0, cf=1.0, ecf=0.5, min_cap=1,
                                drop=1, rts=1, noisy="Jitter", sampling=0, residual=1, daux=0.3, seed=15),
 }
@@ -62,7 +65,7 @@ def gelu_tanh(x):
 
 def mlp(x, fcw, fcb, pw, act, F):
     """The model's MLP without its output bias (DeepSpeed drops it)."""
-    h = x @ fcw.t() + fcb
+    h = x @ fcw.t() + (fcb if fcb is not None else 0)
     if act == "gelu":
         a = gelu_tanh(h)
     else:
@@ -148,7 +151,7 @@ def layer(c, x, P, noise):
     l_aux, comb, cap, route = gate(c, x, P, noise)
     dispatch = comb.bool().to(DT)
     disp_in = torch.einsum("sec,sm->ecm", dispatch, x)
-    outs = [mlp(disp_in[e], P["expert%d_fcw" % e], P["expert%d_fcb" % e], P["expert%d_pw" % e], c["act"], c["F"])
+    outs = [mlp(disp_in[e], P["expert%d_fcw" % e], P.get("expert%d_fcb" % e), P["expert%d_pw" % e], c["act"], c["F"])
             for e in range(c["E"])]
     out = torch.einsum("sec,ecm->sm", comb, torch.stack(outs))
     if c["residual"]:
@@ -166,7 +169,8 @@ def make(name, c, f):
     P = {"gate": r32(E, C, std=0.6)}
     for e in range(E):
         P["expert%d_fcw" % e] = r32(F2, C, std=1 / math.sqrt(C))
-        P["expert%d_fcb" % e] = r32(F2, std=0.1)
+        if c.get("bias", 1):
+            P["expert%d_fcb" % e] = r32(F2, std=0.1)
         P["expert%d_pw" % e] = r32(C, F, std=1 / math.sqrt(F))
     if c["residual"]:
         P["fcw"] = r32(F2, C, std=1 / math.sqrt(C))
@@ -194,7 +198,8 @@ def make(name, c, f):
     for key, v in dict(N=N, C=C, F=F, E=E, k=c["k"], act=ACT[c["act"]], train=c["train"],
                        capacity_factor=c["cf"], eval_capacity_factor=c["ecf"], min_capacity=c["min_cap"],
                        drop_tokens=c["drop"], use_rts=c["rts"], noisy=NOISE[c["noisy"]],
-                       top2_2nd_expert_sampling=c["sampling"], use_residual=c["residual"], daux=c["daux"]).items():
+                       top2_2nd_expert_sampling=c["sampling"], use_residual=c["residual"], daux=c["daux"],
+                       use_bias_in_mlp=c.get("bias", 1)).items():
         g.attrs[key] = v
     f32 = lambda t: t.detach().to(torch.float32).numpy()
     g["x"], g["dout"] = f32(x), f32(dout)

@@ -46,6 +46,10 @@ static const struct ds_config_key mkeys[] = {
 	  "GPT-NeoX init of the embeddings, QKV, MLP input and output head", DS_KEY_NOFIELD },
 	{ "output_layer_init_method", DS_KT_ENUM, "\"scaled_normal\"", "scaled_normal|normal|small_init|wang_init", NAN, NAN,
 	  I, 0, "GPT-NeoX init of the attention and MLP output projections", DS_KEY_NOFIELD },
+	{ "use_bias_in_attn_linear", DS_KT_BOOL, "true", NULL, NAN, NAN, I, 0,
+	  "biases in the attention's c_attn and c_proj (GPT-NeoX; false as Llama/Mixtral)", DS_KEY_NOFIELD },
+	{ "use_bias_in_mlp", DS_KT_BOOL, "true", NULL, NAN, NAN, I, 0,
+	  "biases in the MLP's c_fc and c_proj, and the experts' c_fc (GPT-NeoX; false as Llama/Mixtral)", DS_KEY_NOFIELD },
 };
 #define NMK ((int)(sizeof(mkeys) / sizeof(mkeys[0])))
 
@@ -60,7 +64,7 @@ static const struct { size_t off; int how; } field[NMK] = {
 	FE(pos_emb), FD(rotary_pct), FD(rotary_emb_base), FE(norm), FD(layernorm_epsilon), FD(rms_norm_epsilon),
 	FE(activation), FI(no_weight_tying), FI(gpt_j_residual), FD(init_method_std), FD(hidden_dropout),
 	FD(attention_dropout), FI(type_vocab_size), FI(padded_vocab_size), FE(init_method),
-	FE(output_layer_init_method),
+	FE(output_layer_init_method), FI(use_bias_in_attn_linear), FI(use_bias_in_mlp),
 };
 
 static int key_index(const char *name)

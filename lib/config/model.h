@@ -75,6 +75,8 @@ struct ds_model_config {
 	int init_method;               /* enum ds_init_method: embeddings, QKV, MLP in, lm_head (normal) */
 	int output_layer_init_method;  /* index in "scaled_normal|normal|small_init|wang_init" (0, a zeroed
 					* struct: scaled_normal); ds_model_output_init gives its enum ds_init_method */
+	int use_bias_in_attn_linear;   /* GPT-NeoX's: c_attn and attn.c_proj have biases (default 1) */
+	int use_bias_in_mlp;           /* GPT-NeoX's: c_fc and mlp.c_proj (and experts' c_fc) have biases (default 1) */
 	unsigned set_mask;             /* bit i: the model file gave key i (loader) */
 	struct ds_moe_config moe;      /* Mixture of Experts ("moe" section; disabled by default) */
 };

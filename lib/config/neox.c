@@ -99,7 +99,7 @@ static const struct param params[] = {
 	REF("sparsity_config", "{}", "sparse attention is not implemented"),
 	REF("gpt_j_tied", "false", "GPT-J's tied layernorm is not implemented"),
 	REF("use_bias_in_norms", "true", "norms without bias are not implemented"),
-	REF("use_bias_in_attn_linear", "true", "attention without bias is not implemented"),
+	MO("use_bias_in_attn_linear"), MO("use_bias_in_mlp"),
 	REF("num_kv_heads", "null", "grouped-query attention is not implemented"),
 	REF("use_mup", "false", "muP is not implemented"),
 	REF("coord_check", "false", "muP coordinate checks are not implemented"),

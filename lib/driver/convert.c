@@ -356,7 +356,8 @@ int ds_convert_run(const struct ds_convert_opts *o, FILE *out, struct ds_convert
 	if ((rc = open_source(fmt, o, &s, err)) < 0)
 		goto out;
 	/* refuse an architecture the target cannot hold before any work */
-	if (o->to == DS_FMT_SAFETENSORS && (rc = ds_hf_arch_for(&s.cfg, err)) < 0) {
+	if (o->to == DS_FMT_SAFETENSORS &&
+	    (rc = s.cfg.moe.enabled ? ds_convert_mixtral_check(&s.cfg, err) : ds_hf_arch_for(&s.cfg, err)) < 0) {
 		ds_err_prefix(err, "%s: ", s.path);
 		goto out;
 	}

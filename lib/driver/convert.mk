@@ -4,7 +4,7 @@
 ## model's registry.
 lib_driver_libds_driver_a_SOURCES += \
 	lib/driver/convert.c lib/driver/convert.h lib/driver/convert_int.h \
-	lib/driver/convert_st.c lib/driver/convert_llmc.c \
+	lib/driver/convert_st.c lib/driver/convert_mixtral.c lib/driver/convert_llmc.c \
 	lib/driver/convert_hf.c lib/driver/convert_hf.h \
 	lib/driver/convert_ckpt.c
 

@@ -51,6 +51,13 @@ int ds_csrc_open_ckpt(struct ds_csrc *s, const char *path, struct ds_err *err);
 /* Writers: return 0 and add the tensor bytes written to *bytes; output
  * appears only when complete.  safetensors (OUTDIR/model.safetensors +
  * config.json) in dtype fmt (DS_FMT_FP32/FP16/BF16); llm.c in version 3/5. */
+/* mkdir -p; 0 or DS_EIO naming the directory. */
+int ds_convert_make_dir(const char *d, struct ds_err *err);
+/* An MoE model under Mixtral's names (convert_mixtral.c): 0, or DS_EINVAL
+ * saying what of the architecture is not Mixtral's.  st_dt: DS_ST_*. */
+int ds_convert_mixtral_check(const struct ds_model_config *m, struct ds_err *err);
+int ds_convert_write_mixtral(struct ds_csrc *s, const char *outdir, int st_dt, uint64_t *bytes,
+			     struct ds_err *err);
 int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt, uint64_t *bytes,
 				 struct ds_err *err);
 int ds_convert_write_llmc(struct ds_csrc *s, const char *path, int version, uint64_t *bytes,

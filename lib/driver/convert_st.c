@@ -354,7 +354,7 @@ out:
 /* ---- writer ------------------------------------------------------------- */
 
 /* mkdir -p d. */
-static int make_dir(const char *d, struct ds_err *err)
+int ds_convert_make_dir(const char *d, struct ds_err *err)
 {
 	char p[4096];
 	snprintf(p, sizeof(p), "%s", d);
@@ -383,11 +383,13 @@ int ds_convert_write_safetensors(struct ds_csrc *s, const char *outdir, int fmt,
 	char *cfgtxt = NULL;
 	float *a = NULL, *b = NULL;
 	int64_t shape[2];
+	if (s->cfg.moe.enabled)   /* Mixtral's names, where the architecture is Mixtral's */
+		return ds_convert_write_mixtral(s, outdir, st_dt, bytes, err);
 	int rc, xf, created, arch = ds_hf_arch_for(&s->cfg, err), n = ds_gpt_num_tensors(s->model);
 	if (arch < 0)
 		return ds_err_prefix(err, "%s: ", s->path);
 	created = access(outdir, F_OK) != 0;
-	if ((rc = make_dir(outdir, err)) < 0)
+	if ((rc = ds_convert_make_dir(outdir, err)) < 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/model.safetensors", outdir);
 	/* peak memory: the largest tensor, plus the largest one that must be

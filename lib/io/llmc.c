@@ -132,6 +132,10 @@ int ds_llmc_header_for(const struct ds_model_config *m, int version, struct ds_l
 	int F = m->intermediate_size ? m->intermediate_size : 4 * m->hidden_size;
 	if (m->family != DS_FAMILY_GPT)
 		why = "family is not gpt";
+	else if (m->moe.enabled)
+		why = "llm.c's GPT-2 has no Mixture-of-Experts layers";
+	else if (!m->use_bias_in_attn_linear || !m->use_bias_in_mlp)
+		why = "llm.c's GPT-2 has biases in every linear layer";
 	else if (m->pos_emb != DS_POS_LEARNED)
 		why = "pos_emb is not 'learned' (llm.c has only learned positions)";
 	else if (m->norm != DS_NORM_LAYERNORM)

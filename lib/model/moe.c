@@ -448,9 +448,11 @@ static int gate_forward(struct ds_moe_ws *w, struct set *s, const struct ds_moe_
 
 /* ---- experts ----------------------------------------------------------- */
 
+/* an expert's [c_fc.weight | c_fc.bias (use_bias_in_mlp) | c_proj.weight] */
+static int64_t ebias(const struct ds_moe_ws *w) { return w->m.use_bias_in_mlp ? w->F2 : 0; }
 static int64_t expert_stride(const struct ds_moe_ws *w)
 {
-	return (int64_t)w->F2 * w->C + w->F2 + (int64_t)w->C * w->F;
+	return (int64_t)w->F2 * w->C + ebias(w) + (int64_t)w->C * w->F;
 }
 
 /* send (E, cap, C) of this rank's slots -> each local expert's rows
@@ -500,7 +502,7 @@ int ds_moe_forward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_para
 	/* each local expert on its ep * cap rows */
 	const int64_t es = expert_stride(w);
 	for (int i = 0; i < El; i++) {
-		const float *ew = p->experts + i * es, *eb = ew + F2 * C, *pw = eb + F2;
+		const float *ew = p->experts + i * es, *eb = ebias(w) ? ew + F2 * C : NULL, *pw = ew + F2 * C + ebias(w);
 		float *xe = s->xe + i * rows * C, *h = s->h + i * rows * F2, *a = s->a + i * rows * F;
 		float *o = w->sbuf + i * rows * C;
 		ds_kernel_bias_fill(h, eb, rows, (int)F2);
@@ -614,7 +616,8 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		rnd(w, dh, N * F2);
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)F2, (int)C, (int)N, 1.0f, dh, (int)F2, x, (int)C,
 			    1.0f, g->fcw, (int)C);
-		ds_kernel_bias_backward(g->fcb, dh, N, (int)F2);
+		if (g->fcb)
+			ds_kernel_bias_backward(g->fcb, dh, N, (int)F2);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)F2, 1.0f, dh, (int)F2, p->fcw,
 			    (int)C, 1.0f, dx, (int)C);
 		dy = dyb;
@@ -659,8 +662,8 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 	const int64_t es = expert_stride(w);
 	float *dH = w->scr, *dA = dH + rows * F2;
 	for (int i = 0; i < El; i++) {
-		const float *ew = p->experts + i * es, *pw = ew + F2 * C + F2;
-		float *gw = g->experts + i * es, *gb = gw + F2 * C, *gp = gb + F2;
+		const float *ew = p->experts + i * es, *pw = ew + F2 * C + ebias(w);
+		float *gw = g->experts + i * es, *gb = ebias(w) ? gw + F2 * C : NULL, *gp = gw + F2 * C + ebias(w);
 		const float *xe = s->xe + i * rows * C, *h = s->h + i * rows * F2, *a = s->a + i * rows * F;
 		float *d = dO + i * rows * C;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)F, (int)C, 1.0f, d, (int)C, pw,
@@ -672,7 +675,8 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		rnd(w, dH, rows * F2);
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)F2, (int)C, (int)rows, 1.0f, dH, (int)F2, xe,
 			    (int)C, 1.0f, gw, (int)C);
-		ds_kernel_bias_backward(gb, dH, rows, (int)F2);
+		if (gb)
+			ds_kernel_bias_backward(gb, dH, rows, (int)F2);
 		/* dxe overwrites d (its rows are used up) */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)C, (int)F2, 1.0f, dH, (int)F2, ew,
 			    (int)C, 0.0f, d, (int)C);

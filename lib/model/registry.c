@@ -121,13 +121,15 @@ int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_co
 		snprintf(n, sizeof(n), "transformer.h.%d.%s.weight", l, sub); ADD(n, C, 0, DS_INIT_ONE, 0); \
 		if (ln) { snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, C, 0, DS_INIT_ZERO, 0); } \
 	} while (0)
-#define LIN(sub, out, in, init, s) do { \
+#define LINB(sub, out, in, init, s, bias) do { \
 		snprintf(n, sizeof(n), "transformer.h.%d.%s.weight", l, sub); ADD(n, out, in, init, s); \
-		snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, out, 0, DS_INIT_ZERO, 0); \
+		if (bias) { snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, out, 0, DS_INIT_ZERO, 0); } \
 	} while (0)
+#define LIN(sub, out, in, init, s) LINB(sub, out, in, init, s, 1)
+		const int ab = m->use_bias_in_attn_linear, mb = m->use_bias_in_mlp;
 		LN("ln_1");
-		LIN("attn.c_attn", 3 * C, C, DS_INIT_NORMAL, std);
-		LIN("attn.c_proj", C, C, DS_INIT_SCALED, sstd);
+		LINB("attn.c_attn", 3 * C, C, DS_INIT_NORMAL, std, ab);
+		LINB("attn.c_proj", C, C, DS_INIT_SCALED, sstd, ab);
 		LN("ln_2");
 		if (ds_moe_experts(m, l) > 1) {
 			/* DeepSpeed's MoE: a bias-free gate; PR-MoE's dense MLP and its
@@ -136,17 +138,18 @@ int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_co
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.gate.weight", l);
 			ADD(n, ds_moe_experts(m, l), C, DS_INIT_NORMAL, std);
 			if (m->moe.use_residual) {
-				LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
+				LINB("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std, mb);
 				snprintf(n, sizeof(n), "transformer.h.%d.mlp.c_proj.weight", l);
 				ADD(n, C, F, DS_INIT_SCALED, sstd);
 				LIN("mlp.coefficient", 2, C, DS_INIT_NORMAL, std);
 			}
 		} else {
-			LIN("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std);
-			LIN("mlp.c_proj", C, F, DS_INIT_SCALED, sstd);
+			LINB("mlp.c_fc", Fup, C, DS_INIT_NORMAL, std, mb);
+			LINB("mlp.c_proj", C, F, DS_INIT_SCALED, sstd, mb);
 		}
 #undef LN
 #undef LIN
+#undef LINB
 		seg_end(&b);
 	}
 	seg_begin(&b);
@@ -167,7 +170,8 @@ int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_co
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.weight", l, e);
 			ADD(n, Fup, C, DS_INIT_NORMAL, std);
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.bias", l, e);
-			ADD(n, Fup, 0, DS_INIT_ZERO, 0);
+			if (m->use_bias_in_mlp)
+				ADD(n, Fup, 0, DS_INIT_ZERO, 0);
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_proj.weight", l, e);
 			ADD(n, C, F, DS_INIT_SCALED, sstd);
 		}

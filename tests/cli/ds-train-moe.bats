@@ -46,6 +46,30 @@ falls_and_resumes() {
 	assert_output --partial "model/transformer.h.0.mlp.gate.weight"
 }
 
+# the JSON header of a safetensors file
+st_header() { local n; n=$(od -An -t u8 -N 8 "$1" | tr -d ' '); tail -c +9 "$1" | head -c "$n"; }
+
+@test "ds-ckpt-convert: the top-2 model exports under Mixtral's names; PR-MoE says why it cannot" {
+	run -0 train --model "$SHARE/models/gpt-test-moe-top2.json" --train-iters 2 --save ck
+	run -0 ds-ckpt-convert ck --to safetensors -o hf
+	jq -e '.architectures == ["MixtralForCausalLM"] and .num_local_experts == 4 and .num_experts_per_tok == 2
+	       and .intermediate_size == 96 and .num_key_value_heads == 4' hf/config.json >/dev/null ||
+		fail "config.json: $(cat hf/config.json)"
+	st_header hf/model.safetensors >h.json
+	jq -e '."model.layers.1.block_sparse_moe.experts.3.w1.weight".shape == [96, 64]
+	       and ."model.layers.1.block_sparse_moe.experts.3.w3.weight".shape == [96, 64]
+	       and ."model.layers.1.block_sparse_moe.experts.3.w2.weight".shape == [64, 96]
+	       and ."model.layers.0.block_sparse_moe.gate.weight".shape == [4, 64]
+	       and ."model.layers.0.self_attn.k_proj.weight".shape == [64, 64]
+	       and ."model.embed_tokens.weight".shape == [256, 64]' h.json >/dev/null || fail "header: $(cat h.json)"
+	# 2 layers x (4 experts x 3 + gate + q, k, v, o + 2 norms) + embeddings, norm, head
+	[ "$(jq '[keys[] | select(. != "__metadata__")] | length' h.json)" -eq $((2 * (4 * 3 + 1 + 4 + 2) + 3)) ]
+	run -0 train --model "$SHARE/models/gpt-test-prmoe.json" --train-iters 1 --save ck2
+	run -2 --separate-stderr ds-ckpt-convert ck2 --to safetensors -o hf2
+	[[ "$stderr" == *"not Mixtral's architecture"* ]] || fail "$stderr"
+	[ ! -e hf2 ]
+}
+
 @test "PR-MoE test model (residual MLP, pyramid of 2 and 4 experts): the loss falls, a resume is bit-identical" {
 	falls_and_resumes "$SHARE/models/gpt-test-prmoe.json"
 }
@@ -58,8 +82,8 @@ falls_and_resumes() {
 	line=$(echo "$output" | grep '^# MoE: 2 layers')
 	# after "per rank": non-expert, expert, the whole model's, its experts'
 	read -r ne ex whole exw <<<"$(echo "${line#*per rank }" | grep -oE '[0-9]+' | head -n 4 | tr '\n' ' ')"
-	# an expert: c_fc [192, 64] + bias [192] + c_proj [64, 96]
-	[ "$ex" -eq $((2 * 2 * (192 * 64 + 192 + 64 * 96))) ] || fail "expert params per rank $ex"
+	# an expert (no biases, as Mixtral's): c_fc [192, 64] + c_proj [64, 96]
+	[ "$ex" -eq $((2 * 2 * (192 * 64 + 64 * 96))) ] || fail "expert params per rank $ex"
 	[ "$exw" -eq $((2 * ex)) ] && [ "$whole" -eq $((ne + exw)) ] || fail "whole model $whole, experts $exw"
 	# capacity ceil(256 tokens / 4 experts x 2) = 128 slots: an (4, 128, 64) fp32 buffer
 	# 4 times per layer, 2 layers, micro batch 8, accumulation 1: 1 MiB; half leaves the rank

@@ -82,6 +82,7 @@ static void case_config(hid_t g, struct ds_model_config *m)
 	mc->top2_2nd_expert_sampling = attr_i(g, "top2_2nd_expert_sampling");
 	mc->use_residual = attr_i(g, "use_residual");
 	mc->layer_experts[0] = attr_i(g, "E");
+	m->use_bias_in_mlp = attr_i(g, "use_bias_in_mlp");
 }
 
 static void run_case(const char *name)
@@ -97,7 +98,7 @@ static void run_case(const char *name)
 	case_config(g, &m);
 	const int N = attr_i(g, "N"), C = attr_i(g, "C"), F = attr_i(g, "F"), E = attr_i(g, "E"), k = attr_i(g, "k");
 	const int F2 = m.activation == DS_ACT_GELU ? F : 2 * F, res = m.moe.use_residual, train = attr_i(g, "train");
-	const long es = (long)F2 * C + F2 + (long)C * F;
+	const long eb = m.use_bias_in_mlp ? F2 : 0, es = (long)F2 * C + eb + (long)C * F;
 	float *x = read_f(g, "x", (long)N * C), *dout = read_f(g, "dout", (long)N * C);
 	float *jit = read_f(g, "jitter", (long)N * C), *gum = read_f(g, "gumbel", (long)N * E);
 	float *rts = read_f(g, "rts", (long)N * E);
@@ -110,13 +111,15 @@ static void run_case(const char *name)
 		float *t = read_f(g, n, (long)F2 * C);
 		memcpy(ex + e * es, t, sizeof(float) * (size_t)F2 * C);
 		free(t);
-		snprintf(n, sizeof n, "params/expert%d_fcb", e);
-		t = read_f(g, n, F2);
-		memcpy(ex + e * es + (long)F2 * C, t, sizeof(float) * (size_t)F2);
-		free(t);
+		if (eb) {
+			snprintf(n, sizeof n, "params/expert%d_fcb", e);
+			t = read_f(g, n, F2);
+			memcpy(ex + e * es + (long)F2 * C, t, sizeof(float) * (size_t)F2);
+			free(t);
+		}
 		snprintf(n, sizeof n, "params/expert%d_pw", e);
 		t = read_f(g, n, (long)C * F);
-		memcpy(ex + e * es + (long)F2 * C + F2, t, sizeof(float) * (size_t)C * F);
+		memcpy(ex + e * es + (long)F2 * C + eb, t, sizeof(float) * (size_t)C * F);
 		free(t);
 	}
 	struct ds_moe_params p = { .gate = gate, .experts = ex }, gr = { .gate = ggate, .experts = gex };
@@ -163,8 +166,10 @@ static void run_case(const char *name)
 	for (int e = 0; e < E; e++) {
 		char n[64];
 		static const char *const part[] = { "fcw", "fcb", "pw" };
-		const long off[] = { 0, (long)F2 * C, (long)F2 * C + F2 }, len[] = { (long)F2 * C, F2, (long)C * F };
+		const long off[] = { 0, (long)F2 * C, (long)F2 * C + eb }, len[] = { (long)F2 * C, F2, (long)C * F };
 		for (int q = 0; q < 3; q++) {
+			if (q == 1 && !eb)
+				continue;
 			snprintf(n, sizeof n, "grads/expert%d_%s", e, part[q]);
 			t = read_f(g, n, len[q]);
 			check(name, n, gex + e * es + off[q], t, len[q], 1e-5);
@@ -202,6 +207,7 @@ static void top1_norts_jitter(void **st) { (void)st; run_case("top1_norts_jitter
 static void top2_drop(void **st) { (void)st; run_case("top2_drop"); }
 static void prmoe_nodrop(void **st) { (void)st; run_case("prmoe_nodrop"); }
 static void top2_eval_residual(void **st) { (void)st; run_case("top2_eval_residual"); }
+static void top2_nobias(void **st) { (void)st; run_case("top2_nobias"); }
 
 /* The keyed draws: a micro-batch of 4 samples routes each sample as the
  * same sample does in two micro-batches of 2 (global sample index keys). */
@@ -355,7 +361,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(top1_rts_rsample),   cmocka_unit_test(top1_norts_jitter),
 		cmocka_unit_test(top2_drop),          cmocka_unit_test(prmoe_nodrop),
-		cmocka_unit_test(top2_eval_residual), cmocka_unit_test(keyed_draws_split),
+		cmocka_unit_test(top2_eval_residual), cmocka_unit_test(top2_nobias),
+		cmocka_unit_test(keyed_draws_split),
 		cmocka_unit_test(config_section),     cmocka_unit_test(registry_ep),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
