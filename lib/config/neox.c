@@ -106,7 +106,6 @@ static const struct param params[] = {
 	NOE("save_base_shapes", MUP), NOE("base_shapes_file", MUP), NOE("mup_init_scale", MUP), NOE("mup_attn_temp", MUP),
 	NOE("mup_output_temp", MUP), NOE("mup_embedding_mult", MUP), NOE("mup_rp_embedding_mult", MUP),
 	NOE("mup_width_scale", MUP),
-	REF("use_bias_in_mlp", "true", "an MLP without bias is not implemented"),
 	REF("use_qk_layernorm", "false", "query-key layernorm is not implemented"),
 	REF("sliding_window_width", "null", "sliding-window attention is not implemented"),
 	REF("opt_pos_emb_offset", "0", "OPT's position-embedding offset is not implemented"),
@@ -456,12 +455,16 @@ static int moe_section(struct ctx *x)
 		return 0;  /* NeoX: MoE layers not used with 1 expert */
 	const char *f = file_of(x, "moe_num_experts");
 	json_t *ty = json_object_get(a, "moe_type");
-	if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "deepspeed"))) {
-		error(x, "%s: parameter 'moe_type': only \"deepspeed\" is implemented (megablocks' dMoE is not)", f);
+	if (!ty) {   /* today's NeoX: megablocks' dMoE with the sinkhorn router */
+		error(x, "%s: parameter 'moe_num_experts': without moe_type \"deepspeed\" NeoX's MoE is megablocks' dMoE, "
+		      "which is not implemented; dstk implements DeepSpeed's MoE (moe_type \"deepspeed\")", f);
 		return 0;
 	}
-	if (!ty)
-		DS_TRY(line(x, "moe_type", "default", "NeoX's is megablocks' dMoE; dstk runs DeepSpeed's MoE (moe_type deepspeed)"));
+	if (!(json_is_string(ty) && !strcmp(json_string_value(ty), "deepspeed"))) {
+		error(x, "%s: parameter 'moe_type': only \"deepspeed\" is implemented (megablocks' dMoE is not)",
+		      file_of(x, "moe_type"));
+		return 0;
+	}
 	json_t *iv = json_object_get(a, "moe_expert_interval");
 	if (!iv)
 		iv = json_object_get(a, "expert_interval");
