@@ -397,6 +397,13 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		    r->dd.blend[DS_SPLIT_TRAIN] ? r->o->data : ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
+	if (s->model.moe.enabled) {   /* MoE: the layers, and a rank's share with expert parallelism */
+		int ep = ds_gpt_ep(ds_engine_model(r->e), NULL);
+		ds_log_info("MoE: %d layers with experts, top-%d, capacity factor %g, drop_tokens %s, ep_size %d%s",
+			    ds_moe_num_layers(&s->model), s->model.moe.k, s->model.moe.capacity_factor,
+			    s->model.moe.drop_tokens ? "true" : "false", ep,
+			    ep > 1 ? " (the parameters above are one rank's: its experts and every non-expert one)" : "");
+	}
 	if (s->eng.half == DS_HALF_BF16) {   /* which matrix products the bf16 run uses (gpt.h) */
 		char plan[512];
 		ds_gemm_bf16_plan(s->eng.bf16_matmul, plan, sizeof plan);

@@ -50,6 +50,13 @@ static void test_self_collectives(void **state)
 	assert_memory_equal(a, b, sizeof a);
 	assert_int_equal(nlogged, 6);
 	assert_int_equal(lastbytes, 16);
+	/* all_to_all_single of a world of one: its one block comes back, logged
+	 * with DeepSpeed's message size (the whole input) */
+	memset(b, 0, sizeof b);
+	assert_int_equal(ds_comm_alltoall(c, a, b, 4, DS_F32, &err), 0);
+	assert_memory_equal(a, b, sizeof a);
+	assert_int_equal(nlogged, 7);
+	assert_int_equal(lastbytes, 16);
 	ds_comm_destroy(c);
 }
 
