@@ -147,6 +147,7 @@ struct ds_engine {
 	struct bk { int64_t off, n; struct ds_comm *comm; } *bk;
 	int ntd;                    /* tensors of the dense segments (Lamb's norms over the world) */
 	struct ds_moe_stats moe;    /* the step's MoE statistics, summed over micro-steps */
+	int opts_moe;               /* the model has MoE layers */
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -772,6 +773,7 @@ static int build_model(struct ds_engine *e, struct ds_err *err)
 		DS_TRY(ds_comm_split(e->comm, e->rank % ep, e->rank, &e->edp_comm, err));
 	}
 	DS_TRY(ds_gpt_create_ep(&e->model, &opts->model, ep, ep > 1 ? e->rank % ep : 0, err));
+	e->opts_moe = opts->model.moe.enabled;
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
 				     .dropout_seed = opts->seed, .half = opts->half,
@@ -1496,8 +1498,10 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	double lsum = loss_sum / GA;
 	double mv[3] = { e->moe.aux / GA, (double)e->moe.dropped, (double)e->moe.routed };
 	if (e->W > 1) {
+		/* an MoE model's statistics ride along (a dense model's is DeepSpeed's 3) */
 		double v[6] = { e->reduce_on ? stat[0] : 0, stat[1], lsum, mv[0], mv[1], mv[2] };
-		DS_TRY(ds_comm_allreduce(e->comm, v, 6, DS_F64, DS_SUM, err));
+		const int nv = e->opts_moe ? 6 : 3;
+		DS_TRY(ds_comm_allreduce(e->comm, v, (size_t)nv, DS_F64, DS_SUM, err));
 		if (e->reduce_on)
 			stat[0] = v[0];
 		stat[1] = v[1];
