@@ -54,17 +54,18 @@ static const struct ds_config_key mkeys[] = {
 #define NMK ((int)(sizeof(mkeys) / sizeof(mkeys[0])))
 
 /* Where each key lives in struct ds_model_config, and how. */
-enum { F_INT, F_DBL, F_ENUM };
+enum { F_INT, F_DBL, F_ENUM, F_NOT };   /* F_NOT: a bool stored negated */
 static const struct { size_t off; int how; } field[NMK] = {
 #define FI(n) { offsetof(struct ds_model_config, n), F_INT }
 #define FD(n) { offsetof(struct ds_model_config, n), F_DBL }
 #define FE(n) { offsetof(struct ds_model_config, n), F_ENUM }
+#define FN(n) { offsetof(struct ds_model_config, n), F_NOT }
 	FE(family), FI(num_layers), FI(hidden_size), FI(num_attention_heads), FI(seq_length),
 	FI(max_position_embeddings), FI(vocab_size), FI(make_vocab_size_divisible_by), FI(intermediate_size),
 	FE(pos_emb), FD(rotary_pct), FD(rotary_emb_base), FE(norm), FD(layernorm_epsilon), FD(rms_norm_epsilon),
 	FE(activation), FI(no_weight_tying), FI(gpt_j_residual), FD(init_method_std), FD(hidden_dropout),
 	FD(attention_dropout), FI(type_vocab_size), FI(padded_vocab_size), FE(init_method),
-	FE(output_layer_init_method), FI(use_bias_in_attn_linear), FI(use_bias_in_mlp),
+	FE(output_layer_init_method), FN(no_bias_in_attn_linear), FN(no_bias_in_mlp),
 };
 
 static int key_index(const char *name)
@@ -78,7 +79,9 @@ static int key_index(const char *name)
 static void set_field(struct ds_model_config *m, int i, json_t *v)
 {
 	char *base = (char *)m + field[i].off;
-	if (field[i].how == F_DBL) {
+	if (field[i].how == F_NOT) {
+		*(int *)base = !json_is_true(v);
+	} else if (field[i].how == F_DBL) {
 		*(double *)base = json_number_value(v);
 	} else if (field[i].how == F_INT) {
 		*(int *)base = json_is_boolean(v) ? json_is_true(v) : (int)json_integer_value(v);
@@ -271,6 +274,8 @@ static json_t *value(const struct ds_model_config *m, int i)
 	const char *base = (const char *)m + field[i].off;
 	if (field[i].how == F_DBL)
 		return json_real(*(const double *)base);
+	if (field[i].how == F_NOT)
+		return json_boolean(!*(const int *)base);
 	if (mkeys[i].type == DS_KT_BOOL)
 		return json_boolean(*(const int *)base);
 	if (field[i].how == F_INT)

@@ -75,8 +75,10 @@ struct ds_model_config {
 	int init_method;               /* enum ds_init_method: embeddings, QKV, MLP in, lm_head (normal) */
 	int output_layer_init_method;  /* index in "scaled_normal|normal|small_init|wang_init" (0, a zeroed
 					* struct: scaled_normal); ds_model_output_init gives its enum ds_init_method */
-	int use_bias_in_attn_linear;   /* GPT-NeoX's: c_attn and attn.c_proj have biases (default 1) */
-	int use_bias_in_mlp;           /* GPT-NeoX's: c_fc and mlp.c_proj (and experts' c_fc) have biases (default 1) */
+	/* GPT-NeoX's use_bias_in_attn_linear / use_bias_in_mlp false: no biases
+	 * in c_attn and attn.c_proj / in c_fc, mlp.c_proj and the experts' c_fc
+	 * (stored negated, so a zeroed struct has biases) */
+	int no_bias_in_attn_linear, no_bias_in_mlp;
 	unsigned set_mask;             /* bit i: the model file gave key i (loader) */
 	struct ds_moe_config moe;      /* Mixture of Experts ("moe" section; disabled by default) */
 };

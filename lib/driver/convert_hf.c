@@ -23,10 +23,10 @@ int ds_hf_arch_for(const struct ds_model_config *m, struct ds_err *err)
 	if (m->moe.enabled)
 		return ds_err_set(err, DS_EINVAL, "safetensors export: an MoE model is neither GPT-2 nor GPT-NeoX "
 				  "(it exports under Mixtral's names where its architecture is Mixtral's)");
-	if (!m->use_bias_in_attn_linear || !m->use_bias_in_mlp)
+	if (m->no_bias_in_attn_linear || m->no_bias_in_mlp)
 		return ds_err_set(err, DS_EINVAL, "safetensors export: GPT-2 and GPT-NeoX in transformers have "
 				  "biases in every linear layer; this model has none in its %s; export with --to fp32",
-				  !m->use_bias_in_attn_linear ? "attention" : "MLP");
+				  m->no_bias_in_attn_linear ? "attention" : "MLP");
 	if (m->norm != DS_NORM_LAYERNORM)
 		return ds_err_set(err, DS_EINVAL, "safetensors export: norm 'rmsnorm' has no GPT-2 or GPT-NeoX "
 				  "equivalent in transformers; export with --to fp32 instead");

@@ -50,7 +50,7 @@ int ds_convert_mixtral_check(const struct ds_model_config *m, struct ds_err *err
 		why = "Mixtral's output head is its own weight (no_weight_tying true)";
 	} else if (m->gpt_j_residual) {
 		why = "Mixtral's residual is sequential (gpt_j_residual is true)";
-	} else if (m->use_bias_in_attn_linear || m->use_bias_in_mlp) {
+	} else if (!m->no_bias_in_attn_linear || !m->no_bias_in_mlp) {
 		why = "Mixtral has no biases in its linear layers (set use_bias_in_attn_linear and use_bias_in_mlp false)";
 	}
 	if (why)

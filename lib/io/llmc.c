@@ -134,7 +134,7 @@ int ds_llmc_header_for(const struct ds_model_config *m, int version, struct ds_l
 		why = "family is not gpt";
 	else if (m->moe.enabled)
 		why = "llm.c's GPT-2 has no Mixture-of-Experts layers";
-	else if (!m->use_bias_in_attn_linear || !m->use_bias_in_mlp)
+	else if (m->no_bias_in_attn_linear || m->no_bias_in_mlp)
 		why = "llm.c's GPT-2 has biases in every linear layer";
 	else if (m->pos_emb != DS_POS_LEARNED)
 		why = "pos_emb is not 'learned' (llm.c has only learned positions)";

@@ -192,11 +192,11 @@ static void mlp_ops(struct build *b, int mlp, const struct ds_model_config *m, i
 {
 	int64_t C = m->hidden_size, I = inter_size(m);
 	int gated = m->activation == DS_ACT_GEGLU || m->activation == DS_ACT_SWIGLU;
-	linear(b, mlp, "c_fc", tokens, C, gated ? 2 * I : I, m->use_bias_in_mlp);
+	linear(b, mlp, "c_fc", tokens, C, gated ? 2 * I : I, !m->no_bias_in_mlp);
 	elementwise(b, mlp, K_ELEMENTWISE, tokens * I);     /* gelu / silu */
 	if (gated)
 		elementwise(b, mlp, K_ELEMENTWISE, tokens * I); /* gate * up */
-	linear(b, mlp, "c_proj", tokens, I, C, proj_bias && m->use_bias_in_mlp);
+	linear(b, mlp, "c_proj", tokens, I, C, proj_bias && !m->no_bias_in_mlp);
 }
 
 /* An MoE layer (DeepSpeed's MoE module): the gate over every token, and
@@ -246,7 +246,7 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	snprintf(ex, sizeof(ex), "num_heads=%lld, head_dim=%lld%s", (long long)NH, (long long)hd,
 		 m->pos_emb == DS_POS_ROTARY ? ", rotary" : "");
 	int at = node_add(b, blk, "attn", "GPTAttention", ex);
-	linear(b, at, "c_attn", BT, C, 3 * C, m->use_bias_in_attn_linear);
+	linear(b, at, "c_attn", BT, C, 3 * C, !m->no_bias_in_attn_linear);
 	if (m->pos_emb == DS_POS_ROTARY) {
 		/* q*cos + rotate_half(q)*sin on the rotated dims of q and k: 2 mul + 1 add */
 		int64_t rot = (int64_t)(hd * (m->rotary_pct > 0 ? m->rotary_pct : 1.0)) & ~(int64_t)1;
@@ -255,7 +255,7 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	ds_count_attention(B, NH, T, T, hd, hd, &op);
 	own(b, at, K_ATTN, op);
 	elementwise(b, at, K_SOFTMAX, B * NH * T * T);
-	linear(b, at, "c_proj", BT, C, C, m->use_bias_in_attn_linear);
+	linear(b, at, "c_proj", BT, C, C, !m->no_bias_in_attn_linear);
 
 	norm(b, blk, "ln_2", rms, BT * C, C, eps);
 	const char *act = m->activation == DS_ACT_GEGLU ? "geglu" :

@@ -449,7 +449,7 @@ static int gate_forward(struct ds_moe_ws *w, struct set *s, const struct ds_moe_
 /* ---- experts ----------------------------------------------------------- */
 
 /* an expert's [c_fc.weight | c_fc.bias (use_bias_in_mlp) | c_proj.weight] */
-static int64_t ebias(const struct ds_moe_ws *w) { return w->m.use_bias_in_mlp ? w->F2 : 0; }
+static int64_t ebias(const struct ds_moe_ws *w) { return !w->m.no_bias_in_mlp ? w->F2 : 0; }
 static int64_t expert_stride(const struct ds_moe_ws *w)
 {
 	return (int64_t)w->F2 * w->C + ebias(w) + (int64_t)w->C * w->F;

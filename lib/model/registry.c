@@ -126,7 +126,7 @@ int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_co
 		if (bias) { snprintf(n, sizeof(n), "transformer.h.%d.%s.bias", l, sub); ADD(n, out, 0, DS_INIT_ZERO, 0); } \
 	} while (0)
 #define LIN(sub, out, in, init, s) LINB(sub, out, in, init, s, 1)
-		const int ab = m->use_bias_in_attn_linear, mb = m->use_bias_in_mlp;
+		const int ab = !m->no_bias_in_attn_linear, mb = !m->no_bias_in_mlp;
 		LN("ln_1");
 		LINB("attn.c_attn", 3 * C, C, DS_INIT_NORMAL, std, ab);
 		LINB("attn.c_proj", C, C, DS_INIT_SCALED, sstd, ab);
@@ -170,7 +170,7 @@ int ds_gpt_registry_build_ep(struct ds_gpt_registry *r, const struct ds_model_co
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.weight", l, e);
 			ADD(n, Fup, C, DS_INIT_NORMAL, std);
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_fc.bias", l, e);
-			if (m->use_bias_in_mlp)
+			if (!m->no_bias_in_mlp)
 				ADD(n, Fup, 0, DS_INIT_ZERO, 0);
 			snprintf(n, sizeof(n), "transformer.h.%d.mlp.experts.%d.c_proj.weight", l, e);
 			ADD(n, C, F, DS_INIT_SCALED, sstd);

@@ -82,7 +82,7 @@ static void case_config(hid_t g, struct ds_model_config *m)
 	mc->top2_2nd_expert_sampling = attr_i(g, "top2_2nd_expert_sampling");
 	mc->use_residual = attr_i(g, "use_residual");
 	mc->layer_experts[0] = attr_i(g, "E");
-	m->use_bias_in_mlp = attr_i(g, "use_bias_in_mlp");
+	m->no_bias_in_mlp = !attr_i(g, "use_bias_in_mlp");
 }
 
 static void run_case(const char *name)
@@ -98,7 +98,7 @@ static void run_case(const char *name)
 	case_config(g, &m);
 	const int N = attr_i(g, "N"), C = attr_i(g, "C"), F = attr_i(g, "F"), E = attr_i(g, "E"), k = attr_i(g, "k");
 	const int F2 = m.activation == DS_ACT_GELU ? F : 2 * F, res = m.moe.use_residual, train = attr_i(g, "train");
-	const long eb = m.use_bias_in_mlp ? F2 : 0, es = (long)F2 * C + eb + (long)C * F;
+	const long eb = !m.no_bias_in_mlp ? F2 : 0, es = (long)F2 * C + eb + (long)C * F;
 	float *x = read_f(g, "x", (long)N * C), *dout = read_f(g, "dout", (long)N * C);
 	float *jit = read_f(g, "jitter", (long)N * C), *gum = read_f(g, "gumbel", (long)N * E);
 	float *rts = read_f(g, "rts", (long)N * E);
