@@ -709,6 +709,10 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	if (ds_optim_is_onebit(opts->optim.type) && opts->zero_stage != 0)
 		return ds_err_set(err, DS_EINVAL, "%s is not compatible with ZeRO (DeepSpeed asserts the same); use "
 				  "zero_optimization.stage 0", ds_optim_type_name(opts->optim.type));
+	if (ds_optim_is_onebit(opts->optim.type) && opts->model.moe.enabled && opts->model.moe.ep_size > 1)
+		return ds_err_set(err, DS_EINVAL, "%s with expert parallelism (moe.ep_size %d): its compressed allreduce "
+				  "spans every rank, the experts' gradients only their expert-data-parallel group; not "
+				  "implemented", ds_optim_type_name(opts->optim.type), opts->model.moe.ep_size);
 	if (opts->model.moe.enabled && opts->zero_stage >= 3)
 		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage 3 with MoE layers: DeepSpeed's MoE is not "
 				  "supported with ZeRO stage 3 (it refuses the same); use stage 0, 1 or 2");
