@@ -4,7 +4,7 @@
 ## packing kernels of kernels/cpu/onebit.c).
 noinst_LIBRARIES += lib/comm/libds_comm.a
 lib_comm_libds_comm_a_SOURCES = lib/comm/comm.c lib/comm/comm.h lib/comm/comm_int.h \
-	lib/comm/comm_dev.c lib/comm/comm_staged.c lib/comm/compressed.c
+	lib/comm/comm_dev.c lib/comm/comm_staged.c lib/comm/compressed.c lib/comm/topo.c lib/comm/topo.h
 if HAVE_MPI
 lib_comm_libds_comm_a_SOURCES += lib/comm/comm_mpi.c
 else

@@ -24,6 +24,7 @@
 #endif
 
 #include "comm/comm.h"
+#include "comm/topo.h"
 #include "util/half.h"
 #include "util/timer.h"
 #include "../unit/comm_devsim.h"
@@ -722,6 +723,38 @@ int main(int argc, char **argv)
 			device_suite(c, &m, !strcmp(memkind, "devsim"));
 			host_checks(c); /* host buffers still go to the host backend */
 		}
+	}
+
+	/* 3D groups: the members of each group, summed as 2^rank, are the
+	 * ranks DeepSpeed's topology puts there */
+	static const int layouts[][2] = { { 2, 1 }, { 1, 2 }, { 2, 2 }, { 4, 1 }, { 1, 4 } };
+	for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+		struct ds_topo t;
+		struct ds_groups gr;
+		int tp = layouts[k][0], pp = layouts[k][1];
+		if (n % (tp * pp))
+			continue;
+		CHECK(ds_topo_init(&t, n, rank, tp, pp, &err) == 0, "topo %s", err.msg);
+		CHECK(ds_groups_create(&gr, c, &t, &err) == 0, "groups %s", err.msg);
+		int64_t m[4] = { 1 << rank, 1 << rank, 1 << rank, 1 << rank }, w[4] = { 0, 0, 0, 0 };
+		for (int q = 0; q < tp; q++)
+			w[0] |= 1 << ds_topo_rank_of(&t, t.pp_rank, t.dp_rank, q);
+		for (int q = 0; q < pp; q++)
+			w[1] |= 1 << ds_topo_rank_of(&t, q, t.dp_rank, t.tp_rank);
+		for (int q = 0; q < t.dp; q++)
+			w[2] |= 1 << ds_topo_rank_of(&t, t.pp_rank, q, t.tp_rank);
+		w[3] = pp > 1 && (t.pp_rank == 0 || t.pp_rank == pp - 1)
+			? (1 << ds_topo_rank_of(&t, 0, t.dp_rank, t.tp_rank)) | (1 << ds_topo_rank_of(&t, pp - 1, t.dp_rank, t.tp_rank))
+			: 1 << rank;
+		struct ds_comm *gs[4] = { gr.tp, gr.pp, gr.dp, gr.tie };
+		for (int q = 0; q < 4; q++) {
+			ds_comm_allreduce(gs[q], &m[q], 1, DS_I64, DS_SUM, &err);
+			CHECK(m[q] == w[q], "tp %d pp %d: group %d holds ranks %llx, want %llx", tp, pp, q,
+			      (long long)m[q], (long long)w[q]);
+		}
+		CHECK(ds_comm_rank(gr.pp) == t.pp_rank, "pipe group rank %d is not the stage %d", ds_comm_rank(gr.pp),
+		      t.pp_rank);
+		ds_groups_release(&gr);
 	}
 
 	int64_t nbad = bad;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/topo.h"
 #include "comm_devsim.h"
 
 static int nlogged;
@@ -83,6 +84,40 @@ static void test_self_groups(void **state)
 	ds_comm_destroy(g);
 	assert_int_equal(ds_comm_split(c, -2, 0, &g, &err), DS_EINVAL);
 	assert_null(g);
+	ds_comm_destroy(c);
+}
+
+/* DeepSpeed's ProcessTopology(axes=['pipe', 'data', 'model']) numbers the
+ * cartesian product with the model axis fastest: rank -> (pipe, data, model) */
+static void test_topology(void **state)
+{
+	static const int want[8][3] = { { 0, 0, 0 }, { 0, 0, 1 }, { 0, 1, 0 }, { 0, 1, 1 },
+					{ 1, 0, 0 }, { 1, 0, 1 }, { 1, 1, 0 }, { 1, 1, 1 } };
+	struct ds_topo t;
+	struct ds_err err = DS_ERR_INIT;
+	for (int r = 0; r < 8; r++) {
+		assert_int_equal(ds_topo_init(&t, 8, r, 2, 2, &err), 0);
+		assert_int_equal(t.dp, 2);
+		assert_int_equal(t.pp_rank, want[r][0]);
+		assert_int_equal(t.dp_rank, want[r][1]);
+		assert_int_equal(t.tp_rank, want[r][2]);
+		assert_int_equal(ds_topo_rank_of(&t, want[r][0], want[r][1], want[r][2]), r);
+	}
+	/* 12 ranks as tp 2 x pp 3 x dp 2: rank 7 is stage 1, replica 1, shard 1 */
+	assert_int_equal(ds_topo_init(&t, 12, 7, 2, 3, &err), 0);
+	assert_true(t.pp_rank == 1 && t.dp_rank == 1 && t.tp_rank == 1 && t.dp == 2);
+	assert_int_equal(ds_topo_init(&t, 6, 0, 4, 1, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "world size 6"));
+	assert_int_equal(ds_topo_init(&t, 4, 0, 0, 1, &err), DS_EINVAL);
+	/* a world of one has groups of one */
+	struct ds_comm *c;
+	struct ds_groups g;
+	assert_int_equal(ds_comm_create(&c, "self", &err), 0);
+	assert_int_equal(ds_topo_init(&t, 1, 0, 1, 1, &err), 0);
+	assert_int_equal(ds_groups_create(&g, c, &t, &err), 0);
+	assert_true(ds_comm_size(g.tp) == 1 && ds_comm_size(g.pp) == 1 && ds_comm_size(g.dp) == 1 &&
+		    ds_comm_size(g.tie) == 1);
+	ds_groups_release(&g);
 	ds_comm_destroy(c);
 }
 
@@ -342,6 +377,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_self_collectives),
 		cmocka_unit_test(test_self_groups),
+		cmocka_unit_test(test_topology),
 		cmocka_unit_test(test_backend_choice),
 		cmocka_unit_test(test_devpath_choose),
 		cmocka_unit_test(test_devkey),
