@@ -71,6 +71,58 @@ void ds_kernel_embed_backward(float *dwte, float *dpos, const float *dout, const
 	}
 }
 
+void ds_kernel_vocab_embed_forward(float *out, const int32_t *tok, const float *wte_l, int v0, int rows,
+				   int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+		float *o = out + bt * C;
+		const int64_t r = (int64_t)tok[bt] - v0;
+		if (r >= 0 && r < rows)
+			memcpy(o, wte_l + r * C, (size_t)C * sizeof(float));
+		else
+			memset(o, 0, (size_t)C * sizeof(float));
+	}
+}
+
+void ds_kernel_pos_add(float *out, const float *pos, int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+		float *o = out + bt * C;
+		const float *p = pos + (bt % T) * C;
+		for (int i = 0; i < C; i++)
+			o[i] += p[i];
+	}
+}
+
+void ds_kernel_vocab_embed_backward(float *dwte_l, float *dpos, const float *dout, const int32_t *tok, int v0,
+				    int rows, int B, int T, int C)
+{
+	/* as ds_kernel_embed_backward: channel blocks in parallel */
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < C; c0 += CB) {
+		int c1 = c0 + CB < C ? c0 + CB : C;
+		for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+			const int64_t r = (int64_t)tok[bt] - v0;
+			if (r < 0 || r >= rows)
+				continue;
+			float *d = dwte_l + r * C;
+			const float *g = dout + bt * C;
+			for (int i = c0; i < c1; i++)
+				d[i] += g[i];
+		}
+		if (dpos)
+			for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+				float *d = dpos + (bt % T) * C;
+				const float *g = dout + bt * C;
+				for (int i = c0; i < c1; i++)
+					d[i] += g[i];
+			}
+	}
+}
+
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps)
 {
@@ -197,6 +249,16 @@ void ds_kernel_rmsnorm_backward(float *dinp, float *dw, const float *dout, const
 		}
 		for (int i = c0; i < c1; i++)
 			dw[i] += aw[i - c0];
+	}
+}
+
+void ds_kernel_bias_add(float *out, const float *b, int64_t N, int OC)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float *o = out + n * OC;
+		for (int i = 0; i < OC; i++)
+			o[i] += b[i];
 	}
 }
 
@@ -328,6 +390,12 @@ void ds_kernel_causal_softmax_forward(float *att, int B, int NH, int T)
 void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, int T, float p,
 				 const struct ds_rng *gs)
 {
+	ds_kernel_attention_dropout_h0(attd, att, B, NH, 0, T, p, gs);
+}
+
+void ds_kernel_attention_dropout_h0(float *attd, const float *att, int B, int NH, int h0, int T, float p,
+				    const struct ds_rng *gs)
+{
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
@@ -337,7 +405,7 @@ void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, i
 			const int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((int64_t)T * NH));
 			const float *a = att + r * T;
 			float *d = attd + r * T;
-			drop_row(keep, &gs[b], h, t, T, p);
+			drop_row(keep, &gs[b], h0 + h, t, T, p);
 			for (int t2 = 0; t2 <= t; t2++)
 				d[t2] = a[t2] * keep[t2];
 			for (int t2 = t + 1; t2 < T; t2++)
@@ -364,6 +432,12 @@ static void softmax_bwd_row(float *d, const float *a, int t, int T, float scale)
 void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int NH, int T,
 				       float scale, float p, const struct ds_rng *gs)
 {
+	ds_kernel_causal_softmax_backward_h0(datt, att, B, NH, 0, T, scale, p, gs);
+}
+
+void ds_kernel_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T,
+					  float scale, float p, const struct ds_rng *gs)
+{
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
@@ -373,7 +447,7 @@ void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int
 			const int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((int64_t)T * NH));
 			float *d = datt + r * T;
 			if (keep) {
-				drop_row(keep, &gs[b], h, t, T, p);
+				drop_row(keep, &gs[b], h0 + h, t, T, p);
 				for (int t2 = 0; t2 <= t; t2++)
 					d[t2] *= keep[t2];
 			}
@@ -563,6 +637,50 @@ void ds_kernel_xent_backward16(uint16_t *logits, const float *lse, const int32_t
 		uint16_t *l = logits + n * Vp;
 		xent_row_grad16(l, lse[n], V, dscale, targets[n]);
 		for (int i = V; i < Vp; i++)
+			l[i] = 0;
+	}
+}
+
+/* ---- vocabulary-parallel cross-entropy ------------------------------- */
+
+void ds_kernel_xent_vp_max(float *mx, float *pred, const float *logits, const int32_t *targets, int v0,
+			   int64_t N, int Vl, int Vpl)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *l = logits + n * Vpl;
+		float m = -INFINITY;
+		for (int i = 0; i < Vl; i++)
+			m = l[i] > m ? l[i] : m;
+		mx[n] = m;
+		const int64_t t = (int64_t)targets[n] - v0;
+		pred[n] = t >= 0 && t < Vl ? l[t] : 0.0f;
+	}
+}
+
+void ds_kernel_xent_vp_sumexp(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		const float *l = logits + n * Vpl;
+		float s = 0;
+		for (int i = 0; i < Vl; i++)
+			s += ds_expf(l[i] - mx[n]);
+		se[n] = s;
+	}
+}
+
+void ds_kernel_xent_vp_backward(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N,
+				int Vl, int Vpl, float dscale)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float *l = logits + n * Vpl;
+		xent_row_grad(l, lse[n], Vl, dscale);
+		const int64_t t = (int64_t)targets[n] - v0;
+		if (t >= 0 && t < Vl)
+			l[t] -= dscale;
+		for (int i = Vl; i < Vpl; i++)
 			l[i] = 0;
 	}
 }

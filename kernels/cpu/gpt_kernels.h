@@ -26,6 +26,19 @@ void ds_kernel_embed_forward(float *out, const int32_t *tok, const float *wte, c
 void ds_kernel_embed_backward(float *dwte, float *dpos, const float *dout, const int32_t *tok,
 			      int B, int T, int C);
 
+/* Vocabulary-parallel embedding (Megatron's VocabParallelEmbedding): this
+ * rank holds rows [v0, v0 + rows) of wte as wte_l (rows, C).  out (N,C)
+ * writes wte_l[tok - v0] for tokens in that range, zeros for the others
+ * (the tensor-parallel sum then completes every row). */
+void ds_kernel_vocab_embed_forward(float *out, const int32_t *tok, const float *wte_l, int v0, int rows,
+				   int B, int T, int C);
+/* out (N,C) += pos[t] (pos (T,C)): the positions, added after that sum. */
+void ds_kernel_pos_add(float *out, const float *pos, int B, int T, int C);
+/* dwte_l (rows,C) += scatter of dout (N,C) by the tokens in [v0, v0+rows);
+ * dpos (T,C) += sum over b (NULL: skip). */
+void ds_kernel_vocab_embed_backward(float *dwte_l, float *dpos, const float *dout, const int32_t *tok, int v0,
+				    int rows, int B, int T, int C);
+
 /* LayerNorm: out (N,C) writes, mean/rstd (N) writes; w, b (C). */
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps);
@@ -43,6 +56,9 @@ void ds_kernel_rmsnorm_backward(float *dinp, float *dw, const float *dout, const
 
 /* out (N,OC) writes: every row = b (OC), or zeros when b is NULL. */
 void ds_kernel_bias_fill(float *out, const float *b, int64_t N, int OC);
+/* out (N,OC) += b (OC) on every row (a row-parallel product's bias, added
+ * after the tensor-parallel sum). */
+void ds_kernel_bias_add(float *out, const float *b, int64_t N, int OC);
 /* db (OC) += column sums of dout (N,OC). */
 void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC);
 
@@ -63,11 +79,19 @@ void ds_kernel_causal_softmax_forward(float *att, int B, int NH, int T);
  * (1/(1-p) or 0), keyed per sample by gs[b] at element h*T*T + t*T + t2. */
 void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, int T, float p,
 				 const struct ds_rng *gs);
+/* The same for heads h0 .. h0+NH-1 of the model (a tensor-parallel rank's):
+ * local head h is keyed as head h0 + h, so the masks are the whole
+ * model's whatever the split. */
+void ds_kernel_attention_dropout_h0(float *attd, const float *att, int B, int NH, int h0, int T, float p,
+				    const struct ds_rng *gs);
 /* datt (B,NH,T,T) in place: from dL/d(attd) (or dL/d(att) when p <= 0) to
  * scale * dL/d(scores): mask, then softmax backward with att (B,NH,T,T);
  * zeros above the diagonal. */
 void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int NH, int T,
 				       float scale, float p, const struct ds_rng *gs);
+/* ... for heads h0 .. h0+NH-1 (see ds_kernel_attention_dropout_h0). */
+void ds_kernel_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T,
+					  float scale, float p, const struct ds_rng *gs);
 
 /* MLP activation.  act 0 gelu: out (N,F) = gelu(inp (N,F)).  act 1 geglu,
  * 2 swiglu: inp (N,2F) = [a | b], out = act(a) * b (Megatron's chunk order). */
@@ -95,5 +119,20 @@ void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *tar
 double ds_kernel_xent_forward16(float *lse, uint16_t *logits, const int32_t *targets, int64_t N, int V, int Vp);
 void ds_kernel_xent_backward16(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V,
 			       int Vp, float dscale);
+/* Vocabulary-parallel cross-entropy (Megatron's VocabParallelCrossEntropy):
+ * this rank holds columns [v0, v0 + Vl) of the vocabulary as the first Vl
+ * of Vpl columns of logits (N,Vpl).  Per row, mx writes the largest local
+ * logit (-inf when Vl is 0) and pred the target's logit when the target is
+ * local, else 0; after a max and a sum over the tensor-parallel ranks,
+ * se writes the sum of exp(logit - mx) over the local columns, to be
+ * summed too: lse = mx + log(se), loss = lse - pred. */
+void ds_kernel_xent_vp_max(float *mx, float *pred, const float *logits, const int32_t *targets, int v0,
+			   int64_t N, int Vl, int Vpl);
+void ds_kernel_xent_vp_sumexp(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl);
+/* In place: logits (N,Vpl) becomes dscale * (softmax - onehot) on the Vl
+ * local columns (the onehot only where the target is local), 0 on the
+ * padding columns. */
+void ds_kernel_xent_vp_backward(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N,
+				int Vl, int Vpl, float dscale);
 
 #endif

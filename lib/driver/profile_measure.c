@@ -56,7 +56,7 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 		return ds_err_set(err, DS_EINVAL, "--measure: only the gpt family is trainable (bert is profile-only)");
 	if ((rc = ds_gpt_create(&m, cfg, err)) < 0)
 		goto out;
-	struct ds_gpt_ws_opts wo = { B, T, o->checkpointing, 1234, 0, 0 };
+	struct ds_gpt_ws_opts wo = { .B = B, .T = T, .checkpointing = o->checkpointing, .dropout_seed = 1234 };
 	if ((rc = ds_gpt_ws_create(&ws, m, &wo, err)) < 0)
 		goto out;
 	int64_t n = ds_gpt_num_params(m);

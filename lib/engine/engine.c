@@ -537,8 +537,8 @@ static int next_seg(const struct ds_engine *e, int s, int phase)
 	int last = e->nseg - 1;
 	if (phase == DS_GPT_FORWARD)
 		return s < last ? s + 1 : -1;
-	if (s == 0)  /* tied: segment 0 opens first, the head follows */
-		return last;
+	if (s == 0)  /* tied: segment 0 opens first, the final norm follows; untied: it is the last */
+		return ds_gpt_head_segment(e->model) == 0 ? ds_gpt_norm_segment(e->model) : -1;
 	return s - 1;
 }
 

@@ -34,11 +34,17 @@ struct layer_ix {
 	int moe;                      /* index among the MoE layers, -1 dense */
 };
 
+/* With tensor parallelism (gpt.h) NH, Cq, F, F2 and Vp are this rank's:
+ * its heads, their q width NH*hs, its MLP and vocabulary slices; C stays
+ * the model's.  V is the valid columns among its Vp, v0 its first global
+ * vocabulary row, h0 its first global head. */
 struct ds_gpt {
 	struct ds_model_config cfg;
 	struct ds_gpt_registry reg;
 	int L, C, NH, V, Vp, F, F2, rd;
+	int Cq, tp, tp_rank, v0, h0;
 	int wte, wpe, lnfw, lnfb, head;   /* head = wte when tied */
+	int nseg_, head_seg;              /* head_seg: L+2 untied, 0 tied */
 	struct layer_ix *li;
 	int ep, ep_rank, nmoe;            /* expert parallelism; MoE layers */
 };
@@ -81,6 +87,8 @@ struct ds_gpt_ws {
 	float *hchunk;                /* mixed precision: hrows fp32 logit rows, aliasing dqkv.. */
 	int64_t hrows;
 	float *lse;                   /* (N) */
+	float *vp;                    /* (3, N) vocabulary-parallel loss: row max, target logit, exp-sum */
+	uint16_t *g16;                /* (N,C) partition_activations in 16 bits: a gathered layer input */
 	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
 	float *datt;                  /* (B,NH,T,T) attention gradient scratch */
 	float *attd;                  /* (B,NH,T,T) probabilities after dropout (attention_dropout > 0) */
@@ -98,6 +106,9 @@ struct ds_gpt_ws {
 	float bscale;                 /* the running backward's loss scale (weights aux) */
 	int recomputing;              /* a checkpointed layer's second forward */
 	struct ds_err lerr;           /* a layer's failure */
+	struct ds_gpt_part part;      /* what this workspace runs */
+	int l0, nl;                   /* its layers: [l0, l0 + nl) */
+	int tp, tp_rank, pa;          /* tensor parallelism; pa: partition_activations in effect */
 	float *segp[];                /* 2*nseg: parameter then gradient base per segment */
 };
 
@@ -110,13 +121,30 @@ static int find(const struct ds_gpt *m, const char *fmt, int l)
 	return ds_gpt_registry_find(&m->reg, n);
 }
 
+static int create_par(struct ds_gpt **out, const struct ds_model_config *cfg, int tp, int tp_rank, int ep, int ep_rank,
+		      struct ds_err *err);
+
 int ds_gpt_create(struct ds_gpt **out, const struct ds_model_config *cfg, struct ds_err *err)
 {
-	return ds_gpt_create_ep(out, cfg, 1, 0, err);
+	return create_par(out, cfg, 1, 0, 1, 0, err);
 }
 
 int ds_gpt_create_ep(struct ds_gpt **out, const struct ds_model_config *cfg, int ep, int ep_rank,
 		     struct ds_err *err)
+{
+	return create_par(out, cfg, 1, 0, ep, ep_rank, err);
+}
+
+int ds_gpt_create_tp(struct ds_gpt **out, const struct ds_model_config *cfg, int tp, int tp_rank,
+		     struct ds_err *err)
+{
+	return create_par(out, cfg, tp, tp_rank, 1, 0, err);
+}
+
+/* the model as tensor-parallel rank tp_rank of tp and expert-parallel rank
+ * ep_rank of ep (MoE layers refuse tp > 1: registry.h) */
+static int create_par(struct ds_gpt **out, const struct ds_model_config *cfg, int tp, int tp_rank, int ep, int ep_rank,
+		      struct ds_err *err)
 {
 	*out = NULL;
 	struct ds_gpt *m = calloc(1, sizeof(*m));
@@ -138,18 +166,25 @@ int ds_gpt_create_ep(struct ds_gpt **out, const struct ds_model_config *cfg, int
 		c->rotary_emb_base = 10000;
 	m->ep = ep;
 	m->ep_rank = ep_rank;
-	int rc = ds_gpt_registry_build_ep(&m->reg, c, ep, ep_rank, err);
+	int rc = ep > 1 ? ds_gpt_registry_build_ep(&m->reg, c, ep, ep_rank, err)
+			: ds_gpt_registry_build_tp(&m->reg, c, tp, tp_rank, err);
 	if (rc < 0) {
 		free(m);
 		return rc;
 	}
+	m->tp = tp;
+	m->tp_rank = tp_rank;
 	m->L = c->num_layers;
 	m->C = c->hidden_size;
-	m->NH = c->num_attention_heads;
-	m->V = c->vocab_size;
-	m->Vp = c->padded_vocab_size;
-	m->F = c->intermediate_size;
+	m->NH = c->num_attention_heads / tp;
+	m->Cq = m->NH * (m->C / c->num_attention_heads);
+	m->h0 = tp_rank * m->NH;
+	m->Vp = c->padded_vocab_size / tp;
+	m->v0 = tp_rank * m->Vp;
+	m->V = c->vocab_size - m->v0 < 0 ? 0 : c->vocab_size - m->v0 > m->Vp ? m->Vp : c->vocab_size - m->v0;
+	m->F = c->intermediate_size / tp;
 	m->F2 = c->activation == DS_ACT_GELU ? m->F : 2 * m->F;
+	m->head_seg = c->no_weight_tying ? m->L + 2 : 0;
 	m->rd = 0;
 	if (c->pos_emb == DS_POS_ROTARY) {
 		if (!(c->rotary_pct > 0 && c->rotary_pct <= 1)) {
@@ -157,7 +192,7 @@ int ds_gpt_create_ep(struct ds_gpt **out, const struct ds_model_config *cfg, int
 			ds_gpt_destroy(m);
 			return rc;
 		}
-		m->rd = (int)((m->C / m->NH) * c->rotary_pct) / 2 * 2;
+		m->rd = (int)((m->C / c->num_attention_heads) * c->rotary_pct) / 2 * 2;
 	}
 	if (c->pos_emb == DS_POS_SINUSOIDAL && m->C % 2) {
 		rc = ds_err_set(err, DS_EINVAL, "model: pos_emb sinusoidal needs an even hidden_size (got %d)", m->C);
@@ -221,6 +256,35 @@ const struct ds_gpt_tensor *ds_gpt_tensor(const struct ds_gpt *m, int i) { retur
 int ds_gpt_find(const struct ds_gpt *m, const char *name) { return ds_gpt_registry_find(&m->reg, name); }
 int ds_gpt_num_segments(const struct ds_gpt *m) { return m->reg.nseg; }
 const struct ds_gpt_segment *ds_gpt_segment(const struct ds_gpt *m, int s) { return &m->reg.seg[s]; }
+int ds_gpt_norm_segment(const struct ds_gpt *m) { return m->L + 1; }
+int ds_gpt_head_segment(const struct ds_gpt *m) { return m->head_seg; }
+int ds_gpt_tp(const struct ds_gpt *m, int *rank)
+{
+	if (rank)
+		*rank = m->tp_rank;
+	return m->tp;
+}
+
+void ds_gpt_part_whole(const struct ds_gpt *m, struct ds_gpt_part *p)
+{
+	*p = (struct ds_gpt_part){ 1, 0, m->L, 1, 1 };
+}
+
+int ds_gpt_part_uses(const struct ds_gpt *m, const struct ds_gpt_part *p, int seg)
+{
+	if (seg == 0)
+		return p->embed || (p->head && m->head_seg == 0);
+	if (seg <= m->L)
+		return seg - 1 >= p->l0 && seg - 1 < p->l1;
+	if (seg == m->L + 1)
+		return p->norm;
+	if (seg == m->head_seg)
+		return p->head;
+	for (int l = p->l0; l < p->l1; l++)   /* an MoE layer's experts */
+		if (m->reg.expert_seg[l] == seg)
+			return 1;
+	return 0;
+}
 
 void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begin, int64_t end)
 {
@@ -229,12 +293,16 @@ void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begi
 
 /* ---- workspace --------------------------------------------------------- */
 
+/* Shapes of a workspace: this tensor-parallel rank's widths (NH heads of
+ * q width Cq, F, F2, Vp) for a part of nl layers with or without the
+ * head; pa: partition_activations in effect (checkpointing, tp > 1). */
 struct dims {
-	int64_t B, T, N, C, NH, F, F2, Vp, L, rd;
-	int ckpt, sinus, adrop, half;
+	int64_t B, T, N, C, NH, Cq, F, F2, Vp, L, nl, rd, tp;
+	int ckpt, sinus, adrop, half, head, pa;
 };
 
-static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int T, int ckpt, int half)
+static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, const struct ds_gpt_part *part, int pa,
+		    int B, int T, int ckpt, int half)
 {
 	int Vp = c->padded_vocab_size;
 	if (Vp <= 0) {
@@ -242,18 +310,25 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int 
 		Vp = (c->vocab_size + k - 1) / k * k;
 	}
 	int F = c->intermediate_size > 0 ? c->intermediate_size : 4 * c->hidden_size;
+	if (tp < 1)
+		tp = 1;
+	d->tp = tp;
 	d->B = B;
 	d->T = T;
 	d->N = (int64_t)B * T;
 	d->C = c->hidden_size;
-	d->NH = c->num_attention_heads;
-	d->F = F;
-	d->F2 = c->activation == DS_ACT_GELU ? F : 2 * F;
-	d->Vp = Vp;
+	d->NH = c->num_attention_heads / tp;
+	d->Cq = c->num_attention_heads > 0 ? d->NH * (c->hidden_size / c->num_attention_heads) : 0;
+	d->F = F / tp;
+	d->F2 = c->activation == DS_ACT_GELU ? d->F : 2 * d->F;
+	d->Vp = Vp / tp;
 	d->L = c->num_layers;
+	d->nl = part ? part->l1 - part->l0 : c->num_layers;
+	d->head = part ? part->head : 1;
 	d->rd = c->pos_emb == DS_POS_ROTARY && d->NH > 0
 		? (int64_t)((c->hidden_size / c->num_attention_heads) * c->rotary_pct) / 2 * 2 : 0;
 	d->ckpt = ckpt;
+	d->pa = pa && ckpt && tp > 1;
 	d->sinus = c->pos_emb == DS_POS_SINUSOIDAL;
 	d->adrop = c->attention_dropout > 0;
 	d->half = half != DS_HALF_NONE;
@@ -265,7 +340,10 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int B, int 
 
 /* Carve the workspace out of base (NULL: only measure); returns bytes and,
  * in *saved, those of what forward keeps for backward (the layer inputs,
- * the layers' saved activations, the logits): the rest is working memory. */
+ * the layers' saved activations, the logits): the rest is working memory.
+ * The kept layer inputs are nl + 1 entries (the part's layer inputs and
+ * its last output), each N*C, or with partition_activations N*C/tp for
+ * the layer inputs. */
 static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, size_t *saved)
 {
 	size_t off = 0, s0;
@@ -275,22 +353,23 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	if (base) { (ptr) = (void *)(base + off); } off += b_; } while (0)
 	float *dummy;
 	uint16_t *dummy16;
-	const int64_t N = d->N, C = d->C;
-	int nl = d->ckpt || d->half ? 1 : (int)d->L;
+	const int64_t N = d->N, C = d->C, Cq = d->Cq;
+	const int64_t kept = d->nl * (d->pa ? N * C / d->tp : N * C) + N * C;
+	int nl = d->ckpt || d->half ? 1 : (int)d->nl;
 	s0 = off;
 	if (d->half) {   /* 16-bit layer inputs (fp32 copies in scratch: resid_in) */
-		TAKE16(*(ws ? &ws->resid16 : &dummy16), (d->L + 1) * N * C);
+		TAKE16(*(ws ? &ws->resid16 : &dummy16), kept);
 	} else {
-		TAKE(*(ws ? &ws->resid : &dummy), (d->L + 1) * N * C);
+		TAKE(*(ws ? &ws->resid : &dummy), kept);
 	}
-	for (int l = 0; d->half && !d->ckpt && l < d->L; l++) {
+	for (int l = 0; d->half && !d->ckpt && l < d->nl; l++) {
 		struct hacts tmp, *h = ws ? &ws->ha[l] : &tmp;
 		TAKE16(h->ln1, N * C);
 		TAKE(h->ln1_a, N);
 		TAKE(h->ln1_b, N);
-		TAKE16(h->qkv, 3 * N * C);
+		TAKE16(h->qkv, 3 * N * Cq);
 		TAKE16(h->att, d->B * d->NH * d->T * d->T);
-		TAKE16(h->atty, N * C);
+		TAKE16(h->atty, N * Cq);
 		TAKE16(h->res2, N * C);
 		TAKE16(h->ln2, N * C);
 		TAKE(h->ln2_a, N);
@@ -305,9 +384,9 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 		TAKE(a->ln1, N * C);
 		TAKE(a->ln1_a, N);
 		TAKE(a->ln1_b, N);
-		TAKE(a->qkv, 3 * N * C);
+		TAKE(a->qkv, 3 * N * Cq);
 		TAKE(a->att, d->B * d->NH * d->T * d->T);
-		TAKE(a->atty, N * C);
+		TAKE(a->atty, N * Cq);
 		TAKE(a->res2, N * C);
 		TAKE(a->ln2, N * C);
 		TAKE(a->ln2_a, N);
@@ -322,23 +401,28 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	TAKE(w->lnf_a, N);
 	TAKE(w->lnf_b, N);
 	s0 = off;
-	if (d->half) {   /* 16-bit logits, handled hrows at a time in fp32 */
+	if (!d->head) {
+		w->logits = NULL;
+		w->logits16 = NULL;
+	} else if (d->half) {   /* 16-bit logits, handled hrows at a time in fp32 */
 		TAKE16(w->logits16, N * d->Vp);
 	} else {
 		TAKE(w->logits, N * d->Vp);
 	}
 	*saved += off - s0;
 	TAKE(w->lse, N);
+	TAKE(w->vp, d->tp > 1 && d->head ? 3 * N : 0);   /* vocabulary-parallel loss: max, target logit, exp-sum */
+	TAKE16(w->g16, d->pa && d->half ? N * C : 0);    /* partition_activations: the gathered 16-bit input */
 	TAKE(w->dresid, N * C);
 	TAKE(w->dA, N * C);
 	TAKE(w->dM, N * C);
 	TAKE(w->dln, N * C);
 	const size_t r0 = off;   /* dqkv..dfcact are free while the head runs */
-	TAKE(w->dqkv, 3 * N * C);
-	TAKE(w->datty, N * C);
+	TAKE(w->dqkv, 3 * Cq > C ? 3 * N * Cq : N * C);   /* recomputed layers also write their (N,C) output here */
+	TAKE(w->datty, N * Cq);
 	TAKE(w->dfch, N * d->F2);
 	TAKE(w->dfcact, N * d->F);
-	if (d->half) {   /* the head's fp32 rows: that span, grown to HEAD_MIN_ROWS rows if short */
+	if (d->half && d->head) {   /* the head's fp32 rows: that span, grown to HEAD_MIN_ROWS rows if short */
 		int64_t fl = (int64_t)(off - r0) / 4, want = (N < HEAD_MIN_ROWS ? N : HEAD_MIN_ROWS) * d->Vp;
 		if (fl < want)
 			TAKE(dummy, want - fl);
@@ -369,21 +453,28 @@ static size_t moe_bytes(const struct ds_model_config *cfg, int B, int T, int che
 	return ds_moe_ws_bytes_for(cfg, cfg->moe.ep_size, (int64_t)B * T, checkpointing ? 1 : n);
 }
 
-size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
+size_t ds_gpt_activation_bytes_part(const struct ds_model_config *cfg, int tp, const struct ds_gpt_part *part,
+				    int pa, int B, int T, int checkpointing, int half, size_t *saved)
 {
 	struct dims d;
-	dims_of(&d, cfg, B, T, checkpointing, half);
-	size_t saved;
-	return layout(&d, NULL, NULL, &saved) + moe_bytes(cfg, B, T, checkpointing);
+	size_t sv;
+	dims_of(&d, cfg, tp, part, pa, B, T, checkpointing, half);
+	size_t n = layout(&d, NULL, NULL, &sv), mb = moe_bytes(cfg, B, T, checkpointing);
+	if (saved)
+		*saved = sv + mb;
+	return n + mb;
+}
+
+size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
+{
+	return ds_gpt_activation_bytes_part(cfg, 1, NULL, 0, B, T, checkpointing, half, NULL);
 }
 
 size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half)
 {
-	struct dims d;
-	dims_of(&d, cfg, B, T, checkpointing, half);
 	size_t saved;
-	layout(&d, NULL, NULL, &saved);
-	return saved + moe_bytes(cfg, B, T, checkpointing);
+	ds_gpt_activation_bytes_part(cfg, 1, NULL, 0, B, T, checkpointing, half, &saved);
+	return saved;
 }
 
 int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struct ds_gpt_ws_opts *o,
@@ -415,13 +506,32 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
 	}
 	ws->ckpt_layer = -1;
+	if (o->part)
+		ws->part = *o->part;
+	else
+		ds_gpt_part_whole(m, &ws->part);
+	const struct ds_gpt_part *pt = &ws->part;
+	if (pt->l0 < 0 || pt->l1 < pt->l0 || pt->l1 > m->L || (pt->embed && pt->l0 != 0) ||
+	    ((pt->norm || pt->head) && pt->l1 != m->L) || (pt->head && !pt->norm && (pt->embed || pt->l1 > pt->l0)) ||
+	    (!pt->embed && !pt->head && !pt->norm && pt->l1 == pt->l0)) {
+		int rc = ds_err_set(err, DS_EINVAL, "model workspace: part (embed %d, layers %d..%d, norm %d, head %d) "
+				    "is not a contiguous run of the model's %d layers", pt->embed, pt->l0, pt->l1, pt->norm,
+				    pt->head, m->L);
+		free(ws);
+		return rc;
+	}
+	ws->l0 = pt->l0;
+	ws->nl = pt->l1 - pt->l0;
+	ws->tp = m->tp;
+	ws->tp_rank = m->tp_rank;
+	ws->pa = o->partition_activations && ws->ckpt && m->tp > 1;
 	const int hp = ws->half != DS_HALF_NONE;
-	ws->la = calloc(ws->ckpt || hp ? 1 : (size_t)m->L, sizeof(*ws->la));
+	ws->la = calloc(ws->ckpt || hp || !ws->nl ? 1 : (size_t)ws->nl, sizeof(*ws->la));
 	if (hp && !ws->ckpt)
-		ws->ha = calloc((size_t)m->L > 0 ? (size_t)m->L : 1, sizeof(*ws->ha));
+		ws->ha = calloc(ws->nl > 0 ? (size_t)ws->nl : 1, sizeof(*ws->ha));
 	ws->gs = calloc((size_t)o->B, sizeof(*ws->gs));
 	struct dims d;
-	dims_of(&d, &m->cfg, o->B, o->T, ws->ckpt, ws->half);
+	dims_of(&d, &m->cfg, m->tp, pt, ws->pa, o->B, o->T, ws->ckpt, ws->half);
 	size_t saved;
 	ws->bytes = layout(&d, NULL, NULL, &saved);
 	ws->mem = ds_alloc(ws->bytes);
@@ -556,22 +666,83 @@ static int hook_post(struct ds_gpt_ws *ws, int seg, int phase, struct ds_err *er
 	return 0;
 }
 
-/* ---- 16-bit activation storage (mixed precision) ----------------------- */
+/* ---- tensor-parallel collectives (the hooks') ---------------------------- */
 
-/* backward's layer input l (NC values): fp32 runs point into resid; mixed
- * precision unpacks resid16[l] into lnf, free once the head's gradient is
- * taken (forward keeps its fp32 layer inputs and outputs in dA and dln,
- * which only backward uses) */
-static float *resid_in(struct ds_gpt_ws *ws, int l, int64_t NC)
+/* sum (or max) buf[0..n) over the tensor-parallel ranks; nothing at tp 1 */
+static int tp_reduce(struct ds_gpt_ws *ws, float *buf, int64_t n, int op, struct ds_err *err)
 {
-	if (ws->half == DS_HALF_NONE)
-		return ws->resid + (int64_t)l * NC;
-	ds_half_unpack_n(ws->half, ws->lnf, ws->resid16 + (int64_t)l * NC, (size_t)NC);
-	return ws->lnf;
+	if (ws->tp == 1)
+		return 0;
+	if (!ws->has_hooks || !ws->hooks.tp_allreduce)
+		return ds_err_set(err, DS_EINVAL, "model: tensor parallelism (%d ranks) needs the tp_allreduce hook", ws->tp);
+	int rc = ws->hooks.tp_allreduce(ws->hooks.ctx, buf, n, op);
+	return rc < 0 ? ds_err_set(err, rc, "model: the tensor-parallel %s of %lld values failed",
+				   op == DS_GPT_TP_MAX ? "max" : "sum", (long long)n) : 0;
 }
 
-/* the activations layer l works in: its own (fp32 runs), the one working
- * set la[0] (checkpointing), or la[0] with layer l's fp32 statistics */
+/* ---- kept layer inputs (16-bit in mixed precision, 1/tp slices with
+ * partition_activations) ----------------------------------------------------
+ * Entry li (0 .. nl) is the input of layer l0 + li, entry nl the part's last
+ * layer output (the norm's or the next stage's input).  fp32 runs without
+ * partitioning write and read them in place (resid); otherwise forward works
+ * in xw[] and stores each entry packed, backward loads it into lnf (free once
+ * the head's gradient is taken: forward keeps its fp32 layer inputs and
+ * outputs in dA and dln, which only backward uses). */
+
+static int packed(const struct ds_gpt_ws *ws) { return ws->half != DS_HALF_NONE || ws->pa; }
+
+/* entry li's elements (a slice with partition_activations) and offset */
+static int64_t res_len(const struct ds_gpt_ws *ws, int li, int64_t NC)
+{
+	return ws->pa && li < ws->nl ? NC / ws->tp : NC;
+}
+
+static int64_t res_off(const struct ds_gpt_ws *ws, int li, int64_t NC)
+{
+	return (int64_t)li * res_len(ws, 0, NC);
+}
+
+/* keep the fp32 (N,C) x as entry li (packed mode) */
+static void res_store(struct ds_gpt_ws *ws, int li, const float *x, int64_t NC)
+{
+	const int64_t n = res_len(ws, li, NC), o = res_off(ws, li, NC);
+	const float *src = x + (n < NC ? (int64_t)ws->tp_rank * n : 0);
+	if (ws->half != DS_HALF_NONE)
+		ds_half_pack_n(ws->half, ws->resid16 + o, src, (size_t)n);
+	else
+		memcpy(ws->resid + o, src, (size_t)n * sizeof(float));
+}
+
+/* entry li as fp32 (N,C) into *x: in place, or gathered/unpacked into lnf */
+static int res_load(struct ds_gpt_ws *ws, int li, int64_t NC, float **x, struct ds_err *err)
+{
+	if (!packed(ws)) {
+		*x = ws->resid + (int64_t)li * NC;
+		return 0;
+	}
+	const int64_t n = res_len(ws, li, NC), o = res_off(ws, li, NC);
+	*x = ws->lnf;
+	if (n == NC) {
+		if (ws->half != DS_HALF_NONE)
+			ds_half_unpack_n(ws->half, ws->lnf, ws->resid16 + o, (size_t)NC);
+		else
+			memcpy(ws->lnf, ws->resid + o, (size_t)NC * sizeof(float));
+		return 0;
+	}
+	if (!ws->has_hooks || !ws->hooks.tp_allgather)
+		return ds_err_set(err, DS_EINVAL, "model: partition_activations needs the tp_allgather hook");
+	int h = ws->half != DS_HALF_NONE;
+	int rc = ws->hooks.tp_allgather(ws->hooks.ctx, h ? (const void *)(ws->resid16 + o) : (const void *)(ws->resid + o),
+					h ? (void *)ws->g16 : (void *)ws->lnf, n, h ? 2 : 4);
+	if (rc < 0)
+		return ds_err_set(err, rc, "model: gathering the partitioned input of layer %d failed", ws->l0 + li);
+	if (h)
+		ds_half_unpack_n(ws->half, ws->lnf, ws->g16, (size_t)NC);
+	return 0;
+}
+
+/* the activations the part's layer li works in: its own (fp32 runs), the
+ * one working set la[0] (checkpointing), or la[0] with its fp32 statistics */
 static struct acts layer_acts(const struct ds_gpt_ws *ws, int l)
 {
 	if (!ws->ha)
@@ -584,16 +755,17 @@ static struct acts layer_acts(const struct ds_gpt_ws *ws, int l)
 	return a;
 }
 
-/* pack (dir 0) the working activations into layer l's 16-bit copy, or
- * unpack them back (dir 1); every buffer is already 16-bit representable */
+/* pack (dir 0) the working activations into the part's layer l's 16-bit
+ * copy, or unpack them back (dir 1); every buffer is already 16-bit
+ * representable */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
 	const struct hacts *h = &ws->ha[l];
-	const int64_t N = (int64_t)B * T, C = m->C;
+	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
 	struct { uint16_t *p; float *f; int64_t n; } v[] = {
-		{ h->ln1, a->ln1, N * C }, { h->qkv, a->qkv, 3 * N * C },
-		{ h->att, a->att, (int64_t)B * m->NH * T * T }, { h->atty, a->atty, N * C },
+		{ h->ln1, a->ln1, N * C }, { h->qkv, a->qkv, 3 * N * Cq },
+		{ h->att, a->att, (int64_t)B * m->NH * T * T }, { h->atty, a->atty, N * Cq },
 		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C }, { h->ln2, a->ln2, N * C },
 		{ h->fch, a->fch, N * m->F2 }, { h->fcact, a->fcact, N * m->F },
 	};
@@ -728,7 +900,7 @@ static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float 
 static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
 			      int B, int T)
 {
-	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const float pa = (float)m->cfg.attention_dropout;
@@ -739,7 +911,7 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
 	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
-		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
+		ds_kernel_attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
@@ -751,13 +923,13 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
 			       int l, int B, int T)
 {
-	const int C = m->C, NH = m->NH, hs = C / NH, C3 = 3 * C;
+	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	if (drop)   /* the dropped probabilities again, from the same keys */
-		ds_kernel_attention_dropout(ws->attd, a->att, B, NH, T, pa, streams(ws, B, l + 1, 1));
+		ds_kernel_attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
 	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
@@ -767,8 +939,8 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 	gemm_bt(ws, &dv, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 		ws->dqkv + 2 * C, C3);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
-	ds_kernel_causal_softmax_backward(ws->datt, P, B, NH, T, scale, drop ? pa : 0.0f,
-					  drop ? streams(ws, B, l + 1, 1) : NULL);
+	ds_kernel_causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
+					     drop ? streams(ws, B, l + 1, 1) : NULL);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
 	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER };
@@ -810,29 +982,48 @@ static int moe_layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l
 
 /* ---- one transformer layer --------------------------------------------- */
 
-/* out (N,C) = layer l of x (N,C); activations into a.  0 or an MoE
- * layer's failure (ws->lerr). */
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b of a row-parallel product
+ * (attn.c_proj, mlp.c_proj): with tensor parallelism this rank's partial
+ * sum over its IC inputs, summed over the ranks, and the replicated bias
+ * added after the sum (Megatron's RowParallelLinear) */
+static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, const float *w, const float *b,
+			  int64_t N, int IC, int OC, struct ds_err *err)
+{
+	if (ws->tp == 1) {
+		matmul_forward(ws, out, inp, w, b, N, IC, OC);
+		return 0;
+	}
+	gemm(ws, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+	DS_TRY(tp_reduce(ws, out, N * OC, DS_GPT_TP_SUM, err));
+	if (b)
+		ds_kernel_bias_add(out, b, N, OC);
+	return 0;
+}
+
+/* out (N,C) = layer l of x (N,C); activations into a.  0, a collective's
+ * failure or an MoE layer's (ws->lerr). */
 static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, struct acts *a,
-			  float *out, const float *x, int B, int T)
+			 float *out, const float *x, int B, int T, struct ds_err *err)
 {
 	const struct layer_ix *ix = &m->li[l];
 	float **P = seg_params(ws);
 	const int64_t N = (int64_t)B * T;
-	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
+	const int C = m->C, Cq = m->Cq, NH = m->NH, F = m->F, F2 = m->F2;
 	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 
 	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
 	rnd(ws, a->ln1, N * C);
-	matmul_forward(ws, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * C);
+	/* column-parallel: this rank's heads' [q | k | v] */
+	matmul_forward(ws, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq);
 	if (m->rd)
-		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 0);
-	rnd(ws, a->qkv, 3 * N * C);
+		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
+	rnd(ws, a->qkv, 3 * N * Cq);
 	attention_forward(m, ws, a, l, B, T);
-	rnd(ws, a->atty, N * C);
+	rnd(ws, a->atty, N * Cq);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
-	matmul_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, C, C);
+	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, Cq, C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
 	ds_kernel_add_inplace(ab, x, N * C);
 	rnd(ws, ab, N * C);
@@ -843,13 +1034,13 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	if (ix->moe >= 0) {
 		int rc = moe_layer_forward(m, ws, l, a->ln2, mb, B, T);
 		if (rc < 0)
-			return rc;
+			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
 		matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
 		rnd(ws, a->fch, N * F2);
 		ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
 		rnd(ws, a->fcact, N * F);
-		matmul_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C);
+		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	if (gptj) {
@@ -865,14 +1056,17 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 /* dres (N,C): on entry d loss / d out of layer l, on return d loss / d x
  * (the residual stream's gradient, updated in place); parameter gradients
  * accumulate into the segment's grads.  x (N,C) is the layer's input.
- * 0 or an MoE layer's failure (ws->lerr). */
+ * Tensor parallelism: the input gradients of the column-parallel products
+ * (c_fc, c_attn) are this rank's part, summed over the ranks before the
+ * norms take them (Megatron's copy_to_tensor_model_parallel_region).
+ * 0, a collective's failure or an MoE layer's (ws->lerr). */
 static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
-			   float *dres, const float *x, int B, int T)
+			  float *dres, const float *x, int B, int T, struct ds_err *err)
 {
 	const struct layer_ix *ix = &m->li[l];
 	float **P = seg_params(ws), **G = seg_grads(m, ws);
 	const int64_t N = (int64_t)B * T;
-	const int C = m->C, NH = m->NH, F = m->F, F2 = m->F2;
+	const int C = m->C, Cq = m->Cq, NH = m->NH, F = m->F, F2 = m->F2;
 	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
@@ -896,7 +1090,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		int rc = ds_moe_backward(ws->moe, ws->ckpt ? 0 : ix->moe, l, &p, &g, a->ln2, ws->dM,
 					 (float)m->cfg.moe.loss_coeff * ws->bscale, &a2a, ws->dln, &ws->lerr);
 		if (rc < 0)
-			return rc;
+			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
 		matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
 				tp(m, P, ix->fcpw), N, F, C);
@@ -905,6 +1099,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		rnd(ws, ws->dfch, N * F2);
 		matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
 				tp(m, P, ix->fcw), N, C, F2);
+		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
 	rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
@@ -918,14 +1113,15 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
 	matmul_backward(ws, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
-			tp(m, P, ix->projw), N, C, C);
-	rnd(ws, ws->datty, N * C);
+			tp(m, P, ix->projw), N, Cq, C);
+	rnd(ws, ws->datty, N * Cq);
 	attention_backward(m, ws, a, l, B, T);
 	if (m->rd)
-		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, C, NH, m->rd, 1);
-	rnd(ws, ws->dqkv, 3 * N * C);
+		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
+	rnd(ws, ws->dqkv, 3 * N * Cq);
 	matmul_backward(ws, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
-			tp(m, P, ix->qkvw), N, C, 3 * C);
+			tp(m, P, ix->qkvw), N, C, 3 * Cq);
+	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	rnd(ws, ws->dln, N * C);
 	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
@@ -936,24 +1132,26 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
  * their gradient in bf16 from the product to the loss and back: each of
  * the three products runs once over the whole batch (no fp32 row chunks,
  * no rounding or packing passes, one pass over the head's gradient).  The
- * implementation, or DS_BF16_SGEMM for the chunked fp32 path. */
+ * implementation, or DS_BF16_SGEMM for the chunked fp32 path (which the
+ * vocabulary-parallel loss of tensor parallelism always takes). */
 static enum ds_bf16_impl head16(const struct ds_gpt_ws *ws, int N, int V, int C)
 {
-	if (ws->half != DS_HALF_BF16 || ws->mm < 0)
+	if (ws->half != DS_HALF_BF16 || ws->mm < 0 || ws->tp > 1)
 		return DS_BF16_SGEMM;
 	const enum ds_bf16_impl im = ds_gemm_bf16_pick(ws->mm, 0, 1, N, V, C, 1);
 	return im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? im : DS_BF16_SGEMM;
 }
 
 /* logits rows [r0, r0+n) into out (n,Vp) = lnf @ head^T, rounded to 16
- * bits in mixed precision; the padding columns are -inf */
+ * bits in mixed precision; the padding columns are -inf (with tensor
+ * parallelism this rank's Vp columns, V of them valid) */
 static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *out, int64_t r0,
 		      int64_t n, const float *head)
 {
 	const int V = m->V, Vp = m->Vp, C = m->C;
-	gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), CblasNoTrans, CblasTrans, (int)n, V, C,
-		1.0f, ws->lnf + r0 * C, C,
-		    head, C, 0.0f, out, Vp);
+	if (V > 0)
+		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), CblasNoTrans, CblasTrans, (int)n, V,
+			C, 1.0f, ws->lnf + r0 * C, C, head, C, 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V) {
 #pragma omp parallel for schedule(static)
@@ -965,22 +1163,98 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 
 /* ---- whole model ------------------------------------------------------- */
 
+/* the loss terms of rows [r0, r0+n) of a vocabulary-parallel head, first
+ * half: this rank's row max and target logit (chunk (n,Vp) in rows) */
+static void vp_first(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *chunk, const int32_t *targets,
+		     int64_t r0, int64_t n, int64_t N)
+{
+	ds_kernel_xent_vp_max(ws->vp + r0, ws->vp + N + r0, chunk, targets + r0, m->v0, n, m->V, m->Vp);
+}
+
+/* forward's logits and loss sum (targets may be NULL) of the N rows of lnf */
+static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *head, const int32_t *targets,
+			int64_t N, double *sum, struct ds_err *err)
+{
+	const int V = m->V, Vp = m->Vp, C = m->C, hp = ws->half != DS_HALF_NONE, vpar = m->tp > 1 && targets;
+	*sum = 0;
+	/* bf16 logits of the whole batch in one product (head16; never with vpar) */
+	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
+	const int whole = h16 != DS_BF16_SGEMM &&
+			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
+					  ws->logits16, Vp) == 0;
+	if (whole)
+		*sum = ds_kernel_xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
+	if (!hp) {
+		head_rows(m, ws, ws->logits, 0, N, head);
+		if (targets && !vpar)
+			*sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
+		else if (vpar)
+			vp_first(m, ws, ws->logits, targets, 0, N, N);
+	}
+	for (int64_t r0 = 0; hp && !whole && r0 < N; r0 += ws->hrows) {
+		/* 16-bit logits: hrows at a time in fp32, the loss's terms
+		 * added in the unchunked kernel's order */
+		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
+		head_rows(m, ws, ws->hchunk, r0, n, head);
+		if (targets && !vpar) {
+			ds_kernel_xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
+			for (int64_t i = 0; i < n; i++)
+				*sum += (double)ws->lse[r0 + i] - (double)ws->hchunk[i * Vp + targets[r0 + i]];
+		} else if (vpar) {
+			vp_first(m, ws, ws->hchunk, targets, r0, n, N);
+		}
+		ds_half_pack_n(ws->half, ws->logits16 + r0 * Vp, ws->hchunk, (size_t)(n * Vp));
+	}
+	if (!vpar)
+		return 0;
+	/* vocabulary-parallel: the row max and the target's logit over all
+	 * ranks, then every rank's exp-sum against that max */
+	float *mx = ws->vp, *pred = ws->vp + N, *se = ws->vp + 2 * N;
+	DS_TRY(tp_reduce(ws, mx, N, DS_GPT_TP_MAX, err));
+	DS_TRY(tp_reduce(ws, pred, N, DS_GPT_TP_SUM, err));
+	if (!hp)
+		ds_kernel_xent_vp_sumexp(se, ws->logits, mx, N, V, Vp);
+	for (int64_t r0 = 0; hp && r0 < N; r0 += ws->hrows) {
+		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
+		ds_half_unpack_n(ws->half, ws->hchunk, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
+		ds_kernel_xent_vp_sumexp(se + r0, ws->hchunk, mx + r0, n, V, Vp);
+	}
+	DS_TRY(tp_reduce(ws, se, N, DS_GPT_TP_SUM, err));
+	for (int64_t i = 0; i < N; i++) {
+		ws->lse[i] = (float)(mx[i] + log((double)se[i]));
+		*sum += (double)ws->lse[i] - (double)pred[i];
+	}
+	return 0;
+}
+
 int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
 		   const int32_t *tokens, const int32_t *targets, int B, int T, int64_t step,
 		   int64_t sample_offset, int train, float *loss, struct ds_err *err)
 {
+	return ds_gpt_forward_part(m, ws, params, tokens, NULL, targets, B, T, step, sample_offset, train, NULL, loss,
+				   err);
+}
+
+int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params, const int32_t *tokens,
+			const float *x_in, const int32_t *targets, int B, int T, int64_t step, int64_t sample_offset,
+			int train, float *x_out, float *loss, struct ds_err *err)
+{
+	const struct ds_gpt_part *pt = &ws->part;
 	if (B < 1 || T < 1 || B > ws->Bmax || T > ws->Tmax)
 		return ds_err_set(err, DS_EINVAL, "model: batch %dx%d outside the workspace's %dx%d", B, T,
 				  ws->Bmax, ws->Tmax);
+	if ((pt->embed && !tokens) || (!pt->embed && !x_in) || (!pt->head && !x_out))
+		return ds_err_set(err, DS_EINVAL, "model: this part's forward needs %s", pt->embed && !tokens ? "tokens"
+				  : !pt->embed && !x_in ? "the previous stage's activation" : "an output buffer");
 	const int64_t N = (int64_t)B * T;
-	const int C = m->C, L = m->L, last = L + 1;
+	const int C = m->C, L = m->L, Vg = m->cfg.vocab_size;
 	for (int64_t i = 0; i < N; i++) {
-		if (tokens[i] < 0 || tokens[i] >= m->V)
+		if (pt->embed && (tokens[i] < 0 || tokens[i] >= Vg))
 			return ds_err_set(err, DS_EINVAL, "model: token id %d at sample %lld position %lld is outside the vocabulary [0, %d)",
-					  tokens[i], (long long)(sample_offset + i / T), (long long)(i % T), m->V);
-		if (targets && (targets[i] < 0 || targets[i] >= m->V))
+					  tokens[i], (long long)(sample_offset + i / T), (long long)(i % T), Vg);
+		if (pt->head && targets && (targets[i] < 0 || targets[i] >= Vg))
 			return ds_err_set(err, DS_EINVAL, "model: target id %d at sample %lld position %lld is outside the vocabulary [0, %d)",
-					  targets[i], (long long)(sample_offset + i / T), (long long)(i % T), m->V);
+					  targets[i], (long long)(sample_offset + i / T), (long long)(i % T), Vg);
 	}
 	ds_progress_note();  /* the hang watchdog counts micro-batches as progress */
 	ws->have_fwd = 0;
@@ -990,83 +1264,83 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 	ws->sample_offset = sample_offset;
 	ws->train = train;
 	ws->ckpt_layer = -1;
-	memcpy(ws->tok, tokens, (size_t)N * sizeof(int32_t));
+	if (pt->embed)
+		memcpy(ws->tok, tokens, (size_t)N * sizeof(int32_t));
 	float **P = seg_params(ws);
 	const int tied = !m->cfg.no_weight_tying;
-
-	/* embeddings */
-	DS_TRY(hook_pre(m, ws, 0, DS_GPT_FORWARD, params, NULL, err));
-	const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
-		: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
-	const int hp = ws->half != DS_HALF_NONE;
+	const int pk = packed(ws);
 	const int64_t NC = N * C;
-	float *x0 = hp ? ws->xw[0] : ws->resid;
-	ds_kernel_embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
-	dropout_btc(ws, x0, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
-	rnd(ws, x0, NC);
-	if (hp)
-		ds_half_pack_n(ws->half, ws->resid16, x0, (size_t)NC);
-	if (!tied)
-		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
+
+	/* the part's input: the embeddings, or the previous stage's output */
+	float *x0 = pk ? ws->xw[0] : ws->resid;
+	if (pt->embed) {
+		DS_TRY(hook_pre(m, ws, 0, DS_GPT_FORWARD, params, NULL, err));
+		const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
+			: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
+		if (m->tp > 1) {   /* vocabulary-parallel: this rank's rows, summed */
+			ds_kernel_vocab_embed_forward(x0, tokens, tp(m, P, m->wte), m->v0, m->Vp, B, T, C);
+			DS_TRY(tp_reduce(ws, x0, NC, DS_GPT_TP_SUM, err));
+			if (pos)
+				ds_kernel_pos_add(x0, pos, B, T, C);
+		} else {
+			ds_kernel_embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
+		}
+		dropout_btc(ws, x0, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
+		rnd(ws, x0, NC);
+		if (!(tied && pt->head))   /* a tied head keeps segment 0 open */
+			DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
+	} else {
+		memcpy(x0, x_in, (size_t)NC * sizeof(float));
+	}
+	if (pk)
+		res_store(ws, 0, x0, NC);
 
 	/* layers */
 	if (ws->moe && !ws->recomputing)
 		ds_moe_stats_reset(ws->moe);
-	for (int l = 0; l < L; l++) {
-		const int es = m->reg.expert_seg[l];
+	for (int li = 0; li < ws->nl; li++) {
+		const int l = ws->l0 + li, es = m->reg.expert_seg[l];
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_FORWARD, params, NULL, err));
 		if (es >= 0)
 			DS_TRY(hook_pre(m, ws, es, DS_GPT_FORWARD, params, NULL, err));
-		struct acts a = layer_acts(ws, l);
-		float *x = hp ? ws->xw[l & 1] : ws->resid + (int64_t)l * NC;
-		float *out = hp ? ws->xw[(l + 1) & 1] : ws->resid + (int64_t)(l + 1) * NC;
-		int lrc = layer_forward(m, ws, l, &a, out, x, B, T);
-		if (lrc < 0)
-			return ds_err_set(err, lrc, "%s", ws->lerr.msg);
+		struct acts a = layer_acts(ws, li);
+		float *x = pk ? ws->xw[li & 1] : ws->resid + (int64_t)li * NC;
+		float *out = pk ? ws->xw[(li + 1) & 1] : ws->resid + (int64_t)(li + 1) * NC;
+		DS_TRY(layer_forward(m, ws, l, &a, out, x, B, T, err));
 		if (es >= 0)
 			DS_TRY(hook_post(ws, es, DS_GPT_FORWARD, err));
-		if (hp)
-			ds_half_pack_n(ws->half, ws->resid16 + (int64_t)(l + 1) * NC, out, (size_t)NC);
-		if (ws->ha && l < L - 1)   /* the last layer stays in la[0] for backward */
-			layer_store(m, ws, l, &a, B, T, 0);
+		if (pk)
+			res_store(ws, li + 1, out, NC);
+		if (ws->ha && li < ws->nl - 1)   /* the last layer stays in la[0] for backward */
+			layer_store(m, ws, li, &a, B, T, 0);
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_FORWARD, err));
 	}
-	ws->ckpt_layer = ws->ckpt || ws->ha ? L - 1 : -1;
+	ws->ckpt_layer = (ws->ckpt || ws->ha) && ws->nl ? ws->l0 + ws->nl - 1 : -1;
 
-	/* final norm and head */
-	DS_TRY(hook_pre(m, ws, last, DS_GPT_FORWARD, params, NULL, err));
-	const float *xf = hp ? ws->xw[L & 1] : ws->resid + (int64_t)L * NC;
-	norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
-	rnd(ws, ws->lnf, N * C);
-	const int V = m->V, Vp = m->Vp;
-	const float *head = tp(m, P, m->head);
+	/* final norm */
+	const float *xf = pk ? ws->xw[ws->nl & 1] : ws->resid + (int64_t)ws->nl * NC;
+	if (pt->norm) {
+		const int ns = L + 1;
+		DS_TRY(hook_pre(m, ws, ns, DS_GPT_FORWARD, params, NULL, err));
+		norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
+		rnd(ws, ws->lnf, N * C);
+		DS_TRY(hook_post(ws, ns, DS_GPT_FORWARD, err));
+	}
+	if (!pt->head) {   /* a stage's output */
+		memcpy(x_out, pt->norm ? ws->lnf : xf, (size_t)NC * sizeof(float));
+		ws->have_fwd = 1;
+		return 0;
+	}
+	if (!pt->norm)   /* a head-only stage: its input is the normed stream */
+		memcpy(ws->lnf, xf, (size_t)NC * sizeof(float));
+
+	/* head and loss */
+	const int hs = m->head_seg;
+	if (!(tied && pt->embed))
+		DS_TRY(hook_pre(m, ws, hs, DS_GPT_FORWARD, params, NULL, err));
 	double sum = 0;
-	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
-	const int whole = h16 != DS_BF16_SGEMM &&
-			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
-					  ws->logits16, Vp) == 0;
-	if (whole)
-		sum = ds_kernel_xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
-	if (!hp) {
-		head_rows(m, ws, ws->logits, 0, N, head);
-		if (targets)
-			sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
-	}
-	for (int64_t r0 = 0; hp && !whole && r0 < N; r0 += ws->hrows) {
-		/* 16-bit logits: hrows at a time in fp32, the loss's terms
-		 * added in the unchunked kernel's order */
-		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
-		head_rows(m, ws, ws->hchunk, r0, n, head);
-		if (targets) {
-			ds_kernel_xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
-			for (int64_t i = 0; i < n; i++)
-				sum += (double)ws->lse[r0 + i] - (double)ws->hchunk[i * Vp + targets[r0 + i]];
-		}
-		ds_half_pack_n(ws->half, ws->logits16 + r0 * Vp, ws->hchunk, (size_t)(n * Vp));
-	}
-	DS_TRY(hook_post(ws, last, DS_GPT_FORWARD, err));
-	if (tied)
-		DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
+	DS_TRY(head_forward(m, ws, tp(m, P, m->head), targets, N, &sum, err));
+	DS_TRY(hook_post(ws, hs, DS_GPT_FORWARD, err));
 
 	if (targets) {
 		memcpy(ws->tgt, targets, (size_t)N * sizeof(int32_t));
@@ -1080,21 +1354,15 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
 int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
 		    float *grads, float scale, struct ds_err *err)
 {
-	if (!ws->have_fwd)
-		return ds_err_set(err, DS_EINVAL, "model: backward needs a forward with targets first");
-	ds_progress_note();
-	ws->have_fwd = 0;
-	const int B = ws->B, T = ws->T, C = m->C, L = m->L, last = L + 1;
-	const int64_t N = (int64_t)B * T;
-	const int V = m->V, Vp = m->Vp;
-	const int tied = !m->cfg.no_weight_tying;
-	float **P = seg_params(ws), **G = seg_grads(m, ws);
+	return ds_gpt_backward_part(m, ws, params, grads, NULL, NULL, scale, err);
+}
 
-	ws->bscale = scale;
-	/* head: dlogits = scale/N (softmax - onehot) */
-	if (tied)
-		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
-	DS_TRY(hook_pre(m, ws, last, DS_GPT_BACKWARD, params, grads, err));
+/* backward of the head: dln (N,C) = the gradient of its input (summed over
+ * the tensor-parallel ranks), the head's gradient accumulated */
+static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P, float **G, float scale, int64_t N,
+			 struct ds_err *err)
+{
+	const int V = m->V, Vp = m->Vp, C = m->C;
 	const int hp = ws->half != DS_HALF_NONE;
 	const int64_t R = hp ? ws->hrows : N;   /* 16-bit logits: hrows at a time */
 	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
@@ -1111,60 +1379,114 @@ int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *p
 		if (hp)
 			ds_half_unpack_n(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
 		if (h16 == DS_BF16_SGEMM) {
-			ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
+			if (m->tp > 1)
+				ds_kernel_xent_vp_backward(dl, ws->lse + r0, ws->tgt + r0, m->v0, n, V, Vp,
+							   scale / (float)N);
+			else
+				ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
 			rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
 		}
 		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
+		if (V == 0) {
+			memset(ws->dln + r0 * C, 0, (size_t)(n * C) * sizeof(float));
+			continue;
+		}
 		gemm_kb(ws, r0 > 0, (int)R, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
-			    tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
+			tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
 		gemm(ws, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
-			    ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
+		     ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
 	}
+	/* column-parallel input: the ranks' parts of dlnf summed */
+	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	rnd(ws, ws->dln, N * C);
-	memset(ws->dresid, 0, (size_t)(N * C) * sizeof(float));
-	norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln,
-		      resid_in(ws, L, N * C), tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N);
-	rnd(ws, ws->dresid, N * C);
-	DS_TRY(hook_post(ws, last, DS_GPT_BACKWARD, err));
+	return 0;
+}
+
+int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params, float *grads,
+			 const float *dy, float *dx, float scale, struct ds_err *err)
+{
+	const struct ds_gpt_part *pt = &ws->part;
+	if (!ws->have_fwd)
+		return ds_err_set(err, DS_EINVAL, "model: backward needs a forward with targets first");
+	if ((!pt->head && !dy) || (!pt->embed && !dx))
+		return ds_err_set(err, DS_EINVAL, "model: this part's backward needs %s",
+				  !dy ? "the next stage's gradient" : "a buffer for its input's gradient");
+	ds_progress_note();
+	ws->have_fwd = 0;
+	const int B = ws->B, T = ws->T, C = m->C, L = m->L;
+	const int64_t N = (int64_t)B * T, NC = N * C;
+	ws->bscale = scale;   /* the MoE layers weight their aux loss's gradient by it */
+	const int tied = !m->cfg.no_weight_tying;
+	float **P = seg_params(ws), **G = seg_grads(m, ws);
+
+	/* head: dlogits = scale/N (softmax - onehot) */
+	if (pt->head) {
+		const int hs = m->head_seg;
+		DS_TRY(hook_pre(m, ws, hs, DS_GPT_BACKWARD, params, grads, err));
+		DS_TRY(head_backward(m, ws, P, G, scale, N, err));
+		if (!(tied && pt->embed))   /* a tied head of a whole model: segment 0 closes after the embeddings */
+			DS_TRY(hook_post(ws, hs, DS_GPT_BACKWARD, err));
+	} else if (pt->norm) {
+		memcpy(ws->dln, dy, (size_t)NC * sizeof(float));
+	}
+	/* final norm */
+	if (pt->norm) {
+		const int ns = L + 1;
+		float *xf;
+		DS_TRY(hook_pre(m, ws, ns, DS_GPT_BACKWARD, params, grads, err));
+		DS_TRY(res_load(ws, ws->nl, NC, &xf, err));
+		memset(ws->dresid, 0, (size_t)NC * sizeof(float));
+		norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf, tp(m, P, m->lnfw),
+			      ws->lnf_a, ws->lnf_b, N);
+		rnd(ws, ws->dresid, NC);
+		DS_TRY(hook_post(ws, ns, DS_GPT_BACKWARD, err));
+	} else {
+		memcpy(ws->dresid, pt->head ? ws->dln : dy, (size_t)NC * sizeof(float));
+	}
 
 	/* layers, last first; with checkpointing recompute each from its input,
 	 * with 16-bit storage unpack each into the working set */
-	for (int l = L - 1; l >= 0; l--) {
-		const int es = m->reg.expert_seg[l];
+	for (int li = ws->nl - 1; li >= 0; li--) {
+		const int l = ws->l0 + li, es = m->reg.expert_seg[l];
+		float *x;
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_BACKWARD, params, grads, err));
 		if (es >= 0)
 			DS_TRY(hook_pre(m, ws, es, DS_GPT_BACKWARD, params, grads, err));
-		const float *x = resid_in(ws, l, N * C);
-		struct acts a = layer_acts(ws, l);
-		int lrc = 0;
+		DS_TRY(res_load(ws, li, NC, &x, err));
+		struct acts a = layer_acts(ws, li);
 		if (ws->ckpt && ws->ckpt_layer != l) {
 			double t0 = ds_now();
-			/* the output goes to scratch: resid[l+1] is no longer needed */
+			/* the output goes to scratch: the kept one is no longer needed */
 			ws->recomputing = 1;
-			lrc = layer_forward(m, ws, l, &a, ws->dqkv, x, B, T);
+			int lrc = layer_forward(m, ws, l, &a, ws->dqkv, x, B, T, err);
 			ws->recomputing = 0;
+			DS_TRY(lrc);
 			ws->ckpt_layer = l;
 			ws->recompute_s += ds_now() - t0;
 		} else if (ws->ha && ws->ckpt_layer != l) {
-			layer_store(m, ws, l, &a, B, T, 1);
+			layer_store(m, ws, li, &a, B, T, 1);
 			ws->ckpt_layer = l;
 		}
-		if (lrc == 0)
-			lrc = layer_backward(m, ws, l, &a, ws->dresid, x, B, T);
-		if (lrc < 0)
-			return ds_err_set(err, lrc, "%s", ws->lerr.msg);
-		rnd(ws, ws->dresid, N * C);   /* the layer boundary */
+		DS_TRY(layer_backward(m, ws, l, &a, ws->dresid, x, B, T, err));
+		rnd(ws, ws->dresid, NC);   /* the layer boundary */
 		if (es >= 0)
 			DS_TRY(hook_post(ws, es, DS_GPT_BACKWARD, err));
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
 	}
 
-	/* embeddings */
-	if (!tied)
+	/* embeddings, or the gradient the previous stage receives */
+	if (!pt->embed) {
+		memcpy(dx, ws->dresid, (size_t)NC * sizeof(float));
+		return 0;
+	}
+	if (!(tied && pt->head))
 		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
 	dropout_btc(ws, ws->dresid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
-	ds_kernel_embed_backward(tp(m, G, m->wte), m->wpe >= 0 ? tp(m, G, m->wpe) : NULL, ws->dresid,
-				 ws->tok, B, T, C);
+	float *dpos = m->wpe >= 0 ? tp(m, G, m->wpe) : NULL;
+	if (m->tp > 1)
+		ds_kernel_vocab_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, m->v0, m->Vp, B, T, C);
+	else
+		ds_kernel_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, B, T, C);
 	DS_TRY(hook_post(ws, 0, DS_GPT_BACKWARD, err));
 	return 0;
 }

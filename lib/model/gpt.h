@@ -22,6 +22,26 @@
  *     geglu/swiglu: c_fc gives 2F = [a | b], act(a) * b (Megatron's order).
  *   - dropout keeps with probability 1-p and scales by 1/(1-p).
  *
+ * Tensor parallelism (Megatron-LM's scheme, issue 19; registry.h for the
+ * shards): c_attn and c_fc are column-parallel (each rank computes its
+ * heads' q, k, v and its slice of the MLP width), attn.c_proj and
+ * mlp.c_proj row-parallel (partial sums, summed over the tensor-parallel
+ * ranks in forward, their bias added after the sum), norms, positions and
+ * row-parallel biases replicated; the embedding is vocabulary-parallel
+ * (each rank looks up its rows, the sum completes them) and so are the
+ * head and the cross-entropy, which never gathers the logits (the row
+ * max, the target's logit and the exp-sum are reduced across ranks).  In
+ * backward the inputs of column-parallel products (and of the head) have
+ * their gradients summed.  The collectives are the hooks' (tp_allreduce),
+ * so this layer never communicates.  A rank's attention dropout keys its
+ * heads by their model-wide index: masks do not depend on the split.
+ *
+ * Pipeline parallelism: a stage runs a part of the model (struct
+ * ds_gpt_part): the embeddings, layers [l0, l1), the final norm, the head
+ * and loss, in any contiguous selection; a part without the embeddings
+ * takes its input activation, one without the head returns its output,
+ * and backward takes and returns their gradients.
+ *
  * Parameters, in registry order (F = intermediate_size, F' = 2F for geglu
  * and swiglu else F; matrices stored [out, in] row-major like torch.nn.Linear
  * -- HF GPT-2's Conv1D checkpoints hold the transpose):
@@ -34,7 +54,7 @@
  *                  transformer.h.i.mlp.c_fc.weight [F', C],    .bias [F']
  *                  transformer.h.i.mlp.c_proj.weight [C, F],   .bias [C]
  *   segment L+1    transformer.ln_f.weight [C], ln_f.bias [C] (layernorm only)
- *                  lm_head.weight [Vp, C]  (no_weight_tying only)
+ *   segment L+2    lm_head.weight [Vp, C]  (no_weight_tying only)
  *
  * Initialisation (ds_gpt_init): normal(0, init_method_std) for weights and
  * embeddings, normal(0, init_method_std / sqrt(2 num_layers)) for the two
@@ -44,7 +64,7 @@
  * index i, so any slice of the flat buffer initialises on its own (ZeRO-3).
  *
  * Dropout masks: Philox stream (seed, step, (sample << 20) | (layer << 4) |
- * site), element = index within the sample's tensor; sample is the GLOBAL
+ * site), element = index within the sample's (whole model's) tensor; sample is the GLOBAL
  * sample index sample_offset + b, layer 0 = embeddings, 1+i = layer i; site 0
  * embedding, 1 attention probabilities, 2 attention output, 3 MLP output.
  * Masks therefore do not depend on rank or on the micro-batch split.
@@ -79,7 +99,14 @@ int ds_gpt_ep(const struct ds_gpt *m, int *rank);
  * on: one per MoE layer, after the final norm's), else 0. */
 int ds_gpt_expert_segment(const struct ds_gpt *m, int s);
 int ds_gpt_num_dense_segments(const struct ds_gpt *m);
+/* The model as tensor-parallel rank tp_rank of tp holds it: the registry
+ * of its shards (registry.h; DS_EINVAL names what tp does not divide).
+ * ds_gpt_create is tp 1. */
+int ds_gpt_create_tp(struct ds_gpt **out, const struct ds_model_config *cfg, int tp, int tp_rank,
+		     struct ds_err *err);
 void ds_gpt_destroy(struct ds_gpt *m);   /* accepts NULL */
+/* The tensor-parallel size (and *rank, may be NULL). */
+int ds_gpt_tp(const struct ds_gpt *m, int *rank);
 
 /* The effective config (derived fields filled); borrowed. */
 const struct ds_model_config *ds_gpt_config(const struct ds_gpt *m);
@@ -91,9 +118,27 @@ int64_t ds_gpt_num_params(const struct ds_gpt *m);
 int ds_gpt_num_tensors(const struct ds_gpt *m);
 const struct ds_gpt_tensor *ds_gpt_tensor(const struct ds_gpt *m, int i);
 int ds_gpt_find(const struct ds_gpt *m, const char *name);
-/* Segment count (num_layers + 2) and segment s (offset, numel; borrowed). */
+/* Segment count (num_layers + 2, + 1 untied) and segment s (offset, numel; borrowed). */
 int ds_gpt_num_segments(const struct ds_gpt *m);
 const struct ds_gpt_segment *ds_gpt_segment(const struct ds_gpt *m, int s);
+/* The final norm's segment (L+1) and the head's (L+2 untied, else 0: wte). */
+int ds_gpt_norm_segment(const struct ds_gpt *m);
+int ds_gpt_head_segment(const struct ds_gpt *m);
+
+/* A pipeline stage's part of the model (DeepSpeed's layer partition,
+ * lib/model/pipe.h): any contiguous run of embeddings, layers [l0, l1),
+ * final norm, head (with the loss). */
+struct ds_gpt_part {
+	int embed;      /* the embeddings: the part starts from tokens */
+	int l0, l1;     /* transformer layers [l0, l1) */
+	int norm;       /* the final norm */
+	int head;       /* the head and the loss: the part ends with the loss */
+};
+/* The whole model as one part. */
+void ds_gpt_part_whole(const struct ds_gpt *m, struct ds_gpt_part *p);
+/* 1 when part p reads segment seg's parameters (a tied head reads 0; an MoE
+ * layer's expert segment goes with its layer). */
+int ds_gpt_part_uses(const struct ds_gpt *m, const struct ds_gpt_part *p, int seg);
 
 /* Initialise flat elements [begin, end) of the parameters into dst[0..end-begin)
  * (dst = params + begin for the whole buffer).  Pure function of
@@ -108,6 +153,12 @@ struct ds_gpt_ws_opts {
 	uint64_t dropout_seed;   /* key of the dropout streams */
 	int half;                /* enum ds_half_kind: round activations to 16 bits (0: fp32) */
 	int bf16_matmul;         /* bf16: enum ds_bf16_mode of the matrix products (dstk.bf16_matmul; 0 auto) */
+	const struct ds_gpt_part *part;  /* the part this workspace runs (NULL: the whole model); copied */
+	/* activation_checkpointing.partition_activations with checkpointing
+	 * and tensor parallelism (DeepSpeed's meaning): each checkpointed
+	 * layer input is kept as this rank's 1/tp slice, and the slices are
+	 * allgathered (hooks' tp_allgather) before the layer is recomputed */
+	int partition_activations;
 };
 
 /* Mixed precision (half != DS_HALF_NONE): activations are computed in fp32
@@ -146,6 +197,11 @@ size_t ds_gpt_activation_bytes(const struct ds_model_config *cfg, int B, int T, 
  * saved activations of every layer (without checkpointing) and the logits.
  * The rest is working memory of one layer at a time (fp32 compute). */
 size_t ds_gpt_activation_saved_bytes(const struct ds_model_config *cfg, int B, int T, int checkpointing, int half);
+/* Both for a tensor-parallel rank of tp running `part` (NULL: whole) with
+ * partition_activations pa (ds_gpt_ws_opts); *saved (may be NULL) gets the
+ * saved bytes. */
+size_t ds_gpt_activation_bytes_part(const struct ds_model_config *cfg, int tp, const struct ds_gpt_part *part,
+				    int pa, int B, int T, int checkpointing, int half, size_t *saved);
 
 /* Allocate (ds_alloc) a workspace.  Returns 0, DS_EINVAL (T > max positions
  * for learned, B or T < 1), DS_ENOTSUP (bf16 with a bf16_matmul this build
@@ -156,7 +212,8 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 void ds_gpt_ws_destroy(struct ds_gpt_ws *ws);   /* accepts NULL */
 size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws);
 /* Logits of the last forward, (B, T, Vp) row-major; columns >= vocab_size are
- * -inf.  Valid until the next backward (which turns them into dlogits).
+ * -inf (with tensor parallelism this rank's (B, T, Vp/tp) columns).  Valid
+ * until the next backward (which turns them into dlogits).
  * NULL in mixed precision, whose logits are stored in 16 bits: use
  * ds_gpt_ws_logits_copy, which works in both (dst holds B*T*Vp floats). */
 const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws);
@@ -188,7 +245,14 @@ struct ds_gpt_hooks {
 	/* expert parallelism (ep > 1; moe.h): all-to-all of count floats per
 	 * rank over the expert-parallel group */
 	int (*ep_alltoall)(void *ctx, const float *send, float *recv, int64_t count);
+	/* tensor parallelism (tp > 1; NULL otherwise): sum (op
+	 * DS_GPT_TP_SUM) or max (DS_GPT_TP_MAX) buf[0..n) in place over the
+	 * tensor-parallel ranks; allgather n elements of elem_bytes (4: fp32,
+	 * 2: 16-bit) from each rank into recv, rank r's at r * n */
+	int (*tp_allreduce)(void *ctx, float *buf, int64_t n, int op);
+	int (*tp_allgather)(void *ctx, const void *send, void *recv, int64_t n, int elem_bytes);
 };
+enum { DS_GPT_TP_SUM = 0, DS_GPT_TP_MAX = 1 };
 /* Install hooks (copied; NULL removes them). */
 void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h);
 
@@ -218,5 +282,19 @@ int ds_gpt_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *pa
  * hook's status. */
 int ds_gpt_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params,
 		    float *grads, float scale, struct ds_err *err);
+
+/* The passes of the workspace's part (ds_gpt_ws_opts.part; pipeline
+ * stages).  Forward: tokens (B, T) when the part has the embeddings, else
+ * x_in (B, T, C), the previous stage's output; targets when it has the
+ * head (then *loss as above), else the output goes to x_out (B, T, C).
+ * Backward: dy (B, T, C), the gradient of x_out, unless the part has the
+ * head; dx (B, T, C) receives the gradient of x_in unless it has the
+ * embeddings.  Tokens and targets are still checked, and step and
+ * sample_offset key dropout, as in ds_gpt_forward (whose part is whole). */
+int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params, const int32_t *tokens,
+			const float *x_in, const int32_t *targets, int B, int T, int64_t step, int64_t sample_offset,
+			int train, float *x_out, float *loss, struct ds_err *err);
+int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *params, float *grads,
+			 const float *dy, float *dx, float scale, struct ds_err *err);
 
 #endif

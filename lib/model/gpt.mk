@@ -17,6 +17,11 @@ TESTS += tests/unit/test_moe
 tests_unit_test_moe_SOURCES = tests/unit/test_moe.c tests/unit/unit.h
 tests_unit_test_moe_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_moe_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_model_par
+TESTS += tests/unit/test_model_par
+tests_unit_test_model_par_SOURCES = tests/unit/test_model_par.c tests/unit/unit.h
+tests_unit_test_model_par_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) -pthread
+tests_unit_test_model_par_LDADD = $(DS_LDADD) $(CMOCKA_LIBS) -lpthread
 endif
 EXTRA_DIST += contrib/reference/moe_reference.py
 

@@ -54,7 +54,7 @@ static struct ds_gpt_ws *mkws_half(const struct ds_gpt *m, int B, int T, int ckp
 {
 	struct ds_gpt_ws *ws = NULL;
 	struct ds_err err = DS_ERR_INIT;
-	struct ds_gpt_ws_opts o = { B, T, ckpt, seed, half, 0 };
+	struct ds_gpt_ws_opts o = { .B = B, .T = T, .checkpointing = ckpt, .dropout_seed = seed, .half = half };
 	int rc = ds_gpt_ws_create(&ws, m, &o, &err);
 	if (rc)
 		fprintf(stderr, "# %s\n", err.msg);
@@ -476,7 +476,8 @@ static void test_registry_gpt2_124m(void **state)
 	i = ds_gpt_find(m, "transformer.h.1.mlp.c_proj.weight");
 	assert_int_equal(ds_gpt_tensor(m, i)->shape[1], 40);
 	i = ds_gpt_find(m, "lm_head.weight");
-	assert_int_equal(ds_gpt_tensor(m, i)->segment, 3);
+	assert_int_equal(ds_gpt_tensor(m, i)->segment, 4);   /* its own segment: L+2 */
+	assert_int_equal(ds_gpt_num_segments(m), 5);
 	/* Vp 24, C 16: wte; per layer ln 16, attn 48*16+48, proj 16*16+16, ln 16,
 	 * fc 80*16+80, proj 16*40+16; ln_f 16; head 24*16 */
 	int64_t per = 16 + 48 * 16 + 48 + 16 * 16 + 16 + 16 + 80 * 16 + 80 + 16 * 40 + 16;
@@ -1091,8 +1092,9 @@ static void test_hooks(void **state)
 	(void)state;
 	/* tied: segment 0 stays open around the head in both passes */
 	hooks_case(0, "F0F1f1.F2f2.F3f3.f0.B0B3b3.B2b2.B1b1.b0.");
-	/* untied: strictly one segment at a time */
-	hooks_case(1, "F0f0.F1f1.F2f2.F3f3.B3b3.B2b2.B1b1.B0b0.");
+	/* untied: strictly one segment at a time; the head (L+2) after the
+	 * final norm (L+1), in its own segment */
+	hooks_case(1, "F0f0.F1f1.F2f2.F3f3.F4f4.B4b4.B3b3.B2b2.B1b1.B0b0.");
 }
 
 /* The model learns: plain SGD on a periodic sequence (next token = token+1
@@ -1184,7 +1186,7 @@ static void test_bad_input(void **state)
 	assert_int_equal(ds_gpt_forward(m, ws, p, tok, NULL, 1, 8, 0, 0, 0, &loss, &err), 0);
 	assert_int_equal(ds_gpt_backward(m, ws, p, p, 1.0f, &err), DS_EINVAL);   /* no targets */
 	ds_gpt_ws_destroy(ws);
-	struct ds_gpt_ws_opts o = { 1, 17, 0, 0, 0, 0 };
+	struct ds_gpt_ws_opts o = { .B = 1, .T = 17 };
 	assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), DS_EINVAL);   /* > max positions */
 	assert_null(ws);
 	ds_gpt_destroy(m);
