@@ -3,7 +3,7 @@
 noinst_LIBRARIES += lib/engine/libds_engine.a
 lib_engine_libds_engine_a_SOURCES = lib/engine/engine.c lib/engine/engine.h \
 	lib/engine/engine_onebit.c lib/engine/engine_onebit.h \
-	lib/engine/estimate.c lib/engine/estimate.h
+	lib/engine/estimate.c lib/engine/estimate.h lib/engine/schedule.c lib/engine/schedule.h
 LIBDS += lib/engine/libds_engine.a
 
 if HAVE_CMOCKA
@@ -17,6 +17,11 @@ TESTS += tests/unit/test_estimate
 tests_unit_test_estimate_SOURCES = tests/unit/test_estimate.c tests/unit/unit.h
 tests_unit_test_estimate_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_estimate_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_schedule
+TESTS += tests/unit/test_schedule
+tests_unit_test_schedule_SOURCES = tests/unit/test_schedule.c tests/unit/unit.h
+tests_unit_test_schedule_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_schedule_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
 if HAVE_MPI
@@ -24,4 +29,4 @@ if HAVE_BATS
 TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats
 endif
 endif
-EXTRA_DIST += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json
+EXTRA_DIST += tests/data/pipe_schedule.txt tests/data/pipe_partition.txt tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json

@@ -512,8 +512,8 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		ds_gpt_part_whole(m, &ws->part);
 	const struct ds_gpt_part *pt = &ws->part;
 	if (pt->l0 < 0 || pt->l1 < pt->l0 || pt->l1 > m->L || (pt->embed && pt->l0 != 0) ||
-	    ((pt->norm || pt->head) && pt->l1 != m->L) || (pt->head && !pt->norm && (pt->embed || pt->l1 > pt->l0)) ||
-	    (!pt->embed && !pt->head && !pt->norm && pt->l1 == pt->l0)) {
+	    ((pt->norm || pt->head) && pt->l1 != m->L) || (pt->head && !pt->norm && (pt->embed || pt->l1 > pt->l0))) {
+		/* (an empty part, a stage of parameterless blocks, passes its input on) */
 		int rc = ds_err_set(err, DS_EINVAL, "model workspace: part (embed %d, layers %d..%d, norm %d, head %d) "
 				    "is not a contiguous run of the model's %d layers", pt->embed, pt->l0, pt->l1, pt->norm,
 				    pt->head, m->L);

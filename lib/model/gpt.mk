@@ -3,7 +3,7 @@
 ## the PyTorch fixtures of contrib/reference.
 noinst_LIBRARIES += lib/model/libds_gpt.a
 lib_model_libds_gpt_a_SOURCES = lib/model/gpt.c lib/model/gpt.h \
-	lib/model/registry.c lib/model/registry.h lib/model/moe.c lib/model/moe.h
+	lib/model/registry.c lib/model/registry.h lib/model/moe.c lib/model/moe.h lib/model/pipe.c lib/model/pipe.h
 LIBDS += lib/model/libds_gpt.a
 
 if HAVE_CMOCKA

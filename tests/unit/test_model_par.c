@@ -389,7 +389,7 @@ static void test_part_refusals(void **state)
 	cfg_base(&c);
 	assert_int_equal(ds_gpt_create(&m, &c, &err), 0);
 	static const struct ds_gpt_part bad[] = { { 1, 1, 2, 0, 0 }, { 0, 0, 1, 1, 0 }, { 0, 1, 2, 0, 1 },
-						  { 0, 2, 2, 0, 0 }, { 1, 0, 0, 0, 1 } };
+						  { 0, 0, 3, 0, 0 }, { 1, 0, 0, 0, 1 } };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct ds_gpt_ws_opts o = { .B = B, .T = T, .part = &bad[i] };
 		assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), DS_EINVAL);
