@@ -44,8 +44,13 @@ static void usage(FILE *f)
 		"      --check               validate both files, print the effective\n"
 		"                            configuration and the memory estimate per rank,\n"
 		"                            and exit (0 valid, 2 invalid)\n"
-		"      --world-size=N        --check: data-parallel ranks for the batch triad and\n"
-		"                            the memory estimate (default 1)\n"
+		"      --world-size=N        --check: ranks of the job, tp x pp x dp (the batch triad\n"
+		"                            counts the dp data-parallel ones; default 1)\n"
+		"      --tensor-model-parallel-size=N  split every layer over N ranks (Megatron's\n"
+		"                            tensor parallelism; default 1)\n"
+		"      --pipeline-model-parallel-size=N  split the layers into N pipeline stages\n"
+		"                            (DeepSpeed's pipeline engine; default: pipeline.stages\n"
+		"                            of the DeepSpeed config, else 1)\n"
 		"      --lenient             unknown DeepSpeed keys are warnings, not errors\n"
 		"      --json                --check: print the configuration as JSON\n"
 		"      --list-keys           print every DeepSpeed and dstk key: type, default,\n"
@@ -85,7 +90,7 @@ static void usage(FILE *f)
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
        O_DATA, O_VALID, O_TEST, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
-       O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM };
+       O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM, O_TP, O_PP };
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' },
@@ -125,6 +130,8 @@ static const struct option longopts[] = {
 	{ "fp16", no_argument, NULL, O_FP16 },
 	{ "bf16", no_argument, NULL, O_BF16 },
 	{ "mem-per-rank", required_argument, NULL, O_MEM },
+	{ "tensor-model-parallel-size", required_argument, NULL, O_TP },
+	{ "pipeline-model-parallel-size", required_argument, NULL, O_PP },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, O_VERSION },
 	{ NULL, 0, NULL, 0 }
@@ -272,6 +279,8 @@ int main(int argc, char **argv)
 			if (ds_parse_size(optarg, &o.mem_per_rank) < 0 || !o.mem_per_rank)
 				return ds_cli_usage_error(TOOL, "--mem-per-rank '%s': expected a size such as 2G", optarg);
 			break;
+		case O_TP: if (num(optarg, 1, 65536, "--tensor-model-parallel-size", &v)) return 2; o.tp = (int)v; break;
+		case O_PP: if (num(optarg, 1, 65536, "--pipeline-model-parallel-size", &v)) return 2; o.pp = (int)v; break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: return ds_cli_version(TOOL);
 		default: return ds_cli_try_help(TOOL);

@@ -33,10 +33,10 @@ UNSUP_SECTION = {
     "Compression": "compression training is not implemented in dstk",
     "Eigenvalue": "eigenvalue computation is not implemented in dstk",
     "Progressive layer drop": "progressive layer drop is not implemented in dstk",
-    "Pipeline": "pipeline parallelism is not implemented in dstk (data parallel + ZeRO only)",
     "Hybrid engine": "the RLHF hybrid engine is not implemented in dstk",
     "Nebula": "Nebula checkpointing is an Azure service; dstk writes HDF5 checkpoints",
-    "Tensor parallel": "tensor parallelism is not implemented in dstk (data parallel + ZeRO only)",
+    "Tensor parallel": "DeepSpeed's AutoTP is not implemented in dstk; its tensor parallelism is Megatron's "
+                       "(--tensor-model-parallel-size, NeoX model_parallel_size)",
     "Weight quantization (inference)": "inference weight quantization is not part of dstk's trainer",
     "AMP": "apex AMP is a PyTorch library; use fp16 or bf16",
 }
@@ -91,16 +91,23 @@ KEY = {
     "aio.use_gds": (UNSUP, "GPUDirect Storage needs a CUDA build with cuFile"),
     "memory_breakdown": (INH, "dstk's log line always shows memory use (mem field)"),
     "dump_state": (IMPL, "print the effective configuration when training starts"),
-    "autotuning.mp_size": (UNSUP, "dstk has no model parallelism"),
-    "activation_checkpointing.partition_activations": (INH, "splits checkpoints across model-parallel ranks: a no-op at model parallel size 1 (accepted with a warning)"),
+    "autotuning.mp_size": (UNSUP, "ds-autotune does not search model-parallel layouts; give ds-train --tensor-model-parallel-size"),
+    "activation_checkpointing.partition_activations": (IMPL, "with checkpointing and tensor parallelism each rank keeps 1/tp of every checkpointed layer input (no effect at tensor-parallel size 1)"),
     "activation_checkpointing.cpu_checkpointing": (INH, "on a CPU build checkpointed activations are already in host memory"),
-    "activation_checkpointing.contiguous_memory_optimization": (INH, "with partition_activations only: a no-op at model parallel size 1"),
+    "activation_checkpointing.contiguous_memory_optimization": (INH, "with partition_activations only: dstk keeps the partitioned inputs in one buffer already"),
     "activation_checkpointing.synchronize_checkpoint_boundary": (INH, "CPU compute is synchronous at every checkpoint boundary"),
     "wandb.enabled": (UNSUP, "Weights & Biases needs a network service; use csv_monitor or tensorboard"),
     "comet.enabled": (UNSUP, "Comet needs a network service; use csv_monitor or tensorboard"),
     "checkpoint.load_universal": (INH, "every dstk checkpoint is universal: it loads at any world size and stage"),
     "checkpoint.use_node_local_storage": (UNSUP, "dstk writes one shared checkpoint with parallel HDF5"),
-    "checkpoint.parallel_write.pipeline_stage": (UNSUP, "dstk has no pipeline stages"),
+    "checkpoint.parallel_write.pipeline_stage": (INH, "every rank, of every pipeline stage, writes its part of one shared checkpoint in parallel already"),
+    "pipeline.stages": (IMPL, "pipeline stages: \"auto\" (the --pipeline-model-parallel-size flag, else 1) or a number"),
+    "pipeline.partition": (IMPL, "how layers are cut into stages: parameters (DeepSpeed's default; best is the same), uniform, or type:REGEX"),
+    "pipeline.seed_layers": (INH, "dstk seeds every tensor by its name whatever the layout, so layers are always seeded alike"),
+    "pipeline.activation_checkpoint_interval": (IMPL, "0: as activation_checkpointing says; 1: recompute every layer in backward (larger intervals are not implemented)"),
+    "pipeline.pipe_partitioned": (IMPL, "with tensor parallelism each rank sends 1/tp of an activation to the next stage, which allgathers it"),
+    "pipeline.grad_partitioned": (IMPL, "with tensor parallelism each rank sends 1/tp of a gradient to the previous stage, which allgathers it"),
+    "pipeline.use_reentrant": (INH, "dstk's recomputation is not autograd's: there is no re-entrant mode to choose"),
     "zero_allow_untested_optimizer": (INH, "every dstk optimizer is tested with every ZeRO stage"),
     "zero_force_ds_cpu_optimizer": (INH, "dstk always uses its own CPU optimizer kernels"),
     "graph_harvesting": (UNSUP, "CUDA graph harvesting is not implemented in dstk"),
@@ -470,6 +477,8 @@ def rows_of(keys):
             allowed = allowed + ["SGD"]
         if p == "zero_optimization.stage" or p == "elasticity.version":
             allowed = None  # ranges / numbers, checked as such
+        if p == "pipeline.stages":
+            typ = "any"  # "auto" or a number of stages (rules.c checks which)
         default = DEFAULT.get(p, e["default"])
         if p == "zero_optimization.stage":
             lo, hi = 0, 3

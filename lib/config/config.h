@@ -43,8 +43,9 @@ struct ds_config_opts {
 	/* resolve every "auto" from these (ds-train); NULL: "auto" is an error
 	 * unless allow_auto */
 	const struct ds_config_auto *autos;
+	int tp_size;     /* tensor-parallel ranks (0 means 1): whether partition_activations acts */
 };
-#define DS_CONFIG_OPTS_INIT { 1, 0, 0, NULL }
+#define DS_CONFIG_OPTS_INIT { 1, 0, 0, NULL, 0 }
 
 /* Where a resolved value came from. */
 enum ds_config_source {

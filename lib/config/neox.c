@@ -111,7 +111,6 @@ static const struct param params[] = {
 	REF("opt_pos_emb_offset", "0", "OPT's position-embedding offset is not implemented"),
 	REF("soft_prompt_tuning", "null", "soft prompt tuning is not implemented"),
 	REF("sequence_parallel", "false", "sequence parallelism needs model parallelism, which dstk does not run"),
-	NOE("pipe_partition_method", "pipe_parallel_size is at most 1"),
 	NOE("scalenorm_epsilon", "for norm scalenorm, which is not implemented"),
 	NOE("rotary_save_freqs_buffer", "rotary frequencies are recomputed, never stored"),
 	REF("te_columnparallel", "false", TE), REF("te_rowparallel", "false", TE), REF("te_layernorm_mlp", "false", TE),
@@ -145,7 +144,7 @@ static const struct param params[] = {
 	REF("hysteresis", "2", FP16S), REF("loss_scale", "null", FP16S), REF("loss_scale_window", "1000", FP16S),
 	REF("min_scale", "1", FP16S),
 	/* parallelism */
-	SP("model_parallel_size"), SP("pipe_parallel_size"),
+	SP("model_parallel_size"), SP("pipe_parallel_size"), SP("pipe_partition_method"),
 	NOE("use_cpu_initialization", "initialisation is the same wherever it runs (seed, name, index)"),
 	/* activation checkpointing */
 	SP("checkpoint_activations"), SP("checkpoint_num_layers"), SP("partition_activations"),
@@ -593,13 +592,20 @@ static int special(struct ctx *x, const char *name, json_t *v)
 	if (!strcmp(name, "model_parallel_size") || !strcmp(name, "pipe_parallel_size")) {
 		int64_t n = json_integer_value(v);
 		int pipe = name[0] == 'p';
-		if (!json_is_integer(v) || n > 1 || n < (pipe ? 0 : 1)) {
-			error(x, "%s: parameter '%s': %s: dstk runs data parallel only (0 or 1 for pipe_parallel_size, 1 for model_parallel_size)",
-			      f, name, json_is_integer(v) ? "more than one stage" : "expected an integer");
+		if (!json_is_integer(v) || n < (pipe ? 0 : 1) || n > 65536) {
+			error(x, "%s: parameter '%s': expected an integer >= %d", f, name, pipe ? 0 : 1);
 			return 0;
 		}
-		return line(x, name, "accepted", "%lld: one %s (dstk runs data parallel only)", (long long)n,
-			    pipe ? "pipeline stage" : "model-parallel rank");
+		if (pipe)
+			x->nx->pp = n < 1 ? 1 : (int)n;   /* NeoX's 0: no pipeline engine, one stage all the same */
+		else
+			x->nx->tp = (int)n;
+		return line(x, name, "applied", "%lld, as --%s-model-parallel-size %lld", (long long)n,
+			    pipe ? "pipeline" : "tensor", (long long)(n < 1 ? 1 : n));
+	}
+	if (!strcmp(name, "pipe_partition_method")) {
+		DS_TRY(set_path(nx->ds, "pipeline.partition", json_incref(v)));
+		return line(x, name, "applied", "DeepSpeed config key pipeline.partition");
 	}
 	if (!strcmp(name, "checkpoint_activations")) {
 		if (!json_is_true(v))
@@ -969,6 +975,20 @@ int ds_neox_load(const char *const *files, int n, int lenient, struct ds_neox *n
 		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 		goto out;
 	}
+	/* NeoX's pipeline partition default, and its vocabulary padding: a
+	 * multiple of make_vocab_size_divisible_by x model_parallel_size
+	 * (tokenizer.py), unless padded_vocab_size fixes it */
+	if (!json_object_get(x.all, "pipe_partition_method") &&
+	    set_path(nx->ds, "pipeline.partition", json_string("type:transformer|mlp")) < 0)
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+	if (rc == 0 && nx->tp > 1 && !json_object_get(x.all, "padded_vocab_size")) {
+		json_t *d = json_object_get(nx->model, "make_vocab_size_divisible_by");
+		int64_t k = json_is_integer(d) ? json_integer_value(d) : 128;
+		if (set_path(nx->model, "make_vocab_size_divisible_by", json_integer(k * nx->tp)) < 0)
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
+	if (rc < 0)
+		goto out;
 	if (x.errs.n)
 		rc = ds_config_errs_report(&x.errs, nx->name, err);
 out:

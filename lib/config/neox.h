@@ -8,7 +8,13 @@
  * applied (to the DeepSpeed config, the model or a run flag), accepted as
  * having no effect on the computation (launcher and kernel-fusion
  * settings), or refused with one line naming it and why, unless it is
- * switched off or at its default.  NeoX's learning-rate schedule becomes
+ * switched off or at its default.  model_parallel_size and
+ * pipe_parallel_size become ds-train's --tensor-model-parallel-size and
+ * --pipeline-model-parallel-size (NeoX's 0 and 1 stages are both one),
+ * pipe_partition_method (NeoX's default "type:transformer|mlp")
+ * pipeline.partition, and the vocabulary is padded to a multiple of
+ * make_vocab_size_divisible_by x model_parallel_size as NeoX pads it.
+ * NeoX's learning-rate schedule becomes
  * dstk.lr_decay_style / lr_warmup_iters / lr_decay_iters / min_lr, which
  * ds-train computes as NeoX's AnnealingLR does.
  */
@@ -29,6 +35,7 @@ struct ds_neox {
 	/* run flags; 0/NULL: not given */
 	int64_t train_iters, save_interval, keep_last_n, eval_interval, eval_iters, log_interval, exit_interval;
 	int have_seed, no_load_optim;
+	int tp, pp;            /* model_parallel_size, pipe_parallel_size (as stages: 0 is 1) */
 	uint64_t seed;
 	char *save, *load, *data, *valid_data, *test_data, *split;  /* data: a path or a blend "W1 P1 W2 P2 ..." */
 	int weight_by_docs;    /* weight_by_num_documents */

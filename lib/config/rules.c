@@ -344,8 +344,8 @@ static int accepted_with_warning(struct ds_config *c)
 			NOTE(DS_NOTE_WARNING, "key '%s' has no effect: DeepSpeed parses it and never reads it", unread[i]);
 	if (given(c, "aio.thread_count"))
 		NOTE(DS_NOTE_WARNING, "key 'aio.thread_count' has no effect: DeepSpeed renamed it intra_op_parallelism and no longer reads it; set aio.intra_op_parallelism");
-	if (given_true(c, "activation_checkpointing.partition_activations"))
-		NOTE(DS_NOTE_WARNING, "key 'activation_checkpointing.partition_activations' has no effect: it splits checkpoints across model-parallel ranks and dstk runs none (model parallel size 1)");
+	if (given_true(c, "activation_checkpointing.partition_activations") && c->o.tp_size <= 1)
+		NOTE(DS_NOTE_WARNING, "key 'activation_checkpointing.partition_activations' has no effect: it splits checkpointed activations across tensor (model) parallel ranks and this run has tensor-parallel size 1");
 	if (v->flops_profiler.enabled && v->flops_profiler.profile_step < 1)
 		NOTE(DS_NOTE_WARNING, "key 'flops_profiler.profile_step' %lld: DeepSpeed's step counter never equals it, so no profile is taken (as in DeepSpeed); use a step >= 1",
 		     (long long)v->flops_profiler.profile_step);
@@ -375,6 +375,21 @@ int ds_config_rules(struct ds_config *c, struct ds_err *err)
 			ERR("%s: key 'activation_checkpointing.contiguous_memory_optimization': Contiguous Checkpointing is only available with partitioned activations (set partition_activations)",
 			    c->name);
 	}
+	/* the pipeline section: stages "auto" or a count, a partition
+	 * method DeepSpeed's PipelineModule knows (ds-train checks a type:
+	 * regex against the model) */
+	const json_t *st = V->pipeline.stages;
+	if (st && !(json_is_string(st) && !strcmp(json_string_value(st), "auto")) &&
+	    !(json_is_integer(st) && json_integer_value(st) >= 1))
+		ERR("%s: key 'pipeline.stages': must be \"auto\" or a number of stages >= 1", c->name);
+	const char *pm = V->pipeline.partition;
+	if (pm && strcmp(pm, "best") && strcmp(pm, "parameters") && strcmp(pm, "uniform") && strncmp(pm, "type:", 5))
+		ERR("%s: key 'pipeline.partition': '%s' is not a partition method (parameters, uniform, type:REGEX; "
+		    "best is parameters)", c->name, pm);
+	if (V->pipeline.activation_checkpoint_interval < 0 || V->pipeline.activation_checkpoint_interval > 1)
+		ERR("%s: key 'pipeline.activation_checkpoint_interval': %lld is not implemented: dstk recomputes every "
+		    "layer (1) or as activation_checkpointing says (0)", c->name,
+		    (long long)V->pipeline.activation_checkpoint_interval);
 	if (V->prescale_gradients && V->gradient_predivide_factor != 1)
 		NOTE(DS_NOTE_WARNING, "key 'gradient_predivide_factor' has no effect with prescale_gradients (DeepSpeed reads it only without); use one of the two");
 	const char *acc = V->data_types.grad_accum_dtype;

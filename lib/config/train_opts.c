@@ -65,6 +65,8 @@ int ds_train_opts_neox(struct ds_train_opts *o, struct ds_neox *nx, struct ds_er
 	RUNF(test_data);
 	RUNF(split);
 	RUNF(no_load_optim);
+	RUNF(tp);
+	RUNF(pp);
 #undef RUNF
 	if (nx->have_seed && o->seed == d.seed)
 		o->seed = nx->seed;

@@ -16,7 +16,8 @@
 struct ds_train_opts {
 	const char *deepspeed_config;  /* --deepspeed_config FILE (NULL: share/configs/default.json) */
 	const char *model;             /* --model FILE (NULL: share/models/gpt-tiny.json) */
-	int world_size;                /* --world-size N for --check (0: the job's, 1 alone) */
+	int world_size;                /* --world-size N for --check: ranks of the job (0: the job's, 1 alone) */
+	int tp, pp;                    /* --tensor-model-parallel-size, --pipeline-model-parallel-size (0: not given, 1) */
 	int lenient;                   /* --lenient: unknown DeepSpeed keys are warnings */
 	int check;                     /* --check: validate and print, do not train */
 	int json;                      /* --json: --check prints JSON */

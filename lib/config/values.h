@@ -178,6 +178,7 @@ struct ds_config_sources {
 		unsigned char output_file;
 	} flops_profiler;
 	struct {
+		unsigned char partition_activations;
 		unsigned char number_checkpoints;
 		unsigned char profile;
 	} activation_checkpointing;
@@ -204,6 +205,13 @@ struct ds_config_sources {
 	struct {
 		unsigned char grad_accum_dtype;
 	} data_types;
+	struct {
+		unsigned char stages;
+		unsigned char partition;
+		unsigned char activation_checkpoint_interval;
+		unsigned char pipe_partitioned;
+		unsigned char grad_partitioned;
+	} pipeline;
 	struct {
 		unsigned char nonfinite_policy;
 		unsigned char nonfinite_max_consecutive;
@@ -375,6 +383,7 @@ struct ds_config_values {
 		const char *output_file;  /* write the profile here (default: stdout) */
 	} flops_profiler;
 	struct {
+		int partition_activations;  /* with checkpointing and tensor parallelism each rank keeps 1/tp of every checkpointed layer input (no effect at tensor-parallel size 1) (default false) */
 		int64_t number_checkpoints;  /* layers whose activations are recomputed in backward */
 		int profile;  /* time each checkpointed forward (default false) */
 	} activation_checkpointing;
@@ -401,6 +410,13 @@ struct ds_config_values {
 	struct {
 		const char *grad_accum_dtype;  /* dtype gradients accumulate in (default: fp32 for bf16 without ZeRO, else the model dtype) */
 	} data_types;
+	struct {
+		const struct json_t *stages;  /* pipeline stages: "auto" (the --pipeline-model-parallel-size flag, else 1) or a number (default "auto") */
+		const char *partition;  /* how layers are cut into stages: parameters (DeepSpeed's default; best is the same), uniform, or type:REGEX */
+		int64_t activation_checkpoint_interval;  /* 0: as activation_checkpointing says; 1: recompute every layer in backward (larger intervals are not implemented) (default 0) */
+		int pipe_partitioned;  /* with tensor parallelism each rank sends 1/tp of an activation to the next stage, which allgathers it (default true) */
+		int grad_partitioned;  /* with tensor parallelism each rank sends 1/tp of a gradient to the previous stage, which allgathers it (default true) */
+	} pipeline;
 	struct {
 		const char *nonfinite_policy;  /* on a non-finite gradient (bf16/fp32): skip the step and log it, or abort (default "skip") */
 		int64_t nonfinite_max_consecutive;  /* skip policy: abort after this many consecutive non-finite steps (default 10) */

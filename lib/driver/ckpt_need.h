@@ -10,8 +10,9 @@
 #include "io/ckpt.h"
 #include "model/gpt.h"
 
-/* A malloc'd array of m's tensors (names borrowed from m; free the array
- * before m), NULL when out of memory. */
+/* A malloc'd array of m's tensors with their logical shapes (a
+ * tensor-parallel shard's tensor is whole in a checkpoint; names borrowed
+ * from m; free the array before m), NULL when out of memory. */
 static inline struct ds_ckpt_need_tensor *ds_ckpt_need_tensors(const struct ds_gpt *m)
 {
 	int n = ds_gpt_num_tensors(m);
@@ -19,7 +20,7 @@ static inline struct ds_ckpt_need_tensor *ds_ckpt_need_tensors(const struct ds_g
 	for (int i = 0; v && i < n; i++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
 		v[i] = (struct ds_ckpt_need_tensor){ t->name, t->ndim,
-						     { (uint64_t)t->shape[0], (uint64_t)(t->ndim > 1 ? t->shape[1] : 0) } };
+						     { (uint64_t)t->gshape[0], (uint64_t)(t->ndim > 1 ? t->gshape[1] : 0) } };
 	}
 	return v;
 }

@@ -50,7 +50,7 @@ static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_s
 	double ga = (double)s->ga;
 	cnt.nodes[0].latency_s = r->t_fwd / ga;
 	struct ds_profile_view v = { DS_PROFILE_TEXT, (int)step, (int)depth, (int)(top > 0 ? top : 1), detailed, NULL };
-	struct ds_profile_engine pe = { s->W, s->W, 1, (int)s->mb, r->t_fwd / ga, 1, (r->t_bwd + r->t_reduce) / ga,
+	struct ds_profile_engine pe = { s->W, s->dp, s->tp * s->pp, (int)s->mb, r->t_fwd / ga, 1, (r->t_bwd + r->t_reduce) / ga,
 					r->t_step, rf, peak_gflops * 1e9 };
 	FILE *res = mo ? mo->results : NULL;
 	FILE *f = out && *out ? fopen(out, "w") : res;
@@ -113,13 +113,14 @@ static void check_save_fits(const struct ds_config *cfg, double last_save, int s
 }
 
 /* This rank's rows of one global batch: micro-step a, row b is global
- * sample base + a*MB*W + rank*MB + b (engine.h). */
+ * sample base + a*MB*dp + dp_rank*MB + b (engine.h; the ranks of one
+ * tensor- and pipeline-parallel group read the same rows). */
 static int fill_rows(const struct ds_sampler *sp, const struct ds_train_setup *s, long long base, int32_t *rows,
 		     long long T, struct ds_err *err)
 {
 	for (long long a = 0; a < s->ga; a++)
 		for (long long b = 0; b < s->mb; b++) {
-			uint64_t g = (uint64_t)(base + a * s->mb * s->W + (long long)s->rank * s->mb + b);
+			uint64_t g = (uint64_t)(base + a * s->mb * s->dp + (long long)s->dp_rank * s->mb + b);
 			DS_TRY(ds_sampler_get(sp, g, rows + (a * s->mb + b) * (T + 1), err));
 		}
 	return 0;

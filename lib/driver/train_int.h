@@ -20,7 +20,11 @@ struct ds_train_setup {
 	struct ds_sched_params sched;
 	double org_lr;                 /* optimizer.params.lr */
 	long long tb, mb, ga;          /* batch triad */
-	int W, rank;
+	int W, rank;                   /* the job: world size and rank */
+	/* 3D layout (comm/topo.h): tensor- and pipeline-parallel sizes, and the
+	 * data-parallel size and rank the batch triad and the rows follow */
+	int tp, pp, dp, dp_rank;
+	int pp_cfg;                    /* pipeline.stages of the config when it set pp (0: it did not) */
 	long long steps_per_print;
 	int wall_clock;
 	int ckpt_profile;              /* activation_checkpointing.profile (with checkpointing on) */

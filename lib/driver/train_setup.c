@@ -239,8 +239,25 @@ static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 	return 0;
 }
 
+/* The 3D layout: --tensor-model-parallel-size and
+ * --pipeline-model-parallel-size (or NeoX's sizes, which become those
+ * flags), else pipeline.stages of the DeepSpeed config (pp_cfg, 0 when
+ * "auto"), else 1; the data-parallel ranks are the rest of the world. */
+static int set_layout(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank, int pp_cfg,
+		      struct ds_err *err)
+{
+	struct ds_topo t;
+	s->tp = o->tp > 0 ? o->tp : 1;
+	s->pp = o->pp > 0 ? o->pp : pp_cfg > 0 ? pp_cfg : 1;
+	if (ds_topo_init(&t, W, rank, s->tp, s->pp, err) < 0)
+		return ds_err_prefix(err, "%s: ", o->check ? "--world-size" : "the job's ranks");
+	s->dp = t.dp;
+	s->dp_rank = t.dp_rank;
+	return 0;
+}
+
 static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, const struct ds_config_auto *a,
-		      int W, int rank, struct ds_err *err)
+		      int W, int rank, int pp_cfg, struct ds_err *err)
 {
 	struct ds_config_opts co = DS_CONFIG_OPTS_INIT;
 	struct ds_config_batch b;
@@ -249,7 +266,9 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	s->W = W;
 	s->rank = rank;
 	s->autos = *a;
-	co.world_size = W;
+	DS_TRY(set_layout(s, o, W, rank, pp_cfg, err));
+	co.world_size = s->dp;   /* the triad counts data-parallel ranks (DeepSpeed's dp_world_size) */
+	co.tp_size = s->tp;
 	co.lenient = o->lenient;
 	co.autos = &s->autos;
 	const char *cpath = o->deepspeed_config ? o->deepspeed_config : ds_train_default_config();
@@ -282,6 +301,18 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 		goto fail;
 	}
 	const struct ds_config_values *v = ds_config_values(s->cfg);
+	const json_t *stages = v->pipeline.stages;
+	if (json_is_integer(stages) && o->pp > 0 && json_integer_value(stages) != o->pp) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: key 'pipeline.stages': %lld, but --pipeline-model-parallel-size is %d; "
+				"give one", ds_config_name(s->cfg), (long long)json_integer_value(stages), o->pp);
+		goto fail;
+	}
+	if (s->pp > 1 && v->zero_optimization.stage >= 2) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: key 'zero_optimization.stage': %lld with %d pipeline stages: ZeRO-2 and "
+				"ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's pipeline engine refuses them); "
+				"use stage 0 or 1", ds_config_name(s->cfg), (long long)v->zero_optimization.stage, s->pp);
+		goto fail;
+	}
 	ds_config_batch(s->cfg, &b);
 	s->tb = b.train_batch_size;
 	s->mb = b.micro_batch;
@@ -304,8 +335,20 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	s->eng.gradient_predivide_factor = v->gradient_predivide_factor;
 	s->eng.overlap_comm = v->zero_optimization.overlap_comm; /* inferred per stage when not given */
 	s->eng.seed = o->seed;
-	/* partition_activations is unsupported, so refused unless false */
-	s->eng.checkpointing = DS_CONFIG_GIVEN(v, activation_checkpointing.number_checkpoints);
+	s->eng.checkpointing = DS_CONFIG_GIVEN(v, activation_checkpointing.number_checkpoints) ||
+			       v->pipeline.activation_checkpoint_interval == 1;
+	/* 3D parallelism (DeepSpeed's pipeline section; "best" is
+	 * PipelineModule's default, parameters) */
+	s->eng.tp = s->tp;
+	s->eng.pp = s->pp;
+	snprintf(s->eng.pipe_partition, sizeof s->eng.pipe_partition, "%s",
+		 v->pipeline.partition && strcmp(v->pipeline.partition, "best") ? v->pipeline.partition : "parameters");
+	s->eng.pipe_partitioned = v->pipeline.pipe_partitioned;
+	s->eng.grad_partitioned = v->pipeline.grad_partitioned;
+	s->eng.partition_activations = v->activation_checkpointing.partition_activations;
+	if (s->eng.partition_activations && s->tp > 1 && !s->eng.checkpointing && rank == 0)
+		ds_log_warn("%s: key 'activation_checkpointing.partition_activations' has no effect without activation "
+			    "checkpointing: it partitions the checkpointed layer inputs", ds_config_name(s->cfg));
 	s->eng.stage3_prefetch_bucket_size = v->zero_optimization.stage3_prefetch_bucket_size;
 	s->eng.stage3_max_live_parameters = v->zero_optimization.stage3_max_live_parameters;
 	s->eng.stage3_param_persistence_threshold = v->zero_optimization.stage3_param_persistence_threshold;
@@ -340,7 +383,7 @@ fail:
 static int64_t fit_micro(struct ds_train_setup *s, uint64_t budget)
 {
 	const struct ds_config_values *v = ds_config_values(s->cfg);
-	int64_t tb_rank = v->src.train_batch_size == DS_SRC_FILE ? v->train_batch_size / s->W : 0;
+	int64_t tb_rank = v->src.train_batch_size == DS_SRC_FILE ? v->train_batch_size / s->dp : 0;
 	int64_t ga = v->src.gradient_accumulation_steps == DS_SRC_FILE ? v->gradient_accumulation_steps : 1;
 	int64_t cap = tb_rank > 0 ? tb_rank : 65536, best = 0;
 	struct ds_engine_opts e = s->eng;
@@ -365,7 +408,16 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	char why[200], from[64], h[32];
 	if (a.train_iters < 0 && o->train_iters > 0)
 		a.train_iters = o->train_iters;
-	DS_TRY(setup_once(s, o, &a, W, rank, err));
+	DS_TRY(setup_once(s, o, &a, W, rank, 0, err));
+	/* pipeline.stages of the config (without the flag): the triad's
+	 * data-parallel size changes, so load again with it */
+	const json_t *st = ds_config_values(s->cfg)->pipeline.stages;
+	if (o->pp <= 0 && json_is_integer(st) && json_integer_value(st) != s->pp) {
+		int pp_cfg = (int)json_integer_value(st);
+		ds_train_setup_release(s);
+		DS_TRY(setup_once(s, o, &a, W, rank, pp_cfg, err));
+		s->pp_cfg = pp_cfg;
+	}
 	if (a.micro_batch > 0 || !ds_config_resolved(s->cfg, "train_micro_batch_size_per_gpu"))
 		return 0;
 	/* ranks sharing this node's memory: the launcher's, else all */
@@ -386,7 +438,9 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	/* the second load says nothing new: its warnings were logged */
 	int lvl = ds_log_level(), rc;
 	ds_log_init(ds_log_rank(), lvl < DS_LOG_ERROR ? lvl : DS_LOG_ERROR, 0);
-	rc = setup_once(s, o, &a, W, rank, err);
+	int pp_cfg = s->pp_cfg;
+	rc = setup_once(s, o, &a, W, rank, pp_cfg, err);
+	s->pp_cfg = pp_cfg;
 	ds_log_init(ds_log_rank(), lvl, 0);
 	DS_TRY(rc);
 	snprintf(s->fit_why, sizeof(s->fit_why), "%s", why);

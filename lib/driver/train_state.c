@@ -6,7 +6,10 @@
  * Every rank writes its ZeRO slice of every tensor (stage 0 included, where
  * each holds all of it) into the same file with parallel HDF5; one rank
  * writes serially.  Nothing is renamed unless every rank succeeded (see
- * lib/io/ckpt.h). */
+ * lib/io/ckpt.h).  With tensor and pipeline parallelism a rank holds
+ * shards of some tensors: each writes its shard's elements at their
+ * logical places (ds_gpt_tensor_global), run by run, and reads back
+ * whatever layout it now has from the whole tensors. */
 #include "driver/train_int.h"
 
 #include <dirent.h>
@@ -25,21 +28,29 @@
 
 static void shape_of(const struct ds_gpt_tensor *t, uint64_t *shape)
 {
-	shape[0] = (uint64_t)t->shape[0];
-	shape[1] = (uint64_t)t->shape[1];
+	shape[0] = (uint64_t)t->gshape[0];
+	shape[1] = (uint64_t)t->gshape[1];
 }
 
-/* Write this rank's part of tensor name: its checkpoint slice [sb, se)
- * (ds_engine_save_slice: the ZeRO split of the segment, whatever the stage)
- * out of the range [hb, he) it holds at src.  Every rank calls this for
- * every tensor, even with nothing to write: the write is collective. */
-static int put_slice(struct ds_ckpt *ck, const char *name, const float *src, int64_t hb, int64_t he, int64_t sb,
-		     int64_t se, struct ds_err *err)
+/* Write this rank's part of tensor t: its checkpoint slice [sb, se)
+ * (ds_engine_save_slice: the ZeRO split of the segment, whatever the stage;
+ * shard element indices) out of the range [hb, he) it holds at src, each
+ * run of shard elements at its logical place.  Every rank calls this for
+ * every tensor, even with nothing to write. */
+static int put_slice(struct ds_ckpt *ck, const char *name, const struct ds_gpt_tensor *t, const float *src, int64_t hb,
+		     int64_t he, int64_t sb, int64_t se, struct ds_err *err)
 {
 	int64_t b = sb > hb ? sb : hb, en = se < he ? se : he;
 	if (en <= b || !src)
 		return ds_ckpt_tensor_write(ck, name, 0, 0, src, err);
-	return ds_ckpt_tensor_write(ck, name, (uint64_t)b, (uint64_t)en, src + (b - hb), err);
+	for (int64_t i = b; i < en;) {
+		int64_t run, g = ds_gpt_tensor_global(t, i, &run);
+		if (run > en - i)
+			run = en - i;
+		DS_TRY(ds_ckpt_tensor_write(ck, name, (uint64_t)g, (uint64_t)(g + run), src + (i - hb), err));
+		i += run;
+	}
+	return 0;
 }
 
 /* FNV-1a of a string: all ranks compare tags by comparing these. */
@@ -128,13 +139,13 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 		snprintf(name, sizeof name, "model/%s", t->name);
 		ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
 		const float *pp = i >= 0 ? ds_engine_param_range(e, i, &hb, &he) : NULL;
-		put_slice(ck, name, pp, hb, he, sb, se, &later);
+		put_slice(ck, name, t, pp, hb, he, sb, se, &later);
 		for (int k = 0; k < ds_engine_num_states(e); k++) {
 			const char *sn = ds_engine_state_name(e, k);
 			const float *p = i >= 0 ? ds_engine_state(e, i, sn, &hb, &he) : NULL;
 			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
 			ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
-			put_slice(ck, name, p, hb, he, sb, se, &later);
+			put_slice(ck, name, t, p, hb, he, sb, se, &later);
 		}
 	}
 	ds_train_save_onebit(ck, e, s->W, ds_comm_rank(comm), &later);
@@ -167,21 +178,39 @@ out:
 	return rc;
 }
 
+/* Read shard elements [b, en) of tensor t into dst: one read of the
+ * logical elements they span (the chunks' CRCs are checked once), then
+ * each run of shard elements from its logical place. */
 static int read_tensor(struct ds_ckpt *ck, const char *name, const struct ds_gpt_tensor *t, int64_t b,
 		       int64_t en, float *dst, struct ds_err *err)
 {
 	struct ds_ckpt_tensor_info info;
 	DS_TRY(ds_ckpt_tensor_info(ck, name, &info, err));
-	if (info.dtype != DS_CKPT_F32 || info.numel != (uint64_t)t->numel || info.ndim != t->ndim ||
-	    info.shape[0] != (uint64_t)t->shape[0] || (t->ndim > 1 && info.shape[1] != (uint64_t)t->shape[1]))
+	if (info.dtype != DS_CKPT_F32 || info.numel != (uint64_t)t->gnumel || info.ndim != t->ndim ||
+	    info.shape[0] != (uint64_t)t->gshape[0] || (t->ndim > 1 && info.shape[1] != (uint64_t)t->gshape[1]))
 		return ds_err_set(err, DS_EINVAL,
 				  "%s: %s has shape/dtype %s[%llu%s] but the model needs f32[%lld%s]; the checkpoint "
 				  "is of another model (check --model)", ds_ckpt_file(ck), name,
 				  ds_ckpt_dtype_name(info.dtype), (unsigned long long)info.shape[0],
-				  info.ndim > 1 ? ",..." : "", (long long)t->shape[0], t->ndim > 1 ? ",..." : "");
+				  info.ndim > 1 ? ",..." : "", (long long)t->gshape[0], t->ndim > 1 ? ",..." : "");
 	if (en <= b)
 		return 0;
-	return ds_ckpt_tensor_read(ck, name, (uint64_t)b, (uint64_t)en, dst, err);
+	if (t->split == DS_TP_NONE)
+		return ds_ckpt_tensor_read(ck, name, (uint64_t)b, (uint64_t)en, dst, err);
+	int64_t g0 = ds_gpt_tensor_global(t, b, NULL), g1 = ds_gpt_tensor_global(t, en - 1, NULL) + 1;
+	float *span = malloc((size_t)(g1 - g0) * sizeof(float));
+	if (!span)
+		return ds_err_set(err, DS_ENOMEM, "out of memory reading %s", name);
+	int rc = ds_ckpt_tensor_read(ck, name, (uint64_t)g0, (uint64_t)g1, span, err);
+	for (int64_t i = b; rc == 0 && i < en;) {
+		int64_t run, g = ds_gpt_tensor_global(t, i, &run);
+		if (run > en - i)
+			run = en - i;
+		memcpy(dst + (i - b), span + (g - g0), (size_t)run * sizeof(float));
+		i += run;
+	}
+	free(span);
+	return rc;
 }
 
 /* Everything the load below reads, for ds_ckpt_check_need. */

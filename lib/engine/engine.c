@@ -14,7 +14,10 @@
 #include <string.h>
 
 #include "engine/engine_onebit.h"
+#include "engine/pipe.h"
+#include "engine/schedule.h"
 #include "model/moe.h"
+#include "model/pipe.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
@@ -55,14 +58,31 @@ struct seg {
 	struct ds_range *lamb;  /* tensor pieces of [u0, u0+un), relative to u0 */
 	int *lamb_tensor;       /* tensor index of each piece */
 	int nlamb;
+	struct ds_range *cnt;   /* 3D: the segment-local ranges the grad norm counts (NULL: all) */
+	int ncnt;
 };
 
 struct ds_engine {
 	struct ds_engine_opts o;
-	struct ds_comm *comm;
-	int rank, W, T;
+	struct ds_comm *comm;   /* ZeRO's: the data-parallel group (the world without 3D parallelism) */
+	int rank, W, T;         /* data-parallel rank and size */
 	struct ds_gpt *model;
-	struct ds_gpt_ws *ws;
+	struct ds_gpt_ws *ws;   /* wss[0] */
+	/* 3D parallelism: the layout, its groups (par: tp * pp > 1), this
+	 * stage's part and the stage bounds (pp > 1), a workspace per
+	 * pipeline buffer and the executor; tie: first or last stage of a
+	 * tied model whose embedding's gradient is summed over grp.tie;
+	 * tie_copy: the last stage's copy, counted nowhere */
+	struct ds_comm *world;
+	struct ds_topo topo;
+	struct ds_groups grp;
+	int par, tie, tie_copy;
+	struct ds_gpt_part part;
+	int *bounds;
+	struct ds_gpt_ws **wss;
+	int nws;
+	struct ds_pipe_run pr;
+	int64_t logical;        /* parameters of the whole model */
 	int nseg;
 	struct seg *seg;
 	int64_t total;       /* padded elements */
@@ -163,6 +183,9 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
 	o->stage3_param_persistence_threshold = 100000;
 	o->half = DS_HALF_NONE;
 	ds_scaler_init_none(&o->scaler);
+	o->tp = o->pp = 1;
+	strcpy(o->pipe_partition, "parameters");
+	o->pipe_partitioned = o->grad_partitioned = 1;
 }
 
 static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
@@ -719,6 +742,18 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	if (opts->scaler.kind != DS_SCALER_NONE && opts->half != DS_HALF_FP16)
 		return ds_err_set(err, DS_EINVAL, "engine: a loss scaler needs fp16 (the model dtype is %s)",
 				  ds_half_name(opts->half));
+	if (ds_moe_num_layers(&opts->model) > 0 && opts->tp * opts->pp > 1)
+		return ds_err_set(err, DS_EINVAL, "MoE layers with tensor or pipeline parallelism (tp %d, pp %d) are not "
+				  "supported; use expert parallelism (moe.ep_size) with data parallelism", opts->tp, opts->pp);
+	if (ds_optim_is_onebit(opts->optim.type) && opts->tp * opts->pp > 1)
+		return ds_err_set(err, DS_EINVAL, "optimizer %s with tensor or pipeline parallelism (tp %d, pp %d): the "
+				  "1-bit optimizers' compressed allreduce runs over the whole world, not a data-parallel "
+				  "group, in this build; use Adam, AdamW, Lamb or SGD, or tp = pp = 1",
+				  ds_optim_type_name(opts->optim.type), opts->tp, opts->pp);
+	if (opts->pp > 1 && opts->zero_stage >= 2)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d with pipeline parallelism (%d stages): "
+				  "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's pipeline "
+				  "engine refuses them); use stage 0 or 1", opts->zero_stage, opts->pp);
 	return 0;
 }
 
@@ -728,6 +763,7 @@ static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, st
 {
 	e->o = *opts;
 	e->comm = comm;
+	e->world = comm;
 	e->half = opts->half;
 	e->hdtype = opts->half == DS_HALF_BF16 ? DS_BF16 : DS_F16;
 	/* 16-bit gradients: a 16-bit model accumulating in its own dtype; they
@@ -740,6 +776,22 @@ static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, st
 	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
+}
+
+/* 3D parallelism: the layout, and with tp * pp > 1 its process groups;
+ * ZeRO then works in the data-parallel group */
+static int set_layout(struct ds_engine *e, struct ds_err *err)
+{
+	const struct ds_engine_opts *o = &e->o;
+	DS_TRY(ds_topo_init(&e->topo, ds_comm_size(e->world), ds_comm_rank(e->world), o->tp, o->pp, err));
+	e->par = o->tp * o->pp > 1;
+	if (!e->par)
+		return 0;
+	DS_TRY(ds_groups_create(&e->grp, e->world, &e->topo, err));
+	e->comm = e->grp.dp;
+	e->rank = e->topo.dp_rank;
+	e->W = e->topo.dp;
+	return 0;
 }
 
 static void read_test_faults(struct ds_engine *e)
@@ -763,8 +815,24 @@ static int ep_alltoall(void *ctx, const float *send, float *recv, int64_t count)
 	return ds_comm_alltoall(e->ep_comm, send, recv, (size_t)count, DS_F32, &e->herr);
 }
 
-/* The model, its workspace for one micro-batch, and the segment hooks
- * through which the engine gathers and reduces. */
+/* the model's tensor-parallel collectives, over the tensor-parallel group */
+static int tp_allreduce(void *ctx, float *buf, int64_t n, int op)
+{
+	struct ds_engine *e = ctx;
+	return ds_comm_allreduce(e->grp.tp, buf, (size_t)n, DS_F32, op == DS_GPT_TP_MAX ? DS_MAX : DS_SUM, &e->herr);
+}
+
+static int tp_allgather(void *ctx, const void *send, void *recv, int64_t n, int elem_bytes)
+{
+	struct ds_engine *e = ctx;
+	return ds_comm_allgather(e->grp.tp, send, recv, (size_t)n, elem_bytes == 2 ? DS_F16 : DS_F32, &e->herr);
+}
+
+/* The model (this rank's tensor-parallel shards, or its share of the
+ * experts), this stage's part of it (pp > 1: DeepSpeed's partition), its
+ * workspaces (one, or one per pipeline buffer) and the hooks through
+ * which the engine gathers, reduces and, with tensor parallelism, sums
+ * and gathers over its group, or exchanges the MoE layers' tokens. */
 static int build_model(struct ds_engine *e, struct ds_err *err)
 {
 	const struct ds_engine_opts *opts = &e->o;
@@ -775,16 +843,87 @@ static int build_model(struct ds_engine *e, struct ds_err *err)
 	if (ep > 1) {  /* DeepSpeed's groups: ep consecutive ranks; ranks equal modulo ep */
 		DS_TRY(ds_comm_split(e->comm, e->rank / ep, e->rank, &e->ep_comm, err));
 		DS_TRY(ds_comm_split(e->comm, e->rank % ep, e->rank, &e->edp_comm, err));
+		DS_TRY(ds_gpt_create_ep(&e->model, &opts->model, ep, e->rank % ep, err));
+	} else {
+		DS_TRY(ds_gpt_create_tp(&e->model, &opts->model, opts->tp, e->topo.tp_rank, err));
 	}
-	DS_TRY(ds_gpt_create_ep(&e->model, &opts->model, ep, ep > 1 ? e->rank % ep : 0, err));
 	e->opts_moe = opts->model.moe.enabled;
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;
+	ds_gpt_part_whole(e->model, &e->part);
+	e->nws = 1;
+	if (opts->pp > 1) {
+		if (!(e->bounds = calloc((size_t)opts->pp + 1, sizeof *e->bounds)))
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		DS_TRY(ds_pipe_partition(e->model, opts->pp, opts->pipe_partition, e->bounds, err));
+		ds_pipe_stage_part(e->model, e->bounds, e->topo.pp_rank, &e->part);
+		e->nws = ds_pipe_num_buffers(opts->grad_accum, opts->pp, e->topo.pp_rank);
+		const int tied = ds_gpt_head_segment(e->model) == 0;
+		e->tie = tied && (e->topo.pp_rank == 0 || e->topo.pp_rank == opts->pp - 1);
+		e->tie_copy = tied && e->part.head && !e->part.embed;
+	}
+	for (int i = 0; i < ds_gpt_num_tensors(e->model); i++)
+		e->logical += ds_gpt_tensor(e->model, i)->gnumel;
+	if (!(e->wss = calloc((size_t)e->nws, sizeof *e->wss)))
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	struct ds_gpt_ws_opts wo = { .B = opts->micro_batch, .T = e->T, .checkpointing = opts->checkpointing,
 				     .dropout_seed = opts->seed, .half = opts->half,
-				     .bf16_matmul = opts->bf16_matmul };
-	DS_TRY(ds_gpt_ws_create(&e->ws, e->model, &wo, err));
+				     .bf16_matmul = opts->bf16_matmul, .part = &e->part,
+				     .partition_activations = opts->partition_activations };
 	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post, .ep_alltoall = ep_alltoall };
-	ds_gpt_ws_set_hooks(e->ws, &h);
+	if (opts->tp > 1) {
+		h.tp_allreduce = tp_allreduce;
+		h.tp_allgather = tp_allgather;
+	}
+	for (int b = 0; b < e->nws; b++) {
+		DS_TRY(ds_gpt_ws_create(&e->wss[b], e->model, &wo, err));
+		ds_gpt_ws_set_hooks(e->wss[b], &h);
+	}
+	e->ws = e->wss[0];
+	if (opts->pp > 1) {
+		struct ds_pipe_run *r = &e->pr;
+		r->model = e->model;
+		r->ws = e->wss;
+		r->nbuf = e->nws;
+		r->pp = e->grp.pp;
+		r->tp = e->grp.tp;
+		r->stage = e->topo.pp_rank;
+		r->stages = opts->pp;
+		r->tp_rank = e->topo.tp_rank;
+		r->tp_size = opts->tp;
+		r->pipe_partitioned = opts->pipe_partitioned;
+		r->grad_partitioned = opts->grad_partitioned;
+		r->MB = opts->micro_batch;
+		r->T = e->T;
+		r->GA = opts->grad_accum;
+		r->dp = e->topo.dp;
+		r->dp_rank = e->topo.dp_rank;
+		DS_TRY(ds_pipe_run_alloc(r, err));
+	}
+	return 0;
+}
+
+/* 3D: the segment-local ranges the gradient norm counts, so that every
+ * logical element is counted once over the world: a replicated tensor
+ * (norms, positions, row-parallel biases) on tensor-parallel rank 0 only,
+ * the last stage's copy of a tied embedding nowhere */
+static int count_ranges(struct ds_engine *e, struct ds_err *err)
+{
+	if (!e->par)
+		return 0;
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
+		if (!sg->numel)
+			continue;
+		if (!(sg->cnt = calloc((size_t)ms->ntensors + 1, sizeof *sg->cnt)))
+			return ds_err_set(err, DS_ENOMEM, "out of memory");
+		for (int i = ms->first_tensor; i < ms->first_tensor + ms->ntensors; i++) {
+			const struct ds_gpt_tensor *t = ds_gpt_tensor(e->model, i);
+			int counted = !(s == 0 && e->tie_copy) && (t->split != DS_TP_NONE || e->topo.tp_rank == 0);
+			if (counted)
+				sg->cnt[sg->ncnt++] = (struct ds_range){ (size_t)(t->offset - ms->offset), (size_t)t->numel };
+		}
+	}
 	return 0;
 }
 
@@ -811,7 +950,8 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		sg->grank = ds_comm_rank(sg->comm);
 		const int64_t align = (int64_t)sg->gW * 16;
 		const int zg = opts->zero_stage >= 2 && sg->gW > 1, zp = opts->zero_stage >= 3 && sg->gW > 1;
-		sg->numel = ds_gpt_segment(e->model, s)->numel;
+		/* a pipeline stage holds only the segments its part uses */
+		sg->numel = ds_gpt_part_uses(e->model, &e->part, s) ? ds_gpt_segment(e->model, s)->numel : 0;
 		sg->padded = (sg->numel + align - 1) / align * align;
 		sg->off = e->total;
 		sg->shard = sg->padded / sg->gW;
@@ -881,7 +1021,8 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	/* overlap_comm: two more gradient slots, so that reductions stay in
 	 * flight while the next segments run backward (with tied weights the
 	 * embeddings hold one slot through the whole pass) */
-	e->overlap = opts->overlap_comm && e->W > 1;
+	/* (the pipeline reduces after its schedule, as DeepSpeed's does) */
+	e->overlap = opts->overlap_comm && e->W > 1 && opts->pp == 1;
 	e->ngs = (zg && e->overlap ? 4 : 2) + moe;
 	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
@@ -932,7 +1073,7 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	struct seg *sg = &e->seg[s];
 	const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
 	if (sg->mfull) {
-		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + ms->numel);
+		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + sg->numel);
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
 		if (hi > sg->numel)
@@ -969,7 +1110,7 @@ static void init_half(struct ds_engine *e)
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
 		float *tmp = e->ps[0].buf;
 		memset(tmp, 0, (size_t)sg->padded * sizeof(float));
-		ds_gpt_init(e->model, e->o.seed, tmp, ms->offset, ms->offset + ms->numel);
+		ds_gpt_init(e->model, e->o.seed, tmp, ms->offset, ms->offset + sg->numel);
 		ds_half_pack_n(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
 	}
 }
@@ -983,7 +1124,8 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	if (!e)
 		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
 	set_modes(e, opts, comm);
-	if ((rc = check_opts(opts, err)) < 0 || (rc = build_model(e, err)) < 0 || (rc = lay_out(e, &maxshard, err)) < 0)
+	if ((rc = check_opts(opts, err)) < 0 || (rc = set_layout(e, err)) < 0 || (rc = build_model(e, err)) < 0 ||
+	    (rc = lay_out(e, &maxshard, err)) < 0 || (rc = count_ranges(e, err)) < 0)
 		goto fail;
 	/* alloc_slots runs even when alloc_flat failed, as one allocation
 	 * pass that is checked once */
@@ -1028,6 +1170,7 @@ void ds_engine_destroy(struct ds_engine *e)
 			ds_optim_destroy(e->opt[s]);
 		free(e->seg[s].lamb);
 		free(e->seg[s].lamb_tensor);
+		free(e->seg[s].cnt);
 	}
 	free(e->opt);
 	ds_engine_onebit_destroy(e->ob);
@@ -1055,16 +1198,31 @@ void ds_engine_destroy(struct ds_engine *e)
 	free(e->seg_done);
 	ds_free(e->in);
 	ds_free(e->tg);
-	ds_gpt_ws_destroy(e->ws);
+	for (int b = 0; e->wss && b < e->nws; b++)
+		ds_gpt_ws_destroy(e->wss[b]);
+	free(e->wss);
+	ds_pipe_run_free(&e->pr);
+	free(e->bounds);
 	ds_gpt_destroy(e->model);
 	ds_comm_destroy(e->ep_comm);
 	ds_comm_destroy(e->edp_comm);
+	ds_groups_release(&e->grp);
 	free(e);
 }
 
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e) { return e->model; }
-double ds_engine_recompute_seconds(const struct ds_engine *e) { return ds_gpt_ws_recompute_seconds(e->ws); }
-int64_t ds_engine_num_params(const struct ds_engine *e) { return ds_gpt_num_params(e->model); }
+const struct ds_topo *ds_engine_topo(const struct ds_engine *e) { return &e->topo; }
+const struct ds_gpt_part *ds_engine_part(const struct ds_engine *e) { return &e->part; }
+const int *ds_engine_stage_bounds(const struct ds_engine *e) { return e->bounds; }
+int64_t ds_engine_num_params(const struct ds_engine *e) { return e->logical; }
+
+double ds_engine_recompute_seconds(const struct ds_engine *e)
+{
+	double t = 0;
+	for (int b = 0; b < e->nws; b++)
+		t += ds_gpt_ws_recompute_seconds(e->wss[b]);
+	return t;
+}
 int64_t ds_engine_steps(const struct ds_engine *e) { return e->steps; }
 
 static void scale_buf(float *p, int64_t n, float f)
@@ -1209,13 +1367,29 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		const int64_t n = whole ? sg->padded : sg->shard;
+		if (!n)
+			continue;
 		const float *g = e->g16 ? hwiden(e, whole ? e->gh + sg->goff : sg->h_own, n)
 				 : whole ? e->grads + sg->goff : sg->g_own;
-#pragma omp parallel for reduction(+ : ss) reduction(| : bad) schedule(static)
+		double sq = 0;
+#pragma omp parallel for reduction(+ : sq) reduction(| : bad) schedule(static)
 		for (int64_t i = 0; i < n; i++) {
 			double v = g[i];
 			bad |= !isfinite(g[i]);
-			ss += v * v;
+			sq += v * v;
+		}
+		if (!sg->cnt || whole) {
+			ss += sq;
+			continue;
+		}
+		/* 3D: only the counted ranges of the owned slice */
+		const int64_t o0 = (int64_t)sg->grank * sg->shard;
+		for (int k = 0; k < sg->ncnt; k++) {
+			int64_t a = (int64_t)sg->cnt[k].off > o0 ? (int64_t)sg->cnt[k].off : o0;
+			int64_t z = (int64_t)(sg->cnt[k].off + sg->cnt[k].len) < o0 + sg->shard
+				? (int64_t)(sg->cnt[k].off + sg->cnt[k].len) : o0 + sg->shard;
+			for (int64_t i = a; i < z; i++)
+				ss += (double)g[i - o0] * g[i - o0];
 		}
 	}
 	*nonfinite = bad;
@@ -1260,6 +1434,13 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 	if (nt > e->ntd && seg_sharded(e, &e->seg[e->nseg - 1]))
 		DS_TRY(ds_comm_allreduce(e->seg[e->nseg - 1].comm, e->lamb_sums + 2 * e->ntd, 2 * (size_t)(nt - e->ntd),
 					 DS_F64, DS_SUM, err));
+	if (e->o.tp > 1) {
+		/* a split tensor's norms over its shards; a replicated one's once */
+		for (int i = 0; i < nt; i++)
+			if (ds_gpt_tensor(e->model, i)->split == DS_TP_NONE && e->topo.tp_rank > 0)
+				e->lamb_sums[2 * i] = e->lamb_sums[2 * i + 1] = 0;
+		DS_TRY(ds_comm_allreduce(e->grp.tp, e->lamb_sums, 2 * (size_t)nt, DS_F64, DS_SUM, err));
+	}
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
 		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
@@ -1381,6 +1562,13 @@ static int micro_steps(struct ds_engine *e, const struct ds_engine_batch *in, do
 	double t0;
 	int rc;
 	*loss_sum = 0;
+	if (e->o.pp > 1) {   /* the micro-batches as the stages' 1F1B schedule */
+		rc = ds_pipe_train(&e->pr, in->tokens, in->base, in->step, (float)(scale / GA), loss_sum, err);
+		res->t_fwd += e->pr.t_fwd;
+		res->t_bwd += e->pr.t_bwd;
+		res->t_p2p += e->pr.t_p2p;
+		return rc < 0 ? pass_failed(e, rc, err) : 0;
+	}
 	for (int a = 0; a < GA; a++) {
 		float loss;
 		int64_t offset = in->base + (int64_t)a * MB * e->W + (int64_t)e->rank * MB;
@@ -1469,6 +1657,26 @@ static int update(struct ds_engine *e, const struct ds_engine_batch *in, float g
 	return 0;
 }
 
+/* ReduceTiedGrads: the first and the last stage sum the tied embedding's
+ * gradient (wte, at the start of segment 0; whole there, ZeRO 0-1) */
+static int reduce_tied(struct ds_engine *e, struct ds_err *err)
+{
+	if (!e->tie)
+		return 0;
+	const struct seg *sg = &e->seg[0];
+	const int64_t n = ds_gpt_tensor(e->model, ds_gpt_find(e->model, "transformer.wte.weight"))->numel;
+	if (e->g16)
+		return ds_comm_allreduce(e->grp.tie, e->gh + sg->goff, (size_t)n, e->hdtype, DS_SUM, err);
+	return ds_comm_allreduce(e->grp.tie, e->grads + sg->goff, (size_t)n, DS_F32, DS_SUM, err);
+}
+
+/* 3D: whether this rank's loss counts (the last stage's tensor-parallel
+ * rank 0: every rank of a tensor-parallel group has the same loss) */
+static int loss_counts(const struct ds_engine *e)
+{
+	return e->part.head && e->topo.tp_rank == 0;
+}
+
 int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,
 			 struct ds_err *err)
 {
@@ -1489,10 +1697,13 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	memset(&e->moe, 0, sizeof e->moe);
 	DS_TRY(micro_steps(e, in, prev_scale, &loss_sum, res, err));
 
-	/* reduce; then one allreduce of the squared norm of the owned slices,
-	 * the non-finite flag and the loss makes them global (without the
-	 * reduction the norm stays this rank's own) */
+	/* reduce (the tied embedding between its stages first); then one
+	 * allreduce of the squared norm of the owned slices, the non-finite
+	 * flag and the loss makes them global (over the world with 3D
+	 * parallelism, each logical element and the loss counted once;
+	 * without the reduction the norm stays this rank's own) */
 	t0 = ds_now();
+	DS_TRY(reduce_tied(e, err));
 	if (e->reduce_on)
 		DS_TRY(reduce_grads(e, err));
 	inject_inf(e, in->step);
@@ -1501,7 +1712,13 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	stat[1] = bad;
 	double lsum = loss_sum / GA;
 	double mv[3] = { e->moe.aux / GA, (double)e->moe.dropped, (double)e->moe.routed };
-	if (e->W > 1) {
+	if (e->par) {   /* (no MoE layers: refused with tensor or pipeline parallelism) */
+		double v[3] = { stat[0], stat[1], loss_counts(e) ? lsum : 0 };
+		DS_TRY(ds_comm_allreduce(e->world, v, 3, DS_F64, DS_SUM, err));
+		stat[0] = v[0];
+		stat[1] = v[1];
+		lsum = v[2] / e->W;
+	} else if (e->W > 1) {
 		/* an MoE model's statistics ride along (a dense model's is DeepSpeed's 3) */
 		double v[6] = { e->reduce_on ? stat[0] : 0, stat[1], lsum, mv[0], mv[1], mv[2] };
 		const int nv = e->opts_moe ? 6 : 3;
@@ -1549,7 +1766,12 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 {
 	const int MB = e->o.micro_batch, T = e->T;
 	double v[2] = { 0, 0 };
-	for (int r = 0; r < rows; r += MB) {
+	if (e->o.pp > 1) {
+		int rc = ds_pipe_eval(&e->pr, tokens, rows, &v[0], &v[1], err);
+		if (rc < 0)
+			return pass_failed(e, rc, err);
+	}
+	for (int r = 0; e->o.pp == 1 && r < rows; r += MB) {
 		int n = rows - r < MB ? rows - r : MB;
 		float l;
 		split_rows(e, tokens + (size_t)r * (T + 1), n);
@@ -1559,8 +1781,13 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 		v[0] += (double)l * n;
 		v[1] += n;
 	}
-	if (e->W > 1)
+	if (e->par) {   /* each data-parallel replica's last stage, once per tensor-parallel group */
+		if (!loss_counts(e))
+			v[0] = v[1] = 0;
+		DS_TRY(ds_comm_allreduce(e->world, v, 2, DS_F64, DS_SUM, err));
+	} else if (e->W > 1) {
 		DS_TRY(ds_comm_allreduce(e->comm, v, 2, DS_F64, DS_SUM, err));
+	}
 	*loss = v[1] > 0 ? v[0] / v[1] : 0;
 	return 0;
 }
@@ -1580,7 +1807,7 @@ float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return sg->mfull ? e->params + sg->poff + a : NULL;
+	return sg->mfull && sg->numel ? e->params + sg->poff + a : NULL;
 }
 
 int ds_engine_param_partitioned(const struct ds_engine *e, int i)
@@ -1592,6 +1819,10 @@ float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
+	if (!sg->numel) {   /* another pipeline stage's */
+		*begin = *end = 0;
+		return NULL;
+	}
 	if (sg->mfull) {
 		*begin = 0;
 		*end = ds_gpt_tensor(e->model, i)->numel;
@@ -1615,13 +1846,18 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
+	const struct ds_gpt_tensor *t = ds_gpt_tensor(e->model, i);
+	if (!sg->numel || (t->segment == 0 && e->tie_copy) || (t->split == DS_TP_NONE && e->topo.tp_rank > 0)) {
+		*begin = *end = 0;   /* written by the rank that owns it */
+		return;
+	}
 	if (e->ob && ds_onebit_rank_local(ds_engine_onebit_optim(e->ob))) {
 		/* ranks' weights differ (0/1 Adam's local steps): rank 0's */
 		*begin = 0;
-		*end = e->rank == 0 ? ds_gpt_tensor(e->model, i)->numel : 0;
+		*end = e->rank == 0 ? t->numel : 0;
 		return;
 	}
-	intersect(a, ds_gpt_tensor(e->model, i)->numel, (int64_t)sg->grank * sg->shard, sg->shard, begin, end);
+	intersect(a, t->numel, (int64_t)sg->grank * sg->shard, sg->shard, begin, end);
 }
 
 float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
@@ -1636,8 +1872,10 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 		return fl ? fl + sg->off + a : NULL;
 	}
 	float *st = ds_optim_state(e->opt[s], name);
-	if (!st)
+	if (!st || !sg->numel) {
+		*begin = *end = 0;
 		return NULL;
+	}
 	intersect(a, ds_gpt_tensor(e->model, i)->numel, sg->u0, sg->un, begin, end);
 	/* pointer to element *begin of the tensor inside the state slice */
 	return st + (a + *begin - sg->u0);
@@ -1679,4 +1917,10 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 	return b;
 }
 
-size_t ds_engine_activation_bytes(const struct ds_engine *e) { return ds_gpt_ws_bytes(e->ws); }
+size_t ds_engine_activation_bytes(const struct ds_engine *e)
+{
+	size_t b = e->pr.bytes;   /* the pipeline buffers */
+	for (int k = 0; k < e->nws; k++)
+		b += ds_gpt_ws_bytes(e->wss[k]);
+	return b;
+}

@@ -49,6 +49,21 @@
  * (spec §5: before unscaling); otherwise the gradients are divided by
  * scale * max(1, clip factor) as DeepSpeed's unscale_and_clip_grads does.
  *
+ * 3D parallelism (issue 19; tp x pp x dp ranks, comm/topo.h): the engine
+ * splits the world into its groups.  ZeRO runs over the data-parallel
+ * group (W above is dp, r the data-parallel rank); each rank's flat buffers
+ * hold its tensor-parallel shards (model/registry.h) of the segments its
+ * pipeline stage runs (the stage part of DeepSpeed's partition,
+ * model/pipe.h; the last stage also holds the embedding for a tied head);
+ * the model's tensor-parallel collectives are its hooks over the
+ * tensor-parallel group.  With pp > 1 a step's GA micro-batches run as
+ * DeepSpeed's 1F1B TrainSchedule (pipe.h), the tied embedding's gradient
+ * is summed between the first and last stage before the data-parallel
+ * reduction, and only ZeRO stages 0-1 are allowed (DeepSpeed's pipeline
+ * engine refuses 2 and 3).  The gradient norm counts every logical element
+ * once (replicated tensors on tensor-parallel rank 0 only, the tied copy
+ * not at all) and the loss is the last stage's, averaged over dp.
+ *
  * The engine never touches files: checkpoints go through the accessors
  * below, driven by the layer above (lib/driver).
  */
@@ -59,6 +74,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "comm/topo.h"
 #include "config/model.h"
 #include "model/gpt.h"
 #include "optim/onebit.h"
@@ -112,6 +128,16 @@ struct ds_engine_opts {
 	 * allreduce_bucket does; at W = 1 the same casts round the gradients */
 	enum ds_half_kind comm_half;
 	struct ds_scaler scaler;
+	/* 3D parallelism: tensor- and pipeline-parallel sizes (1: none; the
+	 * world must be a multiple of tp * pp), the pipeline partition method
+	 * ("parameters", "uniform", "type:REGEX"; model/pipe.h), DeepSpeed's
+	 * pipeline.pipe_partitioned / grad_partitioned, and
+	 * activation_checkpointing.partition_activations (with checkpointing
+	 * and tp > 1: each rank keeps 1/tp of every checkpointed input) */
+	int tp, pp;
+	char pipe_partition[64];
+	int pipe_partitioned, grad_partitioned;
+	int partition_activations;
 };
 
 /* MoE (opts.model.moe): experts are spread over moe.ep_size ranks (which
@@ -123,7 +149,7 @@ struct ds_engine_opts {
  *
  * Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
  * DeepSpeed's stage-3 defaults 5e7 / 1e9 / 1e5). */
-void ds_engine_opts_init(struct ds_engine_opts *o);
+void ds_engine_opts_init(struct ds_engine_opts *o);   /* also tp = pp = 1, partition "parameters", partitioned sends */
 
 /* What one optimizer step did. */
 struct ds_engine_step {
@@ -144,6 +170,7 @@ struct ds_engine_step {
 	 * fraction of token choices dropped for capacity, and the bytes this
 	 * rank sent in the experts' all-to-alls */
 	double moe_aux, moe_dropped, moe_a2a_bytes;
+	double t_p2p;       /* pipeline: seconds in sends and receives (waiting for a neighbour stage included) */
 };
 
 struct ds_engine;
@@ -155,11 +182,19 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		     struct ds_err *err);
 void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
 
+/* This rank's model: its tensor-parallel shards (the registry's shapes are
+ * the shard's, gshape the logical tensor's). */
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
+/* The job's layout and this rank's coordinates (borrowed). */
+const struct ds_topo *ds_engine_topo(const struct ds_engine *e);
+/* This rank's stage part, and the stage bounds over the pipeline layer
+ * list (pp + 1 entries, model/pipe.h; NULL when pp is 1). */
+const struct ds_gpt_part *ds_engine_part(const struct ds_engine *e);
+const int *ds_engine_stage_bounds(const struct ds_engine *e);
 /* Seconds this rank spent recomputing checkpointed layers' forward in
  * backward since the engine was created (0 without checkpointing). */
 double ds_engine_recompute_seconds(const struct ds_engine *e);
-int64_t ds_engine_num_params(const struct ds_engine *e);
+int64_t ds_engine_num_params(const struct ds_engine *e);   /* of the whole (logical) model */
 /* Optimizer steps taken (restored by ds_engine_set_steps). */
 int64_t ds_engine_steps(const struct ds_engine *e);
 
@@ -184,9 +219,14 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 
 /* ---- state for checkpoints --------------------------------------------- */
 
-/* Pointer to tensor i's parameters (the whole tensor), or NULL when this
+/* Tensors are the registry's of ds_engine_model: with tensor parallelism
+ * this rank's shard (element indices below are the shard's; the driver
+ * maps them to logical ones, ds_gpt_tensor_global).  A tensor of a
+ * segment this pipeline stage does not hold has nothing here.
+
+ * Pointer to tensor i's parameters (the whole tensor), or NULL when this
  * rank holds only a slice of it (stage 3, or a 16-bit run at stages 1-2
- * with W > 1: use ds_engine_param_range). */
+ * with W > 1: use ds_engine_param_range) or none. */
 float *ds_engine_param(struct ds_engine *e, int i);
 
 /* 1 when tensor i's fp32 parameters are partitioned across ranks (stage
@@ -201,7 +241,10 @@ float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t
 
 /* The slice [*begin, *end) of tensor i (element indices within the tensor)
  * that this rank writes to a checkpoint: its ZeRO slice of the tensor's
- * segment (possibly empty), the same split whatever the stage. */
+ * segment (possibly empty), the same split whatever the stage; empty for
+ * a tensor held elsewhere, for the last stage's copy of a tied embedding
+ * and for a replicated tensor on tensor-parallel ranks but 0, so that the
+ * ranks together write every logical element once. */
 void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int64_t *end);
 
 /* Optimizer state `name` ("exp_avg", ...) of tensor i: a pointer to element

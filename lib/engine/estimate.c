@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/pipe.h"
+#include "engine/schedule.h"
 #include "model/gpt.h"
+#include "model/pipe.h"
 #include "optim/onebit.h"
 
 #define F32 ((size_t)sizeof(float))
@@ -66,26 +69,75 @@ static enum ds_half_kind comm_kind(const struct ds_engine_opts *o)
 
 int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err)
 {
+	const int pp = o->pp > 1 ? o->pp : 1;
+	struct ds_engine_mem k;
+	DS_TRY(ds_engine_mem_estimate_stage(o, W, 0, m, err));
+	for (int s = 1; s < pp; s++) {
+		DS_TRY(ds_engine_mem_estimate_stage(o, W, s, &k, err));
+		if (k.total > m->total)
+			*m = k;
+	}
+	return 0;
+}
+
+int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stage, struct ds_engine_mem *m,
+				 struct ds_err *err)
+{
 	struct ds_gpt *model = NULL;
 	memset(m, 0, sizeof *m);
+	const int tp = o->tp > 1 ? o->tp : 1, pp = o->pp > 1 ? o->pp : 1;
 	if (W < 1)
 		return ds_err_set(err, DS_EINVAL, "memory estimate: world size %d must be >= 1", W);
+	if (W % (tp * pp))
+		return ds_err_set(err, DS_EINVAL, "world size %d is not a multiple of tensor-parallel size %d x "
+				  "pipeline-parallel size %d; start tp x pp x dp ranks", W, tp, pp);
+	if (stage < 0 || stage >= pp)
+		return ds_err_set(err, DS_EINVAL, "memory estimate: pipeline stage %d of %d", stage, pp);
 	if (o->zero_stage < 0 || o->zero_stage > 3)
 		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d: must be 0, 1, 2 or 3", o->zero_stage);
 	if (o->micro_batch < 1 || o->grad_accum < 1)
 		return ds_err_set(err, DS_EINVAL, "micro batch %d and gradient accumulation %d must be >= 1",
 				  o->micro_batch, o->grad_accum);
+	if (pp > 1 && o->zero_stage >= 2)
+		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage %d with pipeline parallelism: ZeRO-2 and "
+				  "ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's pipeline engine refuses "
+				  "them)", o->zero_stage);
 	/* MoE: this rank's share of the experts, their segments split over
-	 * the expert-data-parallel group of W / ep ranks (engine.h) */
+	 * the expert-data-parallel group of W / ep ranks (engine.h); not
+	 * with tensor or pipeline parallelism */
 	const int ep = o->model.moe.enabled ? o->model.moe.ep_size : 1;
 	if (o->model.moe.enabled && o->zero_stage >= 3)
 		return ds_err_set(err, DS_EINVAL, "zero_optimization.stage 3 with MoE layers: DeepSpeed's MoE is not "
 				  "supported with ZeRO stage 3 (it refuses the same); use stage 0, 1 or 2");
+	if (ds_moe_num_layers(&o->model) > 0 && tp * pp > 1)
+		return ds_err_set(err, DS_EINVAL, "MoE layers with tensor or pipeline parallelism (tp %d, pp %d) are not "
+				  "supported; use expert parallelism (moe.ep_size) with data parallelism", tp, pp);
 	if (ep > 1 && W % ep)
 		return ds_err_set(err, DS_EINVAL, "moe.ep_size %d does not divide the world size %d", ep, W);
-	DS_TRY(ds_gpt_create_ep(&model, &o->model, ep, 0, err));
+	const int world = W;
+	W /= tp * pp;   /* ZeRO's ranks: the data-parallel group */
+	DS_TRY(ep > 1 ? ds_gpt_create_ep(&model, &o->model, ep, 0, err) : ds_gpt_create_tp(&model, &o->model, tp, 0, err));
 	const struct ds_model_config *cfg = ds_gpt_config(model);
 	const int T = o->seq_length ? o->seq_length : cfg->seq_length;
+	ds_gpt_part_whole(model, &m->part);
+	m->pipe_buffers = 1;
+	if (pp > 1) {
+		int *b = calloc((size_t)pp + 1, sizeof *b);
+		int rc = b ? ds_pipe_partition(model, pp, o->pipe_partition, b, err)
+			   : ds_err_set(err, DS_ENOMEM, "out of memory");
+		if (rc == 0)
+			ds_pipe_stage_part(model, b, stage, &m->part);
+		free(b);
+		if (rc < 0) {
+			ds_gpt_destroy(model);
+			return rc;
+		}
+		m->pipe_buffers = ds_pipe_num_buffers(o->grad_accum, pp, stage);
+	}
+	m->tp = tp;
+	m->pp = pp;
+	m->dp = W;
+	m->pipe_stage = stage;
 	const int sharded0 = o->zero_stage >= 1 && W > 1;
 	const int zg = o->zero_stage >= 2 && W > 1, zp = o->zero_stage >= 3 && W > 1;
 	const int half = o->half != DS_HALF_NONE, g16 = grads16(o);
@@ -96,8 +148,9 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 	size_t optim = 0;
 
 	m->stage = o->zero_stage;
-	m->world_size = W;
-	m->num_params = ds_gpt_num_params(model);
+	m->world_size = world;
+	for (int i = 0; i < ds_gpt_num_tensors(model); i++)
+		m->num_params += ds_gpt_tensor(model, i)->gnumel;
 	m->nseg = ds_gpt_num_segments(model);
 	m->nstates = ns;
 	const int moe = ds_gpt_num_dense_segments(model) < m->nseg;
@@ -105,7 +158,7 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 		const int ex = ds_gpt_expert_segment(model, s), gW = ex ? W / ep : W;
 		const int64_t galign = ex ? (int64_t)gW * 16 : align;
 		const int sharded = ex ? o->zero_stage >= 1 && gW > 1 : sharded0;
-		int64_t numel = ds_gpt_segment(model, s)->numel;
+		int64_t numel = ds_gpt_part_uses(model, &m->part, s) ? ds_gpt_segment(model, s)->numel : 0;
 		int64_t padded = (numel + galign - 1) / galign * galign, shard = padded / gW;
 		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !(zg && gW > 1);
 		if (ex)
@@ -164,8 +217,13 @@ int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engi
 											   : m->padded;
 		m->bytes[DS_MEM_COMM] += (size_t)b * F32;
 	}
-	m->bytes[DS_MEM_ACT] = ds_gpt_activation_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
-	m->act_saved = ds_gpt_activation_saved_bytes(cfg, o->micro_batch, T, o->checkpointing, o->half);
+	size_t saved;
+	m->bytes[DS_MEM_ACT] = (size_t)m->pipe_buffers *
+			       ds_gpt_activation_bytes_part(cfg, tp, &m->part, o->partition_activations, o->micro_batch, T,
+							    o->checkpointing, o->half, &saved);
+	m->act_saved = (size_t)m->pipe_buffers * saved;
+	if (pp > 1)   /* the pipeline's send and receive buffers */
+		m->bytes[DS_MEM_COMM] += ds_pipe_run_bytes(m->pipe_buffers, o->micro_batch, T, cfg->hidden_size);
 	/* the engine's inputs and targets of one micro-batch, ds-train's rows
 	 * of one optimizer step (T+1 tokens each), and each segment's
 	 * optimizer header (ds_optim_create allocates it with ds_alloc) */

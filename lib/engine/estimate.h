@@ -24,6 +24,16 @@
  * every segment passes through: 2 parameter (3 at stage 3 on W > 1)
  * and 2 gradient slots of the largest segment (plus 3 16-bit gather slots
  * at stage 3), under communication.
+ *
+ * 3D parallelism (o->tp, o->pp; W is the job's ranks): ZeRO pads and
+ * splits over dp = W / (tp * pp); a rank holds its tensor-parallel shards
+ * of the segments its pipeline stage runs (the first stage's copy of a
+ * tied embedding also on the last), one activation workspace of its part
+ * per pipeline buffer (max(2, min(pp - stage, GA)), DeepSpeed's
+ * num_pipe_buffers) and, under communication, 4 (B, T, C) send/receive
+ * buffers per pipeline buffer.  Stages differ: ds_engine_mem_estimate_stage
+ * gives one stage's ranks, ds_engine_mem_estimate the stage that needs the
+ * most (its number in pipe_stage).
  */
 #ifndef DS_ENGINE_ESTIMATE_H
 #define DS_ENGINE_ESTIMATE_H
@@ -47,7 +57,11 @@ enum ds_engine_mem_cat {
 /* One rank's bytes (every rank holds the same amounts). */
 struct ds_engine_mem {
 	int stage, world_size;
-	int64_t num_params;          /* the model's elements this rank holds (its experts only with ep > 1) */
+	int tp, pp, dp;              /* the layout (world_size = tp * pp * dp) */
+	int pipe_stage;              /* the pipeline stage estimated */
+	struct ds_gpt_part part;     /* what it runs */
+	int pipe_buffers;            /* its workspaces (1 without pipelining) */
+	int64_t num_params;          /* the model's elements, whole tensors (with ep > 1 this rank's experts only) */
 	int64_t num_params_expert;   /* of them, experts' (MoE) */
 	int64_t padded;              /* flat elements after padding each segment */
 	int nseg, nseg_partitioned;  /* segments; of them parameter-partitioned (stage 3) */
@@ -63,6 +77,9 @@ struct ds_engine_mem {
  * allocates through ds_alloc on each rank.  Returns 0, or DS_EINVAL (bad
  * stage, batch or model; err names it) / DS_ENOMEM. */
 int ds_engine_mem_estimate(const struct ds_engine_opts *o, int W, struct ds_engine_mem *m, struct ds_err *err);
+/* The same for the ranks of pipeline stage `stage` (0 <= stage < o->pp). */
+int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stage, struct ds_engine_mem *m,
+				 struct ds_err *err);
 
 /* The memory one rank may use: override when nonzero, else Slurm's
  * SLURM_MEM_PER_NODE / per_node or SLURM_MEM_PER_CPU x SLURM_CPUS_PER_TASK,

@@ -3,7 +3,8 @@
 noinst_LIBRARIES += lib/engine/libds_engine.a
 lib_engine_libds_engine_a_SOURCES = lib/engine/engine.c lib/engine/engine.h \
 	lib/engine/engine_onebit.c lib/engine/engine_onebit.h \
-	lib/engine/estimate.c lib/engine/estimate.h lib/engine/schedule.c lib/engine/schedule.h
+	lib/engine/estimate.c lib/engine/estimate.h lib/engine/schedule.c lib/engine/schedule.h \
+	lib/engine/pipe.c lib/engine/pipe.h
 LIBDS += lib/engine/libds_engine.a
 
 if HAVE_CMOCKA

@@ -106,8 +106,22 @@ static void test_as_deepspeed_reads(void **state)
 	noted("{\"train_batch_size\":8,\"flops_profiler\":{\"enabled\":true,\"profile_step\":-1}}", "warning",
 	      "profile_step", "never", NULL);
 	noted("{\"train_batch_size\":8,\"activation_checkpointing\":{\"partition_activations\":true}}", "warning",
-	      "partition_activations", "model parallel", NULL);
+	      "partition_activations", "tensor-parallel size 1", NULL);
 	noted("{\"train_batch_size\":8,\"communication_data_type\":\"bfp16\"}", "warning", "bfp16", "0.14.1", NULL);
+	/* the pipeline section: stages "auto" or a count, DeepSpeed's methods */
+	bad("{\"train_batch_size\":8,\"pipeline\":{\"stages\":0}}", 1, "pipeline.stages", "auto", NULL);
+	bad("{\"train_batch_size\":8,\"pipeline\":{\"stages\":\"two\"}}", 1, "pipeline.stages", NULL);
+	bad("{\"train_batch_size\":8,\"pipeline\":{\"partition\":\"profile\"}}", 1, "pipeline.partition",
+	    "not a partition method", NULL);
+	bad("{\"train_batch_size\":8,\"pipeline\":{\"activation_checkpoint_interval\":2}}", 1,
+	    "activation_checkpoint_interval", "not implemented", NULL);
+	assert_int_equal(ld("{\"train_batch_size\":8,\"pipeline\":{\"stages\":2,\"partition\":\"type:transformer|mlp\","
+			    "\"pipe_partitioned\":false}}", 1, &c), 0);
+	assert_int_equal(json_integer_value(ds_config_values(c)->pipeline.stages), 2);
+	assert_string_equal(ds_config_values(c)->pipeline.partition, "type:transformer|mlp");
+	assert_false(ds_config_values(c)->pipeline.pipe_partitioned);
+	assert_true(ds_config_values(c)->pipeline.grad_partitioned);
+	ds_config_destroy(c);
 	assert_int_equal(ld("{\"train_batch_size\":8,\"communication_data_type\":\"bfp16\"}", 1, &c), 0);
 	assert_string_equal(ds_config_values(c)->communication_data_type, "bf16");
 	ds_config_destroy(c);
