@@ -26,6 +26,7 @@
 #include "driver/profile.h"
 #include "engine/estimate.h"
 #include "model/count.h"
+#include "model/pipe.h"
 #include "monitor/log.h"
 #include "monitor/metrics.h"
 #include "monitor/monitor.h"
@@ -151,38 +152,40 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 {
 	struct ds_engine_mem m;
 	const int W = s->W;
-	double mine[3] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss() }, mx[3] = { 0, 0, 0 };
+	double mine[4] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss(),
+			   (double)ds_engine_state_bytes(e) }, mx[4] = { 0, 0, 0, 0 };
 	DS_TRY(ds_engine_mem_estimate(&s->eng, W, &m, err));
-	double *all = malloc(sizeof(double) * 3 * (size_t)W);
+	double *all = malloc(sizeof(double) * 4 * (size_t)W);
 	if (!all)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	int rc = 0;
 	if (W > 1)
-		rc = ds_comm_allgather(comm, mine, all, 3, DS_F64, err);
+		rc = ds_comm_allgather(comm, mine, all, 4, DS_F64, err);
 	else
 		memcpy(all, mine, sizeof mine);
 	if (rc < 0 || s->rank != 0)
 		goto out;
 	for (int r = 0; r < W; r++)
-		for (int k = 0; k < 3; k++)
-			if (all[3 * r + k] > mx[k])
-				mx[k] = all[3 * r + k];
+		for (int k = 0; k < 4; k++)
+			if (all[4 * r + k] > mx[k])
+				mx[k] = all[4 * r + k];
 	/* model_state: the engine's own count of its parameter, gradient and
-	 * optimizer-state buffers (the same on every rank) */
+	 * optimizer-state buffers (the same on every rank of a pipeline
+	 * stage; the estimate is the largest stage's) */
 	ds_monitor_out_line(mo, "memory per rank (bytes, max over %d rank%s) | estimate %zu | alloc_setup %.0f | "
-			    "alloc_peak %.0f | peak_rss %.0f | alloc/estimate %.4f | model_state %zu | "
+			    "alloc_peak %.0f | peak_rss %.0f | alloc/estimate %.4f | model_state %.0f | "
 			    "model_state_estimate %zu", W, W > 1 ? "s" : "", m.total, mx[0], mx[1], mx[2],
-			    m.total ? mx[0] / (double)m.total : 0.0, ds_engine_state_bytes(e), m.model_state);
+			    m.total ? mx[0] / (double)m.total : 0.0, mx[3], m.model_state);
 	if (js) {
 		json_t *est = json_object(), *a[3] = { json_array(), json_array(), json_array() };
 		for (int c = 0; est && c < DS_MEM_NCAT; c++)
 			json_object_set_new(est, ds_engine_mem_cat_name(c), json_integer((json_int_t)m.bytes[c]));
 		for (int r = 0; r < W; r++)
 			for (int k = 0; k < 3; k++)
-				json_array_append_new(a[k], json_integer((json_int_t)all[3 * r + k]));
+				json_array_append_new(a[k], json_integer((json_int_t)all[4 * r + k]));
 		*js = json_pack("{s:i,s:i,s:I,s:o,s:I,s:o,s:o,s:o}", "world_size", W, "zero_stage", m.stage,
 				"estimate_bytes", (json_int_t)m.total, "estimate", est, "model_state_bytes",
-				(json_int_t)ds_engine_state_bytes(e), "alloc_setup_bytes", a[0], "alloc_peak_bytes", a[1],
+				(json_int_t)mx[3], "alloc_setup_bytes", a[0], "alloc_peak_bytes", a[1],
 				"peak_rss_bytes", a[2]);
 		if (!*js)
 			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
@@ -384,17 +387,44 @@ static int set_up(struct run *r, struct ds_err *err)
 	return ds_count_train_flops(&s->model, (int)s->tb, (int)r->T, s->eng.checkpointing ? 1.0 : 0.0, &r->ct, err);
 }
 
+/* Rank 0: which layers each pipeline stage holds, as DeepSpeed's
+ * PipelineModule prints its partition (stage, count, index: type). */
+static void log_stages(const struct ds_engine *e, const char *method)
+{
+	const struct ds_gpt *m = ds_engine_model(e);
+	const int *b = ds_engine_stage_bounds(e);
+	const int pp = ds_engine_topo(e)->pp, n = ds_gpt_config(m)->num_layers + 5;
+	struct ds_pipe_layer *ly = calloc((size_t)n, sizeof *ly);
+	if (!ly || !b) {
+		free(ly);
+		return;
+	}
+	ds_pipe_layers(m, ly, n);
+	ds_log_info("pipeline: %d stages, partition method %s", pp, method);
+	for (int s = 0; s < pp; s++) {
+		char line[512];
+		size_t o = (size_t)snprintf(line, sizeof line, "stage=%d layers=%d", s, b[s + 1] - b[s]);
+		for (int i = b[s]; i < b[s + 1] && o < sizeof line; i++)
+			o += (size_t)snprintf(line + o, sizeof line - o, "%s %d: %s", i == b[s] ? " |" : ",", i, ly[i].type);
+		ds_log_info("%s", line);
+	}
+	free(ly);
+}
+
 /* After the ceiling: the run's one-line summary, the batch buffer, the
  * allocator's mark, the watchdog and the loop's starting state. */
 static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 {
 	const struct ds_train_setup *s = &r->s;
 	char bytes[32];
-	ds_log_info("ds-train: %s, %lld parameters, %d rank%s, ZeRO stage %d, batch %lld = %lld x %lld x %d, "
+	char lay[96] = "";
+	if (s->tp * s->pp > 1)
+		snprintf(lay, sizeof lay, " (tensor %d x pipeline %d x data %d)", s->tp, s->pp, s->dp);
+	ds_log_info("ds-train: %s, %lld parameters, %d rank%s%s, ZeRO stage %d, batch %lld = %lld x %lld x %d, "
 		    "%lld steps from step %lld; data %s (%llu train / %llu valid windows); sgemm ceiling %.1f "
 		    "GFLOP/s per rank; model state %s per rank",
 		    ds_optim_type_name(s->eng.optim.type), (long long)ds_engine_num_params(r->e), r->W, r->W > 1 ? "s" : "",
-		    s->eng.zero_stage, s->tb, s->mb, s->ga, r->W, s->train_iters, r->st.iteration,
+		    lay, s->eng.zero_stage, s->tb, s->mb, s->ga, s->dp, s->train_iters, r->st.iteration,
 		    r->dd.blend[DS_SPLIT_TRAIN] ? r->o->data : ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
@@ -411,6 +441,8 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		ds_log_info("matmul: %s (dstk.bf16_matmul \"%s\")", plan, ds_bf16_mode_name(s->eng.bf16_matmul));
 	}
 
+	if (r->rank == 0 && s->pp > 1)
+		log_stages(r->e, s->eng.pipe_partition);
 	r->rows = ds_alloc(sizeof(int32_t) * (size_t)(s->mb * s->ga * (r->T + 1)));
 	if (!r->rows)
 		return ds_err_set(err, DS_ENOMEM, "out of memory for a batch");

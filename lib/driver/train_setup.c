@@ -205,7 +205,7 @@ static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *e
 static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 {
 	static const char *const known[] = { "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
-					     "all_to_all_single", NULL };
+					     "all_to_all_single", "send", "recv", NULL };
 	struct ds_monitor_comms_opts *o = &s->comms;
 	const struct ds_config_values *v = ds_config_values(s->cfg);
 	o->enabled = v->comms_logger.enabled;
@@ -231,8 +231,8 @@ static int map_comms_logger(struct ds_train_setup *s, struct ds_err *err)
 			ok = !strcmp(*k, v);
 		if (!ok && o->enabled && !o->prof_all && s->rank == 0)
 			ds_log_warn("%s: comms_logger.prof_ops: ds-train issues no '%s' (it issues all_reduce, "
-				    "reduce_scatter, all_gather, broadcast, barrier, and all_to_all_single with the 1-bit "
-				    "optimizers)", ds_config_name(s->cfg), v);
+				    "reduce_scatter, all_gather, broadcast, barrier, all_to_all_single with the 1-bit "
+				    "optimizers, and send and recv with pipeline parallelism)", ds_config_name(s->cfg), v);
 		s->comms_ops[i] = v;
 	}
 	o->prof_ops = s->comms_ops;

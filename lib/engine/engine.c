@@ -31,7 +31,12 @@
  *       (default 3) with an I/O error, as a rank dying mid-run would;
  *   DS_TEST_INJECT_INF_STEP=S[:N] rank 0 writes +inf into its first held
  *       (reduced) gradient in steps S .. S+N-1 (N default 1), as an fp16
- *       overflow would. */
+ *       overflow would;
+ *   DS_TEST_FAULT_SKIP_TIED=1  the first and last pipeline stage do not sum
+ *       the tied embedding's gradient (ReduceTiedGrads left out), so the
+ *       two copies drift apart and the losses must leave 1 rank's.
+ * (DS_TEST_FAULT_TP_SLICE, a wrong tensor-parallel shard, is the model's:
+ * model/registry.h.) */
 static int env_int(const char *name, int dflt)
 {
 	const char *v = getenv(name);
@@ -168,6 +173,7 @@ struct ds_engine {
 	int ntd;                    /* tensors of the dense segments (Lamb's norms over the world) */
 	struct ds_moe_stats moe;    /* the step's MoE statistics, summed over micro-steps */
 	int opts_moe;               /* the model has MoE layers */
+	int skip_tied;              /* DS_TEST_FAULT_SKIP_TIED */
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -806,6 +812,7 @@ static void read_test_faults(struct ds_engine *e)
 	const char *is = getenv("DS_TEST_INJECT_INF_STEP");
 	if (is && strchr(is, ':'))
 		e->inject_n = atoi(strchr(is, ':') + 1);
+	e->skip_tied = env_int("DS_TEST_FAULT_SKIP_TIED", 0);
 }
 
 /* the MoE layers' token exchange over the expert-parallel group */
@@ -1661,7 +1668,7 @@ static int update(struct ds_engine *e, const struct ds_engine_batch *in, float g
  * gradient (wte, at the start of segment 0; whole there, ZeRO 0-1) */
 static int reduce_tied(struct ds_engine *e, struct ds_err *err)
 {
-	if (!e->tie)
+	if (!e->tie || e->skip_tied)
 		return 0;
 	const struct seg *sg = &e->seg[0];
 	const int64_t n = ds_gpt_tensor(e->model, ds_gpt_find(e->model, "transformer.wte.weight"))->numel;
@@ -1910,8 +1917,8 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 	size_t b = (size_t)e->ptotal * sizeof(float) + (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
 	if (e->half)
 		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
-	for (int s = 0; s < e->nseg && !e->ob; s++)
-		b += (size_t)e->opt[s]->nstates * (size_t)e->seg[s].un * sizeof(float);
+	for (int s = 0; s < e->nseg && !e->ob; s++)   /* (an empty range still allocates one element, as ds_optim_create does) */
+		b += (size_t)e->opt[s]->nstates * (size_t)(e->seg[s].un ? e->seg[s].un : 1) * sizeof(float);
 	if (e->ob)
 		b += ds_onebit_state_bytes(ds_engine_onebit_optim(e->ob));
 	return b;

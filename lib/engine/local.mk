@@ -27,7 +27,7 @@ endif
 
 if HAVE_MPI
 if HAVE_BATS
-TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats
+TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/3d.bats
 endif
 endif
-EXTRA_DIST += tests/data/pipe_schedule.txt tests/data/pipe_partition.txt tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json
+EXTRA_DIST += tests/data/pipe_schedule.txt tests/data/pipe_partition.txt tests/mpi/3d.bats tests/data/neox-test-dropout.json tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json
