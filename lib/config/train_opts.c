@@ -115,6 +115,10 @@ static json_t *run_json(const struct ds_train_opts *o)
 			json_object_set_new(r, str[i][0], json_string(str[i][1]));
 	if (r && o->data_weight_by_docs)
 		json_object_set_new(r, "weighted_sampler_alpha", json_real(o->data_alpha));
+	if (r && o->tp > 0)
+		json_object_set_new(r, "tensor_model_parallel_size", json_integer(o->tp));
+	if (r && o->pp > 0)
+		json_object_set_new(r, "pipeline_model_parallel_size", json_integer(o->pp));
 	json_t *root = r ? json_pack("{s:o}", "run_flags", r) : NULL;
 	if (!root || !o->conf_name)
 		return root;
@@ -147,7 +151,15 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 	int rc = 0;
 	struct ds_config_auto a = o->autos;
 	struct ds_err merr = DS_ERR_INIT;
-	co.world_size = o->world_size > 0 ? o->world_size : 1;
+	/* the triad counts data-parallel ranks: the job's (default: one per
+	 * tensor x pipeline rank) over tp x pp */
+	const int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
+	const int world = o->world_size > 0 ? o->world_size : tp * pp;
+	if (world % (tp * pp))
+		return ds_err_set(err, DS_EINVAL, "--world-size: world size %d is not a multiple of tensor-parallel size %d "
+				  "x pipeline-parallel size %d; start tp x pp x dp ranks", world, tp, pp);
+	co.world_size = world / (tp * pp);
+	co.tp_size = tp;
 	co.lenient = o->lenient;
 	co.autos = &a;
 	/* the model first: "auto" ZeRO bucket sizes follow its hidden size;
@@ -170,17 +182,34 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 		rc = mrc;
 		goto out;
 	}
+	/* the layout rules ds-train applies (DeepSpeed's pipeline engine
+	 * refuses ZeRO 2 and 3) */
+	const struct ds_config_values *v = ds_config_values(c);
+	const json_t *st = v->pipeline.stages;
+	int stg = json_is_integer(st) ? (int)json_integer_value(st) : 0;
+	if (stg && o->pp > 0 && stg != o->pp) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: key 'pipeline.stages': %d, but --pipeline-model-parallel-size is %d; "
+				"give one", cfg, stg, o->pp);
+		goto out;
+	}
+	if ((o->pp > 1 || stg > 1) && v->zero_optimization.stage >= 2) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: key 'zero_optimization.stage': %lld with %d pipeline stages: ZeRO-2 and "
+				"ZeRO-3 are incompatible with pipeline parallelism (DeepSpeed's pipeline engine refuses them); "
+				"use stage 0 or 1", cfg, (long long)v->zero_optimization.stage, o->pp > 1 ? o->pp : stg);
+		goto out;
+	}
 	ds_config_batch(c, &b);
 	if (o->json) {
 		char *dj = ds_config_to_json(c, 1), *mj = ds_model_config_to_json(&m, 1);
 		json_t *dk = dj ? json_loads(dj, 0, NULL) : NULL, *mk = mj ? json_loads(mj, 0, NULL) : NULL;
-		json_t *root = dk && mk ? json_pack("{s:{s:s,s:o},s:{s:s,s:o},s:{s:I,s:I,s:I,s:i}}",
+		json_t *root = dk && mk ? json_pack("{s:{s:s,s:o},s:{s:s,s:o},s:{s:I,s:I,s:I,s:i,s:i,s:i,s:i}}",
 						   "deepspeed_config", "file", cfg, "keys", dk,
 						   "model", "file", mod, "keys", mk,
 						   "batch", "train_batch_size", (json_int_t)b.train_batch_size,
 						   "train_micro_batch_size_per_gpu", (json_int_t)b.micro_batch,
 						   "gradient_accumulation_steps", (json_int_t)b.grad_accum,
-						   "world_size", b.world_size) : NULL;
+						   "world_size", world, "data_parallel_size", b.world_size,
+						   "tensor_parallel_size", tp, "pipeline_parallel_size", pp) : NULL;
 		json_t *more = root ? run_json(o) : NULL;
 		if (root && (!more || json_object_update(root, more) != 0 || (extra && json_object_update(root, extra) != 0))) {
 			json_decref(root);
@@ -208,11 +237,16 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 		for (int i = 0; i < o->conf_nlines; i++)
 			fprintf(out, "# neox: %s\n", o->conf_lines[i]);
 	}
-	fprintf(out, "# DeepSpeed config %s (world size %d)\n", cfg, b.world_size);
+	fprintf(out, "# DeepSpeed config %s (world size %d)\n", cfg, world);
 	if ((rc = ds_config_print(c, out, err)) < 0)
 		goto out;
-	fprintf(out, "# batch: train_batch_size %lld = micro %lld x accumulation %lld x world size %d\n",
-		(long long)b.train_batch_size, (long long)b.micro_batch, (long long)b.grad_accum, b.world_size);
+	if (tp * pp > 1)
+		fprintf(out, "# batch: train_batch_size %lld = micro %lld x accumulation %lld x data-parallel size %d "
+			"(world %d = tensor %d x pipeline %d x data %d)\n", (long long)b.train_batch_size,
+			(long long)b.micro_batch, (long long)b.grad_accum, b.world_size, world, tp, pp, b.world_size);
+	else
+		fprintf(out, "# batch: train_batch_size %lld = micro %lld x accumulation %lld x world size %d\n",
+			(long long)b.train_batch_size, (long long)b.micro_batch, (long long)b.grad_accum, b.world_size);
 	fprintf(out, "# model config %s\n", mod);
 	if ((rc = ds_model_config_print(&m, out, err)) < 0)
 		goto out;

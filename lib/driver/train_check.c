@@ -1,8 +1,11 @@
 /* check.c - ds-train --check: the configuration (config layer's
  * ds_train_check) followed by the memory estimate per rank for the
- * resolved setup at --world-size ranks.  A config the trainer cannot run
- * (a model family it does not train, an optimizer it lacks) still checks;
- * its memory estimate says why it is not available. */
+ * resolved setup at --world-size ranks (default: one per tensor x pipeline
+ * rank).  With pipeline parallelism it lists which layers each stage holds
+ * and each stage's bytes per rank, and the table is the largest stage's.
+ * A config the trainer cannot run (a model family it does not train, an
+ * optimizer it lacks) still checks; its memory estimate says why it is not
+ * available. */
 #include "driver/train.h"
 #include "driver/train_int.h"
 
@@ -13,6 +16,7 @@
 #include "engine/estimate.h"
 #include "model/gpt.h"
 #include "model/moe.h"
+#include "model/pipe.h"
 #include "util/log.h"
 #include "util/mem.h"
 
@@ -49,6 +53,66 @@ static int moe_facts(const struct ds_train_setup *s, struct moe_facts *f)
 	return 1;
 }
 
+/* The pipeline's stages: each one's layers (DeepSpeed's partition of the
+ * NeoX layer list) and its estimate per rank; into out (text) and/or *js
+ * (a JSON array).  0, or the estimator's error. */
+static int stages(const struct ds_train_setup *s, int W, FILE *out, json_t **js, struct ds_err *err)
+{
+	struct ds_gpt *m = NULL;
+	struct ds_pipe_layer *ly = NULL;
+	int *b = NULL, rc;
+	if ((rc = ds_gpt_create_tp(&m, &s->eng.model, s->tp, 0, err)) < 0)
+		return rc;
+	const int n = ds_gpt_config(m)->num_layers + 5;
+	ly = calloc((size_t)n, sizeof *ly);
+	b = calloc((size_t)s->pp + 1, sizeof *b);
+	if (!ly || !b) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	ds_pipe_layers(m, ly, n);
+	if ((rc = ds_pipe_partition(m, s->pp, s->eng.pipe_partition, b, err)) < 0)
+		goto out;
+	if (out)
+		fprintf(out, "# pipeline: %d stages, partition method %s; per rank of each stage:\n", s->pp,
+			s->eng.pipe_partition);
+	if (js)
+		*js = json_array();
+	for (int st = 0; st < s->pp && rc == 0; st++) {
+		struct ds_engine_mem k;
+		char h[32];
+		if ((rc = ds_engine_mem_estimate_stage(&s->eng, W, st, &k, err)) < 0)
+			break;
+		int64_t held = 0;
+		for (int i = b[st]; i < b[st + 1]; i++)
+			held += ly[i].params;
+		if (ly[n - 1].kind == DS_PL_HEAD && b[st] <= n - 1 && b[st + 1] > n - 1 && b[st] <= 0 && b[st + 1] > 0)
+			held -= ly[n - 1].params;   /* one tied embedding when a stage holds both ends */
+		if (out) {
+			fprintf(out, "# stage %d: layers %d-%d (%d):", st, b[st], b[st + 1] - 1, b[st + 1] - b[st]);
+			for (int i = b[st]; i < b[st + 1]; i++)
+				fprintf(out, "%s %s", i == b[st] ? "" : ",", ly[i].type);
+			fprintf(out, "; %lld parameters, %d buffers, %zu bytes (%s)\n", (long long)held, k.pipe_buffers,
+				k.total, ds_fmt_bytes((double)k.total, h, sizeof h));
+		}
+		if (js && *js) {
+			json_t *names = json_array();
+			for (int i = b[st]; names && i < b[st + 1]; i++)
+				json_array_append_new(names, json_string(ly[i].type));
+			json_array_append_new(*js, json_pack("{s:i,s:i,s:i,s:o,s:I,s:i,s:I,s:I}", "stage", st, "first_layer",
+							     b[st], "num_layers", b[st + 1] - b[st], "layers", names,
+							     "parameters_per_rank", (json_int_t)held, "pipe_buffers",
+							     k.pipe_buffers, "total_bytes", (json_int_t)k.total,
+							     "model_state_bytes", (json_int_t)k.model_state));
+		}
+	}
+out:
+	free(ly);
+	free(b);
+	ds_gpt_destroy(m);
+	return rc;
+}
+
 static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
 	json_t *b = json_object(), *j = json_object();
@@ -61,6 +125,10 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 		json_object_set_new(b, ds_engine_mem_cat_name(c), json_integer((json_int_t)m->bytes[c]));
 	json_object_set_new(j, "zero_stage", json_integer(m->stage));
 	json_object_set_new(j, "world_size", json_integer(m->world_size));
+	json_object_set_new(j, "tensor_parallel_size", json_integer(m->tp));
+	json_object_set_new(j, "pipeline_parallel_size", json_integer(m->pp));
+	json_object_set_new(j, "data_parallel_size", json_integer(m->dp));
+	json_object_set_new(j, "pipe_stage", json_integer(m->pipe_stage));
 	json_object_set_new(j, "optimizer", json_string(ds_optim_type_name(s->eng.optim.type)));
 	json_object_set_new(j, "num_params", json_integer(m->num_params));
 	json_object_set_new(j, "padded_params", json_integer(m->padded));
@@ -86,10 +154,21 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
 	char h[32], note[160];
-	fprintf(out, "# memory per rank: ZeRO stage %d, world size %d, %s, %s\n", m->stage, m->world_size,
-		ds_optim_type_name(s->eng.optim.type), ds_half_name(s->eng.half));
-	fprintf(out, "# %lld parameters, %lld after padding each of %d segments to a multiple of %d\n",
-		(long long)m->num_params, (long long)m->padded, m->nseg, 16 * m->world_size);
+	if (m->tp * m->pp > 1) {
+		fprintf(out, "# memory per rank: ZeRO stage %d, world size %d = tensor %d x pipeline %d x data %d, %s, %s%s\n",
+			m->stage, m->world_size, m->tp, m->pp, m->dp, ds_optim_type_name(s->eng.optim.type),
+			ds_half_name(s->eng.half), m->pp > 1 ? "; the table is the largest stage's" : "");
+		fprintf(out, "# %lld parameters; this rank's shards and stage: %lld after padding each held segment to a "
+			"multiple of %d%s\n", (long long)m->num_params, (long long)m->padded, 16 * m->dp,
+			m->pp > 1 ? "" : "");
+		if (m->pp > 1)
+			fprintf(out, "# stage %d holds the most\n", m->pipe_stage);
+	} else {
+		fprintf(out, "# memory per rank: ZeRO stage %d, world size %d, %s, %s\n", m->stage, m->world_size,
+			ds_optim_type_name(s->eng.optim.type), ds_half_name(s->eng.half));
+		fprintf(out, "# %lld parameters, %lld after padding each of %d segments to a multiple of %d\n",
+			(long long)m->num_params, (long long)m->padded, m->nseg, 16 * m->world_size);
+	}
 	if (s->unimplemented[0])
 		fprintf(out, "# note: %s; the estimate is for fp32 training\n", s->unimplemented);
 	struct moe_facts f;
@@ -130,7 +209,7 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 	struct ds_err why = DS_ERR_INIT;
 	struct ds_train_opts oc = *o;
 	json_t *extra = NULL;
-	const int W = o->world_size > 0 ? o->world_size : 1;
+	int W = o->world_size > 0 ? o->world_size : 1;
 	int have = 0, rc;
 
 	/* resolve the run quietly (its info lines are for training; its
@@ -138,19 +217,35 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 	oc.check = 1;
 	int lvl = ds_log_level();
 	ds_log_init(0, -1, 0);
-	if (ds_train_setup_load(&s, &oc, W, 0, &why) == 0) {
+	/* without --world-size: one data-parallel rank per tensor x pipeline
+	 * group (the flags' sizes) */
+	if (o->world_size <= 0)
+		W = (o->tp > 0 ? o->tp : 1) * (o->pp > 0 ? o->pp : 1);
+	int ok = ds_train_setup_load(&s, &oc, W, 0, &why) == 0;
+	if (!ok && o->world_size <= 0 && s.pp_cfg > 1) {   /* pipeline.stages of the config sets pp */
+		W *= s.pp_cfg;
+		ok = ds_train_setup_load(&s, &oc, W, 0, &why) == 0;
+	}
+	if (ok) {
 		have = 1;
 		if (ds_engine_mem_estimate(&s.eng, W, &m, &why) < 0)
 			have = 0;
 	}
 	ds_log_init(0, lvl, 0);
 	if (o->json) {
-		json_t *mj = have ? mem_json(&s, &m) : json_pack("{s:s}", "error", why.msg);
+		json_t *mj = have ? mem_json(&s, &m) : json_pack("{s:s}", "error", why.msg), *sj = NULL;
+		if (mj && have && s.pp > 1 && stages(&s, W, NULL, &sj, &why) == 0 && sj)
+			json_object_set_new(mj, "stages", sj);
 		extra = mj ? json_pack("{s:o}", "memory", mj) : NULL;
 		if (!extra) {
 			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 			goto out;
 		}
+	}
+	if (have) {   /* the config printed counts the layout's data-parallel ranks */
+		oc.tp = s.tp;
+		oc.pp = s.pp;
+		oc.world_size = W;
 	}
 	/* the config printed is the one the run resolves ("auto" micro batch
 	 * from the memory plan included) */
@@ -158,6 +253,8 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		oc.autos = s.autos;
 	oc.check = o->check;
 	if ((rc = ds_train_check_extra(&oc, out, extra, err)) < 0 || o->json)
+		goto out;
+	if (have && s.pp > 1 && (rc = stages(&s, W, out, NULL, err)) < 0)
 		goto out;
 	if (have)
 		mem_table(out, &s, &m);

@@ -413,10 +413,11 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	 * data-parallel size changes, so load again with it */
 	const json_t *st = ds_config_values(s->cfg)->pipeline.stages;
 	if (o->pp <= 0 && json_is_integer(st) && json_integer_value(st) != s->pp) {
-		int pp_cfg = (int)json_integer_value(st);
+		int pp_cfg = (int)json_integer_value(st), rc;
 		ds_train_setup_release(s);
-		DS_TRY(setup_once(s, o, &a, W, rank, pp_cfg, err));
-		s->pp_cfg = pp_cfg;
+		rc = setup_once(s, o, &a, W, rank, pp_cfg, err);
+		s->pp_cfg = pp_cfg;   /* --check retries with room for the stages when this fails */
+		DS_TRY(rc);
 	}
 	if (a.micro_batch > 0 || !ds_config_resolved(s->cfg, "train_micro_batch_size_per_gpu"))
 		return 0;

@@ -376,6 +376,53 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 	[ "$(mem_row optimizer_states "$output")" -eq $((118528 * 8 / 2)) ]
 }
 
+@test "--check with tensor and pipeline parallelism: the layout, each stage's layers, memory per rank (hand-computed)" {
+	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}' \
+		>"$BATS_TEST_TMPDIR/b.json"
+	# TP 2 (2 ranks by default): each rank holds half of wte (128 x 64), wpe
+	# whole (32 x 64), per layer its halves of c_attn (96 x 64 + 96), c_fc
+	# (128 x 64 + 128) and the row-parallel weights (64 x 32, 64 x 128), the
+	# norms and row-parallel biases whole (4 x 64 + 2 x 64), the final norm
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b.json" "${MODEL_ARGS[@]}" --tensor-model-parallel-size 2
+	assert_line "# batch: train_batch_size 8 = micro 2 x accumulation 4 x data-parallel size 1 (world 2 = tensor 2 x pipeline 1 x data 1)"
+	assert_line --partial "# memory per rank: ZeRO stage 0, world size 2 = tensor 2 x pipeline 1 x data 1"
+	local layer=$((96 * 64 + 96 + 64 * 32 + 64 + 128 * 64 + 128 + 64 * 128 + 64 + 4 * 64))
+	[ "$(mem_row parameters "$output")" -eq $(((128 * 64 + 32 * 64 + 2 * layer + 128) * 4)) ] || fail "$output"
+	# PP 2 at 4 ranks (2 data-parallel): DeepSpeed's parameter partition of
+	# NeoX's layer list, stage 1 holding the tied embedding's copy too
+	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4}' \
+		>"$BATS_TEST_TMPDIR/b1.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b1.json" "${MODEL_ARGS[@]}" --pipeline-model-parallel-size 2 \
+		--world-size 4
+	assert_line "# pipeline: 2 stages, partition method parameters; per rank of each stage:"
+	assert_line --regexp '^# stage 0: layers 0-2 \(3\): EmbeddingPipe, _pre_transformer_block, ParallelTransformerLayerPipe; 68416 parameters, 2 buffers, [0-9]+ bytes'
+	assert_line --regexp '^# stage 1: layers 3-6 \(4\): ParallelTransformerLayerPipe, _post_transformer_block, NormPipe, EmbeddingPipe; 68544 parameters, 2 buffers'
+	assert_line "# stage 1 holds the most"
+	[ "$(mem_row parameters "$output")" -eq $((68544 * 4)) ]
+	# the DeepSpeed config's pipeline section sets the stages and the method
+	printf '{"train_batch_size": 8, "gradient_accumulation_steps": 4, "pipeline": {"stages": 2, "partition": "type:transformer"}}' \
+		>"$BATS_TEST_TMPDIR/p.json"
+	run -0 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/p.json" "${MODEL_ARGS[@]}" --json
+	jq -e '.memory.pipeline_parallel_size == 2 and .memory.world_size == 2 and (.memory.stages | length) == 2 and
+		.memory.stages[0].num_layers == 3 and .memory.stages[1].layers[0] == "ParallelTransformerLayerPipe" and
+		.batch.data_parallel_size == 1' <<<"$output" || fail "$output"
+	# what does not fit is one line, exit 2
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b.json" "${MODEL_ARGS[@]}" \
+		--tensor-model-parallel-size 4 --world-size 6
+	[[ "$stderr" == *"world size 6 is not a multiple of tensor-parallel size 4"* ]] || fail "$stderr"
+	printf '{"train_batch_size": 8, "zero_optimization": {"stage": 3}}' >"$BATS_TEST_TMPDIR/z3p.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z3p.json" "${MODEL_ARGS[@]}" \
+		--pipeline-model-parallel-size 2
+	[[ "$stderr" == *"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"* ]] || fail "$stderr"
+	printf '{"train_batch_size": 8, "pipeline": {"stages": 4}}' >"$BATS_TEST_TMPDIR/p4.json"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/p4.json" "${MODEL_ARGS[@]}" \
+		--pipeline-model-parallel-size 2
+	[[ "$stderr" == *"key 'pipeline.stages': 4, but --pipeline-model-parallel-size is 2"* ]] || fail "$stderr"
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b.json" "${MODEL_ARGS[@]}" \
+		--tensor-model-parallel-size 0
+	[[ "$stderr" == *"--tensor-model-parallel-size '0'"* ]] || fail "$stderr"
+}
+
 @test "--check: the memory estimate in JSON; a model the trainer cannot run says why" {
 	command -v python3 >/dev/null || skip "python3 not installed"
 	run -0 ds-train --check --json --deepspeed_config "$SHARE/configs/zero2.json" "${MODEL_ARGS[@]}" --world-size 2

@@ -106,6 +106,26 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	[[ "$stderr" == *"no-such.yml: No such file or directory"* ]] || fail "$stderr"
 }
 
+@test "model_parallel_size, pipe_parallel_size and pipe_partition_method: ds-train's layout flags, NeoX's padding" {
+	# NeoX pads the vocabulary to a multiple of make_vocab_size_divisible_by x
+	# model_parallel_size (tokenizer.py); pipe_parallel_size 0 is one stage
+	sed 's/"model_parallel_size": 1/"model_parallel_size": 2/; s/"pipe_parallel_size": 1/"pipe_parallel_size": 2/' \
+		19M-tiny.yml >mp.yml
+	run -0 --separate-stderr ds-train --check --conf mp.yml
+	assert_line "# neox: model_parallel_size: 2: applied as --tensor-model-parallel-size 2"
+	assert_line "# neox: pipe_parallel_size: 2: applied as --pipeline-model-parallel-size 2"
+	assert_line --regexp '^pipeline\.partition +"type:transformer\|mlp"  \(file\)$'
+	assert_line --partial "world size 4 = tensor 2 x pipeline 2 x data 1"
+	# 301 tokens of vocab_file padded to a multiple of 128 x 2, not 128
+	sed 's/"model_parallel_size": 1/"model_parallel_size": 2/' 125M-tiny.model.yml >mp125.yml
+	run -0 --separate-stderr ds-train --check --conf mp125.yml 125M-tiny.train.yml
+	assert_line --regexp '^padded_vocab_size +512  \(inferred\)$'
+	printf '{"pipe_partition_method": "uniform"}\n' >pm.yml
+	run -0 --separate-stderr ds-train --check --conf mp.yml pm.yml
+	assert_line --regexp '^pipeline\.partition +"uniform"  \(file\)$'
+	assert_line "# pipeline: 2 stages, partition method uniform; per rank of each stage:"
+}
+
 @test "refused, unknown and twice-given parameters: one line each, all in one run; off or default is accepted" {
 	printf '{"rpe": true, "num-layers": 3, "keep_last_n_checkpoint": 2, "fp16_lm_cross_entropy": true}\n' >extra.yml
 	run -2 --separate-stderr ds-train --check --conf 19M-tiny.yml extra.yml
@@ -114,10 +134,10 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	[[ "$stderr" == *"extra.yml: unknown GPT-NeoX parameter 'keep_last_n_checkpoint' (did you mean 'keep_last_n_checkpoints'?)"* ]] || fail "$stderr"
 	[[ "$stderr" == *"extra.yml: parameter 'fp16_lm_cross_entropy': not supported by dstk: the loss is always computed in fp32"* ]] || fail "$stderr"
 	[[ "${stderr_lines[-1]}" == "ds-train: 19M-tiny.yml+extra.yml: 4 errors (above)" ]] || fail "$stderr"
-	# model parallelism: 1 until dstk has it
-	sed 's/"model_parallel_size": 1/"model_parallel_size": 2/' 19M-tiny.yml >mp.yml
-	run -2 --separate-stderr ds-train --check --conf mp.yml
-	[[ "$stderr" == "ds-train: mp.yml: parameter 'model_parallel_size': more than one stage: dstk runs data parallel only"* ]] || fail "$stderr"
+	# a negative model parallelism is refused
+	sed 's/"model_parallel_size": 1/"model_parallel_size": 0/' 19M-tiny.yml >mp0.yml
+	run -2 --separate-stderr ds-train --check --conf mp0.yml
+	[[ "$stderr" == "ds-train: mp0.yml: parameter 'model_parallel_size': expected an integer >= 1"* ]] || fail "$stderr"
 	# switched off, or at NeoX's default, a refused parameter is accepted and listed
 	printf '{"rpe": false, "rpe_num_buckets": 32, "sparsity": "none", "eod_mask_loss": False}\n' >off.yml
 	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml off.yml
