@@ -42,6 +42,12 @@ static void usage(FILE *f)
 		"      --iters=N            --measure: timed iterations (default: 3)\n"
 		"      --checkpointing      --measure with activation checkpointing (backward\n"
 		"                           counted as 3 x forward: recompute_fwd_factor 1)\n"
+		"      --tensor-model-parallel-size=N  gpt: one rank's figures of Megatron's\n"
+		"                           tensor parallelism over N ranks, model parallel size\n"
+		"                           N x the stages (DeepSpeed's per-GPU view)\n"
+		"      --pipeline-model-parallel-size=P  gpt: one rank of a pipeline stage of P\n"
+		"      --pipe-stage=S       which stage (default 0, the one DeepSpeed's rank 0 profiles)\n"
+		"      --partition-method=M DeepSpeed's parameters (default), uniform or type:REGEX\n"
 		"      --json               JSON instead of text\n"
 		"      --csv                one CSV row per module\n"
 		"  -o, --output=FILE        write to FILE (replaced only when complete)\n"
@@ -54,7 +60,8 @@ static void usage(FILE *f)
 		"             --convention legacy --mlm-tokens 1159 --top-modules 3 --detailed\n");
 }
 
-enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM, O_MEASURE, O_WARMUP, O_ITERS, O_CKPT };
+enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM, O_MEASURE, O_WARMUP, O_ITERS, O_CKPT, O_TP, O_PP,
+       O_STAGE, O_PART };
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, 'm' },
@@ -69,6 +76,10 @@ static const struct option longopts[] = {
 	{ "warmup", required_argument, NULL, O_WARMUP },
 	{ "iters", required_argument, NULL, O_ITERS },
 	{ "checkpointing", no_argument, NULL, O_CKPT },
+	{ "tensor-model-parallel-size", required_argument, NULL, O_TP },
+	{ "pipeline-model-parallel-size", required_argument, NULL, O_PP },
+	{ "pipe-stage", required_argument, NULL, O_STAGE },
+	{ "partition-method", required_argument, NULL, O_PART },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "csv", no_argument, NULL, O_CSV },
 	{ "output", required_argument, NULL, 'o' },
@@ -112,6 +123,10 @@ int main(int argc, char **argv)
 		case O_DETAILED: o.detailed = 1; break;
 		case O_MEASURE: o.measure = 1; break;
 		case O_CKPT: o.checkpointing = 1; break;
+		case O_TP: if (num(optarg, 1, 65536, "--tensor-model-parallel-size", &u)) return 2; o.tp = (int)u; break;
+		case O_PP: if (num(optarg, 1, 65536, "--pipeline-model-parallel-size", &u)) return 2; o.pp = (int)u; break;
+		case O_STAGE: if (num(optarg, 0, 65535, "--pipe-stage", &u)) return 2; o.stage = (int)u; break;
+		case O_PART: o.partition = optarg; break;
 		case O_JSON: o.format = DS_PROFILE_JSON; break;
 		case O_CSV: o.format = DS_PROFILE_CSV; break;
 		case O_CONV:

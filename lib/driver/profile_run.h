@@ -25,8 +25,13 @@ struct ds_profile_opts {
 	int measure;              /* time forward/backward here (gpt family) */
 	int warmup, iters;        /* --measure: untimed, then timed iterations */
 	int checkpointing;        /* --measure with activation checkpointing */
+	/* gpt with tensor / pipeline parallelism: the figures of one rank of
+	 * pipeline stage `stage` (DeepSpeed's partition by `partition`), as
+	 * DeepSpeed's profiler reports them per GPU, with mp_size = tp x pp */
+	int tp, pp, stage;
+	const char *partition;    /* NULL: parameters */
 };
-#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0, 0, 2, 3, 0 }
+#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0, 0, 2, 3, 0, 1, 1, 0, NULL }
 
 struct ds_profile_result {
 	int64_t params;           /* unique parameters */

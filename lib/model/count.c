@@ -187,10 +187,12 @@ static int64_t inter_size(const struct ds_model_config *m)
 }
 
 /* The MLP's ops over `tokens` tokens: c_fc, activation, c_proj (with its
- * bias or, as DeepSpeed's MoE uses an MLP, without). */
-static void mlp_ops(struct build *b, int mlp, const struct ds_model_config *m, int64_t tokens, int proj_bias)
+ * bias or, as DeepSpeed's MoE uses an MLP, without); with tensor
+ * parallelism one rank's share (1/tp of the width). */
+static void mlp_ops(struct build *b, int mlp, const struct ds_model_config *m, int64_t tokens, int proj_bias,
+		    int64_t tp)
 {
-	int64_t C = m->hidden_size, I = inter_size(m);
+	int64_t C = m->hidden_size, I = inter_size(m) / tp;
 	int gated = m->activation == DS_ACT_GEGLU || m->activation == DS_ACT_SWIGLU;
 	linear(b, mlp, "c_fc", tokens, C, gated ? 2 * I : I, !m->no_bias_in_mlp);
 	elementwise(b, mlp, K_ELEMENTWISE, tokens * I);     /* gelu / silu */
@@ -218,21 +220,23 @@ static void moe_mlp(struct build *b, int blk, int l, const struct ds_model_confi
 	for (int64_t e = 0; e < E; e++) {
 		snprintf(nm, sizeof(nm), "%lld", (long long)e);
 		int x = node_add(b, exs, nm, "GPTMLP", act);
-		mlp_ops(b, x, m, routed * (e + 1) / E - routed * e / E, 0);
+		mlp_ops(b, x, m, routed * (e + 1) / E - routed * e / E, 0, 1);
 	}
 	if (m->moe.use_residual) {
 		int r = node_add(b, moe, "residual", "GPTMLP", act);
-		mlp_ops(b, r, m, BT, 0);
+		mlp_ops(b, r, m, BT, 0, 1);
 		linear(b, moe, "coefficient", BT, C, 2, 1);
 		elementwise(b, moe, K_SOFTMAX, BT * 2);
 	}
 }
 
-/* Attention of one layer: q/k/v (fused or not), matmuls, softmax, output proj. */
+/* Attention of one layer: q/k/v (fused or not), matmuls, softmax, output
+ * proj; with tensor parallelism one rank's share (tp, count.h). */
 static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_config *m,
-		      int64_t B, int64_t T)
+		      int64_t B, int64_t T, int64_t tp)
 {
-	int64_t C = m->hidden_size, NH = m->num_attention_heads, hd = C / NH;
+	int64_t C = m->hidden_size, hd = C / m->num_attention_heads, NH = m->num_attention_heads / tp;
+	int64_t Cq = NH * hd;
 	int64_t BT = B * T;
 	int rms = m->norm == DS_NORM_RMSNORM;
 	double eps = rms ? m->rms_norm_epsilon : m->layernorm_epsilon;
@@ -246,7 +250,7 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	snprintf(ex, sizeof(ex), "num_heads=%lld, head_dim=%lld%s", (long long)NH, (long long)hd,
 		 m->pos_emb == DS_POS_ROTARY ? ", rotary" : "");
 	int at = node_add(b, blk, "attn", "GPTAttention", ex);
-	linear(b, at, "c_attn", BT, C, 3 * C, !m->no_bias_in_attn_linear);
+	linear(b, at, "c_attn", BT, C, 3 * Cq, !m->no_bias_in_attn_linear);
 	if (m->pos_emb == DS_POS_ROTARY) {
 		/* q*cos + rotate_half(q)*sin on the rotated dims of q and k: 2 mul + 1 add */
 		int64_t rot = (int64_t)(hd * (m->rotary_pct > 0 ? m->rotary_pct : 1.0)) & ~(int64_t)1;
@@ -255,7 +259,7 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	ds_count_attention(B, NH, T, T, hd, hd, &op);
 	own(b, at, K_ATTN, op);
 	elementwise(b, at, K_SOFTMAX, B * NH * T * T);
-	linear(b, at, "c_proj", BT, C, C, !m->no_bias_in_attn_linear);
+	linear(b, at, "c_proj", BT, Cq, C, !m->no_bias_in_attn_linear);
 
 	norm(b, blk, "ln_2", rms, BT * C, C, eps);
 	const char *act = m->activation == DS_ACT_GEGLU ? "geglu" :
@@ -265,34 +269,43 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 		moe_mlp(b, blk, l, m, BT, ex);
 	} else {
 		int mlp = node_add(b, blk, "mlp", "GPTMLP", ex);
-		mlp_ops(b, mlp, m, BT, 1);
+		mlp_ops(b, mlp, m, BT, 1, tp);
 	}
 	/* the two residual adds (x + attn, x + mlp; parallel or sequential alike) */
 	elementwise(b, blk, K_ELEMENTWISE, 2 * BT * C);
 }
 
-static void build_gpt(struct build *b, const struct ds_model_config *m, int64_t B, int64_t T)
+static void build_gpt(struct build *b, const struct ds_model_config *m, int64_t B, int64_t T, int64_t tp,
+		      const struct ds_gpt_part *part)
 {
-	int64_t C = m->hidden_size, V = padded_vocab(m), BT = B * T;
+	int64_t C = m->hidden_size, V = padded_vocab(m) / tp, BT = B * T;
 	int rms = m->norm == DS_NORM_RMSNORM;
+	struct ds_gpt_part whole = { 1, 0, m->num_layers, 1, 1 };
+	const struct ds_gpt_part *p = part ? part : &whole;
 	char ex[96];
 
 	int root = node_add(b, -1, "", "GPTLMHeadModel", NULL);
 	int tr = node_add(b, root, "transformer", "GPTModel", NULL);
-	embedding(b, tr, "wte", V, C);
-	if (m->pos_emb == DS_POS_LEARNED)
-		embedding(b, tr, "wpe", m->max_position_embeddings, C);
-	if (m->pos_emb != DS_POS_ROTARY)      /* token + position embedding add */
-		elementwise(b, tr, K_ELEMENTWISE, BT * C);
+	if (p->embed) {
+		embedding(b, tr, "wte", V, C);
+		if (m->pos_emb == DS_POS_LEARNED)
+			embedding(b, tr, "wpe", m->max_position_embeddings, C);
+		if (m->pos_emb != DS_POS_ROTARY)      /* token + position embedding add */
+			elementwise(b, tr, K_ELEMENTWISE, BT * C);
+	}
 	snprintf(ex, sizeof(ex), "%s", m->gpt_j_residual ? "parallel_residual=True" : "");
-	int h = node_add(b, tr, "h", "ModuleList", ex);
-	if (!b->oom)
-		b->c->nodes[h].is_list = 1;
-	for (int l = 0; l < m->num_layers && !b->oom; l++)
-		gpt_layer(b, h, l, m, B, T);
-	norm(b, tr, "ln_f", rms, BT * C, C, rms ? m->rms_norm_epsilon : m->layernorm_epsilon);
-	linear(b, root, "lm_head", BT, C, V, 0);
-	if (!m->no_weight_tying && !b->oom)
+	if (p->l1 > p->l0) {
+		int h = node_add(b, tr, "h", "ModuleList", ex);
+		if (!b->oom)
+			b->c->nodes[h].is_list = 1;
+		for (int l = p->l0; l < p->l1 && !b->oom; l++)
+			gpt_layer(b, h, l, m, B, T, tp);
+	}
+	if (p->norm)
+		norm(b, tr, "ln_f", rms, BT * C, C, rms ? m->rms_norm_epsilon : m->layernorm_epsilon);
+	if (p->head)
+		linear(b, root, "lm_head", BT, C, V, 0);
+	if (!m->no_weight_tying && p->embed && p->head && !b->oom)
 		b->c->nodes[root].dedup = V * C;  /* lm_head.weight is wte.weight */
 }
 
@@ -400,6 +413,11 @@ static int check_shape(const struct ds_model_config *m, const struct ds_count_op
 		return ds_err_set(err, DS_EINVAL,
 				  "sequence length %d exceeds max_position_embeddings %d of the model",
 				  o->seq, m->max_position_embeddings);
+	if (o->tp > 1 && m->family == DS_FAMILY_GPT &&
+	    (m->num_attention_heads % o->tp || inter_size(m) % o->tp || padded_vocab(m) % o->tp))
+		return ds_err_set(err, DS_EINVAL, "tensor-parallel size %d must divide num_attention_heads %d, the MLP "
+				  "width %lld and the padded vocabulary %lld", o->tp, m->num_attention_heads,
+				  (long long)inter_size(m), (long long)padded_vocab(m));
 	if (o->mlm_tokens < 0 || o->mlm_tokens > (int64_t)o->batch * o->seq)
 		return ds_err_set(err, DS_EINVAL, "mlm tokens %lld: must be in [0, batch x seq = %lld]",
 				  (long long)o->mlm_tokens, (long long)o->batch * o->seq);
@@ -418,7 +436,7 @@ int ds_count_model(const struct ds_model_config *m, const struct ds_count_opts *
 		build_bert(&b, m, o->batch, o->seq,
 			   o->mlm_tokens > 0 ? o->mlm_tokens : (int64_t)o->batch * o->seq);
 	else
-		build_gpt(&b, m, o->batch, o->seq);
+		build_gpt(&b, m, o->batch, o->seq, o->tp > 1 ? o->tp : 1, o->part);
 	if (b.oom) {
 		ds_count_release(&nc);
 		return ds_err_set(err, DS_ENOMEM, "module tree: out of memory");
@@ -453,7 +471,7 @@ int ds_count_train_flops(const struct ds_model_config *m, int batch, int seq,
 			 double recompute_fwd_factor, struct ds_count_totals *t, struct ds_err *err)
 {
 	struct ds_count c = DS_COUNT_INIT;
-	struct ds_count_opts o = { batch, seq, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { batch, seq, DS_COUNT_CURRENT, 0, 1, NULL };
 	DS_TRY(ds_count_model(m, &o, &c, err));
 	double tokens = (double)batch * seq;
 	t->params = c.nodes[0].total.params;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config/model.h"
+#include "model/gpt.h"
 #include "util/err.h"
 
 /* Which ops count.  CURRENT is today's DeepSpeed: Linear and the attention
@@ -67,12 +68,20 @@ struct ds_count_node {
 	double latency_s;     /* measured forward latency, 0 when not measured */
 };
 
-/* Shape of the counted step. */
+/* Shape of the counted step.  gpt with tensor / pipeline parallelism
+ * (issue 19): the tree is one rank's, as DeepSpeed's profiler hooks see
+ * its module - tp > 1 splits c_attn, c_fc and the head by their outputs,
+ * attn.c_proj and mlp.c_proj by their inputs, the heads and the
+ * embedding's rows over tp ranks (norms and row-parallel biases whole);
+ * part (NULL: whole) keeps the stage's modules only, lm_head's tie with
+ * wte counted once only where the stage holds both. */
 struct ds_count_opts {
 	int batch;            /* micro-batch per GPU, B >= 1 */
 	int seq;              /* sequence length T >= 1 (<= max_position_embeddings if learned) */
 	int convention;       /* enum ds_count_convention */
 	int64_t mlm_tokens;   /* bert: positions the MLM decoder sees; 0 = all B*T */
+	int tp;               /* gpt: tensor-parallel size (0 or 1: none) */
+	const struct ds_gpt_part *part;  /* gpt: the pipeline stage counted (NULL: the whole model) */
 };
 
 /* The module tree, nodes in pre-order (children follow their parent). */
@@ -82,7 +91,7 @@ struct ds_count {
 	int family;           /* enum ds_model_family of the counted model */
 	struct ds_count_opts opts;
 };
-#define DS_COUNT_INIT { 0, 0, 0, 0, { 0, 0, 0, 0 } }
+#define DS_COUNT_INIT { 0, 0, 0, 0, { 0, 0, 0, 0, 0, NULL } }
 
 /* Build the module tree of model m for one forward step of o->batch x o->seq
  * tokens.  Returns 0, or DS_EINVAL (bad shape: names the field) / DS_ENOMEM.

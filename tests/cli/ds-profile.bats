@@ -134,3 +134,33 @@ tiny_model() {
 	assert_line --regexp '^bwd FLOPS per GPU = 3 \* fwd flops per GPU / bwd latency: '
 	assert_line --regexp '^FLOPS per GPU = 4 \* fwd flops per GPU / iter latency: '
 }
+
+@test "tensor and pipeline parallelism: one rank's params and MACs per GPU, the model as per GPU x mp_size" {
+	# gpt-test at TP 2, B 2 x T 32: wte's 128 rows, wpe 32 x 64, per layer
+	# c_attn 96 x 64 + 96, c_proj 64 x 32 + 64, c_fc 128 x 64 + 128,
+	# mlp.c_proj 64 x 128 + 64, two layernorms; the final layernorm, and the
+	# tied head counted once.  MACs per layer: 64 tokens x (64 x 96 + 32 x 64
+	# + 64 x 128 + 128 x 64) + the attention of 2 heads 2 x 2 x 32 x 32 x 16 x 2;
+	# the head 64 x 64 x 128
+	run -0 ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --tensor-model-parallel-size 2 --json
+	local layer=$((96 * 64 + 96 + 64 * 32 + 64 + 128 * 64 + 128 + 64 * 128 + 64 + 4 * 64))
+	local macs=$((64 * (64 * 96 + 32 * 64 + 64 * 128 + 128 * 64) + 2 * 2 * 32 * 32 * 16 * 2))
+	printf '%s' "$output" | jq -e --argjson p $((128 * 64 + 32 * 64 + 2 * layer + 128)) --argjson m $((2 * macs + 64 * 64 * 128)) \
+		'.summary | .params_per_gpu == $p and .params_of_model == 2 * $p and .model_parallel_size == 2 and
+		 .world_size == 2 and .data_parallel_size == 1 and .fwd_macs_per_gpu == $m' || fail "$output"
+	# PP 2: stage 0 holds the embeddings and layer 0 (DeepSpeed's parameter
+	# partition), stage 1 layer 1, the final norm and the tied head (the
+	# 256 x 64 embedding weight it uses)
+	run -0 ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --pipeline-model-parallel-size 2 --json
+	printf '%s' "$output" | jq -e '.summary | .params_per_gpu == 68416 and .model_parallel_size == 2' || fail "$output"
+	run -0 ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --pipeline-model-parallel-size 2 --pipe-stage 1 --json
+	printf '%s' "$output" | jq -e '.summary.params_per_gpu == 49984 + 128 + 256 * 64' || fail "$output"
+	run -0 ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --pipeline-model-parallel-size 2 --pipe-stage 1
+	assert_line --regexp '^model parallel size: +2 *$'
+	run -2 --separate-stderr ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --tensor-model-parallel-size 3
+	[[ "$stderr" == *"tensor-parallel size 3 must divide num_attention_heads 4"* ]] || fail "$stderr"
+	run -2 --separate-stderr ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --pipeline-model-parallel-size 2 --pipe-stage 2
+	[[ "$stderr" == *"--pipe-stage 2: the stages are 0 .. 1"* ]] || fail "$stderr"
+	run -2 --separate-stderr ds-profile --model "$SHARE/models/gpt-test.json" -b 2 -s 32 --tensor-model-parallel-size 2 --measure
+	[[ "$stderr" == *"--measure times one process"* ]] || fail "$stderr"
+}

@@ -73,7 +73,7 @@ static void test_gpt2_params(void **state)
 {
 	struct ds_model_config m;
 	struct ds_count c = DS_COUNT_INIT;
-	struct ds_count_opts o = { 1, 1024, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { 1, 1024, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 
 	gpt2_small(&m, 1);                   /* Hugging Face: vocabulary 50257, tied */
@@ -116,7 +116,7 @@ static void test_gpt2_flops(void **state)
 {
 	struct ds_model_config m;
 	struct ds_count c = DS_COUNT_INIT;
-	struct ds_count_opts o = { 4, 1024, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { 4, 1024, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 
 	gpt2_small(&m, 128);
@@ -138,7 +138,7 @@ static void test_gpt_variants(void **state)
 {
 	struct ds_model_config m;
 	struct ds_count c = DS_COUNT_INIT;
-	struct ds_count_opts o = { 2, 32, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { 2, 32, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 
 	/* rotary, rmsnorm, swiglu, intermediate 96, untied: params by hand */
@@ -177,7 +177,7 @@ static void test_gpt_matches_registry(void **state)
 {
 	static const int pos[] = { DS_POS_LEARNED, DS_POS_ROTARY, DS_POS_SINUSOIDAL };
 	static const int act[] = { DS_ACT_GELU, DS_ACT_GEGLU, DS_ACT_SWIGLU };
-	struct ds_count_opts o = { 1, 16, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { 1, 16, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 	for (int v = 0; v < 3 * 3 * 2 * 2 * 2; v++) {
 		struct ds_model_config m;
@@ -230,7 +230,7 @@ static void test_bert_large_seed(void **state)
 	struct ds_count c = DS_COUNT_INIT;
 	/* the seed's run: batch 80, sequence 128; its MLM decoder saw 1159
 	 * masked positions (36.23 GMACs / (1024 x 30528)) */
-	struct ds_count_opts o = { 80, 128, DS_COUNT_LEGACY, 1159 };
+	struct ds_count_opts o = { 80, 128, DS_COUNT_LEGACY, 1159, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 
 	bert_large(&m);

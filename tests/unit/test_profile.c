@@ -49,7 +49,7 @@ static void test_number_format(void **state)
 static void tiny(struct ds_count *c, int batch, int seq)
 {
 	struct ds_model_config m;
-	struct ds_count_opts o = { batch, seq, DS_COUNT_CURRENT, 0 };
+	struct ds_count_opts o = { batch, seq, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
 	memset(&m, 0, sizeof(m));
 	m.num_layers = 2;
