@@ -37,8 +37,8 @@
 
 /* flops_profiler at its profile_step (rank 0): DeepSpeed's report with the
  * engine lines and this step's measured latencies per micro-batch. */
-static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_step *r, long long step,
-			double peak_gflops, const struct ds_monitor_out *mo, struct ds_err *err)
+static int run_profiler(const struct ds_train_setup *s, const struct ds_engine *e, const struct ds_engine_step *r,
+			long long step, double peak_gflops, const struct ds_monitor_out *mo, struct ds_err *err)
 {
 	const struct ds_config_values *cv = ds_config_values(s->cfg);
 	int64_t depth = cv->flops_profiler.module_depth, top = cv->flops_profiler.top_modules;
@@ -46,7 +46,10 @@ static int run_profiler(const struct ds_train_setup *s, const struct ds_engine_s
 	double rf = cv->flops_profiler.recompute_fwd_factor;
 	const char *out = cv->flops_profiler.output_file;
 	struct ds_count cnt = DS_COUNT_INIT;
-	struct ds_count_opts co = { (int)s->mb, s->model.seq_length, DS_COUNT_CURRENT, 0 };
+	/* this rank's module (its tensor-parallel shard of its stage), as
+	 * DeepSpeed's profiler hooks it, with mp_size = tp x pp */
+	struct ds_count_opts co = { (int)s->mb, s->model.seq_length, DS_COUNT_CURRENT, 0, s->tp,
+				    s->pp > 1 ? ds_engine_part(e) : NULL };
 	DS_TRY(ds_count_model(&s->model, &co, &cnt, err));
 	double ga = (double)s->ga;
 	cnt.nodes[0].latency_s = r->t_fwd / ga;
@@ -342,6 +345,7 @@ struct loop {
 	long long int_steps, run_steps;   /* steps in the interval, in this run */
 	double int_bwd, int_rec;          /* backward seconds, recompute seconds at its start */
 	double red_flight, red_wait;      /* since the last wall-clock line */
+	double pipe_compute, pipe_p2p;    /* pipeline: forward+backward and point-to-point seconds, the same */
 	long long last_saved;             /* step of the last checkpoint, -1 none */
 	double last_save_s;               /* seconds that save took, -1 none */
 	long long nonfinite_run;          /* consecutive non-finite steps outside the fp16 scaler */
@@ -525,6 +529,8 @@ static int record_step(struct run *r, struct loop *lp, const struct ds_engine_st
 	ds_monitor_wallclock_add(&r->wc, DS_WC_STEP, step->t_step);
 	lp->red_flight += step->t_red_flight;
 	lp->red_wait += step->t_red_wait;
+	lp->pipe_compute += step->t_fwd + step->t_bwd;
+	lp->pipe_p2p += step->t_p2p;
 	if (r->mon) {
 		/* DeepSpeed logs the lr after the step: the next step's value */
 		struct ds_sched_value nv;
@@ -543,7 +549,7 @@ static int record_step(struct run *r, struct loop *lp, const struct ds_engine_st
 		DS_TRY(ds_monitor_metrics_add(&r->metrics, &rec, err));
 	}
 	if (r->rank == 0 && cfg_profile_step(s) == st->iteration)
-		DS_TRY(run_profiler(s, step, st->iteration, r->peak, r->mo, err));
+		DS_TRY(run_profiler(s, r->e, step, st->iteration, r->peak, r->mo, err));
 	return 0;
 }
 
@@ -566,6 +572,17 @@ static void show_step(struct run *r, struct loop *lp, const struct ds_engine_ste
 				    (lp->red_flight > lp->red_wait ? lp->red_flight - lp->red_wait : 0) * 1e3,
 				    s->eng.overlap_comm ? "true" : "false");
 		lp->red_flight = lp->red_wait = 0;
+		/* dstk's own line under pipelining: rank 0's (stage 0's) time in
+		 * its forward and backward passes and in point-to-point transfers,
+		 * which is where a stage waits for its neighbours: the bubble,
+		 * next to 1F1B's (p - 1) / (m + p - 1) */
+		if (s->pp > 1) {
+			double busy = lp->pipe_compute + lp->pipe_p2p;
+			ds_log_info("pipeline (ms) | compute: %.2f | p2p: %.2f | bubble: %.4f | 1F1B (p-1)/(m+p-1): %.4f",
+				    lp->pipe_compute * 1e3, lp->pipe_p2p * 1e3, busy > 0 ? lp->pipe_p2p / busy : 0.0,
+				    (double)(s->pp - 1) / (double)(s->ga + s->pp - 1));
+		}
+		lp->pipe_compute = lp->pipe_p2p = 0;
 	}
 	if (st->iteration % r->log_every == 0 || st->iteration == s->train_iters) {
 		double el = ds_now() - lp->t_int;
