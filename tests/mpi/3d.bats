@@ -186,12 +186,15 @@ rows() {
 	assert_success
 	diff <(rows | sort) <(printf '%s\n' "all_reduce|32.0 KB|60" "all_reduce|512.0 B|18" "all_reduce|24.0 B|3" \
 		"all_reduce|8.0 B|3" | sort)
+	# the memory plan holds per rank for these layouts too
+	assert_line --regexp '^memory per rank .*\| alloc/estimate 1\.0000 \|'
 	# PP 2, rank 0 (stage 0): an activation sent and a gradient received per
 	# micro-batch, the tied embedding (256 x 64 floats) summed once per step
 	run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" "${args[@]}" --pipeline-model-parallel-size 2
 	assert_success
 	diff <(rows | sort) <(printf '%s\n' "send|32.0 KB|6" "recv|32.0 KB|6" "all_reduce|64.0 KB|3" \
 		"all_reduce|24.0 B|3" "all_reduce|8.0 B|3" | sort)
+	assert_line --regexp '^memory per rank .*\| alloc/estimate 1\.0000 \|'
 	# TP 2 x PP 2: pipe_partitioned/grad_partitioned send half of each and
 	# allgather the halves received; stage 0's TP sums (embedding, one layer)
 	# and its half of the tied embedding
@@ -200,4 +203,22 @@ rows() {
 	assert_success
 	diff <(rows | sort) <(printf '%s\n' "send|16.0 KB|6" "recv|16.0 KB|6" "all_gather|16.0 KB|6" \
 		"all_reduce|32.0 KB|33" "all_reduce|24.0 B|3" "all_reduce|8.0 B|3" | sort)
+	assert_line --regexp '^memory per rank .*\| alloc/estimate 1\.0000 \|'
+}
+
+@test "flops_profiler at TP 2 x PP 2: rank 0's module per GPU with model parallel size 4; the bubble line" {
+	mkdir -p "$BATS_TEST_TMPDIR/p"
+	CFG_EXTRA='"flops_profiler": {"enabled": true, "profile_step": 2}, "wall_clock_breakdown": true' \
+		write_cfg "$BATS_TEST_TMPDIR/p/ds.json" 0 2 4 "$BATS_TEST_TMPDIR/p/csv"
+	sed -i 's/"steps_per_print": 1000/"steps_per_print": 2/' "$BATS_TEST_TMPDIR/p/ds.json"
+	run --separate-stderr mpirun_n 4 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/p/ds.json" \
+		--model "$MODEL_DROPOUT" --train-iters 2 --peak-gflops 1 --tensor-model-parallel-size 2 \
+		--pipeline-model-parallel-size 2
+	assert_success
+	assert_line --regexp '^world size: +4 *$'
+	assert_line --regexp '^data parallel size: +1 *$'
+	assert_line --regexp '^model parallel size: +4 *$'
+	# stage 0 of TP 2: half of wte (128 x 64), wpe (32 x 64), layer 0's shard
+	assert_line --regexp '^params per GPU: +35\.42 K *$'
+	[[ "$stderr" == *"pipeline (ms) | compute: "*"| 1F1B (p-1)/(m+p-1): 0.2000"* ]] || fail "$stderr"
 }
