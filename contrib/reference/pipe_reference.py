@@ -141,6 +141,8 @@ def main():
         ("balanced", [20480, 0, 50048, 50048, 0, 128, 20480], 4),
         ("balanced", [20480, 0, 50048, 50048, 0, 128, 16384], 3),
         ("balanced", [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], 4), ("balanced", [7, 7, 7], 5),
+        # NeoX's type:transformer|mlp: the *_transformer_block functions match too
+        ("balanced", [0, 1, 1, 1, 1, 1, 1, 0, 0], 2), ("balanced", [0] + [1] * 46 + [0, 0], 4),
     ]
     with open(os.path.join(out, "pipe_partition.txt"), "w") as f:
         for kind, w, p in cases:

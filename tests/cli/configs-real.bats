@@ -189,15 +189,19 @@ neox_verdict() {
 	neox_verdict gpt-neox__configs_49M.yml gpt-neox__configs_local_setup.yml
 	assert_line --regexp '^gpt_j_residual +true  \(file\)$'
 	assert_line --regexp '^rotary_pct +0\.25  \(file\)$'
+	# 20B: tensor 2 x pipeline 4 (8 ranks by default), NeoX's type:transformer|mlp
+	# partition of its 44 layers (the two blocks named *_transformer_block
+	# match too, as in DeepSpeed), the vocabulary padded to 128 x 2
+	neox_verdict gpt-neox__configs_20B.yml
+	assert_line "# neox: model_parallel_size: applied: 2, as --tensor-model-parallel-size 2"
+	assert_line "# neox: pipe_parallel_size: applied: 4, as --pipeline-model-parallel-size 4"
+	assert_line --partial "x data-parallel size 1 (world 8 = tensor 2 x pipeline 4 x data 1)"
+	assert_line --regexp '^# stage 0: layers 0-12 \(13\): EmbeddingPipe, _pre_transformer_block, ParallelTransformerLayerPipe'
+	assert_line --regexp '^# stage 3: layers 36-48 \(13\): .*, _post_transformer_block, NormPipe, ParallelLinearPipe;'
+	assert_line --regexp '^make_vocab_size_divisible_by +256  \(file\)$'
 }
 
 @test "GPT-NeoX's configs with features dstk lacks: the errors name them, all in one run" {
-	# model and pipeline parallelism: refused while dstk runs data parallel only (the
-	# model-parallel work changes this verdict, and this message, when it lands)
-	neox_verdict gpt-neox__configs_20B.yml -- \
-		"20B.yml: parameter 'pipe_parallel_size': more than one stage: dstk runs data parallel only" \
-		"20B.yml: parameter 'model_parallel_size': more than one stage: dstk runs data parallel only" \
-		"20B.yml: 2 errors (above)"
 	neox_verdict gpt-neox__configs_125M-dmoe.yml gpt-neox__configs_local_setup.yml -- \
 		"parameter 'moe_num_experts': without moe_type \"deepspeed\" NeoX's MoE is megablocks' dMoE, which is not implemented"
 	[ "${#stderr_lines[@]}" -eq 1 ] || fail "$stderr"

@@ -28,7 +28,7 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	assert_line "# neox: num_layers: applied: model config key num_layers"
 	assert_line "# neox: zero_optimization: applied: DeepSpeed config key zero_optimization"
 	assert_line "# neox: checkpoint_factor: applied: as --save-interval 1000 (unless the command line gives it)"
-	assert_line "# neox: model_parallel_size: accepted: 1: one model-parallel rank (dstk runs data parallel only)"
+	assert_line "# neox: model_parallel_size: applied: 1, as --tensor-model-parallel-size 1"
 	# (the file's parameters are the keys indented by two spaces; one more line is the schedule's)
 	n=$(grep -c '^  "' 19M-tiny.yml)
 	[ "$(grep -c '^# neox: ' <<<"$output")" -eq $((n + 1)) ] || fail "expected a line per parameter ($n)"
@@ -112,8 +112,8 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	sed 's/"model_parallel_size": 1/"model_parallel_size": 2/; s/"pipe_parallel_size": 1/"pipe_parallel_size": 2/' \
 		19M-tiny.yml >mp.yml
 	run -0 --separate-stderr ds-train --check --conf mp.yml
-	assert_line "# neox: model_parallel_size: 2: applied as --tensor-model-parallel-size 2"
-	assert_line "# neox: pipe_parallel_size: 2: applied as --pipeline-model-parallel-size 2"
+	assert_line "# neox: model_parallel_size: applied: 2, as --tensor-model-parallel-size 2"
+	assert_line "# neox: pipe_parallel_size: applied: 2, as --pipeline-model-parallel-size 2"
 	assert_line --regexp '^pipeline\.partition +"type:transformer\|mlp"  \(file\)$'
 	assert_line --partial "world size 4 = tensor 2 x pipeline 2 x data 1"
 	# 301 tokens of vocab_file padded to a multiple of 128 x 2, not 128
