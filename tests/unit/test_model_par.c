@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
+#include "util/half.h"
 
 enum { B = 2, T = 8, MAXTP = 4 };
 
@@ -102,7 +104,7 @@ struct shared {
 
 struct rank {
 	struct shared *sh;
-	int r, ckpt, pa;
+	int r, ckpt, pa, half;
 	const struct ds_model_config *c;
 	struct ds_gpt *m;
 	float *grads;
@@ -155,7 +157,8 @@ static void *rank_main(void *arg)
 		k->grads = calloc((size_t)n, sizeof(float));
 		ds_gpt_init(k->m, 7, p, 0, n);
 		struct ds_gpt_ws_opts o = { .B = B, .T = T, .checkpointing = k->ckpt, .dropout_seed = 5,
-					    .partition_activations = k->pa };
+					    .partition_activations = k->pa, .half = k->half,
+					    .bf16_matmul = DS_BF16_MM_FP32 };
 		k->rc = ds_gpt_ws_create(&ws, k->m, &o, &err);
 		struct ds_gpt_hooks h = { .ctx = k, .tp_allreduce = tp_allreduce, .tp_allgather = tp_allgather };
 		int32_t tok[B * T], tgt[B * T];
@@ -198,6 +201,27 @@ static double compare_grads(const struct ds_gpt *whole_m, const float *gw, struc
 			worst = rel;
 	}
 	return worst;
+}
+
+/* tp ranks of variant v (threads) with checkpointing, partition_activations
+ * and a 16-bit format half; each rank's loss and gradients into k[] */
+static void run_ranks(const struct ds_model_config *c, int tp, int ckpt, int pa, int half, struct rank *k)
+{
+	struct shared sh = { .tp = tp };
+	pthread_t th[MAXTP];
+	pthread_barrier_init(&sh.bar, NULL, (unsigned)tp);
+	for (int r = 0; r < tp; r++) {
+		k[r] = (struct rank){ .sh = &sh, .r = r, .ckpt = ckpt, .pa = pa, .half = half, .c = c };
+		pthread_create(&th[r], NULL, rank_main, &k[r]);
+	}
+	for (int r = 0; r < tp; r++)
+		pthread_join(th[r], NULL);
+	pthread_barrier_destroy(&sh.bar);
+	for (int r = 0; r < tp; r++) {
+		if (k[r].rc)
+			fprintf(stderr, "# rank %d: %s\n", r, k[r].msg);
+		assert_int_equal(k[r].rc, 0);
+	}
 }
 
 /* tp ranks of variant v: *loss_err the relative loss difference, returns
@@ -258,6 +282,30 @@ static void test_tp_checkpointing(void **state)
 		printf("# checkpointing, partition_activations %d: loss %.3g, gradients %.3g\n", pa, le, ge);
 		assert_true(le < 1e-5);
 		assert_true(ge < 1e-4);
+	}
+}
+
+/* 16-bit with partition_activations: the gathered slices are the packed
+ * layer inputs, so the run is bit for bit the one without partitioning */
+static void test_tp_partition_half(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	variant(&c, 1);
+	for (int h = DS_HALF_FP16; h <= DS_HALF_BF16; h++) {
+		struct rank a[2], b[2];
+		run_ranks(&c, 2, 1, 0, h, a);
+		run_ranks(&c, 2, 1, 1, h, b);
+		for (int r = 0; r < 2; r++) {
+			int64_t n = ds_gpt_num_params(a[r].m);
+			assert_memory_equal(&a[r].loss, &b[r].loss, sizeof(float));
+			assert_memory_equal(a[r].grads, b[r].grads, (size_t)n * sizeof(float));
+			assert_true(isfinite(a[r].loss) && a[r].loss > 0);
+			free(a[r].grads);
+			free(b[r].grads);
+			ds_gpt_destroy(a[r].m);
+			ds_gpt_destroy(b[r].m);
+		}
 	}
 }
 
@@ -403,6 +451,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tp_variants),
 		cmocka_unit_test(test_tp_checkpointing),
+		cmocka_unit_test(test_tp_partition_half),
 		cmocka_unit_test(test_tp_fault),
 		cmocka_unit_test(test_tp_refusals),
 		cmocka_unit_test(test_pipeline_parts),
