@@ -95,7 +95,7 @@ all_layouts() {
 	assert_failure
 }
 
-@test "ZeRO 2 and 3 under pipelining are refused with DeepSpeed's reason; layouts that do not fit are refused" {
+@test "ZeRO 2 and 3 under pipelining are refused with DeepSpeed's reason; layouts that do not fit and 1-bit optimizers under TP/PP are refused" {
 	mkdir -p "$BATS_TEST_TMPDIR/r"
 	write_cfg "$BATS_TEST_TMPDIR/r/ds.json" 2 8 1 "$BATS_TEST_TMPDIR/r/csv"
 	run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/r/ds.json" \
@@ -113,6 +113,13 @@ all_layouts() {
 		--model "$MODEL_DROPOUT" --train-iters 1 --tensor-model-parallel-size 3
 	assert_failure 2
 	[[ "$stderr" == *"num_attention_heads 4 is not a multiple of the tensor-parallel size 3"* ]] || fail "$stderr"
+	# the 1-bit optimizers' compressed allreduce is the whole world's: refused under TP/PP
+	jq '.optimizer = {"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 2}}' \
+		"$BATS_TEST_TMPDIR/r/ds.json" >"$BATS_TEST_TMPDIR/r/onebit.json"
+	run --separate-stderr mpirun_n 2 "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$BATS_TEST_TMPDIR/r/onebit.json" \
+		--model "$MODEL_DROPOUT" --train-iters 1 --tensor-model-parallel-size 2
+	assert_failure 2
+	[[ "$stderr" == *"optimizer onebitadam with tensor or pipeline parallelism (tp 2, pp 1)"* ]] || fail "$stderr"
 }
 
 @test "a checkpoint saved at TP 2 x PP 2 resumes at 1 rank and at DP 4 with the uninterrupted run's losses" {
