@@ -198,6 +198,11 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 				"use stage 0 or 1", cfg, (long long)v->zero_optimization.stage, o->pp > 1 ? o->pp : stg);
 		goto out;
 	}
+	if (mrc == 0 && ds_moe_num_layers(&m) > 0 && tp * pp > 1) {
+		rc = ds_err_set(err, DS_EINVAL, "%s: MoE layers with tensor or pipeline parallelism (tp %d, pp %d) are "
+				"not supported; use expert parallelism (moe.ep_size) with data parallelism", mod, tp, pp);
+		goto out;
+	}
 	ds_config_batch(c, &b);
 	if (o->json) {
 		char *dj = ds_config_to_json(c, 1), *mj = ds_model_config_to_json(&m, 1);

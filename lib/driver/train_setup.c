@@ -313,6 +313,11 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 				"use stage 0 or 1", ds_config_name(s->cfg), (long long)v->zero_optimization.stage, s->pp);
 		goto fail;
 	}
+	if (ds_moe_num_layers(&s->model) > 0 && s->tp * s->pp > 1) {
+		rc = ds_err_set(err, DS_EINVAL, "MoE layers with tensor or pipeline parallelism (tp %d, pp %d) are not "
+				"supported; use expert parallelism (moe.ep_size) with data parallelism", s->tp, s->pp);
+		goto fail;
+	}
 	ds_config_batch(s->cfg, &b);
 	s->tb = b.train_batch_size;
 	s->mb = b.micro_batch;

@@ -114,6 +114,10 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 				  "supported; use expert parallelism (moe.ep_size) with data parallelism", tp, pp);
 	if (ep > 1 && W % ep)
 		return ds_err_set(err, DS_EINVAL, "moe.ep_size %d does not divide the world size %d", ep, W);
+	if (ds_optim_is_onebit(o->optim.type) && tp * pp > 1)
+		return ds_err_set(err, DS_EINVAL, "optimizer %s with tensor or pipeline parallelism (tp %d, pp %d): the "
+				  "1-bit optimizers' compressed allreduce runs over the whole world, not a data-parallel "
+				  "group, in this build", ds_optim_type_name(o->optim.type), tp, pp);
 	const int world = W;
 	W /= tp * pp;   /* ZeRO's ranks: the data-parallel group */
 	DS_TRY(ep > 1 ? ds_gpt_create_ep(&model, &o->model, ep, 0, err) : ds_gpt_create_tp(&model, &o->model, tp, 0, err));

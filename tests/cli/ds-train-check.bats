@@ -414,6 +414,11 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z3p.json" "${MODEL_ARGS[@]}" \
 		--pipeline-model-parallel-size 2
 	[[ "$stderr" == *"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"* ]] || fail "$stderr"
+	# MoE layers are not split by tensor or pipeline parallelism here
+	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/b.json" \
+		--model "$SHARE/models/gpt-test-moe-top2.json" --tensor-model-parallel-size 2
+	[[ "$stderr" == *"MoE layers with tensor or pipeline parallelism (tp 2, pp 1) are not supported"* ]] ||
+		fail "$stderr"
 	printf '{"train_batch_size": 8, "pipeline": {"stages": 4}}' >"$BATS_TEST_TMPDIR/p4.json"
 	run -2 --separate-stderr ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/p4.json" "${MODEL_ARGS[@]}" \
 		--pipeline-model-parallel-size 2
