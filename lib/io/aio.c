@@ -193,6 +193,7 @@ struct ds_aio_op {
 	char *buf;
 	uint64_t nbytes, off;
 	int fd;
+	int own_fd;   /* opened by submit, closed with the op */
 	char *path;
 	int pending;  /* workers not yet done */
 	int status;   /* first failure */
@@ -228,7 +229,7 @@ static void op_free(struct ds_aio_op *op)
 {
 	if (!op)
 		return;
-	if (op->fd >= 0)
+	if (op->fd >= 0 && op->own_fd)
 		close(op->fd);
 	free(op->path);
 	free(op);
@@ -406,7 +407,9 @@ static int open_file(const struct ds_aio *h, const char *path, int write, int *f
 	return ds_err_set(err, DS_EIO, "%s %s: %s", write ? "create" : "open", path, strerror(errno));
 }
 
-static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const char *path, uint64_t off,
+/* Queue an operation on path, opened here (fd < 0), or on the caller's fd
+ * (path then only names it in messages). */
+static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const char *path, int fd, uint64_t off,
 		  int async, struct ds_err *err)
 {
 	const char *what = write ? "write" : "read";
@@ -422,7 +425,9 @@ static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const
 	op->nbytes = nbytes;
 	op->off = off;
 	op->pending = h->nw;
-	if (open_file(h, path, write, &op->fd, err) < 0) {
+	op->fd = fd;
+	op->own_fd = fd < 0;
+	if (fd < 0 && open_file(h, path, write, &op->fd, err) < 0) {
 		int rc = err ? err->code : DS_EIO;
 		op_free(op);
 		return rc;
@@ -448,13 +453,29 @@ static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const
 int ds_aio_pread(struct ds_aio *h, void *buf, uint64_t nbytes, const char *path, uint64_t off, int async,
 		 struct ds_err *err)
 {
-	return submit(h, 0, buf, nbytes, path, off, async, err);
+	return submit(h, 0, buf, nbytes, path, -1, off, async, err);
 }
 
 int ds_aio_pwrite(struct ds_aio *h, const void *buf, uint64_t nbytes, const char *path, uint64_t off, int async,
 		  struct ds_err *err)
 {
-	return submit(h, 1, (void *)buf, nbytes, path, off, async, err);
+	return submit(h, 1, (void *)buf, nbytes, path, -1, off, async, err);
+}
+
+int ds_aio_pread_fd(struct ds_aio *h, void *buf, uint64_t nbytes, int fd, const char *label, uint64_t off,
+		    int async, struct ds_err *err)
+{
+	if (fd < 0)
+		return ds_err_set(err, DS_EINVAL, "read %s: no open file", label ? label : "?");
+	return submit(h, 0, buf, nbytes, label ? label : "(fd)", fd, off, async, err);
+}
+
+int ds_aio_pwrite_fd(struct ds_aio *h, const void *buf, uint64_t nbytes, int fd, const char *label, uint64_t off,
+		     int async, struct ds_err *err)
+{
+	if (fd < 0)
+		return ds_err_set(err, DS_EINVAL, "write %s: no open file", label ? label : "?");
+	return submit(h, 1, (void *)buf, nbytes, label ? label : "(fd)", fd, off, async, err);
 }
 
 int ds_aio_wait(struct ds_aio *h, struct ds_err *err)

@@ -99,6 +99,15 @@ static inline int ds_aio_sync_pwrite(struct ds_aio *h, const void *b, uint64_t n
 static inline int ds_aio_async_pwrite(struct ds_aio *h, const void *b, uint64_t n, const char *p,
 				      uint64_t off, struct ds_err *err) { return ds_aio_pwrite(h, b, n, p, off, 1, err); }
 
+/* As ds_aio_pread/ds_aio_pwrite on a file the caller opened (and keeps
+ * open until ds_aio_wait returns; O_DIRECT unless the handle is buffered):
+ * the swap files of lib/io/swap.h, which are unlinked as soon as they are
+ * created.  label names the file in messages. */
+int ds_aio_pread_fd(struct ds_aio *h, void *buf, uint64_t nbytes, int fd, const char *label, uint64_t off,
+		    int async, struct ds_err *err);
+int ds_aio_pwrite_fd(struct ds_aio *h, const void *buf, uint64_t nbytes, int fd, const char *label, uint64_t off,
+		     int async, struct ds_err *err);
+
 /* Wait for every queued operation.  Returns how many completed (>= 0), or the
  * first failure's code with its message (the others still completed). */
 int ds_aio_wait(struct ds_aio *h, struct ds_err *err);

@@ -4,7 +4,7 @@
 noinst_LIBRARIES += lib/io/libds_aio.a
 lib_io_libds_aio_a_SOURCES = \
 	lib/io/aio.c lib/io/aio.h lib/io/aio_int.h \
-	lib/io/aio_posix.c lib/io/aio_null.c
+	lib/io/aio_posix.c lib/io/aio_null.c lib/io/swap.c lib/io/swap.h
 if HAVE_LIBAIO
 lib_io_libds_aio_a_SOURCES += lib/io/aio_libaio.c
 endif
@@ -17,4 +17,12 @@ TESTS += tests/unit/test_aio
 tests_unit_test_aio_SOURCES = tests/unit/test_aio.c tests/unit/unit.h
 tests_unit_test_aio_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_aio_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_swap
+TESTS += tests/unit/test_swap
+tests_unit_test_swap_SOURCES = tests/unit/test_swap.c tests/unit/unit.h
+tests_unit_test_swap_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_swap_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
