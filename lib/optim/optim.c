@@ -247,7 +247,7 @@ int ds_optim_params_check(const struct ds_optim_params *p, struct ds_err *err)
 	return 0;
 }
 
-int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err)
+int ds_optim_create_bare(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err)
 {
 	*out = NULL;
 	DS_TRY(ds_optim_params_check(hp, err));
@@ -270,15 +270,23 @@ int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, siz
 		o->state_names[0] = "exp_avg";
 		o->state_names[1] = "exp_avg_sq";
 	}
+	*out = o;
+	return 0;
+}
+
+int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err)
+{
+	DS_TRY(ds_optim_create_bare(out, hp, n, err));
+	struct ds_optim *o = *out;
 	for (int i = 0; i < o->nstates; i++) {
 		o->states[i] = ds_alloc((n ? n : 1) * sizeof(float));
 		if (!o->states[i]) {
 			ds_optim_destroy(o);
+			*out = NULL;
 			return ds_err_set(err, DS_ENOMEM, "optimizer: out of memory for %s (%zu floats)",
 					  o->state_names[i], n);
 		}
 	}
-	*out = o;
 	return 0;
 }
 
@@ -334,11 +342,8 @@ CLONES static void sgd_chunk(float *p, const float *g, float *buf, size_t n, flo
 	}
 }
 
-/* torch.optim.SGD for step t over [0, n): d = g + wd*p; buf = d on the
- * first step, else mom*buf + (1-dampening)*d; nesterov d += mom*buf, else
- * d = buf; p -= lr*d (wd*p only when wd != 0, as torch). */
-static void sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf,
-		       float grad_mul, size_t n)
+void ds_sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf, float grad_mul,
+		   size_t n)
 {
 	const float lr = (float)hp->lr, wd = (float)hp->weight_decay, mom = (float)hp->momentum;
 	const float damp = (float)(1.0 - hp->dampening);
@@ -365,7 +370,7 @@ int ds_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul, 
 		break;
 	}
 	case DS_OPTIM_SGD:
-		sgd_update(&o->hp, t, p, g, o->nstates ? o->states[0] : NULL, grad_mul, o->n);
+		ds_sgd_update(&o->hp, t, p, g, o->nstates ? o->states[0] : NULL, grad_mul, o->n);
 		break;
 	case DS_OPTIM_LAMB: {
 		double sbuf[64];

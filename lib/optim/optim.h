@@ -118,6 +118,10 @@ struct ds_optim {
  * step 0.  Checks hp.  Returns 0, DS_EINVAL or DS_ENOMEM. */
 int ds_optim_create(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err);
 void ds_optim_destroy(struct ds_optim *o);  /* accepts NULL */
+/* The same without states: o->states[i] stay NULL for the caller to set
+ * (lib/compute puts them in backend memory) and to free before
+ * ds_optim_destroy, which frees whatever they still point to. */
+int ds_optim_create_bare(struct ds_optim **out, const struct ds_optim_params *hp, size_t n, struct ds_err *err);
 
 /* The state named name ("exp_avg", "exp_avg_sq", "momentum_buffer"), or
  * NULL if this type has none of that name.  Borrowed. */
@@ -132,6 +136,13 @@ float *ds_optim_state(struct ds_optim *o, const char *name);
  * ds_lamb_apply instead.  Returns 0 or DS_EINVAL. */
 int ds_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul,
 		  const struct ds_range *ranges, int nranges, struct ds_err *err);
+
+/* torch.optim.SGD for step t over [0, n): d = g*grad_mul + wd*p; buf = d
+ * on the first step, else mom*buf + (1-dampening)*d; nesterov d +=
+ * mom*buf, else d = buf; p -= lr*d (wd*p only when wd != 0, as torch).
+ * buf NULL without momentum.  ds_optim_step's SGD. */
+void ds_sgd_update(const struct ds_optim_params *hp, int64_t t, float *p, const float *g, float *buf, float grad_mul,
+		   size_t n);
 
 /* Lamb, phase 1: update exp_avg and exp_avg_sq from g * grad_mul and write
  * for every range i the partial sums sums[2i] = sum p^2 and sums[2i+1] =
