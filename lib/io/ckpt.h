@@ -128,6 +128,12 @@ int ds_ckpt_tensor_create(struct ds_ckpt *c, const char *name, int dtype, int nd
 int ds_ckpt_tensor_write(struct ds_ckpt *c, const char *name, uint64_t begin, uint64_t end, const void *data,
 			 struct ds_err *err);
 
+/* Record a failure of this rank that happened outside the writer (e.g.
+ * copying a slice out of device memory) as if a write had failed: the
+ * save is lost and commit returns the first failure to every rank.
+ * Returns its code (DS_EIO when err has none). */
+int ds_ckpt_fail(struct ds_ckpt *c, const struct ds_err *err);
+
 /* tensor_create + tensor_write of the whole tensor. */
 int ds_ckpt_tensor_put(struct ds_ckpt *c, const char *name, int dtype, int ndim, const uint64_t *shape,
 		       const void *data, struct ds_err *err);

@@ -240,6 +240,19 @@ static int note(struct ds_ckpt *c, int rc, const struct ds_err *err)
 	return rc;
 }
 
+int ds_ckpt_fail(struct ds_ckpt *c, const struct ds_err *err)
+{
+	int rc = err && err->code < 0 ? err->code : DS_EIO;
+	if (c->wrc == 0) {
+		c->wrc = rc;
+		if (err && err->msg[0])
+			c->werr = *err;
+		else
+			ds_err_set(&c->werr, rc, "%s: a write failed", c->file);
+	}
+	return rc;
+}
+
 /* The ranks agree on an outcome (ds_ckpt_agree). */
 static int agree(struct ds_ckpt *c, int rc, struct ds_err *err)
 {
