@@ -15,7 +15,7 @@ kernels: util cpu common cuda
 lib/app: util
 lib/model: util config cpu common
 lib/optim: util cpu common
-lib/engine: util config comm cpu common model optim
+lib/engine: util config comm cpu common model optim io
 lib/io: util config comm
 lib/monitor: util config comm
 lib/tune: util config

@@ -8,6 +8,7 @@
  * they accumulate in fp32) and the loss scaler around the step: see "mixed
  * precision" below. */
 #include "engine/engine.h"
+#include "engine/offload.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "engine/schedule.h"
 #include "model/moe.h"
 #include "model/pipe.h"
+#include "optim/clip.h"
 #include "util/mem.h"
 #include "util/timer.h"
 
@@ -52,6 +54,7 @@ struct seg {
 	int pfull, gfull; /* params / grads of the whole segment held here (else the owned slice) */
 	int mfull;        /* the fp32 params (master weights) whole here: pfull, except in fp16/bf16
 			   * runs with W > 1 at stages >= 1, which keep the owned slice only */
+	int pnv, mnv;     /* ZeRO-Infinity: the parameter slice / the fp32 master live in swap files */
 	int64_t poff, goff;  /* first element in e->params / e->grads */
 	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
@@ -174,6 +177,12 @@ struct ds_engine {
 	struct ds_moe_stats moe;    /* the step's MoE statistics, summed over micro-steps */
 	int opts_moe;               /* the model has MoE layers */
 	int skip_tied;              /* DS_TEST_FAULT_SKIP_TIED */
+	/* ZeRO-Infinity (engine/offload.h): off_opt when the optimizer step
+	 * streams from swap files; the checkpoint piece the accessors show */
+	struct ds_offload *off;
+	int off_opt;
+	int ck_i, ck_j;
+	int64_t ck_a, ck_b;
 };
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
@@ -192,6 +201,14 @@ void ds_engine_opts_init(struct ds_engine_opts *o)
 	o->tp = o->pp = 1;
 	strcpy(o->pipe_partition, "parameters");
 	o->pipe_partitioned = o->grad_partitioned = 1;
+	/* DeepSpeed's offload defaults and its config's "aio" section */
+	o->offload.sub_group_size = 1000000000;
+	o->offload.opt_buffer_count = 4;
+	o->offload.param_buffer_count = 5;
+	o->offload.param_buffer_size = 100000000;
+	o->offload.max_in_cpu = 1000000000;
+	o->offload.aio = (struct ds_aio_opts){ .block_size = 1048576, .queue_depth = 8, .single_submit = 0,
+					       .overlap_events = 1, .intra_op_parallelism = 1 };
 }
 
 static int sharded(const struct ds_engine *e) { return e->o.zero_stage >= 1 && e->W > 1; }
@@ -495,6 +512,7 @@ static void release_all(struct ds_engine *e)
 	e->bnext = -1;
 	e->nflight = 0;
 	e->gstage_b = -1;
+	ds_offload_param_put_all(e->off);
 }
 
 static int gather_seg(struct ds_engine *e, int s, int blocking)
@@ -503,18 +521,22 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 	struct slot *sl = slot_of(e->ps, e->nps, -1);
 	if (!sl)
 		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
+	/* the slice this rank sends: in memory, or read from its swap file
+	 * into a parameter buffer (released once the allgather is done) */
+	void *src = e->half ? (void *)(e->p16 + sg->hoff) : (void *)(e->params + sg->poff);
+	if (sg->pnv)
+		DS_TRY(ds_offload_param_get(e->off, s, &src, &e->herr));
 	sl->seg = s;
-	if (e->half) {  /* the 16-bit slices travel; expand_seg widens them */
-		if (blocking)
-			return ds_comm_allgather(sg->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype,
-						 &e->herr);
-		return ds_comm_iallgather(sg->comm, e->p16 + sg->hoff, sl->h, (size_t)sg->shard, e->hdtype, &sl->req,
-					  &e->herr);
-	}
-	if (blocking)
-		return ds_comm_allgather(sg->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &e->herr);
-	return ds_comm_iallgather(sg->comm, e->params + sg->poff, sl->buf, (size_t)sg->shard, DS_F32, &sl->req,
-				  &e->herr);
+	int rc;
+	if (e->half)  /* the 16-bit slices travel; expand_seg widens them */
+		rc = blocking ? ds_comm_allgather(sg->comm, src, sl->h, (size_t)sg->shard, e->hdtype, &e->herr)
+			      : ds_comm_iallgather(sg->comm, src, sl->h, (size_t)sg->shard, e->hdtype, &sl->req, &e->herr);
+	else
+		rc = blocking ? ds_comm_allgather(sg->comm, src, sl->buf, (size_t)sg->shard, DS_F32, &e->herr)
+			      : ds_comm_iallgather(sg->comm, src, sl->buf, (size_t)sg->shard, DS_F32, &sl->req, &e->herr);
+	if (sg->pnv && (blocking || rc < 0))
+		ds_offload_param_put(e->off, s);
+	return rc;
 }
 
 /* ---- mixed precision ----------------------------------------------------
@@ -526,12 +548,21 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
  * 16-bit ones (gh, hadd: widened, added in fp32, rounded once) or, when
  * accumulation is in fp32, fp32 ones (accumulate_half). */
 
-/* widen a gathered (stage 3) or resident 16-bit segment into its slot */
-static void expand_seg(struct ds_engine *e, struct slot *sl)
+/* widen a gathered (stage 3) or resident 16-bit segment into its slot (a
+ * resident one offloaded at stage 3 on one rank: from its swap file) */
+static int expand_seg(struct ds_engine *e, struct slot *sl)
 {
 	const struct seg *sg = &e->seg[sl->seg];
 	const uint16_t *src = sg->pfull ? e->p16 + sg->hoff : sl->h;
+	if (sg->pfull && sg->pnv) {
+		void *b;
+		DS_TRY(ds_offload_param_get(e->off, sl->seg, &b, &e->herr));
+		src = b;
+	}
 	ds_half_unpack_n(e->half, sl->buf, src, (size_t)sg->padded);
+	if (sg->pfull && sg->pnv)
+		ds_offload_param_put(e->off, sl->seg);
+	return 0;
 }
 
 /* the 16-bit model copy from the master weights this rank holds (after
@@ -575,7 +606,11 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 {
 	struct ds_engine *e = ctx;
 	struct seg *sg = &e->seg[s];
-	if (sg->pfull && !e->half) {
+	if (sg->pfull && !e->half && sg->pnv) {  /* stage 3 on one rank: the segment from its swap file */
+		void *b;
+		DS_TRY(ds_offload_param_get(e->off, s, &b, &e->herr));
+		*params = b;
+	} else if (sg->pfull && !e->half) {
 		*params = e->params + sg->poff;
 	} else if (sg->pfull) {  /* resident 16-bit segment: widen it */
 		struct slot *sl = slot_of(e->ps, e->nps, s);
@@ -583,7 +618,7 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 			if (!(sl = slot_of(e->ps, e->nps, -1)))
 				return ds_err_set(&e->herr, DS_EINVAL, "engine: no free parameter buffer for segment %d", s);
 			sl->seg = s;
-			expand_seg(e, sl);
+			DS_TRY(expand_seg(e, sl));
 		}
 		*params = sl->buf;
 	} else {
@@ -592,13 +627,15 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 			DS_TRY(gather_seg(e, s, 1));
 			sl = slot_of(e->ps, e->nps, s);
 			if (e->half)
-				expand_seg(e, sl);
+				DS_TRY(expand_seg(e, sl));
 		} else if (sl->req) {
 			int rc = ds_comm_wait(e->comm, sl->req, &e->herr);
 			sl->req = NULL;
+			if (sg->pnv)  /* the prefetched gather has sent the slice */
+				ds_offload_param_put(e->off, s);
 			DS_TRY(rc);
 			if (e->half)
-				expand_seg(e, sl);
+				DS_TRY(expand_seg(e, sl));
 		}
 		*params = sl->buf;
 	}
@@ -622,6 +659,12 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 	    e->seg[n].padded <= e->o.stage3_prefetch_bucket_size &&
 	    live_elems(e) + e->seg[n].padded <= e->o.stage3_max_live_parameters)
 		DS_TRY(gather_seg(e, n, 0));
+	/* offloaded slices: the next two segments' reads run while this one
+	 * computes (the next one's gather may already wait on its read) */
+	if (e->off && n >= 0) {
+		DS_TRY(ds_offload_param_prefetch(e->off, n, &e->herr));
+		DS_TRY(ds_offload_param_prefetch(e->off, next_seg(e, n, phase), &e->herr));
+	}
 	return progress(e);
 }
 
@@ -633,6 +676,8 @@ static int seg_post(void *ctx, int s, int phase)
 		struct slot *sl = slot_of(e->ps, e->nps, s);
 		if (sl)
 			sl->seg = -1;
+	} else if (sg->pnv) {
+		ds_offload_param_put(e->off, s);
 	}
 	if (phase == DS_GPT_BACKWARD && (!sg->gfull || e->half)) {
 		struct slot *gl = NULL;
@@ -945,6 +990,27 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 	e->seg = calloc((size_t)e->nseg, sizeof *e->seg);
 	if (!e->seg)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	/* ZeRO-Infinity: which segments' parameters and masters live in swap
+	 * files (engine/offload.h), from each one's size and update range
+	 * (split over the segment's group, as below) */
+	int64_t *numel = calloc((size_t)e->nseg, sizeof *numel), *un = calloc((size_t)e->nseg, sizeof *un);
+	int *pst = calloc((size_t)e->nseg, sizeof *pst);
+	if (!numel || !un || !pst) {
+		free(numel);
+		free(un);
+		free(pst);
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	}
+	for (int s = 0; s < e->nseg; s++) {
+		const int ex = ds_gpt_expert_segment(e->model, s);
+		const int gW = ds_comm_size(ex && e->edp_comm ? e->edp_comm : e->comm);
+		const int64_t align = (int64_t)gW * 16;
+		/* a pipeline stage holds only the segments its part uses */
+		numel[s] = ds_gpt_part_uses(e->model, &e->part, s) ? ds_gpt_segment(e->model, s)->numel : 0;
+		int64_t padded = (numel[s] + align - 1) / align * align;
+		un[s] = opts->zero_stage >= 1 && gW > 1 ? padded / gW : padded;
+	}
+	ds_offload_pstores(opts, e->nseg, numel, un, pst);
 	*maxshard = 0;
 	e->total0 = -1;
 	for (int s = 0; s < e->nseg; s++) {
@@ -957,11 +1023,12 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		sg->grank = ds_comm_rank(sg->comm);
 		const int64_t align = (int64_t)sg->gW * 16;
 		const int zg = opts->zero_stage >= 2 && sg->gW > 1, zp = opts->zero_stage >= 3 && sg->gW > 1;
-		/* a pipeline stage holds only the segments its part uses */
-		sg->numel = ds_gpt_part_uses(e->model, &e->part, s) ? ds_gpt_segment(e->model, s)->numel : 0;
+		sg->numel = numel[s];
 		sg->padded = (sg->numel + align - 1) / align * align;
 		sg->off = e->total;
 		sg->shard = sg->padded / sg->gW;
+		sg->pnv = pst[s];
+		sg->mnv = !ds_offload_master_in_memory(opts, pst[s]);
 		e->total += sg->padded;
 		/* stage 3: segments below the persistence threshold stay whole */
 		sg->pfull = !zp || sg->numel < opts->stage3_param_persistence_threshold;
@@ -970,14 +1037,17 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		sg->poff = e->ptotal;
 		sg->goff = e->gtotal;
 		sg->hoff = e->htotal;
-		e->ptotal += sg->mfull ? sg->padded : sg->shard;
-		e->htotal += sg->pfull ? sg->padded : sg->shard;
+		e->ptotal += sg->mnv ? 0 : sg->mfull ? sg->padded : sg->shard;
+		e->htotal += sg->pnv ? 0 : sg->pfull ? sg->padded : sg->shard;
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > *maxshard)
 			*maxshard = sg->shard;
 		if ((!sg->pfull || !sg->gfull || e->half) && sg->padded > e->maxpad)
 			e->maxpad = sg->padded;
 	}
+	free(numel);
+	free(un);
+	free(pst);
 	if (e->total0 < 0)
 		e->total0 = e->total;
 	const int nd = ds_gpt_num_dense_segments(e->model);
@@ -1079,7 +1149,9 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	const struct ds_engine_opts *opts = &e->o;
 	struct seg *sg = &e->seg[s];
 	const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
-	if (sg->mfull) {
+	if (sg->mnv) {
+		/* in a swap file: engine/offload.c writes its initial values */
+	} else if (sg->mfull) {
 		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + sg->numel);
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
@@ -1092,24 +1164,62 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	if (seg_sharded(e, sg) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
 		sg->u0 = 1;  /* test-only fault: see the top of this file */
 	sg->un = seg_sharded(e, sg) ? sg->shard : sg->padded;
-	sg->p_upd = e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
+	sg->p_upd = sg->mnv ? NULL : e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
 	int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)sg->grank * sg->shard : 0);
 	sg->g_upd = e->grads ? e->grads + gu : NULL;
 	sg->g_own = e->grads ? e->grads + go : NULL;
 	sg->h_upd = e->gh ? e->gh + gu : NULL;
 	sg->h_own = e->gh ? e->gh + go : NULL;
-	if (!ds_optim_is_onebit(opts->optim.type))  /* else one optimizer for the whole model */
-		DS_TRY(ds_optim_create(&e->opt[s], &opts->optim, (size_t)sg->un, err));
+	/* offloaded states live in swap files, not in the optimizer; the
+	 * 1-bit optimizers keep one for the whole model */
+	if (!ds_optim_is_onebit(opts->optim.type))
+		DS_TRY((opts->offload.optimizer ? ds_optim_create_bare : ds_optim_create)(&e->opt[s], &opts->optim,
+											    (size_t)sg->un, err));
 	return build_lamb_ranges(e, sg, s, err);
+}
+
+/* ZeRO-Infinity: hand each segment's update range to engine/offload.c,
+ * which creates the swap files and writes the initial master and states. */
+static int init_offload(struct ds_engine *e, struct ds_err *err)
+{
+	if (!e->o.offload.optimizer && !e->o.offload.param)
+		return 0;
+	struct ds_offload_range *r = calloc((size_t)e->nseg, sizeof *r);
+	if (!r)
+		return ds_err_set(err, DS_ENOMEM, "out of memory");
+	for (int s = 0; s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		r[s] = (struct ds_offload_range){ .u0 = sg->u0, .un = sg->un, .numel = sg->numel,
+						  .elem0 = ds_gpt_segment(e->model, s)->offset, .master = sg->p_upd,
+						  .g32 = sg->g_upd, .g16 = sg->h_upd, .pstore = sg->pnv };
+		if (e->half && !sg->pnv)
+			r[s].h16 = e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0);
+	}
+	int rc = ds_offload_create(&e->off, &e->o, r, e->nseg, e->model, e->rank, err);
+	free(r);
+	if (rc == 0)
+		e->off_opt = ds_offload_get_plan(e->off)->nsets > 0;
+	return rc;
+}
+
+/* The 16-bit copy from the master weights: refresh_half, or with offload
+ * engine/offload.c over every update range (masters in swap files,
+ * 16-bit slices into them). */
+static int refresh(struct ds_engine *e, struct ds_err *err)
+{
+	if (e->off)
+		return ds_offload_refresh(e->off, err);
+	refresh_half(e);
+	return 0;
 }
 
 /* The 16-bit model copy from the fp32 parameters; a whole 16-bit segment
  * over a partitioned master (stages 1-2) also gets the other ranks'
  * slices, initialised here in fp32 (init is a pure function of the
  * element) and rounded, as gather_half would bring. */
-static void init_half(struct ds_engine *e)
+static int init_half(struct ds_engine *e, struct ds_err *err)
 {
-	refresh_half(e);
+	DS_TRY(refresh(e, err));
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		if (sg->mfull || !sg->pfull)
@@ -1120,6 +1230,7 @@ static void init_half(struct ds_engine *e)
 		ds_gpt_init(e->model, e->o.seed, tmp, ms->offset, ms->offset + sg->numel);
 		ds_half_pack_n(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
 	}
+	return 0;
 }
 
 int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, struct ds_comm *comm,
@@ -1158,7 +1269,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
 	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
 	read_test_faults(e);
-	init_half(e);
+	if ((rc = init_offload(e, err)) < 0 || (rc = init_half(e, err)) < 0)
+		goto fail;
+	e->ck_i = -1;
 	*out = e;
 	return 0;
 fail:
@@ -1172,6 +1285,7 @@ void ds_engine_destroy(struct ds_engine *e)
 		return;
 	if (e->comm && e->breq)
 		release_all(e);
+	ds_offload_destroy(e->off);
 	for (int s = 0; e->seg && s < e->nseg; s++) {
 		if (e->opt)
 			ds_optim_destroy(e->opt[s]);
@@ -1378,25 +1492,24 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 			continue;
 		const float *g = e->g16 ? hwiden(e, whole ? e->gh + sg->goff : sg->h_own, n)
 				 : whole ? e->grads + sg->goff : sg->g_own;
-		double sq = 0;
-#pragma omp parallel for reduction(+ : sq) reduction(| : bad) schedule(static)
-		for (int64_t i = 0; i < n; i++) {
-			double v = g[i];
-			bad |= !isfinite(g[i]);
-			sq += v * v;
-		}
+		/* lib/optim's sum over fixed chunks in order: an OpenMP reduction
+		 * adds the threads' partial sums in the order they finish, so the
+		 * norm's last bit (and through clipping every weight) would vary
+		 * from run to run */
+		bad |= ds_clip_has_nonfinite(g, (size_t)n);
 		if (!sg->cnt || whole) {
-			ss += sq;
+			ss += ds_clip_sumsq(g, (size_t)n);
 			continue;
 		}
-		/* 3D: only the counted ranges of the owned slice */
+		/* 3D: only the counted ranges of the owned slice, each summed the
+		 * same fixed-chunk way, in order */
 		const int64_t o0 = (int64_t)sg->grank * sg->shard;
 		for (int k = 0; k < sg->ncnt; k++) {
 			int64_t a = (int64_t)sg->cnt[k].off > o0 ? (int64_t)sg->cnt[k].off : o0;
 			int64_t z = (int64_t)(sg->cnt[k].off + sg->cnt[k].len) < o0 + sg->shard
 				? (int64_t)(sg->cnt[k].off + sg->cnt[k].len) : o0 + sg->shard;
-			for (int64_t i = a; i < z; i++)
-				ss += (double)g[i - o0] * g[i - o0];
+			if (z > a)
+				ss += ds_clip_sumsq(g + (a - o0), (size_t)(z - a));
 		}
 	}
 	*nonfinite = bad;
@@ -1538,14 +1651,20 @@ static int gather_half(struct ds_engine *e, struct ds_err *err)
 
 int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err)
 {
-	refresh_half(e);
+	if (e->off)  /* the last piece a load wrote goes to its swap files */
+		DS_TRY(ds_offload_ckpt_flush(e->off, err));
+	e->ck_i = -1;
+	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
 }
 
 int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
 {
+	if (e->off)
+		DS_TRY(ds_offload_ckpt_flush(e->off, err));
+	e->ck_i = -1;
 	DS_TRY(gather_params(e, err));
-	refresh_half(e);
+	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
 }
 
@@ -1656,9 +1775,19 @@ static int update(struct ds_engine *e, const struct ds_engine_batch *in, float g
 			e->opt[s]->hp.beta2 = in->beta2;
 		}
 	}
-	DS_TRY(optimizer_step(e, grad_mul, err));
+	if (e->off_opt) {
+		/* ZeRO-Infinity: the master and states stream from their swap
+		 * files, and each sub-group's 16-bit copy is refreshed on the way */
+		int64_t t = e->opt[0]->step + 1;
+		DS_TRY(ds_offload_step(e->off, &e->opt[0]->hp, t, grad_mul, err));
+		for (int s = 0; s < e->nseg; s++)
+			e->opt[s]->step = t;
+	} else {
+		DS_TRY(optimizer_step(e, grad_mul, err));
+	}
 	DS_TRY(gather_params(e, err));
-	refresh_half(e);
+	if (!e->off_opt)
+		DS_TRY(refresh(e, err));
 	if (e->half)
 		DS_TRY(gather_half(e, err));
 	return 0;
@@ -1684,6 +1813,18 @@ static int loss_counts(const struct ds_engine *e)
 	return e->part.head && e->topo.tp_rank == 0;
 }
 
+/* ZeRO-Infinity: what the swap files moved during the step */
+static void swap_stats(struct ds_engine *e, struct ds_engine_step *res)
+{
+	struct ds_offload_stats st;
+	if (!e->off)
+		return;
+	ds_offload_take_stats(e->off, &st);
+	res->swap_read = st.bytes_read;
+	res->swap_written = st.bytes_written;
+	res->t_swap_wait = st.wait_s;
+}
+
 int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,
 			 struct ds_err *err)
 {
@@ -1695,6 +1836,12 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	if (e->rank == e->fail_rank && in->step == e->fail_step)
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)in->step);
+	if (e->off) {  /* a checkpoint's last piece is done with; the step's I/O counts from here */
+		DS_TRY(ds_offload_ckpt_flush(e->off, err));
+		e->ck_i = -1;
+		swap_stats(e, res);
+		memset(res, 0, sizeof *res);
+	}
 	if (e->g16)
 		memset(e->gh, 0, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
 	else
@@ -1757,8 +1904,12 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	}
 	res->loss_scale = scaling ? e->scaler.cur_scale : 1.0;
 	res->grad_norm = scaled_norm / prev_scale;
+	/* the optimizer rewrites what the parameter buffers hold */
+	if (e->off)
+		DS_TRY(ds_offload_param_idle(e->off, err));
 	if (nonfinite) {
 		res->skipped = 1;
+		swap_stats(e, res);
 		return 0;
 	}
 	const float grad_mul = grad_multiplier(e, scaled_norm, res);
@@ -1766,6 +1917,7 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	DS_TRY(update(e, in, grad_mul, err));
 	res->t_step = ds_now() - t0;
 	e->steps++;
+	swap_stats(e, res);
 	return 0;
 }
 
@@ -1810,11 +1962,65 @@ static int64_t tensor_local(const struct ds_engine *e, int i, const struct seg *
 
 static void intersect(int64_t a, int64_t n, int64_t lo, int64_t len, int64_t *b, int64_t *en);
 
+/* ZeRO-Infinity: tensor i's part of its segment's update range,
+ * range-local [*ta, *tb); returns the segment */
+static int upd_part(const struct ds_engine *e, int i, int64_t *ta, int64_t *tb)
+{
+	const struct seg *sg;
+	int64_t a = tensor_local(e, i, &sg), b, en;
+	intersect(a, ds_gpt_tensor(e->model, i)->numel, sg->u0, sg->un, &b, &en);
+	*ta = a + b - sg->u0;
+	*tb = a + en - sg->u0;
+	return ds_gpt_tensor(e->model, i)->segment;
+}
+
+int ds_engine_ckpt_pieces(struct ds_engine *e, int i)
+{
+	int64_t ta, tb;
+	if (!e->off)
+		return 1;
+	int s = upd_part(e, i, &ta, &tb);
+	return ds_offload_ckpt_pieces(e->off, s, ta, tb);
+}
+
+int ds_engine_ckpt_piece(struct ds_engine *e, int i, int j, int writing, struct ds_err *err)
+{
+	int64_t ta, tb;
+	e->ck_i = i;
+	e->ck_j = j;
+	if (!e->off)
+		return 0;
+	int s = upd_part(e, i, &ta, &tb);
+	int rc = ds_offload_ckpt_piece(e->off, s, ta, tb, j, writing, &e->ck_a, &e->ck_b, err);
+	if (rc < 0)
+		e->ck_i = -1;
+	return rc;
+}
+
+/* the accessors of tensor i show the current piece (its segment has
+ * something in swap files) */
+static int piecewise(const struct ds_engine *e, int i)
+{
+	return e->off && ds_offload_swapped(e->off, ds_gpt_tensor(e->model, i)->segment);
+}
+
+/* the current piece of tensor i (tensor coordinates), or empty; a the
+ * tensor's segment-local offset */
+static void piece_range(const struct ds_engine *e, int i, const struct seg *sg, int64_t a, int64_t *begin,
+			int64_t *end)
+{
+	*begin = *end = 0;
+	if (e->ck_i == i && e->ck_b > e->ck_a) {
+		*begin = sg->u0 + e->ck_a - a;
+		*end = sg->u0 + e->ck_b - a;
+	}
+}
+
 float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return sg->mfull && sg->numel ? e->params + sg->poff + a : NULL;
+	return sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
 }
 
 int ds_engine_param_partitioned(const struct ds_engine *e, int i)
@@ -1830,14 +2036,23 @@ float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t
 		*begin = *end = 0;
 		return NULL;
 	}
+	float *p;
+	if (sg->mnv) {  /* in the swap file: the piece in the window */
+		piece_range(e, i, sg, a, begin, end);
+		return *end > *begin ? ds_offload_ckpt_master(e->off, ds_gpt_tensor(e->model, i)->segment, e->ck_a) : NULL;
+	}
 	if (sg->mfull) {
 		*begin = 0;
 		*end = ds_gpt_tensor(e->model, i)->numel;
-		return e->params + sg->poff + a;
+		p = e->params + sg->poff + a;
+	} else {
+		int64_t lo = (int64_t)sg->grank * sg->shard;
+		intersect(a, ds_gpt_tensor(e->model, i)->numel, lo, sg->shard, begin, end);
+		p = e->params + sg->poff + (a + *begin - lo);
 	}
-	int64_t lo = (int64_t)sg->grank * sg->shard;
-	intersect(a, ds_gpt_tensor(e->model, i)->numel, lo, sg->shard, begin, end);
-	return e->params + sg->poff + (a + *begin - lo);
+	if (piecewise(e, i) && !(e->ck_i == i && e->ck_j == 0))
+		*end = *begin;  /* in memory: whole with piece 0, empty with the others */
+	return p;
 }
 
 static void intersect(int64_t a, int64_t n, int64_t lo, int64_t len, int64_t *b, int64_t *en)
@@ -1879,6 +2094,13 @@ float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *be
 		return fl ? fl + sg->off + a : NULL;
 	}
 	float *st = ds_optim_state(e->opt[s], name);
+	if (!st && sg->numel && e->off_opt) {  /* in its swap file: the piece in the window */
+		for (int k = 0; k < e->opt[s]->nstates; k++)
+			if (!strcmp(e->opt[s]->state_names[k], name)) {
+				piece_range(e, i, sg, a, begin, end);
+				return *end > *begin ? ds_offload_ckpt_state(e->off, s, k, e->ck_a) : NULL;
+			}
+	}
 	if (!st || !sg->numel) {
 		*begin = *end = 0;
 		return NULL;
@@ -1918,7 +2140,8 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 	if (e->half)
 		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
 	for (int s = 0; s < e->nseg && !e->ob; s++)   /* (an empty range still allocates one element, as ds_optim_create does) */
-		b += (size_t)e->opt[s]->nstates * (size_t)(e->seg[s].un ? e->seg[s].un : 1) * sizeof(float);
+		if (e->opt[s]->nstates && e->opt[s]->states[0])  /* not in swap files */
+			b += (size_t)e->opt[s]->nstates * (size_t)(e->seg[s].un ? e->seg[s].un : 1) * sizeof(float);
 	if (e->ob)
 		b += ds_onebit_state_bytes(ds_engine_onebit_optim(e->ob));
 	return b;
@@ -1930,4 +2153,14 @@ size_t ds_engine_activation_bytes(const struct ds_engine *e)
 	for (int k = 0; k < e->nws; k++)
 		b += ds_gpt_ws_bytes(e->wss[k]);
 	return b;
+}
+
+size_t ds_engine_swap_buffer_bytes(const struct ds_engine *e)
+{
+	return e->off ? ds_offload_get_plan(e->off)->pinned_bytes : 0;
+}
+
+uint64_t ds_engine_nvme_bytes(const struct ds_engine *e)
+{
+	return e->off ? ds_offload_get_plan(e->off)->nvme_bytes : 0;
 }

@@ -64,7 +64,12 @@
  * once (replicated tensors on tensor-parallel rank 0 only, the tied copy
  * not at all) and the loss is the last stage's, averaged over dp.
  *
- * The engine never touches files: checkpoints go through the accessors
+ * The engine never touches files but ZeRO-Infinity's swap files: with
+ * offload (struct ds_engine_offload, engine/offload.h) the fp32 master
+ * weights and optimizer states of the update ranges live in swap files
+ * (lib/io/swap.h) and the step streams them sub-group by sub-group, and
+ * at stage 3 the offloaded segments' parameter slices are read from swap
+ * files just before their gather.  Checkpoints go through the accessors
  * below, driven by the layer above (lib/driver).
  */
 #ifndef DS_ENGINE_ENGINE_H
@@ -76,12 +81,30 @@
 #include "comm/comm.h"
 #include "comm/topo.h"
 #include "config/model.h"
+#include "io/aio.h"
 #include "model/gpt.h"
 #include "optim/onebit.h"
 #include "optim/optim.h"
 #include "optim/scaler.h"
 #include "util/err.h"
 #include "util/half.h"
+
+/* ZeRO-Infinity: offload_optimizer / offload_param device "nvme", with
+ * DeepSpeed's meanings (engine/offload.h says what goes where). */
+struct ds_engine_offload {
+	int optimizer;              /* stages 1-3: optimizer states (and a 16-bit run's fp32 master) on NVMe */
+	int param;                  /* stage 3: parameter slices on NVMe */
+	const char *opt_path;       /* offload_optimizer.nvme_path (borrowed) */
+	const char *param_path;     /* offload_param.nvme_path (borrowed) */
+	int64_t sub_group_size;     /* elements the optimizer step streams at a time */
+	int opt_buffer_count;       /* optimizer swap buffers of sub_group_size elements */
+	int pipeline_read;          /* read the next sub-group while this one is updated */
+	int pipeline_write;         /* write the last sub-group while this one is updated */
+	int param_buffer_count;     /* parameter swap buffers */
+	int64_t param_buffer_size;  /* elements per parameter swap buffer */
+	int64_t max_in_cpu;         /* parameter elements kept in memory (the first segments') */
+	struct ds_aio_opts aio;     /* the config's "aio" section */
+};
 
 struct ds_engine_opts {
 	struct ds_model_config model;  /* copied */
@@ -138,6 +161,7 @@ struct ds_engine_opts {
 	char pipe_partition[64];
 	int pipe_partitioned, grad_partitioned;
 	int partition_activations;
+	struct ds_engine_offload offload;
 };
 
 /* MoE (opts.model.moe): experts are spread over moe.ep_size ranks (which
@@ -148,7 +172,8 @@ struct ds_engine_opts {
  * Gradients, norms and clipping are those of the whole model on one rank.
  *
  * Fill o with defaults (stage 0, GA 1, no clipping, factor 1, seed 1234,
- * DeepSpeed's stage-3 defaults 5e7 / 1e9 / 1e5). */
+ * DeepSpeed's stage-3 defaults 5e7 / 1e9 / 1e5, no offload with
+ * DeepSpeed's offload and aio defaults). */
 void ds_engine_opts_init(struct ds_engine_opts *o);   /* also tp = pp = 1, partition "parameters", partitioned sends */
 
 /* What one optimizer step did. */
@@ -171,6 +196,10 @@ struct ds_engine_step {
 	 * rank sent in the experts' all-to-alls */
 	double moe_aux, moe_dropped, moe_a2a_bytes;
 	double t_p2p;       /* pipeline: seconds in sends and receives (waiting for a neighbour stage included) */
+	/* ZeRO-Infinity: bytes read from and written to the swap files in
+	 * this step (passes and optimizer) and the time blocked on them */
+	uint64_t swap_read, swap_written;
+	double t_swap_wait;
 };
 
 struct ds_engine;
@@ -219,11 +248,23 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 
 /* ---- state for checkpoints --------------------------------------------- */
 
+/* Offloaded state (ZeRO-Infinity) is reached a piece at a time: tensor i's
+ * master weights and optimizer states come in ds_engine_ckpt_pieces(e, i)
+ * pieces (1 without offload).  ds_engine_ckpt_piece(e, i, j, writing)
+ * brings piece j into host memory; until the next piece call the
+ * accessors below return piece j's part of what they return without
+ * offload (the in-memory parameters of an offloaded tensor come whole with
+ * piece 0 and empty after).  writing: what the caller writes through them
+ * is stored when the next piece is brought in, or by
+ * ds_engine_params_loaded.  Returns 0 or DS_EIO (a swap file). */
+int ds_engine_ckpt_pieces(struct ds_engine *e, int i);
+int ds_engine_ckpt_piece(struct ds_engine *e, int i, int j, int writing, struct ds_err *err);
+
 /* Tensors are the registry's of ds_engine_model: with tensor parallelism
  * this rank's shard (element indices below are the shard's; the driver
  * maps them to logical ones, ds_gpt_tensor_global).  A tensor of a
  * segment this pipeline stage does not hold has nothing here.
-
+ *
  * Pointer to tensor i's parameters (the whole tensor), or NULL when this
  * rank holds only a slice of it (stage 3, or a 16-bit run at stages 1-2
  * with W > 1: use ds_engine_param_range) or none. */
@@ -283,9 +324,14 @@ int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err);
  * slices allgathered into the whole 16-bit segments. */
 int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err);
 
-/* Bytes of model state this rank holds (params, grads, optimizer states)
- * and of activations/workspace. */
+/* Bytes of model state this rank holds in memory (params, grads,
+ * optimizer states; not what lives in swap files) and of
+ * activations/workspace. */
 size_t ds_engine_state_bytes(const struct ds_engine *e);
 size_t ds_engine_activation_bytes(const struct ds_engine *e);
+/* ZeRO-Infinity: the host buffers between the swap files and the compute
+ * (pinned on a GPU build) and the bytes of this rank's swap files. */
+size_t ds_engine_swap_buffer_bytes(const struct ds_engine *e);
+uint64_t ds_engine_nvme_bytes(const struct ds_engine *e);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/offload.h"
 #include "engine/pipe.h"
 #include "engine/schedule.h"
 #include "model/gpt.h"
@@ -17,7 +18,7 @@
 #define F32 ((size_t)sizeof(float))
 
 static const char *const cat_names[DS_MEM_NCAT] = {
-	"parameters", "gradients", "optimizer_states", "communication", "activations", "other",
+	"parameters", "gradients", "optimizer_states", "communication", "activations", "other", "swap_buffers",
 };
 
 const char *ds_engine_mem_cat_name(int cat)
@@ -158,11 +159,31 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->nseg = ds_gpt_num_segments(model);
 	m->nstates = ns;
 	const int moe = ds_gpt_num_dense_segments(model) < m->nseg;
+	/* ZeRO-Infinity: which segments' parameters and masters are in swap
+	 * files, and the plan of the buffers and files (engine/offload.c) */
+	int64_t *nm = calloc((size_t)m->nseg + 1, sizeof *nm), *unv = calloc((size_t)m->nseg + 1, sizeof *unv);
+	int *pst = calloc((size_t)m->nseg + 1, sizeof *pst), rc = 0;
+	struct ds_offload_plan pl;
+	if (!nm || !unv || !pst) {
+		rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int s = 0; s < m->nseg; s++) {
+		const int ex = ds_gpt_expert_segment(model, s), gW = ex ? W / ep : W;
+		const int64_t galign = ex ? (int64_t)gW * 16 : align;
+		/* a pipeline stage holds only the segments its part uses */
+		nm[s] = ds_gpt_part_uses(model, &m->part, s) ? ds_gpt_segment(model, s)->numel : 0;
+		int64_t padded = (nm[s] + galign - 1) / galign * galign;
+		unv[s] = (ex ? o->zero_stage >= 1 && gW > 1 : sharded0) ? padded / gW : padded;
+	}
+	ds_offload_pstores(o, m->nseg, nm, unv, pst);
+	if ((rc = ds_offload_plan(o, m->nseg, unv, pst, &pl, err)) < 0)
+		goto out;
 	for (int s = 0; s < m->nseg; s++) {
 		const int ex = ds_gpt_expert_segment(model, s), gW = ex ? W / ep : W;
 		const int64_t galign = ex ? (int64_t)gW * 16 : align;
 		const int sharded = ex ? o->zero_stage >= 1 && gW > 1 : sharded0;
-		int64_t numel = ds_gpt_part_uses(model, &m->part, s) ? ds_gpt_segment(model, s)->numel : 0;
+		int64_t numel = nm[s];
 		int64_t padded = (numel + galign - 1) / galign * galign, shard = padded / gW;
 		int pfull = !zp || numel < o->stage3_param_persistence_threshold, gfull = !(zg && gW > 1);
 		if (ex)
@@ -171,25 +192,25 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 		int mfull = pfull && !(half && sharded);
 		m->padded += padded;
 		m->nseg_partitioned += !pfull;
-		mtotal += mfull ? padded : shard;
-		htotal += pfull ? padded : shard;
+		m->nseg_offloaded += pst[s];
+		mtotal += !ds_offload_master_in_memory(o, pst[s]) ? 0 : mfull ? padded : shard;
+		htotal += pst[s] ? 0 : pfull ? padded : shard;
 		gtotal += gfull ? padded : shard;
 		if (shard > maxshard)
 			maxshard = shard;
 		if ((!pfull || !gfull || half) && padded > maxpad)
 			maxpad = padded;
-		int64_t un = sharded ? shard : padded;  /* the range this rank's optimizer updates */
-		optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
+		int64_t un = unv[s];  /* the range this rank's optimizer updates */
+		if (!o->offload.optimizer)  /* else its states are in swap files */
+			optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
 	}
 	/* fp16/bf16: the parameters are the 16-bit model copy; the fp32 master
 	 * weights count with the optimizer states, as DeepSpeed and the ZeRO
 	 * paper count them (K = 12 bytes per element with Adam) */
 	size_t ob_comm = 0;
 	const int onebit = ds_optim_is_onebit(o->optim.type);
-	if (onebit && onebit_bytes(model, o, W, (size_t)m->padded, &optim, &ob_comm, err) < 0) {
-		ds_gpt_destroy(model);
-		return DS_ENOMEM;
-	}
+	if (onebit && (rc = onebit_bytes(model, o, W, (size_t)m->padded, &optim, &ob_comm, err)) < 0)
+		goto out;
 	m->bytes[DS_MEM_PARAMS] = half ? (size_t)htotal * sizeof(uint16_t) : (size_t)mtotal * F32;
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * (g16 ? sizeof(uint16_t) : F32);
 	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
@@ -234,11 +255,22 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->bytes[DS_MEM_OTHER] = 2 * (size_t)o->micro_batch * (size_t)T * sizeof(int32_t) +
 				 (size_t)o->grad_accum * (size_t)o->micro_batch * (size_t)(T + 1) * sizeof(int32_t) +
 				 (size_t)(onebit ? 1 : m->nseg) * sizeof(struct ds_optim);
+	m->bytes[DS_MEM_SWAP] = pl.pinned_bytes;
+	m->nvme_bytes = pl.nvme_bytes;
+	m->nvme_opt_bytes = pl.nvme_opt_bytes;
+	m->nvme_param_bytes = pl.nvme_param_bytes;
+	m->sub_group = pl.nsets ? pl.S : 0;
+	m->nsub_groups = pl.nsets ? pl.K : 0;
+	m->param_buffer = pl.pbuf_el;
 	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		m->total += m->bytes[c];
+out:
+	free(nm);
+	free(unv);
+	free(pst);
 	ds_gpt_destroy(model);
-	return 0;
+	return rc;
 }
 
 const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct ds_engine_opts *o, int cat,
@@ -255,6 +287,10 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 				 m->nseg_partitioned, m->nseg - m->nseg_partitioned);
 		else
 			snprintf(buf, n, "%s, every segment whole", dt);
+		if (m->nseg_offloaded) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "; %d segments' slices in swap files", m->nseg_offloaded);
+		}
 		if (o->half != DS_HALF_NONE) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " (the fp32 master weights are under optimizer_states)");
@@ -280,6 +316,10 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		if (o->half != DS_HALF_NONE) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " + the fp32 master weights, %s", sharded ? "owned slices" : "whole model");
+		}
+		if (o->offload.optimizer) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "; in swap files (offload_optimizer nvme)");
 		}
 		break;
 	case DS_MEM_COMM:
@@ -307,6 +347,22 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 	}
 	case DS_MEM_OTHER:
 		snprintf(buf, n, "token rows (%d x %d micro-batches), optimizer headers", o->micro_batch, o->grad_accum);
+		break;
+	case DS_MEM_SWAP:
+		if (!m->bytes[DS_MEM_SWAP]) {
+			snprintf(buf, n, "no NVMe offload");
+			break;
+		}
+		buf[0] = 0;
+		if (m->sub_group)
+			snprintf(buf, n, "%d optimizer buffers of %lld elements (buffer_count x sub_group_size)%s",
+				 o->offload.opt_buffer_count, (long long)m->sub_group,
+				 m->nseg_offloaded && o->half != DS_HALF_NONE ? " + 16-bit staging" : "");
+		if (m->param_buffer) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "%s%d parameter buffers of %lld elements", l ? " + " : "",
+				 o->offload.param_buffer_count, (long long)m->param_buffer);
+		}
 		break;
 	default:
 		snprintf(buf, n, "%s", "");

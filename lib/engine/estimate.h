@@ -33,7 +33,12 @@
  * num_pipe_buffers) and, under communication, 4 (B, T, C) send/receive
  * buffers per pipeline buffer.  Stages differ: ds_engine_mem_estimate_stage
  * gives one stage's ranks, ds_engine_mem_estimate the stage that needs the
- * most (its number in pipe_stage).
+ * most (its number in pipe_stage).  ZeRO-Infinity (engine/offload.h):
+ * what lives in swap files leaves the rows above (a 16-bit run's master
+ * and the states with offload_optimizer nvme, offloaded segments'
+ * parameter slices with offload_param nvme); swap_buffers holds the host
+ * buffers between the files and the compute (pinned on a GPU build), and
+ * nvme_bytes what the files hold, which is not host memory.
  */
 #ifndef DS_ENGINE_ESTIMATE_H
 #define DS_ENGINE_ESTIMATE_H
@@ -51,6 +56,7 @@ enum ds_engine_mem_cat {
 	DS_MEM_COMM,        /* reduce-scatter scratch, stage-2/3 gather buffers */
 	DS_MEM_ACT,         /* the model's activation workspace (ds_gpt_activation_bytes) */
 	DS_MEM_OTHER,       /* input/target rows, ds-train's batch, optimizer headers */
+	DS_MEM_SWAP,        /* ZeRO-Infinity's swap buffers (optimizer pool, 16-bit staging, parameter buffers) */
 	DS_MEM_NCAT
 };
 
@@ -70,6 +76,13 @@ struct ds_engine_mem {
 	size_t model_state;          /* params + grads + optimizer states */
 	size_t act_saved;     /* of bytes[DS_MEM_ACT], what forward keeps for backward (ds_gpt_activation_saved_bytes) */
 	size_t total;                /* sum of every category */
+	/* ZeRO-Infinity: bytes of this rank's swap files (offload_optimizer
+	 * and offload_param nvme_path; not host memory) */
+	uint64_t nvme_bytes, nvme_opt_bytes, nvme_param_bytes;
+	int64_t sub_group;           /* elements per optimizer sub-group streamed (0: none) */
+	int nsub_groups;
+	int nseg_offloaded;          /* segments whose parameter slices are in swap files */
+	int64_t param_buffer;        /* elements per parameter swap buffer (0: none) */
 };
 
 /* Estimate what ds_engine_create(o) on a communicator of W ranks (and

@@ -3,6 +3,7 @@
 noinst_LIBRARIES += lib/engine/libds_engine.a
 lib_engine_libds_engine_a_SOURCES = lib/engine/engine.c lib/engine/engine.h \
 	lib/engine/engine_onebit.c lib/engine/engine_onebit.h \
+	lib/engine/offload.c lib/engine/offload.h \
 	lib/engine/estimate.c lib/engine/estimate.h lib/engine/schedule.c lib/engine/schedule.h \
 	lib/engine/pipe.c lib/engine/pipe.h
 LIBDS += lib/engine/libds_engine.a
@@ -13,6 +14,11 @@ TESTS += tests/unit/test_engine
 tests_unit_test_engine_SOURCES = tests/unit/test_engine.c tests/unit/unit.h
 tests_unit_test_engine_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_engine_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+check_PROGRAMS += tests/unit/test_offload
+TESTS += tests/unit/test_offload
+tests_unit_test_offload_SOURCES = tests/unit/test_offload.c tests/unit/unit.h
+tests_unit_test_offload_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
+tests_unit_test_offload_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 check_PROGRAMS += tests/unit/test_estimate
 TESTS += tests/unit/test_estimate
 tests_unit_test_estimate_SOURCES = tests/unit/test_estimate.c tests/unit/unit.h
