@@ -263,7 +263,10 @@ static int zero_rules(struct ds_config *c, struct ds_err *err)
 						  "stage3_model_persistence_threshold", "stage3_max_live_parameters",
 						  "stage3_max_reuse_distance",
 						  "stage3_gather_16bit_weights_on_model_save", "offload_param." };
-		for (size_t i = 0; i < sizeof(s3) / sizeof(s3[0]); i++) {
+		/* dstk streams NVMe-offloaded optimizer states by sub-group at
+		 * stages 1-2 too (DeepSpeed's stage 1-2 keeps them in memory) */
+		int subgroups = stage >= 1 && !strcmp(ood, "nvme");
+		for (size_t i = subgroups; i < sizeof(s3) / sizeof(s3[0]); i++) {
 			char p[128];
 			snprintf(p, sizeof(p), "zero_optimization.%s", s3[i]);
 			DS_TRY(ignore_under(c, p, NULL, why));

@@ -310,7 +310,7 @@ struct ds_config_values {
 		int allgather_partitions;  /* stages 1-2: allgather updated parameters (else broadcast) (default true) */
 		int64_t allgather_bucket_size;  /* elements per parameter allgather chunk (even) (default 500000000) */
 		int overlap_comm;  /* overlap reductions with backward (default: true at stage 3 only) */
-		int64_t sub_group_size;  /* stage 3: elements per optimizer sub-group (default 1000000000) */
+		int64_t sub_group_size;  /* elements per optimizer sub-group (stage 3; in dstk also stages 1-2 with offload_optimizer nvme) (default 1000000000) */
 		int64_t stage3_prefetch_bucket_size;  /* stage 3: elements gathered ahead of use (default 50000000) */
 		int64_t stage3_param_persistence_threshold;  /* stage 3: tensors smaller than this stay whole on every rank (default 100000) */
 		int64_t stage3_model_persistence_threshold;  /* stage 3: cap on the elements kept whole (default 9223372036854775807) */
@@ -319,19 +319,19 @@ struct ds_config_values {
 		int stage3_gather_16bit_weights_on_model_save;  /* stage 3: gather full 16-bit weights when saving (default false) */
 		int round_robin_gradients;  /* stages 1-2: assign gradients to ranks round-robin (default false) */
 		struct {
-			const char *device;  /* stage 3: keep parameters in none or cpu (nvme: accepted, not implemented) (default "none") */
+			const char *device;  /* stage 3: keep parameter slices in none, cpu or nvme (ZeRO-Infinity: swap files under nvme_path) (default "none") */
 			const char *nvme_path;  /* directory for nvme offload (required with device nvme) */
-			int64_t buffer_count;  /* parameter swap buffers (default 5) */
-			int64_t buffer_size;  /* elements per parameter swap buffer (default 100000000) */
-			int64_t max_in_cpu;  /* most parameter elements kept in memory with nvme offload (default 1000000000) */
+			int64_t buffer_count;  /* nvme: parameter swap buffers (a segment's slice each; at least 2) (default 5) */
+			int64_t buffer_size;  /* nvme: elements per parameter swap buffer (at least the largest slice) (default 100000000) */
+			int64_t max_in_cpu;  /* nvme: parameter elements kept in memory (the first segments'), the rest on NVMe (default 1000000000) */
 		} offload_param;
 		struct {
-			const char *device;  /* keep optimizer states in none or cpu (nvme: accepted, not implemented) (default "none") */
+			const char *device;  /* keep optimizer states in none, cpu or nvme (stages 1-3; nvme: master and states in swap files, streamed per sub-group) (default "none") */
 			const char *nvme_path;  /* directory for nvme offload (required with device nvme) */
 			double ratio;  /* fraction of optimizer states offloaded (< 1 only at stage 3) (default 1.0) */
-			int64_t buffer_count;  /* optimizer swap buffers (default 4) */
-			int pipeline_read;  /* nvme: overlap reading the next states with the step (default false) */
-			int pipeline_write;  /* nvme: overlap writing the states with the step (default false) */
+			int64_t buffer_count;  /* nvme: swap buffers of sub_group_size elements (4 for Adam: master, gradient and 2 states per sub-group in flight) (default 4) */
+			int pipeline_read;  /* nvme: read the next sub-group while this one is updated (default false) */
+			int pipeline_write;  /* nvme: write the last sub-group back while this one is updated (default false) */
 		} offload_optimizer;
 	} zero_optimization;
 	struct {

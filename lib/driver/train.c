@@ -350,6 +350,8 @@ struct loop {
 	double last_save_s;               /* seconds that save took, -1 none */
 	long long nonfinite_run;          /* consecutive non-finite steps outside the fp16 scaler */
 	double scale_before;              /* loss scale before this step */
+	double swap_read, swap_written;   /* ZeRO-Infinity: swap file bytes in the interval */
+	double swap_wait, step_s;         /* ... seconds blocked on them, and the steps' wall time */
 };
 
 /* Config, data, engine, checkpoint, monitors and the model's flops per
@@ -364,6 +366,17 @@ static int set_up(struct run *r, struct ds_err *err)
 	 * start (a broadcast and a barrier) stays out of the comms summary */
 	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));
 	DS_TRY(ds_train_commlog_start(&r->clog, s, r->comm, err));
+	/* ZeRO-Infinity: every nvme_path is usable on every rank before
+	 * anything is allocated (one rank's bad directory stops them all) */
+	if (s->eng.offload.optimizer || s->eng.offload.param) {
+		struct ds_err mine = DS_ERR_INIT;
+		int ok = ds_train_check_nvme(s, ds_train_ranks_per_node(r->W), &mine) == 0;
+		if (r->W > 1 && !ds_comm_agree(r->comm, ok, err))
+			return ok ? ds_err_set(err, DS_EINVAL, "another rank's nvme_path is not usable (its error says why)")
+				  : ds_err_set(err, mine.code, "%s", mine.msg);
+		if (!ok)
+			return ds_err_set(err, mine.code, "%s", mine.msg);
+	}
 	if (cfg_dump_state(s))
 		ds_config_print(s->cfg, ds_log_stream(), NULL);
 	DS_TRY(open_data(&r->dd, r->o, s, err));
@@ -531,6 +544,10 @@ static int record_step(struct run *r, struct loop *lp, const struct ds_engine_st
 	lp->red_wait += step->t_red_wait;
 	lp->pipe_compute += step->t_fwd + step->t_bwd;
 	lp->pipe_p2p += step->t_p2p;
+	lp->swap_read += (double)step->swap_read;
+	lp->swap_written += (double)step->swap_written;
+	lp->swap_wait += step->t_swap_wait;
+	lp->step_s += dt;
 	if (r->mon) {
 		/* DeepSpeed logs the lr after the step: the next step's value */
 		struct ds_sched_value nv;
@@ -607,6 +624,15 @@ static void show_step(struct run *r, struct loop *lp, const struct ds_engine_ste
 					    "%.2f ms (%.2f ms/step, %.1f%% of backward)", lp->int_steps, rec * 1e3,
 					    rec * 1e3 / lp->int_steps, lp->int_bwd > 0 ? 100.0 * rec / lp->int_bwd : 0.0);
 		}
+		/* dstk's own line: what the swap files moved per step (rank 0's) */
+		if (s->eng.offload.optimizer || s->eng.offload.param) {
+			double n = lp->int_steps ? (double)lp->int_steps : 1;
+			ds_log_info("nvme swap per step (rank 0) | read_MB: %.3f | written_MB: %.3f | wait_ms: %.2f | "
+				    "step_ms: %.2f | io_GBps: %.3f", lp->swap_read / n / 1e6, lp->swap_written / n / 1e6,
+				    lp->swap_wait / n * 1e3, lp->step_s / n * 1e3,
+				    lp->step_s > 0 ? (lp->swap_read + lp->swap_written) / lp->step_s / 1e9 : 0.0);
+		}
+		lp->swap_read = lp->swap_written = lp->swap_wait = lp->step_s = 0;
 		lp->t_int = ds_now();
 		lp->int_steps = 0;
 		lp->int_bwd = 0;

@@ -36,3 +36,12 @@ if HAVE_BATS
 TESTS += tests/cli/ds-train-mixed.bats
 endif
 EXTRA_DIST += tests/cli/ds-train-mixed.bats
+
+## ZeRO-Infinity: optimizer states and parameters offloaded to NVMe (issue 20)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-nvme.bats
+if HAVE_MPI
+TESTS += tests/mpi/nvme.bats
+endif
+endif
+EXTRA_DIST += tests/cli/ds-train-nvme.bats tests/mpi/nvme.bats

@@ -136,6 +136,9 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 	json_object_set_new(j, "model_state_bytes", json_integer((json_int_t)m->model_state));
 	json_object_set_new(j, "activations_saved_bytes", json_integer((json_int_t)m->act_saved));
 	json_object_set_new(j, "total_bytes", json_integer((json_int_t)m->total));
+	json_object_set_new(j, "nvme_bytes", json_integer((json_int_t)m->nvme_bytes));
+	json_object_set_new(j, "nvme_optimizer_bytes", json_integer((json_int_t)m->nvme_opt_bytes));
+	json_object_set_new(j, "nvme_param_bytes", json_integer((json_int_t)m->nvme_param_bytes));
 	if (s->unimplemented[0])
 		json_object_set_new(j, "note", json_string(s->unimplemented));
 	struct moe_facts f;
@@ -190,6 +193,22 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 		"what libds allocates per rank (ds-train reports the real figure)");
 	fprintf(out, "# model states (parameters + gradients + optimizer states): %zu bytes (%s) per rank\n",
 		m->model_state, ds_fmt_bytes((double)m->model_state, h, sizeof h));
+	/* ZeRO-Infinity: the swap files are not host memory; where they go is
+	 * checked here as ds-train checks it before training */
+	if (m->nvme_bytes) {
+		struct ds_err e = DS_ERR_INIT;
+		fprintf(out, "%-20s %14llu %11s  %s\n", "nvme", (unsigned long long)m->nvme_bytes,
+			ds_fmt_bytes((double)m->nvme_bytes, h, sizeof h),
+			"swap files per rank (not host memory): optimizer master and states, parameter slices");
+		if (m->nsub_groups)
+			fprintf(out, "# the optimizer step streams %d sub-group%s of %lld elements per rank\n", m->nsub_groups,
+				m->nsub_groups == 1 ? "" : "s", (long long)m->sub_group);
+		if (ds_train_check_nvme(s, ds_train_ranks_per_node(m->world_size), &e) < 0)
+			fprintf(out, "# nvme_path on this machine: %s\n", e.msg);
+		else
+			fprintf(out, "# nvme_path on this machine: writable, accepts O_DIRECT, room for %d rank%s\n",
+				ds_train_ranks_per_node(m->world_size), ds_train_ranks_per_node(m->world_size) > 1 ? "s" : "");
+	}
 	/* offload to cpu: on a CPU build every buffer above is host memory
 	 * already; say so rather than pretend something moved */
 	const char *od = ds_config_values(s->cfg)->zero_optimization.offload_optimizer.device,

@@ -48,6 +48,14 @@ struct ds_train_setup {
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err);
 void ds_train_setup_release(struct ds_train_setup *s);
+/* Ranks sharing this node (memory, NVMe): the launcher's local size
+ * (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE), else W. */
+int ds_train_ranks_per_node(int W);
+/* ZeRO-Infinity: each nvme_path the run uses exists, may be written,
+ * accepts O_DIRECT and has room for the swap files of per_node ranks (the
+ * memory plan's NVMe bytes).  Returns 0 or DS_EINVAL naming the file, key
+ * and path. */
+int ds_train_check_nvme(const struct ds_train_setup *s, int per_node, struct ds_err *err);
 /* Remove dir's global_step<N> checkpoints (N <= newest) but the keep
  * newest (NeoX's keep_last_n_checkpoints); 0, DS_EIO or DS_ENOMEM. */
 int ds_train_prune_checkpoints(const char *dir, int64_t keep, int64_t newest, struct ds_err *err);

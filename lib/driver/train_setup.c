@@ -13,6 +13,7 @@
 
 #include "cpu/gemm_bf16.h"
 #include "engine/estimate.h"
+#include "io/swap.h"
 #include "util/log.h"
 #include "util/mem.h"
 
@@ -182,6 +183,64 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 	return rc < 0 ? ds_err_prefix(err, "%s: fp16: ", ds_config_name(c)) : 0;
 }
 
+/* ZeRO-Infinity: offload_optimizer device "nvme" at stages 1-3 (DeepSpeed:
+ * stage 3; its stages 1-2 keep the states in memory), offload_param
+ * device "nvme" at stage 3, and the "aio" section their swap files use. */
+static int64_t clamp_int(int64_t v) { return v > 1 << 30 ? 1 << 30 : v; }
+
+static int map_offload(struct ds_train_setup *s, struct ds_err *err)
+{
+	const struct ds_config_values *v = ds_config_values(s->cfg);
+	const int stage = s->eng.zero_stage;
+	struct ds_engine_offload *o = &s->eng.offload;
+	o->optimizer = stage >= 1 && !strcmp(v->zero_optimization.offload_optimizer.device, "nvme");
+	o->param = stage == 3 && !strcmp(v->zero_optimization.offload_param.device, "nvme");
+	o->opt_path = v->zero_optimization.offload_optimizer.nvme_path;
+	o->param_path = v->zero_optimization.offload_param.nvme_path;
+	o->sub_group_size = v->zero_optimization.sub_group_size;
+	o->opt_buffer_count = (int)clamp_int(v->zero_optimization.offload_optimizer.buffer_count);
+	o->pipeline_read = v->zero_optimization.offload_optimizer.pipeline_read;
+	o->pipeline_write = v->zero_optimization.offload_optimizer.pipeline_write;
+	o->param_buffer_count = (int)clamp_int(v->zero_optimization.offload_param.buffer_count);
+	o->param_buffer_size = v->zero_optimization.offload_param.buffer_size;
+	o->max_in_cpu = v->zero_optimization.offload_param.max_in_cpu;
+	o->aio.block_size = (uint64_t)v->aio.block_size;
+	o->aio.queue_depth = (int)clamp_int(v->aio.queue_depth);
+	o->aio.intra_op_parallelism = (int)clamp_int(v->aio.intra_op_parallelism);
+	o->aio.single_submit = v->aio.single_submit;
+	o->aio.overlap_events = v->aio.overlap_events;
+	o->aio.engine = NULL;  /* libaio when built, else posix */
+	if (!o->optimizer && !o->param)
+		return 0;
+	int rc = ds_aio_opts_check(&o->aio, err);
+	return rc < 0 ? ds_err_prefix(err, "%s: ", ds_config_name(s->cfg)) : 0;
+}
+
+int ds_train_check_nvme(const struct ds_train_setup *s, int per_node, struct ds_err *err)
+{
+	const struct ds_engine_offload *o = &s->eng.offload;
+	struct ds_engine_mem m;
+	char key[96];
+	if (!o->optimizer && !o->param)
+		return 0;
+	if (ds_engine_mem_estimate(&s->eng, s->W, &m, err) < 0)
+		return ds_err_prefix(err, "%s: ", ds_config_name(s->cfg));
+	if (per_node < 1)
+		per_node = 1;
+	/* every rank of this node puts its files in the same directory */
+	int same = o->opt_path && o->param_path && !strcmp(o->opt_path, o->param_path);
+	uint64_t need_opt = m.nvme_opt_bytes + (same ? m.nvme_param_bytes : 0);
+	if (m.nvme_opt_bytes || same) {
+		snprintf(key, sizeof key, "%s: zero_optimization.offload_optimizer.nvme_path", ds_config_name(s->cfg));
+		DS_TRY(ds_swap_check_dir(o->opt_path, key, need_opt * (uint64_t)per_node, err));
+	}
+	if (m.nvme_param_bytes && !same) {
+		snprintf(key, sizeof key, "%s: zero_optimization.offload_param.nvme_path", ds_config_name(s->cfg));
+		DS_TRY(ds_swap_check_dir(o->param_path, key, m.nvme_param_bytes * (uint64_t)per_node, err));
+	}
+	return 0;
+}
+
 static int refuse_unimplemented(const struct ds_train_setup *s, struct ds_err *err)
 {
 	const char *f = ds_config_name(s->cfg);
@@ -331,7 +390,7 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 		goto fail;
 	map_scheduler(s, o->train_iters);
 	s->eng.zero_stage = (int)v->zero_optimization.stage;
-	if ((rc = map_precision(s, err)) < 0)
+	if ((rc = map_precision(s, err)) < 0 || (rc = map_offload(s, err)) < 0)
 		goto fail;
 	s->eng.gradient_clipping = v->gradient_clipping;
 	s->eng.reduce_bucket_size = v->zero_optimization.reduce_bucket_size;
@@ -406,6 +465,15 @@ static int64_t fit_micro(struct ds_train_setup *s, uint64_t budget)
 	return best;
 }
 
+int ds_train_ranks_per_node(int W)
+{
+	/* the launcher's count, else all */
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	if (!lr)
+		lr = getenv("SLURM_NTASKS_PER_NODE");
+	return lr && atoi(lr) > 0 ? atoi(lr) : W;
+}
+
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err)
 {
@@ -426,12 +494,7 @@ int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o,
 	}
 	if (a.micro_batch > 0 || !ds_config_resolved(s->cfg, "train_micro_batch_size_per_gpu"))
 		return 0;
-	/* ranks sharing this node's memory: the launcher's, else all */
-	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-	if (!lr)
-		lr = getenv("SLURM_NTASKS_PER_NODE");
-	int per_node = lr && atoi(lr) > 0 ? atoi(lr) : W;
-	uint64_t budget = ds_engine_mem_budget(per_node, o->mem_per_rank, from, sizeof(from));
+	uint64_t budget = ds_engine_mem_budget(ds_train_ranks_per_node(W), o->mem_per_rank, from, sizeof(from));
 	int64_t mb = fit_micro(s, budget);
 	ds_fmt_bytes((double)budget, h, sizeof(h));
 	if (mb > 0)

@@ -9,7 +9,10 @@
  * lib/io/ckpt.h).  With tensor and pipeline parallelism a rank holds
  * shards of some tensors: each writes its shard's elements at their
  * logical places (ds_gpt_tensor_global), run by run, and reads back
- * whatever layout it now has from the whole tensors. */
+ * whatever layout it now has from the whole tensors.
+ * State offloaded to NVMe (ZeRO-Infinity) passes through host memory a
+ * piece at a time (ds_engine_ckpt_piece), so a checkpoint of an offloaded
+ * run is the same as any other. */
 #include "driver/train_int.h"
 
 #include <dirent.h>
@@ -138,14 +141,23 @@ int ds_train_save(const char *dir, struct ds_engine *e, const struct ds_train_se
 			ds_engine_save_slice(e, i, &sb, &se);
 		snprintf(name, sizeof name, "model/%s", t->name);
 		ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
-		const float *pp = i >= 0 ? ds_engine_param_range(e, i, &hb, &he) : NULL;
-		put_slice(ck, name, t, pp, hb, he, sb, se, &later);
 		for (int k = 0; k < ds_engine_num_states(e); k++) {
-			const char *sn = ds_engine_state_name(e, k);
-			const float *p = i >= 0 ? ds_engine_state(e, i, sn, &hb, &he) : NULL;
-			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
+			snprintf(name, sizeof name, "optimizer/%s/%s", ds_engine_state_name(e, k), t->name);
 			ds_ckpt_tensor_create(ck, name, DS_CKPT_F32, t->ndim, shape, &later);
-			put_slice(ck, name, t, p, hb, he, sb, se, &later);
+		}
+		for (int j = 0, np = i >= 0 ? ds_engine_ckpt_pieces(e, i) : 1; j < np; j++) {
+			struct ds_err pe = DS_ERR_INIT;
+			if (i >= 0 && ds_engine_ckpt_piece(e, i, j, 0, &pe) < 0)
+				ds_ckpt_fail(ck, &pe);  /* a swap file failed: the save is lost on every rank */
+			snprintf(name, sizeof name, "model/%s", t->name);
+			const float *pp = i >= 0 ? ds_engine_param_range(e, i, &hb, &he) : NULL;
+			put_slice(ck, name, t, pp, hb, he, sb, se, &later);
+			for (int k = 0; k < ds_engine_num_states(e); k++) {
+				const char *sn = ds_engine_state_name(e, k);
+				const float *p = i >= 0 ? ds_engine_state(e, i, sn, &hb, &he) : NULL;
+				snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
+				put_slice(ck, name, t, p, hb, he, sb, se, &later);
+			}
 		}
 	}
 	ds_train_save_onebit(ck, e, s->W, ds_comm_rank(comm), &later);
@@ -291,23 +303,27 @@ static int load(const char *dir, const char *tag, int weights_only, struct ds_en
 	for (int i = 0; i < ds_gpt_num_tensors(m) && rc == 0; i++) {
 		const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
 		char name[DS_CKPT_NAME_MAX];
-		snprintf(name, sizeof name, "model/%s", t->name);
-		int64_t pb, pe;
-		float *pp = ds_engine_param_range(e, i, &pb, &pe);
-		rc = read_tensor(ck, name, t, pb, pe, pp, err);
-		for (int k = 0; k < ds_engine_num_states(e) && rc == 0 && !weights_only; k++) {
-			int64_t b, en;
-			const char *sn = ds_engine_state_name(e, k);
-			float *p = ds_engine_state(e, i, sn, &b, &en);
-			snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
-			struct ds_ckpt_tensor_info probe;
-			if (ds_ckpt_tensor_info(ck, name, &probe, NULL) < 0) {
-				rc = ds_err_set(err, DS_EINVAL,
-						"%s: no optimizer state %s (saved with another optimizer?); use "
-						"--no-load-optim to load the weights only", ds_ckpt_file(ck), name);
-				break;
+		for (int j = 0, np = ds_engine_ckpt_pieces(e, i); j < np && rc == 0; j++) {
+			rc = ds_engine_ckpt_piece(e, i, j, 1, err);
+			snprintf(name, sizeof name, "model/%s", t->name);
+			int64_t pb, pe;
+			float *pp = ds_engine_param_range(e, i, &pb, &pe);
+			if (rc == 0)
+				rc = read_tensor(ck, name, t, pb, pe, pp, err);
+			for (int k = 0; k < ds_engine_num_states(e) && rc == 0 && !weights_only; k++) {
+				int64_t b, en;
+				const char *sn = ds_engine_state_name(e, k);
+				float *p = ds_engine_state(e, i, sn, &b, &en);
+				snprintf(name, sizeof name, "optimizer/%s/%s", sn, t->name);
+				struct ds_ckpt_tensor_info probe;
+				if (ds_ckpt_tensor_info(ck, name, &probe, NULL) < 0) {
+					rc = ds_err_set(err, DS_EINVAL,
+							"%s: no optimizer state %s (saved with another optimizer?); use "
+							"--no-load-optim to load the weights only", ds_ckpt_file(ck), name);
+					break;
+				}
+				rc = read_tensor(ck, name, t, b, en, p, err);
 			}
-			rc = read_tensor(ck, name, t, b, en, p, err);
 		}
 	}
 	memset(st, 0, sizeof *st);

@@ -10,7 +10,8 @@ ITERS=20
 # the bucketed reductions really split, CSV monitor under CSVDIR/run.
 # OVERLAP_COMM=true|false sets zero_optimization.overlap_comm (unset: the
 # inferred default, true at stage 3 only); CFG_EXTRA (JSON members, e.g.
-# '"checkpoint": {...}') is added when set.
+# '"checkpoint": {...}') is added when set, ZERO_EXTRA (members, e.g.
+# '"offload_optimizer": {...}') inside zero_optimization.
 # PRECISION=fp16|bf16 in the environment adds that section (fp16: dynamic
 # scaling from 2^12, doubling every 5 clean steps; no step of these runs
 # overflows).
@@ -29,7 +30,7 @@ write_cfg() {
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
  "steps_per_print": 1000, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
- "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000$s3},
+ "zero_optimization": {"stage": $2, "reduce_bucket_size": 5000, "allgather_bucket_size": 5000$s3${ZERO_EXTRA:+, $ZERO_EXTRA}},
  "csv_monitor": {"enabled": true, "output_path": "$5", "job_name": "run"}$mixed${CFG_EXTRA:+, $CFG_EXTRA}}
 EOF
 }
