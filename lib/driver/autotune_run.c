@@ -25,6 +25,7 @@
 #include "config/config.h"
 #include "config/model.h"
 #include "driver/autotune.h"
+#include "driver/train_int.h"
 #include "engine/estimate.h"
 #include "model/count.h"
 #include "model/gpt.h"
@@ -244,7 +245,11 @@ static void add_mb(int *v, int *n, int cap, int m)
  * and gather buffers, activations, rows; tests/mpi/memory.bats).  fp16/bf16
  * (the engine keeps no 16-bit copies yet), another model family or an
  * autotuning.model_info.num_params override: DeepSpeed's model-state
- * formula plus the activations.  Both add DS_AUTOTUNE_MEM_OVERHEAD. */
+ * formula plus the activations.  Both add DS_AUTOTUNE_MEM_OVERHEAD.
+ * ZeRO-Infinity (offload to nvme): host memory only - the estimator moves
+ * what the trial's stage offloads out and counts the swap buffers; the
+ * formula drops its optimizer term (states and fp32 master) for the
+ * buffer_count x sub_group_size fp32 buffers. */
 static void trial_bytes(const struct ds_config *c, const struct ds_model_config *mc, double P, int formula,
 			int half, int ckpt, int stage, int mb, int gas, int W, double *out)
 {
@@ -271,14 +276,20 @@ static void trial_bytes(const struct ds_config *c, const struct ds_model_config 
 	 * file sets it, it follows the trial's stage as DeepSpeed infers it */
 	eo.overlap_comm = v->src.zero_optimization.overlap_comm == DS_SRC_FILE ? v->zero_optimization.overlap_comm
 									      : stage == 3;
+	ds_train_offload_opts(c, stage, &eo.offload);
 	/* a model the trainer cannot build fails its trial anyway; keep the formula for it */
 	struct ds_err ignored = DS_ERR_INIT;
 	if (!formula && ds_engine_mem_estimate(&eo, W, &m, &ignored) == 0) {
 		*out = (double)m.total + DS_AUTOTUNE_MEM_OVERHEAD;
 		return;
 	}
-	*out = ds_autotune_model_state_bytes(P, half, stage, W) +
-	       (double)ds_gpt_activation_bytes(mc, mb, mc->seq_length, ckpt, half ? DS_HALF_FP16 : DS_HALF_NONE) +
+	double states = ds_autotune_model_state_bytes(P, half, stage, W);
+	if (eo.offload.optimizer) {
+		double optim = P * (half ? 16 : 8) / W, sub = (double)eo.offload.sub_group_size;
+		states -= optim;
+		states += (double)eo.offload.opt_buffer_count * 4.0 * (sub < P / W ? sub : P / W);
+	}
+	*out = states + (double)ds_gpt_activation_bytes(mc, mb, mc->seq_length, ckpt, half ? DS_HALF_FP16 : DS_HALF_NONE) +
 	       DS_AUTOTUNE_MEM_OVERHEAD;
 }
 

@@ -51,6 +51,10 @@ void ds_train_setup_release(struct ds_train_setup *s);
 /* Ranks sharing this node (memory, NVMe): the launcher's local size
  * (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE), else W. */
 int ds_train_ranks_per_node(int W);
+/* ZeRO-Infinity: the offload sections and the "aio" section of c as the
+ * engine takes them at ZeRO stage `stage` (optimizer offload at stages
+ * 1-3, parameter offload at stage 3); ds-train's and ds-autotune's. */
+void ds_train_offload_opts(const struct ds_config *c, int stage, struct ds_engine_offload *o);
 /* ZeRO-Infinity: each nvme_path the run uses exists, may be written,
  * accepts O_DIRECT and has room for the swap files of per_node ranks (the
  * memory plan's NVMe bytes).  Returns 0 or DS_EINVAL naming the file, key

@@ -188,11 +188,9 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
  * device "nvme" at stage 3, and the "aio" section their swap files use. */
 static int64_t clamp_int(int64_t v) { return v > 1 << 30 ? 1 << 30 : v; }
 
-static int map_offload(struct ds_train_setup *s, struct ds_err *err)
+void ds_train_offload_opts(const struct ds_config *c, int stage, struct ds_engine_offload *o)
 {
-	const struct ds_config_values *v = ds_config_values(s->cfg);
-	const int stage = s->eng.zero_stage;
-	struct ds_engine_offload *o = &s->eng.offload;
+	const struct ds_config_values *v = ds_config_values(c);
 	o->optimizer = stage >= 1 && !strcmp(v->zero_optimization.offload_optimizer.device, "nvme");
 	o->param = stage == 3 && !strcmp(v->zero_optimization.offload_param.device, "nvme");
 	o->opt_path = v->zero_optimization.offload_optimizer.nvme_path;
@@ -210,6 +208,12 @@ static int map_offload(struct ds_train_setup *s, struct ds_err *err)
 	o->aio.single_submit = v->aio.single_submit;
 	o->aio.overlap_events = v->aio.overlap_events;
 	o->aio.engine = NULL;  /* libaio when built, else posix */
+}
+
+static int map_offload(struct ds_train_setup *s, struct ds_err *err)
+{
+	struct ds_engine_offload *o = &s->eng.offload;
+	ds_train_offload_opts(s->cfg, s->eng.zero_stage, o);
 	if (!o->optimizer && !o->param)
 		return 0;
 	int rc = ds_aio_opts_check(&o->aio, err);

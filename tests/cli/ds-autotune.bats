@@ -122,6 +122,21 @@ cfg_with() {
 	[[ $stderr == *"all 12 experiments were pruned before launch"*"raise --mem-per-rank"* ]]
 }
 
+# ZeRO-Infinity: with offload_optimizer nvme the trials of stages 1-3 need
+# less host memory by the Adam states (8 bytes x 118528 elements at 1 rank)
+# less the 4 swap buffers of sub_group_size 20000, rounded up to 20480
+# elements (4 x 20480 x 4 bytes); stage 0 offloads nothing.
+@test "ds-autotune: offloading the optimizer to nvme moves its states out of each trial's host memory" {
+	command -v jq >/dev/null || skip "jq not installed"
+	mkdir -p "$BATS_TEST_TMPDIR/nv"
+	nv=$(cfg_with ".zero_optimization += {\"sub_group_size\": 20000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$BATS_TEST_TMPDIR/nv\"}}")
+	run -1 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R.m" --mem-per-rank 1M
+	run -1 --separate-stderr ds-autotune -c "$nv" -m "$MODEL" --results-dir "$R.n" --mem-per-rank 1M
+	# shellcheck disable=SC2016  # awk's fields
+	run -0 awk -F, 'NR == FNR { m[$1] = $6; next } FNR > 1 { d = m[$1] - $6; want = $2 == 0 ? 0 : 118528 * 8 - 4 * 20480 * 4
+		if (d != want) { print $1 ": " d " bytes less, want " want; bad = 1 } } END { exit bad }' "$R.m/summary.csv" "$R.n/summary.csv"
+}
+
 # 10 s: the other trials (well under a second alone) must not time out on a loaded 2-core machine
 @test "ds-autotune: a hanging trial is killed at --trial-timeout, reported, and the search goes on" {
 	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -0 --separate-stderr \
