@@ -291,8 +291,9 @@ static void test_bit_identical(void **state)
 }
 
 /* A snapshot of the in-memory run after 2 steps, written into an
- * offloaded engine through the pieces, trains on as the in-memory run does;
- * and the other way round. */
+ * offloaded engine through the pieces, trains on as the in-memory run does
+ * (2 more steps: the second sees what the first wrote to the swap files),
+ * to the same weights and states; and the other way round. */
 static void test_resume_either_way(void **state)
 {
 	(void)state;
@@ -304,25 +305,37 @@ static void test_resume_either_way(void **state)
 		offload(&o, 1, 1, 1, 1);
 		struct ds_engine *cont = mk(&m), *mem = mk(&m), *off = mk(&o);
 		struct ds_engine_step rc, r;
-		struct snap s0, s1, s2;
+		struct snap s0, s1, s2, sc, sm;
 		for (int s = 0; s < 2; s++)
 			step(cont, s, &rc);
 		snapshot(cont, &s0);
 		restore(off, &s0, 2);
 		snapshot(off, &s1);  /* what went in comes out */
 		assert_snap_equal(&s0, &s1, "offloaded restore");
-		step(cont, 2, &rc);
-		step(off, 2, &r);
-		assert_true(r.loss == rc.loss && r.grad_norm == rc.grad_norm);
-		/* offloaded -> in memory */
+		for (int s = 2; s < 4; s++) {
+			step(cont, s, &rc);
+			step(off, s, &r);
+			assert_true(r.loss == rc.loss && r.grad_norm == rc.grad_norm);
+		}
+		snapshot(cont, &sc);
 		snapshot(off, &s2);
-		restore(mem, &s2, 3);
-		step(cont, 3, &rc);
-		step(mem, 3, &r);
-		assert_true(r.loss == rc.loss && r.grad_norm == rc.grad_norm);
+		assert_snap_equal(&sc, &s2, "resumed offloaded");
+		/* offloaded -> in memory */
+		restore(mem, &s2, 4);
+		for (int s = 4; s < 6; s++) {
+			step(cont, s, &rc);
+			step(mem, s, &r);
+			assert_true(r.loss == rc.loss && r.grad_norm == rc.grad_norm);
+		}
+		snap_free(&sc);
+		snapshot(cont, &sc);
+		snapshot(mem, &sm);
+		assert_snap_equal(&sc, &sm, "resumed in memory");
 		snap_free(&s0);
 		snap_free(&s1);
 		snap_free(&s2);
+		snap_free(&sc);
+		snap_free(&sm);
 		ds_engine_destroy(cont);
 		ds_engine_destroy(mem);
 		ds_engine_destroy(off);
