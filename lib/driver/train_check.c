@@ -197,9 +197,10 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 	 * checked here as ds-train checks it before training */
 	if (m->nvme_bytes) {
 		struct ds_err e = DS_ERR_INIT;
-		fprintf(out, "%-20s %14llu %11s  %s\n", "nvme", (unsigned long long)m->nvme_bytes,
-			ds_fmt_bytes((double)m->nvme_bytes, h, sizeof h),
-			"swap files per rank (not host memory): optimizer master and states, parameter slices");
+		fprintf(out, "%-20s %14llu %11s  swap files per rank (not host memory):%s%s\n", "nvme",
+			(unsigned long long)m->nvme_bytes, ds_fmt_bytes((double)m->nvme_bytes, h, sizeof h),
+			m->nvme_opt_bytes ? " the optimizer's (fp32 master and states)" : "",
+			m->nvme_param_bytes ? (m->nvme_opt_bytes ? ", 16-bit parameter slices" : " 16-bit parameter slices") : "");
 		if (m->nsub_groups)
 			fprintf(out, "# the optimizer step streams %d sub-group%s of %lld elements per rank\n", m->nsub_groups,
 				m->nsub_groups == 1 ? "" : "s", (long long)m->sub_group);

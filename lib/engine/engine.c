@@ -1823,6 +1823,8 @@ static void swap_stats(struct ds_engine *e, struct ds_engine_step *res)
 	res->swap_read = st.bytes_read;
 	res->swap_written = st.bytes_written;
 	res->t_swap_wait = st.wait_s;
+	res->t_swap_read_busy = st.busy_read_s;
+	res->t_swap_write_busy = st.busy_write_s;
 }
 
 int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,

@@ -200,6 +200,7 @@ struct ds_engine_step {
 	 * this step (passes and optimizer) and the time blocked on them */
 	uint64_t swap_read, swap_written;
 	double t_swap_wait;
+	double t_swap_read_busy, t_swap_write_busy;  /* seconds reads (writes) were in flight */
 };
 
 struct ds_engine;

@@ -780,5 +780,7 @@ void ds_offload_take_stats(struct ds_offload *f, struct ds_offload_stats *st)
 		st->bytes_read += a.bytes_read;
 		st->bytes_written += a.bytes_written;
 		st->wait_s += a.wait_read_s + a.wait_write_s;
+		st->busy_read_s += a.busy_read_s;
+		st->busy_write_s += a.busy_write_s;
 	}
 }

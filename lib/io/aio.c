@@ -20,6 +20,7 @@
 
 #include "io/aio_int.h"
 #include "util/mem.h"
+#include "util/timer.h"
 
 /* ---- settings table --------------------------------------------------- */
 
@@ -223,6 +224,7 @@ struct ds_aio {
 	int stop, nready, lat_on;
 	int nw;
 	struct ds_aio_worker *w;
+	double busy_t0, busy_s;  /* since when / for how long some operation was not yet complete */
 };
 
 static void op_free(struct ds_aio_op *op)
@@ -268,7 +270,8 @@ static void *worker_main(void *arg)
 			op->err = e;
 		}
 		if (--op->pending == 0) {
-			h->ncompleted++;
+			if (++h->ncompleted == h->nq)
+				h->busy_s += ds_now() - h->busy_t0;
 			pthread_cond_broadcast(&h->done);
 		}
 	}
@@ -444,6 +447,8 @@ static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const
 		h->q = q;
 		h->capq = cap;
 	}
+	if (h->ncompleted == h->nq)  /* the handle was idle: busy from now */
+		h->busy_t0 = ds_now();
 	h->q[h->nq++] = op;
 	pthread_cond_broadcast(&h->work);
 	pthread_mutex_unlock(&h->mu);
@@ -510,6 +515,17 @@ int ds_aio_get_overlap_events(const struct ds_aio *h) { return h->o.overlap_even
 int ds_aio_get_intra_op_parallelism(const struct ds_aio *h) { return h->o.intra_op_parallelism; }
 int ds_aio_get_buffered(const struct ds_aio *h) { return h->o.buffered; }
 const char *ds_aio_get_engine(const struct ds_aio *h) { return h->ops->name; }
+
+double ds_aio_busy_seconds(struct ds_aio *h)
+{
+	pthread_mutex_lock(&h->mu);
+	double b = h->busy_s;
+	if (h->ncompleted < h->nq)  /* busy now: count up to here */
+		b += ds_now() - h->busy_t0, h->busy_t0 = ds_now();
+	h->busy_s = 0;
+	pthread_mutex_unlock(&h->mu);
+	return b;
+}
 
 void ds_aio_lat_enable(struct ds_aio *h, int on)
 {

@@ -121,6 +121,12 @@ int ds_aio_get_intra_op_parallelism(const struct ds_aio *h);
 int ds_aio_get_buffered(const struct ds_aio *h);
 const char *ds_aio_get_engine(const struct ds_aio *h); /* borrowed, static */
 
+/* Seconds since the last call during which some queued operation of h
+ * was not yet complete (the device was working for it), and reset: bytes
+ * moved over it is the handle's effective bandwidth, whatever the caller
+ * did between its waits. */
+double ds_aio_busy_seconds(struct ds_aio *h);
+
 /* Per-request latencies (submission to completion), in microseconds. */
 struct ds_aio_lat {
 	float *us;

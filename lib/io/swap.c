@@ -256,6 +256,8 @@ int ds_swap_writes_pending(const struct ds_swap *s) { return s->wpend; }
 
 void ds_swap_take_stats(struct ds_swap *s, struct ds_swap_stats *st)
 {
+	s->st.busy_read_s = ds_aio_busy_seconds(s->rd);
+	s->st.busy_write_s = ds_aio_busy_seconds(s->wr);
 	*st = s->st;
 	memset(&s->st, 0, sizeof s->st);
 }

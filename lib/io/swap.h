@@ -77,6 +77,7 @@ struct ds_swap_stats {
 	uint64_t bytes_read, bytes_written;
 	uint64_t reads, writes;          /* operations queued */
 	double wait_read_s, wait_write_s; /* seconds blocked in the waits */
+	double busy_read_s, busy_write_s; /* seconds some read (write) was in flight (ds_aio_busy_seconds) */
 };
 void ds_swap_take_stats(struct ds_swap *s, struct ds_swap_stats *st);
 /* Bytes of all files (what the set holds on the device). */

@@ -108,8 +108,11 @@ static void test_roundtrip_private(void **state)
 		assert_int_equal(st.bytes_read, n * 4 + al);
 		assert_int_equal(st.reads, 2);
 		assert_int_equal(st.writes, 3);
+		/* the time the device was at work for each was counted */
+		assert_true(st.busy_read_s > 0 && st.busy_write_s > 0);
 		ds_swap_take_stats(s, &st);
 		assert_int_equal(st.bytes_read + st.bytes_written, 0);
+		assert_true(st.busy_read_s == 0 && st.busy_write_s == 0);
 		/* outside the file, misaligned: refused before anything is queued */
 		assert_int_equal(ds_swap_read(s, a, 0, r, n * 4 + al, &err), DS_EINVAL);
 		assert_non_null(strstr(err.msg, "swap file a (rank 3)"));
