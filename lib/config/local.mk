@@ -46,6 +46,7 @@ dist_dsconfig_configs_DATA = \
 	share/configs/zero1.json \
 	share/configs/zero2-offload.json \
 	share/configs/zero2.json \
+	share/configs/zero3-nvme.json \
 	share/configs/zero3-offload.json
 dsconfig_modelsdir = $(pkgdatadir)/models
 dist_dsconfig_models_DATA = share/models/gpt-test.json share/models/gpt-tiny.json \
