@@ -1195,7 +1195,9 @@ static int init_offload(struct ds_engine *e, struct ds_err *err)
 		if (e->half && !sg->pnv)
 			r[s].h16 = e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0);
 	}
-	int rc = ds_offload_create(&e->off, &e->o, r, e->nseg, e->model, e->rank, err);
+	/* the world rank names the swap directory and its errors (e->rank is
+	 * the data-parallel one, shared by a tensor x pipeline group) */
+	int rc = ds_offload_create(&e->off, &e->o, r, e->nseg, e->model, ds_comm_rank(e->world), err);
 	free(r);
 	if (rc == 0)
 		e->off_opt = ds_offload_get_plan(e->off)->nsets > 0;
