@@ -276,7 +276,8 @@ out:
 const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct ds_engine_opts *o, int cat,
 				   char *buf, size_t n)
 {
-	const int W = m->world_size;
+	/* ZeRO's ranks: the data-parallel group (the world without 3D) */
+	const int W = m->dp > 0 ? m->dp : m->world_size;
 	const int sharded = m->stage >= 1 && W > 1;
 	const int T = o->seq_length ? o->seq_length : o->model.seq_length;
 	switch (cat) {

@@ -388,6 +388,15 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 	assert_line --partial "# memory per rank: ZeRO stage 0, world size 2 = tensor 2 x pipeline 1 x data 1"
 	local layer=$((96 * 64 + 96 + 64 * 32 + 64 + 128 * 64 + 128 + 64 * 128 + 64 + 4 * 64))
 	[ "$(mem_row parameters "$output")" -eq $(((128 * 64 + 32 * 64 + 2 * layer + 128) * 4)) ] || fail "$output"
+	# ZeRO splits over the data-parallel ranks, and the notes say so: stage 1
+	# at TP 2 x DP 1 splits nothing, at TP 2 x DP 2 halves the states
+	printf '{"train_batch_size": 8, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}}' \
+		>"$BATS_TEST_TMPDIR/z1.json"
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z1.json" "${MODEL_ARGS[@]}" --tensor-model-parallel-size 2
+	assert_line --regexp '^optimizer_states .* 2 fp32 states per element, whole model$'
+	run -0 ds-train --check --deepspeed_config "$BATS_TEST_TMPDIR/z1.json" "${MODEL_ARGS[@]}" --tensor-model-parallel-size 2 \
+		--world-size 4
+	assert_line --regexp '^optimizer_states .* 2 fp32 states per element, owned slices \(1/2\)$'
 	# PP 2 at 4 ranks (2 data-parallel): DeepSpeed's parameter partition of
 	# NeoX's layer list, stage 1 holding the tied embedding's copy too
 	printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4}' \
