@@ -199,7 +199,8 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 		struct ds_err e = DS_ERR_INIT;
 		fprintf(out, "%-20s %14llu %11s  swap files per rank (not host memory):%s%s\n", "nvme",
 			(unsigned long long)m->nvme_bytes, ds_fmt_bytes((double)m->nvme_bytes, h, sizeof h),
-			m->nvme_opt_bytes ? " the optimizer's (fp32 master and states)" : "",
+			!m->nvme_opt_bytes ? "" : m->nvme_master ? " the optimizer's (fp32 master and states)"
+								  : " the optimizer's (states)",
 			m->nvme_param_bytes ? (m->nvme_opt_bytes ? ", 16-bit parameter slices" : " 16-bit parameter slices") : "");
 		if (m->nsub_groups)
 			fprintf(out, "# the optimizer step streams %d sub-group%s of %lld elements per rank\n", m->nsub_groups,

@@ -259,6 +259,7 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->nvme_bytes = pl.nvme_bytes;
 	m->nvme_opt_bytes = pl.nvme_opt_bytes;
 	m->nvme_param_bytes = pl.nvme_param_bytes;
+	m->nvme_master = pl.has_master;
 	m->sub_group = pl.nsets ? pl.S : 0;
 	m->nsub_groups = pl.nsets ? pl.K : 0;
 	m->param_buffer = pl.pbuf_el;

@@ -79,6 +79,7 @@ struct ds_engine_mem {
 	/* ZeRO-Infinity: bytes of this rank's swap files (offload_optimizer
 	 * and offload_param nvme_path; not host memory) */
 	uint64_t nvme_bytes, nvme_opt_bytes, nvme_param_bytes;
+	int nvme_master;             /* the optimizer's files hold the fp32 master too (16-bit runs, fp32 offload_param) */
 	int64_t sub_group;           /* elements per optimizer sub-group streamed (0: none) */
 	int nsub_groups;
 	int nseg_offloaded;          /* segments whose parameter slices are in swap files */

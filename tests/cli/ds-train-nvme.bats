@@ -166,7 +166,7 @@ refused() {
 	# 2 layers x 49984 + 18432 + 128 elements, each range rounded up to
 	# 2048: 51200 x 2 + 18432 + 2048 = 122880; master and 2 Adam states
 	# (4 bytes) and the 16-bit slices (2 bytes)
-	assert_line --regexp '^nvme +1720320 '
+	assert_line --regexp "^nvme +1720320 .* the optimizer's \(fp32 master and states\), 16-bit parameter slices$"
 	assert_line --regexp '^swap_buffers +[0-9]+ .* 12 optimizer buffers of 16384 elements .*5 parameter buffers of 51200 elements'
 	assert_line --regexp '^optimizer_states +0 '
 	assert_line "# the optimizer step streams 8 sub-groups of 16384 elements per rank"
@@ -175,6 +175,12 @@ refused() {
 	echo "$output" | python3 -c 'import json,sys; m=json.load(sys.stdin)["memory"]; b=m["bytes_per_rank"]; assert m["nvme_bytes"]==1720320 and m["nvme_optimizer_bytes"]==122880*12 and m["nvme_param_bytes"]==122880*2, m; assert b["swap_buffers"]==12*16384*4+2*16384*2+5*51200*2, b; assert m["total_bytes"]==sum(b.values())'
 	DS_TEST_NVME_FREE_BYTES=1000 run -0 ds-train --check --deepspeed_config c.json --model "$MODEL"
 	assert_line --partial "# nvme_path on this machine: c.json: zero_optimization.offload_optimizer.nvme_path: 'nv' has"
+	# an fp32 run's master is its parameters, in memory: the files hold the
+	# 2 Adam states of 18432 + 2 x 51200 + 2048 (the update ranges, each
+	# rounded up to 2048) elements
+	cfg f.json 2 fp32 F "$OPT"
+	run -0 ds-train --check --deepspeed_config f.json --model "$MODEL"
+	assert_line --regexp "^nvme +983040 .* the optimizer's \(states\)$"
 }
 
 @test "ds-nvme-tune's aio section pastes into the config the offloaded run uses" {
