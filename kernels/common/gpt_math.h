@@ -1,6 +1,7 @@
 /* gpt_math.h - per-element math of the GPT family, shared by the CPU kernels
- * (kernels/cpu) and a CUDA build (kernels/cuda): activations, their
- * derivatives, the rotary rotation and the dropout keep test.
+ * (kernels/cpu) and a CUDA build (kernels/cuda): activations (GeLU in its
+ * tanh and exact erf forms, SiLU), their derivatives, the rotary rotation
+ * and the dropout keep test.
  *
  * Plain static inline C on floats; DS_HD marks them host+device for nvcc.
  */
@@ -67,6 +68,49 @@ static inline DS_HD float ds_gelu_grad(float x)
 	float sech2 = 1.0f - th * th;
 	return 0.5f * (1.0f + th) + 0.5f * x * sech2 * DS_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
+
+/* Phi(x) = P(X <= x) for a standard normal X: erfc(|x| / sqrt 2) / 2 below
+ * 0, one minus it above.  erfc(z) = t e^(P(t) - z^2), t = 1 / (1 + z / 2),
+ * P of degree 10 interpolating log(erfc(z) / t) + z^2 at Chebyshev points
+ * for z in [0, 12] (contrib/math/fit_erfc.py; 1.5e-8 off in exact
+ * arithmetic).  The tail comes straight from the exponential, so it keeps
+ * its relative accuracy (1.2e-6 on [-3, 3]) where 1 + erf(x / sqrt 2)
+ * would cancel; 1 - tail is within 1e-7.  No branches or library calls,
+ * like ds_expf, so `omp simd` loops vectorise it. */
+static inline DS_HD float ds_normcdf(float x)
+{
+	float z = fabsf(x) * 0.70710678118654752f;
+	float t = 1.0f / (1.0f + 0.5f * z);
+	float p = -1.3680589196e-01f;
+	p = p * t + 9.3950049628e-01f;
+	p = p * t + -2.6975611525e+00f;
+	p = p * t + 4.0945891418e+00f;
+	p = p * t + -3.4085257664e+00f;
+	p = p * t + 1.5728495021e+00f;
+	p = p * t + -6.7031071031e-01f;
+	p = p * t + 2.1362626151e-01f;
+	p = p * t + 3.5674987297e-01f;
+	p = p * t + 1.0014499566e+00f;
+	p = p * t + -1.2655617082e+00f;
+	float tail = 0.5f * t * ds_expf(p - z * z);
+	return x < 0.0f ? tail : 1.0f - tail;
+}
+
+/* GeLU, the exact form x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (torch's
+ * F.gelu with approximate='none', GPT-NeoX's unfused gelu, HF's "gelu"). */
+static inline DS_HD float ds_gelu_exact(float x) { return x * ds_normcdf(x); }
+
+/* d gelu_exact(x) / dx = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi). */
+static inline DS_HD float ds_gelu_exact_grad(float x)
+{
+	return ds_normcdf(x) + x * 0.3989422804014327f * ds_expf(-0.5f * x * x);
+}
+
+/* The kernels' MLP activation codes (act), the values of lib/config's enum
+ * ds_activation: 0 gelu (tanh), 1 geglu (tanh), 2 swiglu, 3 gelu_exact,
+ * 4 geglu_exact (erf).  A gated one reads [a | b] (2F wide) and writes
+ * act(a) * b. */
+static inline DS_HD int ds_act_gated(int act) { return act == 1 || act == 2 || act == 4; }
 
 static inline DS_HD float ds_sigmoid(float x) { return 1.0f / (1.0f + ds_expf(-x)); }
 

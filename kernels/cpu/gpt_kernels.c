@@ -466,11 +466,21 @@ static void act_fwd_row(float *o, const float *x, int F, int act)
 			o[i] = ds_gelu(x[i]);
 		return;
 	}
+	if (act == 3) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			o[i] = ds_gelu_exact(x[i]);
+		return;
+	}
 	const float *a = x, *b = x + F;
 	if (act == 1) {
 #pragma omp simd
 		for (int i = 0; i < F; i++)
 			o[i] = ds_gelu(a[i]) * b[i];
+	} else if (act == 4) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			o[i] = ds_gelu_exact(a[i]) * b[i];
 	} else {
 #pragma omp simd
 		for (int i = 0; i < F; i++)
@@ -480,7 +490,7 @@ static void act_fwd_row(float *o, const float *x, int F, int act)
 
 void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act)
 {
-	const int w = act == 0 ? F : 2 * F;
+	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++)
 		act_fwd_row(out + n * F, inp + n * w, F, act);
@@ -495,6 +505,12 @@ static void act_bwd_row(float *d, const float *g, const float *x, int F, int act
 			d[i] = ds_gelu_grad(x[i]) * g[i];
 		return;
 	}
+	if (act == 3) {
+#pragma omp simd
+		for (int i = 0; i < F; i++)
+			d[i] = ds_gelu_exact_grad(x[i]) * g[i];
+		return;
+	}
 	const float *a = x, *b = x + F;
 	float *da = d, *db = d + F;
 	if (act == 1) {
@@ -502,6 +518,12 @@ static void act_bwd_row(float *d, const float *g, const float *x, int F, int act
 		for (int i = 0; i < F; i++) {
 			da[i] = ds_gelu_grad(a[i]) * b[i] * g[i];
 			db[i] = ds_gelu(a[i]) * g[i];
+		}
+	} else if (act == 4) {
+#pragma omp simd
+		for (int i = 0; i < F; i++) {
+			da[i] = ds_gelu_exact_grad(a[i]) * b[i] * g[i];
+			db[i] = ds_gelu_exact(a[i]) * g[i];
 		}
 	} else {
 #pragma omp simd
@@ -515,7 +537,7 @@ static void act_bwd_row(float *d, const float *g, const float *x, int F, int act
 void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
 			    int act)
 {
-	const int w = act == 0 ? F : 2 * F;
+	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++)
 		act_bwd_row(dinp + n * w, dout + n * F, inp + n * w, F, act);

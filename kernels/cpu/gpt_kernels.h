@@ -93,8 +93,10 @@ void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int
 void ds_kernel_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T,
 					  float scale, float p, const struct ds_rng *gs);
 
-/* MLP activation.  act 0 gelu: out (N,F) = gelu(inp (N,F)).  act 1 geglu,
- * 2 swiglu: inp (N,2F) = [a | b], out = act(a) * b (Megatron's chunk order). */
+/* MLP activation (act: gpt_math.h's codes).  act 0 gelu (tanh), 3
+ * gelu_exact (erf): out (N,F) = gelu(inp (N,F)).  act 1 geglu, 4
+ * geglu_exact, 2 swiglu: inp (N,2F) = [a | b], out = act(a) * b
+ * (Megatron's chunk order). */
 void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act);
 /* dinp (N,F or 2F) writes. */
 void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,

@@ -543,12 +543,12 @@ static __global__ void act_forward_k(float *out, const float *inp, int64_t N, in
 		return;
 	int64_t n = i / F;
 	int f = (int)(i % F);
-	if (act == 0) {
-		out[i] = ds_gelu(inp[i]);
+	if (!ds_act_gated(act)) {
+		out[i] = act == 3 ? ds_gelu_exact(inp[i]) : ds_gelu(inp[i]);
 		return;
 	}
 	const float *a = inp + n * 2 * F;
-	float g = act == 1 ? ds_gelu(a[f]) : ds_silu(a[f]);
+	float g = act == 1 ? ds_gelu(a[f]) : act == 4 ? ds_gelu_exact(a[f]) : ds_silu(a[f]);
 	out[i] = g * a[F + f];
 }
 
@@ -560,8 +560,8 @@ static __global__ void act_backward_k(float *dinp, const float *dout, const floa
 	int64_t n = i / F;
 	int f = (int)(i % F);
 	float g = dout[i];
-	if (act == 0) {
-		dinp[i] = ds_gelu_grad(inp[i]) * g;
+	if (!ds_act_gated(act)) {
+		dinp[i] = (act == 3 ? ds_gelu_exact_grad(inp[i]) : ds_gelu_grad(inp[i])) * g;
 		return;
 	}
 	const float *a = inp + n * 2 * F;
@@ -570,6 +570,9 @@ static __global__ void act_backward_k(float *dinp, const float *dout, const floa
 	if (act == 1) {
 		d[f] = ds_gelu_grad(x) * b * g;
 		d[F + f] = ds_gelu(x) * g;
+	} else if (act == 4) {
+		d[f] = ds_gelu_exact_grad(x) * b * g;
+		d[F + f] = ds_gelu_exact(x) * g;
 	} else {
 		d[f] = ds_silu_grad(x) * b * g;
 		d[F + f] = ds_silu(x) * g;

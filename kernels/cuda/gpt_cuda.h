@@ -79,8 +79,9 @@ int ds_kernel_cuda_attention_dropout(float *attd, const float *att, int B, int N
 int ds_kernel_cuda_causal_softmax_backward(float *datt, const float *att, int B, int NH, int T, float scale, float p,
 					   const struct ds_rng *gs, void *stream);
 
-/* act 0 gelu (tanh): out (N,F) = gelu(inp (N,F)); 1 geglu, 2 swiglu:
- * inp (N,2F) = [a | b], out = act(a) * b.  dinp (N,F or 2F) writes. */
+/* act (gpt_math.h's codes) 0 gelu (tanh), 3 gelu_exact (erf): out (N,F) =
+ * gelu(inp (N,F)); 1 geglu, 4 geglu_exact, 2 swiglu: inp (N,2F) = [a | b],
+ * out = act(a) * b.  dinp (N,F or 2F) writes. */
 int ds_kernel_cuda_act_forward(float *out, const float *inp, int64_t N, int F, int act, void *stream);
 int ds_kernel_cuda_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act,
 				void *stream);

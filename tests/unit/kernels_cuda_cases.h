@@ -346,8 +346,9 @@ static void test_act(void **state)
 		set_order(o);
 		float *in = frand(N * 2 * F, 3.0f), *g = frand(N * F, 1.0f);
 		float o1[N * F], d1[N * 2 * F];
-		for (int act = 0; act < 3; act++) {
-			size_t w = act ? 2 * F : F;
+		/* 0 gelu, 1 geglu, 2 swiglu, 3 gelu_exact, 4 geglu_exact */
+		for (int act = 0; act < 5; act++) {
+			size_t w = act == 0 || act == 3 ? F : 2 * F;
 			float *din = dput(in, N * 2 * F * 4), *dg = dput(g, N * F * 4);
 			float *dout = dmalloc(N * F * 4), *dd = dmalloc(N * 2 * F * 4);
 			assert_ok(ds_kernel_cuda_act_forward(dout, din, N, F, act, NULL));

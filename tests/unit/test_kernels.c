@@ -1,6 +1,6 @@
 /* test_kernels.c - the per-element math (kernels/common) and the CPU kernels
- * (kernels/cpu) against hand-computed values and double-precision
- * derivatives; every bf16 product implementation this CPU has (oneDNN on
+ * (kernels/cpu) against hand-computed values, libm's in double and
+ * double-precision derivatives; every bf16 product implementation this CPU has (oneDNN on
  * AMX or AVX512_BF16, dstk's AVX512_BF16 kernel, and always the kernel's
  * portable micro-kernel) against a double-precision product of the
  * bf16-rounded inputs.
@@ -29,6 +29,81 @@ static void test_gelu_values(void **state)
 	assert_true(fabsf(ds_gelu(10.0f) - 10.0f) < 1e-5f);
 	/* silu(1) = 1/(1+e^-1) = 0.7310585786 */
 	assert_true(fabsf(ds_silu(1.0f) - 0.7310586f) < 1e-6f);
+}
+
+/* exact (erf) GeLU: x Phi(x) and Phi(x) + x phi(x), the values computed by
+ * hand from the normal distribution (mpmath, 30 digits) and at every point
+ * of a fine grid against libm's erfc and exp in double */
+static double gelu_erf_ref(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+static double gelu_erf_grad_ref(double x)
+{
+	return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+}
+
+static void test_gelu_exact_values(void **state)
+{
+	(void)state;
+	static const struct { float x; double y, dy; } pt[] = {
+		{ -3.0f, -0.00404969409489, -0.0119456472042 }, { -1.0f, -0.158655253931, -0.0833154705877 },
+		{ -0.5f, -0.154268769363, 0.132504875344 },     { 0.0f, 0.0, 0.5 },
+		{ 0.5f, 0.345731230637, 0.867495124656 },       { 1.0f, 0.841344746069, 1.08331547059 },
+		{ 3.0f, 2.99595030591, 1.0119456472 },
+	};
+	for (size_t i = 0; i < sizeof(pt) / sizeof(pt[0]); i++) {
+		double y = ds_gelu_exact(pt[i].x), dy = ds_gelu_exact_grad(pt[i].x);
+		/* a few float ulps of the value (and 1e-6 relative in the tail at -3) */
+		assert_true(fabs(y - pt[i].y) <= 2e-7 * fmax(1.0, fabs(pt[i].x)) && fabs(y - pt[i].y) <= 1e-6 * fabs(pt[i].y) + 1e-9);
+		assert_true(fabs(dy - pt[i].dy) < 3e-7);
+		/* and not the tanh form, 1.7e-5 to 4.1e-4 away at these points */
+		if (pt[i].x != 0.0f)
+			assert_true(fabs(ds_gelu(pt[i].x) - pt[i].y) > 1e-5);
+	}
+	assert_true(ds_gelu_exact(0.0f) == 0.0f);
+	assert_true(ds_gelu_exact(12.0f) == 12.0f && ds_gelu_exact(-12.0f) <= 0.0f && ds_gelu_exact(-12.0f) > -1e-30f);
+	double worst = 0, worst_tail = 0, worst_grad = 0;
+	for (double xd = -10.0; xd <= 10.0; xd += 1.3e-3) {
+		float x = (float)xd;
+		double want = gelu_erf_ref(x), got = ds_gelu_exact(x);
+		worst = fmax(worst, fabs(got - want) / fmax(1.0, fabs((double)x)));
+		if (x < 0.0f && x > -6.0f)   /* the tail keeps its relative accuracy */
+			worst_tail = fmax(worst_tail, fabs(got - want) / fabs(want));
+		worst_grad = fmax(worst_grad, fabs(ds_gelu_exact_grad(x) - gelu_erf_grad_ref(x)));
+	}
+	printf("# gelu_exact: |err| / max(1, |x|) %.2g, tail relative %.2g, derivative %.2g\n", worst, worst_tail,
+	       worst_grad);
+	assert_true(worst < 1.5e-7);
+	assert_true(worst_tail < 5e-6);
+	assert_true(worst_grad < 4e-7);
+}
+
+/* The CPU activation kernels on rows of [a | b] against the double
+ * references: act 3 gelu_exact out = gelu(x), act 4 geglu_exact out =
+ * gelu(a) b, and their backward (d = gelu'(x) g; da = gelu'(a) b g, db =
+ * gelu(a) g) */
+static void test_act_kernels_exact(void **state)
+{
+	(void)state;
+	enum { N = 3, F = 37 };
+	float in[N * 2 * F], g[N * F], out[N * F], d[N * 2 * F];
+	for (int i = 0; i < N * 2 * F; i++)
+		in[i] = (float)(4.0 * sin(0.7 * i + 0.3));
+	for (int i = 0; i < N * F; i++)
+		g[i] = (float)cos(1.3 * i);
+	ds_kernel_act_forward(out, in, N, F, 3);
+	ds_kernel_act_backward(d, g, in, N, F, 3);
+	for (int i = 0; i < N * F; i++) {
+		assert_true(fabs(out[i] - gelu_erf_ref(in[i])) < 1e-6);
+		assert_true(fabs(d[i] - gelu_erf_grad_ref(in[i]) * g[i]) < 1e-6);
+	}
+	ds_kernel_act_forward(out, in, N, F, 4);
+	ds_kernel_act_backward(d, g, in, N, F, 4);
+	for (int n = 0; n < N; n++)
+		for (int f = 0; f < F; f++) {
+			double a = in[n * 2 * F + f], b = in[n * 2 * F + F + f], gg = g[n * F + f];
+			assert_true(fabs(out[n * F + f] - gelu_erf_ref(a) * b) < 4e-6);
+			assert_true(fabs(d[n * 2 * F + f] - gelu_erf_grad_ref(a) * b * gg) < 4e-6);
+			assert_true(fabs(d[n * 2 * F + F + f] - gelu_erf_ref(a) * gg) < 4e-6);
+		}
 }
 
 /* ds_expf within 2 ulp-ish of libm's exp over the range the kernels use */
@@ -61,6 +136,8 @@ static void test_act_grads(void **state)
 		assert_true(fabs(fd - ds_gelu_grad(x)) < 2e-3);
 		fd = (ds_silu((float)(x + h)) - ds_silu((float)(x - h))) / (2 * h);
 		assert_true(fabs(fd - ds_silu_grad(x)) < 2e-3);
+		fd = (ds_gelu_exact((float)(x + h)) - ds_gelu_exact((float)(x - h))) / (2 * h);
+		assert_true(fabs(fd - ds_gelu_exact_grad(x)) < 2e-3);
 	}
 }
 
@@ -690,6 +767,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gelu_values),
+		cmocka_unit_test(test_gelu_exact_values),
+		cmocka_unit_test(test_act_kernels_exact),
 		cmocka_unit_test(test_expf_accuracy),
 		cmocka_unit_test(test_act_grads),
 		cmocka_unit_test(test_rotary_inverse),
