@@ -36,7 +36,7 @@ import torch
 # enums of lib/config/model.h
 POS = {"learned": 0, "rotary": 1, "sinusoidal": 2}
 NORM = {"layernorm": 0, "rmsnorm": 1}
-ACT = {"gelu": 0, "geglu": 1, "swiglu": 2}
+ACT = {"gelu": 0, "geglu": 1, "swiglu": 2, "gelu_exact": 3, "geglu_exact": 4}
 
 CONFIGS = {
     "gpt2": dict(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16,
@@ -59,7 +59,7 @@ def registry(c):
     C, L = c["hidden_size"], c["num_layers"]
     Vp = -(-c["vocab_size"] // c["make_vocab_size_divisible_by"]) * c["make_vocab_size_divisible_by"]
     F = c["intermediate_size"]
-    F2 = F if c["activation"] == "gelu" else 2 * F
+    F2 = F if c["activation"] in ("gelu", "gelu_exact") else 2 * F
     ln = c["norm"] == "layernorm"
     t = [("transformer.wte.weight", (Vp, C), "emb")]
     if c["pos_emb"] == "learned":
@@ -151,6 +151,16 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def gelu_erf(x):
+    """dstk's gelu_exact: torch's default F.gelu (approximate='none')."""
+    return torch.nn.functional.gelu(x)
+
+
+# the GeLU of each activation (swiglu: SiLU)
+GATE = {"gelu": gelu_tanh, "geglu": gelu_tanh, "gelu_exact": gelu_erf, "geglu_exact": gelu_erf,
+        "swiglu": torch.nn.functional.silu}
+
+
 def rotary(c, k, x):
     """x (B, NH, T, hs): NeoX rotate-half on the first rd dims (cos and sin
     in x's type, as the buffers of a model cast to 16 bits)."""
@@ -204,11 +214,11 @@ def forward(c, P, tok, tgt, k=exact):
 
         def mlp(h):
             u = lin("mlp.c_fc", h)
-            if c["activation"] == "gelu":
-                a = k(gelu_tanh, u)
+            if c["activation"] in ("gelu", "gelu_exact"):
+                a = k(GATE[c["activation"]], u)
             else:
                 a1, b1 = u.chunk(2, -1)
-                g = k(gelu_tanh if c["activation"] == "geglu" else torch.nn.functional.silu, a1)
+                g = k(GATE[c["activation"]], a1)
                 a = k(lambda g, b: g * b, g, b1)
             return lin("mlp.c_proj", a)
 

@@ -16,7 +16,19 @@
 enum ds_model_family { DS_FAMILY_GPT = 0, DS_FAMILY_BERT = 1 };
 enum ds_pos_emb { DS_POS_LEARNED = 0, DS_POS_ROTARY = 1, DS_POS_SINUSOIDAL = 2 };
 enum ds_norm { DS_NORM_LAYERNORM = 0, DS_NORM_RMSNORM = 1 };
-enum ds_activation { DS_ACT_GELU = 0, DS_ACT_GEGLU = 1, DS_ACT_SWIGLU = 2 };
+/* gelu and geglu are GeLU's tanh approximation (GPT-2's, HF's "gelu_new"),
+ * gelu_exact and geglu_exact its exact erf form (torch's F.gelu, HF's
+ * "gelu", GPT-NeoX's unfused gelu and its geglu); the values are the
+ * kernels' act codes (kernels/common/gpt_math.h) */
+enum ds_activation {
+	DS_ACT_GELU = 0, DS_ACT_GEGLU = 1, DS_ACT_SWIGLU = 2, DS_ACT_GELU_EXACT = 3, DS_ACT_GEGLU_EXACT = 4
+};
+/* 1: a gated activation (geglu, swiglu, geglu_exact), whose c_fc is 2 x
+ * intermediate_size wide */
+static inline int ds_activation_gated(int a)
+{
+	return a == DS_ACT_GEGLU || a == DS_ACT_SWIGLU || a == DS_ACT_GEGLU_EXACT;
+}
 /* Mixture of Experts (DeepSpeed's deepspeed.moe.layer.MoE, issue 23): the
  * model JSON's "moe" section, with DeepSpeed's argument names
  * (lib/config/model_moe.c).  A layer with layer_experts[l] > 1 replaces its

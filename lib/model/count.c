@@ -193,7 +193,7 @@ static void mlp_ops(struct build *b, int mlp, const struct ds_model_config *m, i
 		    int64_t tp)
 {
 	int64_t C = m->hidden_size, I = inter_size(m) / tp;
-	int gated = m->activation == DS_ACT_GEGLU || m->activation == DS_ACT_SWIGLU;
+	int gated = ds_activation_gated(m->activation);
 	linear(b, mlp, "c_fc", tokens, C, gated ? 2 * I : I, !m->no_bias_in_mlp);
 	elementwise(b, mlp, K_ELEMENTWISE, tokens * I);     /* gelu / silu */
 	if (gated)
@@ -262,8 +262,8 @@ static void gpt_layer(struct build *b, int parent, int l, const struct ds_model_
 	linear(b, at, "c_proj", BT, Cq, C, !m->no_bias_in_attn_linear);
 
 	norm(b, blk, "ln_2", rms, BT * C, C, eps);
-	const char *act = m->activation == DS_ACT_GEGLU ? "geglu" :
-			  m->activation == DS_ACT_SWIGLU ? "swiglu" : "gelu";
+	static const char *const names[] = { "gelu", "geglu", "swiglu", "gelu_exact", "geglu_exact" };
+	const char *act = m->activation >= 0 && m->activation < 5 ? names[m->activation] : "gelu";
 	snprintf(ex, sizeof(ex), "activation=%s", act);
 	if (ds_moe_experts(m, l) > 1) {
 		moe_mlp(b, blk, l, m, BT, ex);

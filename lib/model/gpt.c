@@ -183,7 +183,7 @@ static int create_par(struct ds_gpt **out, const struct ds_model_config *cfg, in
 	m->v0 = tp_rank * m->Vp;
 	m->V = c->vocab_size - m->v0 < 0 ? 0 : c->vocab_size - m->v0 > m->Vp ? m->Vp : c->vocab_size - m->v0;
 	m->F = c->intermediate_size / tp;
-	m->F2 = c->activation == DS_ACT_GELU ? m->F : 2 * m->F;
+	m->F2 = ds_activation_gated(c->activation) ? 2 * m->F : m->F;
 	m->head_seg = c->no_weight_tying ? m->L + 2 : 0;
 	m->rd = 0;
 	if (c->pos_emb == DS_POS_ROTARY) {
@@ -320,7 +320,7 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, con
 	d->NH = c->num_attention_heads / tp;
 	d->Cq = c->num_attention_heads > 0 ? d->NH * (c->hidden_size / c->num_attention_heads) : 0;
 	d->F = F / tp;
-	d->F2 = c->activation == DS_ACT_GELU ? d->F : 2 * d->F;
+	d->F2 = ds_activation_gated(c->activation) ? 2 * d->F : d->F;
 	d->Vp = Vp / tp;
 	d->L = c->num_layers;
 	d->nl = part ? part->l1 - part->l0 : c->num_layers;

@@ -18,8 +18,10 @@
  *     (GPT-NeoX's SinusoidalPositionalEmbedding: halves, not interleaved).
  *   - layernorm: (x - mean) / sqrt(var + layernorm_epsilon) * w + b (biased var).
  *   - rmsnorm (GPT-NeoX's): w * x / (sqrt(mean(x^2)) + rms_norm_epsilon), no bias.
- *   - gelu is the TANH approximation (GPT-2, torch approximate='tanh');
- *     geglu/swiglu: c_fc gives 2F = [a | b], act(a) * b (Megatron's order).
+ *   - gelu is the TANH approximation (GPT-2, torch approximate='tanh'),
+ *     gelu_exact the erf form (torch's default F.gelu, GPT-NeoX's unfused);
+ *     geglu/geglu_exact/swiglu: c_fc gives 2F = [a | b], act(a) * b
+ *     (Megatron's order).
  *   - dropout keeps with probability 1-p and scales by 1/(1-p).
  *
  * Tensor parallelism (Megatron-LM's scheme, issue 19; registry.h for the
@@ -42,8 +44,9 @@
  * takes its input activation, one without the head returns its output,
  * and backward takes and returns their gradients.
  *
- * Parameters, in registry order (F = intermediate_size, F' = 2F for geglu
- * and swiglu else F; matrices stored [out, in] row-major like torch.nn.Linear
+ * Parameters, in registry order (F = intermediate_size, F' = 2F for the
+ * gated geglu, geglu_exact and swiglu else F; matrices stored [out, in]
+ * row-major like torch.nn.Linear
  * -- HF GPT-2's Conv1D checkpoints hold the transpose):
  *   segment 0      transformer.wte.weight [Vp, C]
  *                  transformer.wpe.weight [max_position_embeddings, C]  (learned only)

@@ -156,7 +156,7 @@ static void init_dims(struct ds_moe_ws *w, const struct ds_model_config *m, int 
 	w->nsets = sets;
 	w->C = m->hidden_size;
 	w->F = m->intermediate_size > 0 ? m->intermediate_size : 4 * m->hidden_size;
-	w->F2 = m->activation == DS_ACT_GELU ? w->F : 2 * w->F;
+	w->F2 = ds_activation_gated(m->activation) ? 2 * w->F : w->F;
 	w->Emax = max_experts(m);
 	w->k = m->moe.k;
 	w->Nmax = Nmax;

@@ -107,11 +107,11 @@ static int build_par(struct ds_gpt_registry *r, const struct ds_model_config *m,
 
 	const int64_t L = m->num_layers, C = m->hidden_size, Vp = m->padded_vocab_size;
 	const int64_t F = m->intermediate_size;
-	const int64_t Fup = m->activation == DS_ACT_GELU ? F : 2 * F;
+	const int64_t Fup = ds_activation_gated(m->activation) ? 2 * F : F;
 	const float std = (float)ds_model_init_std(m, m->init_method);
 	const float sstd = (float)ds_model_init_std(m, ds_model_output_init(m));
 	const int ln = m->norm == DS_NORM_LAYERNORM;
-	const int gated = m->activation != DS_ACT_GELU;
+	const int gated = ds_activation_gated(m->activation);
 	if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
 		return ds_err_set(err, DS_EINVAL, "model: tensor-parallel rank %d of %d", tp_rank, tp);
 	if (tp > 1 && ds_moe_num_layers(m) > 0)

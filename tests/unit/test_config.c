@@ -799,6 +799,29 @@ static void test_model(void **state)
 		m.set_mask = mask;
 		free(pj);
 	}
+	/* every activation by its name, printed back under it (the checkpoint
+	 * stores the printed JSON): "gelu" keeps meaning the tanh form */
+	{
+		static const struct { const char *name; int act; } acts[] = {
+			{ "gelu", DS_ACT_GELU }, { "geglu", DS_ACT_GEGLU }, { "swiglu", DS_ACT_SWIGLU },
+			{ "gelu_exact", DS_ACT_GELU_EXACT }, { "geglu_exact", DS_ACT_GEGLU_EXACT },
+		};
+		for (int i = 0; i < 5; i++) {
+			char js[256];
+			struct ds_model_config ma, mb;
+			snprintf(js, sizeof js, "{" MBASE ",\"activation\":\"%s\"}", acts[i].name);
+			assert_int_equal(ds_model_config_load_string(js, "a.json", &ma, &err), 0);
+			assert_int_equal(ma.activation, acts[i].act);
+			char *pj = ds_model_config_to_json(&ma, 0);
+			json_t *r = json_loads(pj, 0, NULL);
+			assert_string_equal(json_string_value(json_object_get(r, "activation")), acts[i].name);
+			assert_int_equal(ds_model_config_load_string(pj, "p.json", &mb, &err), 0);
+			assert_int_equal(mb.activation, acts[i].act);
+			json_decref(r);
+			free(pj);
+		}
+		mbad("{" MBASE ",\"activation\":\"gelu_erf\"}", "key 'activation'");
+	}
 	char *j = ds_model_config_to_json(&m, 1);
 	json_t *root = json_loads(j, 0, NULL);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(root, "pos_emb"), "value")), "rotary");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpt_math.h"
 #include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -275,6 +276,58 @@ static void check_fixture(const char *rel)
 }
 
 static void test_ref_gpt2(void **state) { (void)state; check_fixture("tests/data/ref_gpt2.h5"); }
+
+/* The fixture's GPT-2 (tanh gelu, torch's approximate='tanh') with
+ * gelu_exact instead: the same parameters give other logits -- further off
+ * than the fixture's 1e-5, so the model dispatches the erf form -- but
+ * close ones (the two GeLUs are 4.7e-4 apart at most), and a loss that
+ * moves by a fraction of a percent.  The erf form itself is checked
+ * against libm in test_kernels and through the model by finite differences
+ * (test_fd_exact_variant). */
+static void test_ref_gpt2_gelu_exact(void **state)
+{
+	(void)state;
+	const char *rel = "tests/data/ref_gpt2.h5";
+	hid_t f = open_fixture(rel);
+	int B;
+	struct ds_gpt *m = fixture_model(f, &B);
+	assert_int_equal(ds_gpt_config(m)->activation, DS_ACT_GELU);
+	struct ds_model_config c = *ds_gpt_config(m);
+	c.activation = DS_ACT_GELU_EXACT;
+	struct ds_gpt *me = mk(&c);
+	assert_int_equal(ds_gpt_num_params(me), ds_gpt_num_params(m));
+	const int T = c.seq_length, V = c.vocab_size, Vp = c.padded_vocab_size;
+	const int64_t np = ds_gpt_num_params(m);
+	float *p = ds_alloc((size_t)np * sizeof(float));
+	fixture_params(f, rel, m, p);
+	int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
+	float *wlog = malloc((size_t)B * T * V * sizeof(float)), wloss;
+	assert_int_equal(read_ds(f, "inputs/tokens", H5T_NATIVE_INT32, tok, (long)B * T), 0);
+	assert_int_equal(read_ds(f, "inputs/targets", H5T_NATIVE_INT32, tgt, (long)B * T), 0);
+	assert_int_equal(read_ds(f, "logits", H5T_NATIVE_FLOAT, wlog, (long)B * T * V), 0);
+	assert_int_equal(read_ds(f, "loss", H5T_NATIVE_FLOAT, &wloss, 1), 0);
+	struct ds_gpt_ws *ws = mkws(me, B, T, 0, 7);
+	float loss = run_fwd(me, ws, p, tok, tgt, B, T, 0, 0, 1);
+	const float *lg = ds_gpt_ws_logits(ws);
+	double worst = 0, scale = 0;
+	for (int n = 0; n < B * T; n++)
+		for (int i = 0; i < V; i++) {
+			worst = fmax(worst, fabs((double)lg[(long)n * Vp + i] - wlog[(long)n * V + i]));
+			scale = fmax(scale, fabs((double)wlog[(long)n * V + i]));
+		}
+	printf("# gelu_exact on ref_gpt2: logits differ by %.3g (largest logit %.3g), loss %.7f vs tanh %.7f\n", worst,
+	       scale, loss, wloss);
+	assert_true(worst > 3e-5 * scale && worst < 1e-2 * scale);
+	assert_true(loss != wloss && fabs(loss - wloss) < 1e-2 * wloss);
+	ds_gpt_ws_destroy(ws);
+	free(tok);
+	free(tgt);
+	free(wlog);
+	ds_free(p);
+	ds_gpt_destroy(me);
+	ds_gpt_destroy(m);
+	H5Fclose(f);
+}
 static void test_ref_neox(void **state) { (void)state; check_fixture("tests/data/ref_neox.h5"); }
 
 /* ---- the 16-bit fixtures ----------------------------------------------- */
@@ -682,6 +735,36 @@ static void test_fd_neox_variant(void **state)
 	c.hidden_dropout = 0.1;
 	c.attention_dropout = 0.2;
 	fd_check(&c, "rotary+rmsnorm+swiglu+gptj+untied+dropout");
+}
+
+/* the model's activations are the kernels' act codes, gated alike */
+static void test_act_codes(void **state)
+{
+	(void)state;
+	static const struct { int act, gated; } a[] = {
+		{ DS_ACT_GELU, 0 }, { DS_ACT_GEGLU, 1 }, { DS_ACT_SWIGLU, 1 }, { DS_ACT_GELU_EXACT, 0 }, { DS_ACT_GEGLU_EXACT, 1 },
+	};
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(a[i].act, i);
+		assert_int_equal(ds_activation_gated(a[i].act), a[i].gated);
+		assert_int_equal(ds_act_gated(a[i].act), a[i].gated);
+	}
+}
+
+/* the exact (erf) GeLU, plain and gated, through the whole model */
+static void test_fd_exact_variant(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.activation = DS_ACT_GELU_EXACT;
+	c.init_method_std = 0.3;
+	fd_check(&c, "learned+layernorm+gelu_exact+tied");
+	c.pos_emb = DS_POS_ROTARY;
+	c.activation = DS_ACT_GEGLU_EXACT;
+	c.intermediate_size = 24;
+	c.gpt_j_residual = 1;
+	fd_check(&c, "rotary+layernorm+geglu_exact+gptj");
 }
 
 /* ---- layout invariants ------------------------------------------------- */
@@ -1201,6 +1284,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ref_gpt2),
+		cmocka_unit_test(test_ref_gpt2_gelu_exact),
 		cmocka_unit_test(test_ref_neox),
 		cmocka_unit_test(test_ref_gpt2_fp16),
 		cmocka_unit_test(test_ref_gpt2_bf16),
@@ -1211,6 +1295,8 @@ int main(void)
 		cmocka_unit_test(test_init_methods),
 		cmocka_unit_test(test_fd_gpt2_variant),
 		cmocka_unit_test(test_fd_neox_variant),
+		cmocka_unit_test(test_fd_exact_variant),
+		cmocka_unit_test(test_act_codes),
 		cmocka_unit_test(test_checkpointing_bitwise),
 		cmocka_unit_test(test_half_storage_bitwise),
 		cmocka_unit_test(test_half_logits_chunked),

@@ -97,7 +97,7 @@ static void run_case(const char *name)
 	struct ds_model_config m;
 	case_config(g, &m);
 	const int N = attr_i(g, "N"), C = attr_i(g, "C"), F = attr_i(g, "F"), E = attr_i(g, "E"), k = attr_i(g, "k");
-	const int F2 = m.activation == DS_ACT_GELU ? F : 2 * F, res = m.moe.use_residual, train = attr_i(g, "train");
+	const int F2 = ds_activation_gated(m.activation) ? 2 * F : F, res = m.moe.use_residual, train = attr_i(g, "train");
 	const long eb = !m.no_bias_in_mlp ? F2 : 0, es = (long)F2 * C + eb + (long)C * F;
 	float *x = read_f(g, "x", (long)N * C), *dout = read_f(g, "dout", (long)N * C);
 	float *jit = read_f(g, "jitter", (long)N * C), *gum = read_f(g, "gumbel", (long)N * E);
