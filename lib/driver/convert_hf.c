@@ -30,10 +30,11 @@ int ds_hf_arch_for(const struct ds_model_config *m, struct ds_err *err)
 	if (m->norm != DS_NORM_LAYERNORM)
 		return ds_err_set(err, DS_EINVAL, "safetensors export: norm 'rmsnorm' has no GPT-2 or GPT-NeoX "
 				  "equivalent in transformers; export with --to fp32 instead");
-	if (m->activation != DS_ACT_GELU)
+	if (m->activation != DS_ACT_GELU && m->activation != DS_ACT_GELU_EXACT)
 		return ds_err_set(err, DS_EINVAL, "safetensors export: activation '%s' has no GPT-2 or GPT-NeoX "
 				  "equivalent in transformers; export with --to fp32 instead",
-				  m->activation == DS_ACT_SWIGLU ? "swiglu" : "geglu");
+				  m->activation == DS_ACT_SWIGLU ? "swiglu" :
+				  m->activation == DS_ACT_GEGLU_EXACT ? "geglu_exact" : "geglu");
 	if (m->pos_emb == DS_POS_LEARNED) {
 		if (m->gpt_j_residual)
 			return ds_err_set(err, DS_EINVAL, "safetensors export: learned positions with gpt_j_residual "
@@ -181,6 +182,8 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *t
 	json_t *j;
 	char *s;
 	int F = m->intermediate_size ? m->intermediate_size : 4 * m->hidden_size;
+	/* transformers' names: "gelu" is the exact erf GELU, "gelu_new" the tanh one */
+	const char *act = m->activation == DS_ACT_GELU_EXACT ? "gelu" : "gelu_new";
 	if (arch == DS_HF_GPT2)
 		j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f,"
 			      " s:b, s:b, s:s}",
@@ -188,7 +191,7 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *t
 			      "vocab_size", m->vocab_size, "n_positions", m->max_position_embeddings,
 			      "n_ctx", m->max_position_embeddings, "n_embd", m->hidden_size,
 			      "n_layer", m->num_layers, "n_head", m->num_attention_heads, "n_inner", F,
-			      "activation_function", "gelu_new", "layer_norm_epsilon", m->layernorm_epsilon,
+			      "activation_function", act, "layer_norm_epsilon", m->layernorm_epsilon,
 			      "initializer_range", m->init_method_std, "resid_pdrop", m->hidden_dropout,
 			      "embd_pdrop", m->hidden_dropout, "attn_pdrop", m->attention_dropout,
 			      "tie_word_embeddings", !m->no_weight_tying, "scale_attn_weights", 1,
@@ -200,7 +203,7 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *t
 			      "vocab_size", m->vocab_size, "hidden_size", m->hidden_size,
 			      "num_hidden_layers", m->num_layers, "num_attention_heads", m->num_attention_heads,
 			      "intermediate_size", F, "max_position_embeddings", m->max_position_embeddings,
-			      "hidden_act", "gelu_new", "rotary_pct", m->rotary_pct,
+			      "hidden_act", act, "rotary_pct", m->rotary_pct,
 			      "partial_rotary_factor", m->rotary_pct, "rotary_emb_base", m->rotary_emb_base,
 			      "rope_theta", m->rotary_emb_base, "layer_norm_eps", m->layernorm_epsilon,
 			      "initializer_range", m->init_method_std, "hidden_dropout", m->hidden_dropout,
@@ -252,23 +255,29 @@ static int bool_key(json_t *j, const char *path, const char *k, int *v, struct d
 	return 0;
 }
 
-/* The activation key k (transformers' default def when absent) must be
- * the tanh GELU dstk computes; the exact erf GELU only with approx. */
-static int gelu_ok(json_t *j, const char *path, const char *k, const char *def, int approx, struct ds_err *err)
+/* The activation key k (transformers' default def when absent) into
+ * *act: the tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast) is dstk's
+ * gelu, the exact erf GELU ("gelu") its gelu_exact -- or, with approx,
+ * the tanh gelu (--approx-gelu, as before dstk had the exact form). */
+static int gelu_of(json_t *j, const char *path, const char *k, const char *def, int approx, int *act,
+		   struct ds_err *err)
 {
 	json_t *x = json_object_get(j, k);
 	const char *s = !x ? def : json_is_string(x) ? json_string_value(x) : NULL;
-	if (s && (!strcmp(s, "gelu_new") || !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_fast")))
-		return 0;
-	if (s && !strcmp(s, "gelu") && approx) {
-		ds_log_warn("%s: %s 'gelu' (exact erf GELU) imported as dstk's tanh GELU (--approx-gelu): "
-			    "outputs differ slightly from the original model", path, k);
+	if (s && (!strcmp(s, "gelu_new") || !strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_fast"))) {
+		*act = DS_ACT_GELU;
 		return 0;
 	}
-	return ds_err_set(err, DS_EINVAL, "%s: key '%s' is %s%s%s%s: dstk computes only the tanh GELU "
-			  "(gelu_new / gelu_pytorch_tanh)%s", path, k, s ? "'" : "", s ? s : "not a string",
-			  s ? "'" : "", x ? "" : " (transformers' default)",
-			  s && !strcmp(s, "gelu") ? "; --approx-gelu imports it as that anyway" : "");
+	if (s && !strcmp(s, "gelu")) {
+		*act = approx ? DS_ACT_GELU : DS_ACT_GELU_EXACT;
+		if (approx)
+			ds_log_warn("%s: %s 'gelu' (exact erf GELU) imported as dstk's tanh GELU (--approx-gelu): "
+				    "outputs differ slightly from the original model", path, k);
+		return 0;
+	}
+	return ds_err_set(err, DS_EINVAL, "%s: key '%s' is %s%s%s%s: dstk computes the GELU as 'gelu' (exact erf) "
+			  "or 'gelu_new' / 'gelu_pytorch_tanh' / 'gelu_fast' (tanh)", path, k, s ? "'" : "",
+			  s ? s : "not a string", s ? "'" : "", x ? "" : " (transformers' default)");
 }
 
 static void dstk_defaults(struct ds_model_config *m)
@@ -311,7 +320,7 @@ int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, in
 		    (rc = int_key(j, path, "vocab_size", 1, &m->vocab_size, err)) ||
 		    (rc = int_key(j, path, "n_inner", 0, &m->intermediate_size, err)) ||
 		    (rc = bool_key(j, path, "tie_word_embeddings", &tie, err)) ||
-		    (rc = gelu_ok(j, path, "activation_function", "gelu_new", approx_gelu, err)))
+		    (rc = gelu_of(j, path, "activation_function", "gelu_new", approx_gelu, &m->activation, err)))
 			goto out;
 		if (num_key(j, "layer_norm_epsilon", &m->layernorm_epsilon) < 0 ||
 		    num_key(j, "initializer_range", &m->init_method_std) < 0 ||
@@ -341,7 +350,7 @@ int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, in
 		    (rc = int_key(j, path, "intermediate_size", 0, &m->intermediate_size, err)) ||
 		    (rc = bool_key(j, path, "tie_word_embeddings", &tie, err)) ||
 		    (rc = bool_key(j, path, "use_parallel_residual", &m->gpt_j_residual, err)) ||
-		    (rc = gelu_ok(j, path, "hidden_act", "gelu", approx_gelu, err)))
+		    (rc = gelu_of(j, path, "hidden_act", "gelu", approx_gelu, &m->activation, err)))
 			goto out;
 		if (num_key(j, "rotary_pct", &pct) < 0 || num_key(j, "partial_rotary_factor", &pct) < 0 ||
 		    num_key(j, "rotary_emb_base", &m->rotary_emb_base) < 0 ||

@@ -32,7 +32,8 @@ enum ds_hf_xform {
 const char *ds_hf_arch_name(int arch);
 
 /* The HF architecture for model m: learned positions -> GPT-2 (sequential
- * residual only), rotary -> GPT-NeoX; both need layernorm and gelu.
+ * residual only), rotary -> GPT-NeoX; both need layernorm and gelu or
+ * gelu_exact (config.json's "gelu_new" or "gelu").
  * Returns the arch, or DS_EINVAL naming the option HF cannot express. */
 int ds_hf_arch_for(const struct ds_model_config *m, struct ds_err *err);
 
@@ -54,9 +55,9 @@ char *ds_hf_config_json(int arch, const struct ds_model_config *m, const char *t
 
 /* Parse an HF config.json (GPT2Config or GPTNeoXConfig) into *m (all
  * dstk fields set; seq_length = max positions) and *arch.  The exact GELU
- * ("gelu", GPT-NeoX's default) is refused unless approx_gelu, which imports
- * it as dstk's tanh GELU with a warning.  Returns 0 or DS_EINVAL naming the
- * file and the key. */
+ * ("gelu", GPT-NeoX's default) becomes gelu_exact, or with approx_gelu
+ * dstk's tanh gelu with a warning.  Returns 0 or DS_EINVAL naming the file
+ * and the key. */
 int ds_hf_config_load(const char *path, struct ds_model_config *m, int *arch, int approx_gelu,
 		      struct ds_err *err);
 

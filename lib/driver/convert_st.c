@@ -268,17 +268,21 @@ int ds_csrc_open_safetensors(struct ds_csrc *s, const char *path, const char *hf
 		struct ds_model_config m;
 		if ((rc = ds_convert_model_parse(dm, s->path, &m, err)) < 0)
 			return rc;
+		/* --approx-gelu on an export of gelu_exact: its tanh gelu, as config.json gave */
+		int approx = approx_gelu && m.activation == DS_ACT_GELU_EXACT;
+		if (approx)
+			m.activation = DS_ACT_GELU;
 		if (m.num_layers != s->cfg.num_layers || m.hidden_size != s->cfg.hidden_size ||
 		    m.num_attention_heads != s->cfg.num_attention_heads || m.vocab_size != s->cfg.vocab_size ||
 		    m.intermediate_size != s->cfg.intermediate_size || m.pos_emb != s->cfg.pos_emb ||
 		    m.no_weight_tying != s->cfg.no_weight_tying || m.gpt_j_residual != s->cfg.gpt_j_residual ||
-		    m.max_position_embeddings != s->cfg.max_position_embeddings)
+		    m.max_position_embeddings != s->cfg.max_position_embeddings || m.activation != s->cfg.activation)
 			return ds_err_set(err, DS_EINVAL, "%s: __metadata__ dstk_model disagrees with %s; remove one",
 					  s->path, cfgpath);
 		s->cfg = m;
 		x->own_export = 1;
 		/* kept verbatim, so HDF5 -> safetensors -> HDF5 returns the same text */
-		if (!(s->model_json = strdup(dm)))
+		if (!(s->model_json = approx ? ds_convert_model_json(&m) : strdup(dm)))
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
 	}
 	x->arch = arch;

@@ -140,6 +140,8 @@ int ds_llmc_header_for(const struct ds_model_config *m, int version, struct ds_l
 		why = "pos_emb is not 'learned' (llm.c has only learned positions)";
 	else if (m->norm != DS_NORM_LAYERNORM)
 		why = "norm is not 'layernorm'";
+	else if (m->activation == DS_ACT_GELU_EXACT)
+		why = "activation is 'gelu_exact' (the erf form); llm.c's GPT-2 computes the tanh GELU ('gelu') only";
 	else if (m->activation != DS_ACT_GELU)
 		why = "activation is not 'gelu'";
 	else if (m->no_weight_tying)

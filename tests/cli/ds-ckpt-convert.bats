@@ -341,6 +341,30 @@ h5_model_hashes() {
 	[ ! -e "$W/v.bin" ]
 }
 
+@test "gelu_exact: the checkpoint keeps it, transformers' \"gelu\" carries it out and back, llm.c refuses it" {
+	command -v jq > /dev/null || skip "jq not installed"
+	sed 's/"activation": "gelu"/"activation": "gelu_exact"/' "$SHARE/models/gpt-test.json" > "$W/e.json"
+	"$(helper_bin)" make-model "$W/e" "$W/e.json"
+	run -0 ds-ckpt-convert inspect --json "$W/e"
+	[ "$(jq -r .model.activation <<<"$output")" = gelu_exact ] || fail "$output"
+	# transformers' "gelu" is the erf form ("gelu_new" the tanh one)
+	ds-ckpt-convert -q "$W/e" --to safetensors -o "$W/hf" > /dev/null
+	[ "$(jq -r .activation_function "$W/hf/config.json")" = gelu ] || fail "$(cat "$W/hf/config.json")"
+	ds-ckpt-convert -q "$W/hf" --to hdf5 -o "$W/back" > /dev/null
+	run -0 ds-ckpt-convert inspect --json "$W/back"
+	[ "$(jq -r .model.activation <<<"$output")" = gelu_exact ] || fail "$output"
+	# --approx-gelu still imports it as the tanh gelu, and says so
+	run -0 --separate-stderr ds-ckpt-convert "$W/hf" --approx-gelu --to hdf5 -o "$W/approx"
+	[[ "$stderr" == *"imported as dstk's tanh GELU (--approx-gelu)"* ]] || fail "$stderr"
+	run -0 ds-ckpt-convert inspect --json "$W/approx"
+	[ "$(jq -r .model.activation <<<"$output")" = gelu ] || fail "$output"
+	# llm.c's GPT-2 has only the tanh form
+	run -2 --separate-stderr ds-ckpt-convert "$W/e" --to llmc -o "$W/e.bin"
+	[[ "$stderr" == *"activation is 'gelu_exact' (the erf form); llm.c's GPT-2 computes the tanh GELU ('gelu') only"* ]] ||
+		fail "$stderr"
+	[ ! -e "$W/e.bin" ]
+}
+
 @test "ds-train --load --no-load-optim takes an import and trains exactly as from the original" {
 	command -v ds-train > /dev/null || skip "ds-train not built"
 	cd "$W"

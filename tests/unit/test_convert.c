@@ -6,6 +6,7 @@
  */
 #include "unit.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,6 +368,9 @@ static void test_hf_arch_refusals(void **state)
 	c.activation = DS_ACT_SWIGLU;
 	assert_int_equal(ds_hf_arch_for(&c, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "swiglu"));
+	c.activation = DS_ACT_GEGLU_EXACT;
+	assert_int_equal(ds_hf_arch_for(&c, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "geglu_exact"));
 	cfg_small(&c, 0);
 	c.pos_emb = DS_POS_SINUSOIDAL;
 	assert_int_equal(ds_hf_arch_for(&c, &err), DS_EINVAL);
@@ -380,25 +384,34 @@ static void test_hf_arch_refusals(void **state)
 	assert_non_null(strstr(err.msg, "odd"));
 }
 
+/* config.json and back, for both architectures and both GELUs: the tanh
+ * gelu is transformers' "gelu_new", gelu_exact its "gelu" (the erf form) */
 static void test_hf_config_roundtrip(void **state)
 {
 	(void)state;
-	for (int neox = 0; neox < 2; neox++) {
+	for (int v = 0; v < 4; v++) {
+		int neox = v & 1, exact = v >> 1;
 		struct ds_model_config c, back;
 		struct ds_err err = DS_ERR_INIT;
 		char *js;
 		int arch;
 		cfg_small(&c, neox);
+		c.activation = exact ? DS_ACT_GELU_EXACT : DS_ACT_GELU;
+		assert_int_equal(ds_hf_arch_for(&c, &err), neox);   /* both GELUs export */
 		c.intermediate_size = 12;
 		c.rotary_pct = neox ? 0.5 : 1.0;
 		c.layernorm_epsilon = 1e-6;
 		js = ds_hf_config_json(neox, &c, "float32");
 		assert_non_null(js);
 		assert_non_null(strstr(js, neox ? "\"GPTNeoXForCausalLM\"" : "\"GPT2LMHeadModel\""));
-		assert_non_null(strstr(js, "\"gelu_new\""));
+		json_t *cj = json_loads(js, 0, NULL);
+		assert_string_equal(json_string_value(json_object_get(cj, neox ? "hidden_act" : "activation_function")),
+				    exact ? "gelu" : "gelu_new");
+		json_decref(cj);
 		write_file(tpath("config.json"), js, strlen(js));
 		free(js);
 		assert_int_equal(ds_hf_config_load(tpath("config.json"), &back, &arch, 0, &err), 0);
+		assert_int_equal(back.activation, c.activation);
 		assert_int_equal(arch, neox);
 		assert_int_equal(back.num_layers, 2);
 		assert_int_equal(back.hidden_size, 4);
@@ -437,14 +450,14 @@ static void test_hf_config_bad(void **state)
 	assert_int_equal(ds_hf_config_load(tpath("c3.json"), &c, &arch, 0, &err), DS_EINVAL);
 	assert_non_null(strstr(err.msg, "n_embd"));
 	/* GPT-NeoX without hidden_act means transformers' default, the exact
-	 * GELU: refused, or taken as the tanh GELU with approx_gelu */
+	 * GELU: gelu_exact, or the tanh GELU with approx_gelu */
 	{
 		const char *t = "{\"model_type\":\"gpt_neox\",\"num_hidden_layers\":2,\"hidden_size\":8,"
 				"\"num_attention_heads\":2,\"max_position_embeddings\":8,\"vocab_size\":5}";
 		write_file(tpath("c4.json"), t, strlen(t));
 	}
-	assert_int_equal(ds_hf_config_load(tpath("c4.json"), &c, &arch, 0, &err), DS_EINVAL);
-	assert_non_null(strstr(err.msg, "--approx-gelu"));
+	assert_int_equal(ds_hf_config_load(tpath("c4.json"), &c, &arch, 0, &err), 0);
+	assert_int_equal(c.activation, DS_ACT_GELU_EXACT);
 	ds_log_init(0, DS_LOG_ERROR, 0);
 	assert_int_equal(ds_hf_config_load(tpath("c4.json"), &c, &arch, 1, &err), 0);
 	ds_log_init(0, DS_LOG_WARN, 0);
@@ -527,6 +540,22 @@ static void test_llmc_header(void **state)
 	w[0] = 20240327;
 	assert_int_equal(ds_llmc_parse_header(w, 0, "g", &back, &err), DS_ECORRUPT);
 	assert_non_null(strstr(err.msg, "magic"));
+}
+
+/* llm.c's GPT-2 computes the tanh GELU: a gelu model fits its header, a
+ * gelu_exact one is refused naming the activation */
+static void test_llmc_gelu_only(void **state)
+{
+	struct ds_model_config c;
+	struct ds_llmc_header h;
+	struct ds_err err = DS_ERR_INIT;
+	(void)state;
+	cfg_small(&c, 0);
+	c.intermediate_size = 4 * c.hidden_size;
+	assert_int_equal(ds_llmc_header_for(&c, DS_LLMC_V_FP32, &h, &err), 0);
+	c.activation = DS_ACT_GELU_EXACT;
+	assert_int_equal(ds_llmc_header_for(&c, DS_LLMC_V_FP32, &h, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "gelu_exact"));
 }
 
 static void test_llmc_locate(void **state)
@@ -646,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_hf_config_bad),
 		cmocka_unit_test(test_model_json_roundtrip),
 		cmocka_unit_test(test_llmc_header),
+		cmocka_unit_test(test_llmc_gelu_only),
 		cmocka_unit_test(test_llmc_locate),
 		cmocka_unit_test(test_llmc_roundtrip),
 		cmocka_unit_test(test_llmc_refusals),
