@@ -89,8 +89,7 @@ static const struct param params[] = {
 	REF("num_unique_layers", "null", "layer sharing is not implemented"),
 	REF("param_sharing_style", "\"grouped\"", "layer sharing is not implemented"),
 	REF("apply_residual_connection_post_layernorm", "false", "the post-layernorm residual is not implemented"),
-	REF("openai_gelu", "false", "the OpenAI GELU variant switch is not implemented"),
-	NOE("onnx_safe", "no ONNX export"),
+	SP("openai_gelu"), SP("onnx_safe"),
 	REF("rpe", "false", "relative position embeddings are not implemented; use pos_emb"),
 	REF("rpe_causal", "false", "relative position embeddings are not implemented"),
 	REF("rpe_num_buckets", "32", "relative position embeddings are not implemented"),
@@ -493,6 +492,120 @@ static int moe_section(struct ctx *x)
 	return set_path(x->nx->model, "moe", moe);
 }
 
+/* Which GELU NeoX computes (megatron/model/activations.py get_activation,
+ * transformer.py ParallelMLP and Gated_Activation; before its activation
+ * parameter, 2021-05, the geglu and openai_gelu switches and
+ * transformer.py's GEGLU): activation gelu is bias_gelu_fusion's
+ * bias_gelu_impl, the tanh form, else openai_gelu's gelu_impl (tanh), else
+ * erf_gelu (onnx_safe) or F.gelu, the erf form -- onnx_safe with
+ * bias_gelu_fusion is NeoX's ValueError; activation geglu applies F.gelu
+ * (erf) to the gate whatever bias_gelu_fusion; the old geglu switch took
+ * bias_gelu_fusion or openai_gelu as the tanh form, else the erf form.
+ * act: the model activation, or NULL: err about parameter errp (NULL too:
+ * the activation's own error). */
+struct gelu {
+	const char *act, *why, *err, *errp;   /* errp: the parameter err is about */
+};
+
+static struct gelu gelu_form(json_t *all)
+{
+	struct gelu g = { NULL, NULL, NULL, NULL };
+	json_t *av = json_object_get(all, "activation");
+	const char *a = av ? json_string_value(av) : "gelu";
+	int old = json_is_true(json_object_get(all, "geglu")), fused = json_is_true(json_object_get(all, "bias_gelu_fusion")),
+	    openai = json_is_true(json_object_get(all, "openai_gelu")), onnx = json_is_true(json_object_get(all, "onnx_safe"));
+	if (!a || (strcmp(a, "gelu") && strcmp(a, "geglu") && strcmp(a, "swiglu")))
+		return g;
+	if (old && strcmp(a, "gelu")) {
+		g.errp = "geglu";
+		g.err = "NeoX's switch from before its activation parameter; give it or the activation, not both";
+		return g;
+	}
+	if (!strcmp(a, "swiglu")) {
+		g.act = "swiglu";
+		g.why = "swish on the gate, no GELU";
+	} else if (old) {
+		g.act = fused || openai ? "geglu" : "geglu_exact";
+		g.why = fused ? "the old GEGLU with bias_gelu_fusion, bias_gelu_impl: the tanh approximation"
+			: openai ? "the old GEGLU with openai_gelu, gelu_impl: the tanh approximation"
+			: "the old GEGLU's F.gelu (erf_gelu with onnx_safe): the exact erf form";
+	} else if (!strcmp(a, "geglu")) {
+		g.act = openai ? "geglu" : "geglu_exact";
+		g.why = openai ? "openai_gelu's gelu_impl on the gate: the tanh approximation"
+			: "NeoX's Gated_Activation applies F.gelu to the gate, the exact erf form, whatever bias_gelu_fusion";
+	} else if (fused && onnx) {
+		g.errp = "onnx_safe";
+		g.err = "with bias_gelu_fusion NeoX refuses it (get_activation: not compatible); give one";
+	} else {
+		g.act = fused || openai ? "gelu" : "gelu_exact";
+		g.why = fused ? "NeoX's fused bias_gelu_impl, the tanh approximation"
+			: openai ? "NeoX's openai_gelu, gelu_impl: the tanh approximation"
+			: onnx ? "NeoX's erf_gelu, the exact erf form (its 1.41421 for sqrt 2 moves it by under 1e-6)"
+			: "NeoX's unfused F.gelu, the exact erf form";
+	}
+	return g;
+}
+
+/* One of the GELU switches (geglu, bias_gelu_fusion, openai_gelu,
+ * onnx_safe): its line says what NeoX computes with it. */
+static int gelu_switch(struct ctx *x, const char *name, json_t *v)
+{
+	struct gelu g = gelu_form(x->all);
+	const char *a = json_string_value(json_object_get(x->all, "activation"));
+	int on = json_is_true(v), old = json_is_true(json_object_get(x->all, "geglu"));
+	if (!json_is_boolean(v)) {
+		error(x, "%s: parameter '%s': expected true or false", file_of(x, name), name);
+		return 0;
+	}
+	if (g.err && !strcmp(name, g.errp)) {
+		error(x, "%s: parameter '%s': %s", file_of(x, name), name, g.err);
+		return 0;
+	}
+	if (g.err)
+		return line(x, name, "not read", "the GELU switches conflict (parameter '%s')", g.errp);
+	if (!g.act)
+		return line(x, name, "not read", "activation %s%s%s is not implemented", a ? "\"" : "", a ? a : "(not a string)",
+			    a ? "\"" : "");
+	if (!strcmp(g.act, "swiglu"))
+		return line(x, name, "no effect", "%s: activation swiglu has no GELU", on ? "true" : "false");
+	if (!strcmp(name, "geglu") && !on)
+		return line(x, name, "accepted", "off");
+	if (!on && !strcmp(name, "onnx_safe"))
+		return line(x, name, "accepted", "off (no ONNX export)");
+	if (!on && !strcmp(name, "openai_gelu"))
+		return line(x, name, "accepted", "off");
+	/* the switches NeoX's code does not read here, or reads after another */
+	int gated = a && !strcmp(a, "geglu") && !old, fused = json_is_true(json_object_get(x->all, "bias_gelu_fusion")),
+	    openai = json_is_true(json_object_get(x->all, "openai_gelu"));
+	const char *none = NULL;
+	if (gated && (!strcmp(name, "bias_gelu_fusion") || !strcmp(name, "onnx_safe")))
+		none = "NeoX's gated activations call F.gelu (the erf form)";
+	else if (fused && (!strcmp(name, "openai_gelu") || !strcmp(name, "onnx_safe")))
+		none = "bias_gelu_fusion's tanh form comes first";
+	else if (openai && !strcmp(name, "onnx_safe"))
+		none = "openai_gelu's tanh form comes first";
+	if (none)
+		return line(x, name, "no effect", "%s: %s: model activation \"%s\"", on ? "true" : "false", none, g.act);
+	return line(x, name, "applied", "%s: model activation \"%s\": %s", on ? "true" : "false", g.act, g.why);
+}
+
+/* The model activation NeoX's switches give (gelu_form), set whether or
+ * not the file names any: NeoX's default, the unfused F.gelu, is the erf
+ * form (gelu_exact), not dstk's default tanh gelu.  A file naming none of
+ * them gets an activation line of its own. */
+static int gelu_apply(struct ctx *x)
+{
+	static const char *const keys[] = { "activation", "geglu", "bias_gelu_fusion", "openai_gelu", "onnx_safe" };
+	struct gelu g = gelu_form(x->all);
+	if (!g.act)
+		return 0;   /* its parameter's line said why */
+	DS_TRY(set_path(x->nx->model, "activation", json_string(g.act)));
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (json_object_get(x->all, keys[i]))
+			return 0;
+	return line(x, "activation", "applied", "NeoX's default gelu: model activation \"%s\": %s", g.act, g.why);
+}
+
 static int special(struct ctx *x, const char *name, json_t *v)
 {
 	struct ds_neox *nx = x->nx;
@@ -529,7 +642,7 @@ static int special(struct ctx *x, const char *name, json_t *v)
 		return 0;
 	}
 	static const char *const to_model[][3] = {
-		{ "rms_norm", "norm", "rmsnorm" }, { "geglu", "activation", "geglu" }, { "sinusoidal_pos_emb", "pos_emb", "sinusoidal" },
+		{ "rms_norm", "norm", "rmsnorm" }, { "sinusoidal_pos_emb", "pos_emb", "sinusoidal" },
 	};
 	for (size_t i = 0; i < sizeof(to_model) / sizeof(to_model[0]); i++)
 		if (!strcmp(name, to_model[i][0])) {
@@ -540,21 +653,20 @@ static int special(struct ctx *x, const char *name, json_t *v)
 		}
 	if (!strcmp(name, "activation")) {
 		const char *a = json_string_value(v);
-		if (a && !strcmp(a, "gelu"))
-			return line(x, name, "applied", "gelu: dstk's is the tanh approximation (NeoX's unfused F.gelu is the exact "
-				    "erf form, at most 4.8e-4 apart; its bias_gelu_fusion is the tanh one)");
-		if (a && (!strcmp(a, "geglu") || !strcmp(a, "swiglu"))) {
-			DS_TRY(set_path(nx->model, "activation", json_incref(v)));
-			return line(x, name, "applied", "model activation \"%s\", gated: the MLP width as NeoX sizes it (the mlp line)", a);
+		if (!a || (strcmp(a, "gelu") && strcmp(a, "geglu") && strcmp(a, "swiglu"))) {
+			error(x, "%s: parameter 'activation': %s%s%s: only gelu, geglu and swiglu are implemented", f,
+			      a ? "\"" : "", a ? a : "not a string", a ? "\"" : "");
+			return 0;
 		}
-		error(x, "%s: parameter 'activation': %s%s%s: only gelu, geglu and swiglu are implemented", f, a ? "\"" : "",
-		      a ? a : "not a string", a ? "\"" : "");
-		return 0;
+		struct gelu g = gelu_form(x->all);
+		if (!g.act)
+			return line(x, name, "not read", "the GELU switches conflict (parameter '%s')", g.errp);
+		return line(x, name, "applied", "model activation \"%s\": %s%s", g.act, g.why,
+			    strcmp(a, "gelu") ? "; gated: the MLP width as NeoX sizes it (the mlp line)" : "");
 	}
-	if (!strcmp(name, "bias_gelu_fusion"))
-		return json_is_true(v) ? line(x, name, "applied", "NeoX's fused GELU is the tanh approximation, dstk's GELU")
-				       : line(x, name, "accepted", "false: NeoX's unfused GELU is the exact erf form; dstk computes the "
-					      "tanh approximation (at most 4.8e-4 apart)");
+	if (!strcmp(name, "geglu") || !strcmp(name, "bias_gelu_fusion") || !strcmp(name, "openai_gelu") ||
+	    !strcmp(name, "onnx_safe"))
+		return gelu_switch(x, name, v);
 	if (!strcmp(name, "intermediate_size") || !strcmp(name, "expansion_factor") || !strcmp(name, "mlp_multiple_of"))
 		return line(x, name, "applied", "in the MLP width as NeoX sizes it (the mlp line)");
 	if (!strcmp(name, "attention_config")) {
@@ -903,6 +1015,7 @@ static int map(struct ctx *x, int lenient)
 				error(x, "%s: parameter '%s': not supported by dstk: %s", f, name, p->why);
 		}
 	}
+	DS_TRY(gelu_apply(x));
 	DS_TRY(mlp(x));
 	DS_TRY(moe_section(x));
 	return schedule(x);

@@ -181,6 +181,8 @@ neox_verdict() {
 	assert_line --regexp '^fp16\.enabled +true  \(file\)$'
 	assert_line --regexp '^num_layers +12  \(file\)$'
 	assert_line --regexp '^init_method +"small_init"  \(file\)$'
+	# bias_gelu_fusion false: NeoX's unfused F.gelu, the erf form
+	assert_line --regexp '^activation +"gelu_exact"  \(file\)$'
 	assert_line "# neox: checkpoint_validation_with_forward_pass: accepted: off or at its default (not implemented; checkpoints carry checksums instead)"
 	assert_line "# neox: tensorboard_dir: applied: DeepSpeed config keys tensorboard.enabled and tensorboard.output_path"
 	neox_verdict gpt-neox__configs_bf16_125M.yml gpt-neox__configs_local_setup.yml

@@ -21,8 +21,9 @@ series() { cat "csv/$1/Train_Samples_train_loss.csv" "csv/$1/Train_Samples_lr.cs
 	run -0 --separate-stderr ds-train --check --conf 19M-tiny.yml
 	assert_line "# GPT-NeoX config 19M-tiny.yml: what became of its parameters"
 	assert_line "# neox: rope_fusion: no effect: a kernel-fusion switch: dstk computes the same math unfused"
-	# NeoX's unfused GELU is the exact erf form, dstk's the tanh approximation: said, not hidden
-	assert_line "# neox: bias_gelu_fusion: accepted: false: NeoX's unfused GELU is the exact erf form; dstk computes the tanh approximation (at most 4.8e-4 apart)"
+	# NeoX's unfused GELU is the exact erf form: dstk's gelu_exact, not its tanh gelu
+	assert_line "# neox: bias_gelu_fusion: applied: false: model activation \"gelu_exact\": NeoX's unfused F.gelu, the exact erf form"
+	assert_line --regexp '^activation +"gelu_exact"  \(file\)$'
 	assert_line "# neox: lr schedule: applied: NeoX AnnealingLR, cosine decay over 8 iterations, 2 of them warmup (warmup 0.25 x 8)"
 	# every parameter has its line: the model's, DeepSpeed's and the run flags too
 	assert_line "# neox: num_layers: applied: model config key num_layers"
@@ -280,4 +281,38 @@ blend_data() {
 	sed 's/"swiglu"/"reglu"/' llama.yml >reglu.yml
 	run -2 --separate-stderr ds-train --check --conf reglu.yml
 	[[ "$stderr" == *"parameter 'activation': \"reglu\": only gelu, geglu and swiglu are implemented" ]] || fail "$stderr"
+}
+
+# gelu_of FILE: the model activation --check --json gives for a NeoX config
+gelu_of() {
+	ds-train --check --json --conf "$1" 2>/dev/null | jq -r '.model.keys.activation.value'
+}
+
+@test "NeoX's GELU switches give the GELU NeoX's code computes: erf unfused, tanh fused or openai_gelu" {
+	command -v jq >/dev/null || skip "jq not installed"
+	local m='"num_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 8, "max_position_embeddings": 8, "padded_vocab_size": 256, "train_micro_batch_size_per_gpu": 1'
+	g() { printf '{%s, %s}\n' "$m" "$1" >g.yml; gelu_of g.yml; }
+	# activation gelu: F.gelu (erf) unless bias_gelu_fusion's bias_gelu_impl (tanh);
+	# NeoX's default is gelu unfused, so a file naming none of them is erf too
+	[ "$(g '"activation": "gelu", "bias_gelu_fusion": false')" = gelu_exact ] || fail "unfused"
+	[ "$(g '"activation": "gelu", "bias_gelu_fusion": true')" = gelu ] || fail "fused"
+	printf '{%s}\n' "$m" >none.yml
+	[ "$(gelu_of none.yml)" = gelu_exact ] || fail "NeoX's default"
+	run -0 --separate-stderr ds-train --check --conf none.yml
+	assert_line "# neox: activation: applied: NeoX's default gelu: model activation \"gelu_exact\": NeoX's unfused F.gelu, the exact erf form"
+	# onnx_safe's erf_gelu is the erf form; the old openai_gelu the tanh one
+	[ "$(g '"onnx_safe": true')" = gelu_exact ] || fail "onnx_safe"
+	[ "$(g '"openai_gelu": true')" = gelu ] || fail "openai_gelu"
+	# the gated GELU: F.gelu on the gate whatever the fusion switch; the old
+	# geglu switch took bias_gelu_fusion as the tanh form
+	[ "$(g '"activation": "geglu", "bias_gelu_fusion": true')" = geglu_exact ] || fail "geglu"
+	[ "$(g '"geglu": true')" = geglu_exact ] || fail "old geglu"
+	[ "$(g '"geglu": true, "bias_gelu_fusion": true')" = geglu ] || fail "old geglu fused"
+	# NeoX refuses onnx_safe with bias_gelu_fusion; the old geglu switch beside activation is ambiguous
+	printf '{%s, "onnx_safe": true, "bias_gelu_fusion": true}\n' "$m" >bad.yml
+	run -2 --separate-stderr ds-train --check --conf bad.yml
+	[[ "$stderr" == *"bad.yml: parameter 'onnx_safe': with bias_gelu_fusion NeoX refuses it"* ]] || fail "$stderr"
+	printf '{%s, "geglu": true, "activation": "swiglu"}\n' "$m" >both.yml
+	run -2 --separate-stderr ds-train --check --conf both.yml
+	[[ "$stderr" == *"both.yml: parameter 'geglu': NeoX's switch from before its activation parameter"* ]] || fail "$stderr"
 }
