@@ -37,6 +37,7 @@ EOF
 
 # train_run DIR N STAGE GA [ENV=VALUE...] -- [ds-train flags]: 8 samples per
 # step as (8/N/GA) x GA x N; losses land in DIR/csv/run/Train_Samples_train_loss.csv.
+# MODEL in the environment replaces the model JSON (default MODEL_DROPOUT).
 train_run() {
 	local dir=$1 n=$2 stage=$3 ga=$4
 	shift 4
@@ -46,7 +47,7 @@ train_run() {
 	mkdir -p "$dir"
 	write_cfg "$dir/ds.json" "$stage" $((8 / n / ga)) "$ga" "$dir/csv"
 	local cmd=(env "${envs[@]}" "$DS_BUILDDIR/tools/ds-train" --deepspeed_config "$dir/ds.json"
-		--model "$MODEL_DROPOUT" --train-iters "$ITERS" --peak-gflops 1 "$@")
+		--model "${MODEL:-$MODEL_DROPOUT}" --train-iters "$ITERS" --peak-gflops 1 "$@")
 	if [ "$n" -eq 1 ]; then
 		OMP_NUM_THREADS=1 "${cmd[@]}" >"$dir/out" 2>"$dir/err"
 	else
