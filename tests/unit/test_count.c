@@ -176,10 +176,10 @@ static void test_gpt_variants(void **state)
 static void test_gpt_matches_registry(void **state)
 {
 	static const int pos[] = { DS_POS_LEARNED, DS_POS_ROTARY, DS_POS_SINUSOIDAL };
-	static const int act[] = { DS_ACT_GELU, DS_ACT_GEGLU, DS_ACT_SWIGLU };
+	static const int act[] = { DS_ACT_GELU, DS_ACT_GEGLU, DS_ACT_SWIGLU, DS_ACT_GELU_EXACT, DS_ACT_GEGLU_EXACT };
 	struct ds_count_opts o = { 1, 16, DS_COUNT_CURRENT, 0, 1, NULL };
 	struct ds_err err = DS_ERR_INIT;
-	for (int v = 0; v < 3 * 3 * 2 * 2 * 2; v++) {
+	for (int v = 0; v < 3 * 5 * 2 * 2 * 2; v++) {
 		struct ds_model_config m;
 		struct ds_count c = DS_COUNT_INIT;
 		struct ds_gpt *g = NULL;
@@ -197,10 +197,10 @@ static void test_gpt_matches_registry(void **state)
 		m.rms_norm_epsilon = 1e-8;
 		m.init_method_std = 0.02;
 		m.pos_emb = pos[v % 3];
-		m.activation = act[v / 3 % 3];
-		m.norm = v / 9 % 2 ? DS_NORM_RMSNORM : DS_NORM_LAYERNORM;
-		m.no_weight_tying = v / 18 % 2;
-		m.gpt_j_residual = v / 36 % 2;
+		m.activation = act[v / 3 % 5];
+		m.norm = v / 15 % 2 ? DS_NORM_RMSNORM : DS_NORM_LAYERNORM;
+		m.no_weight_tying = v / 30 % 2;
+		m.gpt_j_residual = v / 60 % 2;
 		m.intermediate_size = v % 2 ? 48 : 0;
 		assert_int_equal(ds_gpt_create(&g, &m, &err), 0);
 		assert_int_equal(ds_count_model(ds_gpt_config(g), &o, &c, &err), 0);
