@@ -43,7 +43,9 @@ static void cfg_base(struct ds_model_config *c)
 }
 
 /* GPT-2 style, NeoX style (rotary, rmsnorm, swiglu, untied, parallel
- * residual), and geglu with sinusoidal positions */
+ * residual), geglu with sinusoidal positions, and the erf GeLU's gated
+ * form (geglu_exact: each rank's c_fc shard holds both halves of its
+ * columns, as for geglu) */
 static void variant(struct ds_model_config *c, int v)
 {
 	cfg_base(c);
@@ -57,6 +59,9 @@ static void variant(struct ds_model_config *c, int v)
 	} else if (v == 2) {
 		c->pos_emb = DS_POS_SINUSOIDAL;
 		c->activation = DS_ACT_GEGLU;
+	} else if (v == 3) {
+		c->pos_emb = DS_POS_ROTARY;
+		c->activation = DS_ACT_GEGLU_EXACT;
 	}
 }
 
@@ -264,7 +269,7 @@ static double run_tp(int v, int tp, int ckpt, int pa, double *loss_err)
 static void test_tp_variants(void **state)
 {
 	(void)state;
-	for (int v = 0; v < 3; v++)
+	for (int v = 0; v < 4; v++)
 		for (int tp = 2; tp <= 4; tp += 2) {
 			double le, ge = run_tp(v, tp, 0, 0, &le);
 			printf("# variant %d tp %d: loss %.3g, gradients %.3g relative\n", v, tp, le, ge);
