@@ -4,7 +4,8 @@
  * follows NeoX's code: megatron/neox_arguments (from_ymls: files in order,
  * duplicate keys an error, '-' read as '_'), megatron/training.py
  * (get_learning_rate_scheduler: warmup_iter = warmup x lr_decay_iters),
- * megatron/tokenizer (padding the vocabulary).
+ * megatron/tokenizer (padding the vocabulary), megatron/model/activations.py
+ * (which GELU: gelu_form).
  */
 #include <jansson.h>
 #include <stdarg.h>
