@@ -4,8 +4,9 @@
 #    hand-worked example of tests/unit/onebit_example.h at 2 ranks, and
 #    against the ranks simulated in one process at 3 and 4;
 #  - OneBitAdam, ZeroOneAdam and OneBitLamb train the test model at 2 ranks
-#    to within 3% of Adam / Lamb (the mean of the last 20 of 200 steps;
-#    bench/onebit-loss.sh runs 300 steps at 2 and 4 ranks), the gradient
+#    to within 3% of Adam / Lamb (the issue's measure: the mean of the last
+#    20 of STEPS = 300 steps; bench/onebit-loss.sh runs the same at 2 and 4
+#    ranks), the gradient
 #    all_reduce happens exactly on the steps DeepSpeed's schedule allreduces,
 #    and the compressed exchanges move at most 1/16 of its bytes per step;
 #  - a resume at the same world size, from before and after the freeze,
@@ -87,11 +88,15 @@ largest() { table "$1" "$2" | sort -n | tail -n 1; }
 }
 
 LOG='"comms_logger": {"enabled": true}'
+# 300 steps, as the issue measures: at 200 the compressed Lamb is still
+# ahead of Lamb by more than 3% (it converges faster after the freeze), a
+# difference that closes by 300 (-0.5%)
+STEPS=300
 
-# ref TYPE LR: the uncompressed 200-step run at 2 ranks (made once per file)
+# ref TYPE LR: the uncompressed STEPS-step run at 2 ranks (made once per file)
 ref() {
 	local d="$BATS_FILE_TMPDIR/ref-$1"
-	[ -s "$(losses "$d")" ] || train "$d" 2 "$1" "" "$2" 200 "$LOG" >&2 || return 1
+	[ -s "$(losses "$d")" ] || train "$d" 2 "$1" "" "$2" "$STEPS" "$LOG" >&2 || return 1
 	echo "$d"
 }
 
@@ -103,7 +108,7 @@ check_bytes() {
 	read -r grad n < <(largest all_reduce "$d")
 	[ "$n" -eq "$reduced" ] || { echo "$n gradient all_reduces of $grad bytes, expected $reduced" >&2; return 1; }
 	a2a=$(bytes all_to_all_single "$d") ag=$(bytes all_gather "$d")
-	awk -v a="$a2a" -v g="$ag" -v steps=$((200 - reduced)) -v fp32="$grad" 'BEGIN {
+	awk -v a="$a2a" -v g="$ag" -v steps=$((STEPS - reduced)) -v fp32="$grad" 'BEGIN {
 		per = (a + g) / steps; printf "compressed %.0f bytes per step, fp32 allreduce %.0f (1/%.1f)\n", per, fp32, fp32 / per
 		exit !(per > 0 && per <= fp32 / 16) }'
 }
@@ -111,7 +116,7 @@ check_bytes() {
 @test "OneBitAdam at 2 ranks: within 3% of Adam; allreduce until freeze_step, then <= 1/16 of its bytes" {
 	local r d="$BATS_TEST_TMPDIR/oba"
 	r=$(ref Adam 0.001) || fail "Adam reference failed"
-	train "$d" 2 OneBitAdam ', "freeze_step": 100' 0.001 200 "$LOG" || fail "OneBitAdam failed"
+	train "$d" 2 OneBitAdam ', "freeze_step": 100' 0.001 "$STEPS" "$LOG" || fail "OneBitAdam failed"
 	run within3 "$d" "$r"
 	assert_success
 	run check_bytes "$d" 100
@@ -125,7 +130,7 @@ check_bytes() {
 	# runs of 10^5 steps): steps 1-65 allreduce (set-up and 64 variance
 	# steps), then the even steps 66-100 (18), 83 in all; the others send
 	# compressed gradients, and after step 101 the accumulated updates
-	train "$d" 2 ZeroOneAdam ', "var_freeze_step": 100, "var_update_scaler": 64' 0.001 200 "$LOG" ||
+	train "$d" 2 ZeroOneAdam ', "var_freeze_step": 100, "var_update_scaler": 64' 0.001 "$STEPS" "$LOG" ||
 		fail "ZeroOneAdam failed"
 	run within3 "$d" "$r"
 	assert_success
@@ -136,7 +141,7 @@ check_bytes() {
 @test "OneBitLamb at 2 ranks: within 3% of Lamb; allreduce until freeze_step, then <= 1/16 of its bytes" {
 	local r d="$BATS_TEST_TMPDIR/obl"
 	r=$(ref Lamb 0.03) || fail "Lamb reference failed"
-	train "$d" 2 OneBitLamb ', "freeze_step": 100' 0.03 200 "$LOG" || fail "OneBitLamb failed"
+	train "$d" 2 OneBitLamb ', "freeze_step": 100' 0.03 "$STEPS" "$LOG" || fail "OneBitLamb failed"
 	run within3 "$d" "$r"
 	assert_success
 	run check_bytes "$d" 100
