@@ -219,6 +219,9 @@ CONF
 	_slurm_start "$D" slurmd -N "$H" || { _slurm_up_failed; return 1; }
 	if ! wait_for 90 "the Slurm cluster in $D to come up (sinfo: node idle, then srun -n1 true runs)" _slurm_ready; then
 		echo "sinfo: $(timeout -k 5 15 sinfo -h -o '%T %E' 2>&1)" >&2
+		# what is left of the cluster: its directory, its logs, its daemons
+		[ -d "$D" ] || echo "slurm_up: $D was removed while the cluster came up" >&2
+		echo "slurm_up: in $D/log: $(find "$D/log" -mindepth 1 -printf '%f ' 2>&1); daemons: $(slurm_procs "$D" | cut -d' ' -f1,3 | tr '\n' ';')" >&2
 		tail -5 "$D"/log/*.log "$D/log/probe.out" >&2 2>/dev/null
 		_slurm_up_failed
 		return 1
