@@ -15,11 +15,16 @@
 #       (offload_optimizer nvme, pipeline_read and pipeline_write,
 #       sub_group_size SUB = 1e7, buffer_count 12): the step time, the bytes
 #       read and written per step against the analytic 12 bytes x parameters
-#       each way, and the read and write GB/s while they were in flight
-#       against ds-nvme-tune's;
+#       each way, the read and write GB/s while each were in flight against
+#       ds-nvme-tune's, and the time some read or write was in flight
+#       (io_busy: the step's reads and writes overlap and share the device);
 #    c. the I/O time at the tuned bandwidths, R/read_GBps + W/write_GBps.
-# Targets (the issue's): the step's reads and writes at >= 80% of the tuned
-# bandwidth, the offloaded step within 1.2 x max(compute, I/O).  A
+# Targets (the issue's): the step's I/O at >= 80% of the tuned bandwidth --
+# its bytes take at most 1.25 x their time at ds-nvme-tune's read and
+# write GB/s (io_s / io_busy >= 0.8) -- and the offloaded step within
+# 1.2 x max(compute, I/O).  ds-nvme-tune times reads and writes apart;
+# the step's overlap, so each direction's own GB/s is shown too but is
+# not the target.  A
 # benchmark, not a test: it reports, it never fails on a ratio.
 # DS_BUILDDIR (default .) is where tools/ live; STEPS, SEQ, SUB override.
 set -euo pipefail
@@ -70,8 +75,8 @@ EOF
 cfg "$work/mem.json" 0
 cfg "$work/nvme.json" 1
 
-printf '%-10s %11s %8s %8s %7s %7s %8s %8s %9s %10s %8s %12s %12s\n' model params mem_s nvme_s io_s ratio opt_mem_s \
-	opt_nvme_s read_MB written_MB '/24P' read_GBps write_GBps
+printf '%-10s %11s %8s %8s %7s %7s %8s %8s %9s %10s %8s %12s %12s %9s %7s\n' model params mem_s nvme_s io_s ratio opt_mem_s \
+	opt_nvme_s read_MB written_MB '/24P' read_GBps write_GBps io_busy_s io_eff
 for model in "$@"; do
 	name=$(basename "$model" .json)
 	python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); m["seq_length"]=int(sys.argv[3]); json.dump(m,open(sys.argv[2],"w"))' \
@@ -95,23 +100,24 @@ rows = [dict(kv.split(": ") for kv in l.split(" | ")[1:]) for l in err.splitline
 n = len(rows)
 avg = lambda k: sum(float(r[k]) for r in rows) / n
 R, W = avg("read_MB") * 1e6, avg("written_MB") * 1e6
-rb, wb = avg("read_busy_ms") / 1e3, avg("write_busy_ms") / 1e3
+rb, wb, ib = avg("read_busy_ms") / 1e3, avg("write_busy_ms") / 1e3, avg("io_busy_ms") / 1e3
 t_mem, t_nv = lat("mem"), lat("nvme")
 t_io = R / (rbw * GB) + W / (wbw * GB)
 bound = max(t_mem, t_io)
 r_gbps, w_gbps = R / rb / GB, W / wb / GB
 print(f"{name:<10} {P:>11} {t_mem:8.2f} {t_nv:8.2f} {t_io:7.2f} {t_nv / bound:6.2f}x {opt('mem'):8.2f} {opt('nvme'):9.2f} "
       f"{R / 1e6:9.1f} {W / 1e6:10.1f} {(R + W) / (24 * P):7.4f}x {r_gbps:5.2f} ({100 * r_gbps / rbw:3.0f}%) "
-      f"{w_gbps:5.2f} ({100 * w_gbps / wbw:3.0f}%)")
+      f"{w_gbps:5.2f} ({100 * w_gbps / wbw:3.0f}%) {ib:9.2f} {100 * t_io / ib:6.0f}%")
 print(f"#   {name}: step {t_nv:.2f} s offloaded, {t_mem:.2f} s in memory (compute), {t_io:.2f} s of I/O at the tuned "
       f"bandwidth: {t_nv / bound:.2f} x max(compute, I/O) (target <= 1.2: {'met' if t_nv <= 1.2 * bound else 'missed'}); "
-      f"reads at {100 * r_gbps / rbw:.0f}% and writes at {100 * w_gbps / wbw:.0f}% of the tuned GB/s while in flight "
-      f"(target >= 80%: {'met' if r_gbps >= 0.8 * rbw and w_gbps >= 0.8 * wbw else 'missed'}); blocked on I/O "
-      f"{avg('wait_ms'):.0f} ms per step")
+      f"the step's I/O in flight {ib:.2f} s for {t_io:.2f} s at the tuned GB/s: {100 * t_io / ib:.0f}% of the tuned "
+      f"bandwidth (target >= 80%: {'met' if t_io >= 0.8 * ib else 'missed'}); reads alone at {100 * r_gbps / rbw:.0f}% "
+      f"and writes at {100 * w_gbps / wbw:.0f}% while each were in flight; blocked on I/O {avg('wait_ms'):.0f} ms per step")
 EOF
 done
 echo "# columns: mem_s / nvme_s step seconds in memory / offloaded (steps 2..$steps), io_s the swap bytes at the tuned GB/s,"
 echo "#   ratio nvme_s / max(mem_s, io_s), opt_*_s the optimizer step's seconds (where the swap I/O happens),"
 echo "#   read/written MB per step and their sum over the analytic 24 bytes x parameters"
 echo "#   (fp32 master, exp_avg, exp_avg_sq, read and written; above 1 by the 2048-element alignment of each segment),"
-echo "#   GB/s = 2^30 bytes/s while reads (writes) were in flight, and their share of ds-nvme-tune's best on $dir"
+echo "#   GB/s = 2^30 bytes/s while reads (writes) were in flight, and their share of ds-nvme-tune's best on $dir,"
+echo "#   io_busy_s the seconds some read or write was in flight, io_eff = io_s / io_busy_s (the step's I/O against the tuned rates)"

@@ -353,6 +353,7 @@ struct loop {
 	double swap_read, swap_written;   /* ZeRO-Infinity: swap file bytes in the interval */
 	double swap_wait, step_s;         /* ... seconds blocked on them, and the steps' wall time */
 	double swap_rbusy, swap_wbusy;    /* ... seconds reads, writes were in flight */
+	double swap_iobusy;               /* ... seconds some read or write was */
 };
 
 /* Config, data, engine, checkpoint, monitors and the model's flops per
@@ -550,6 +551,7 @@ static int record_step(struct run *r, struct loop *lp, const struct ds_engine_st
 	lp->swap_wait += step->t_swap_wait;
 	lp->swap_rbusy += step->t_swap_read_busy;
 	lp->swap_wbusy += step->t_swap_write_busy;
+	lp->swap_iobusy += step->t_swap_io_busy;
 	lp->step_s += dt;
 	if (r->mon) {
 		/* DeepSpeed logs the lr after the step: the next step's value */
@@ -634,12 +636,13 @@ static void show_step(struct run *r, struct loop *lp, const struct ds_engine_ste
 			 * (writes) were in flight: the device's rate while it worked */
 			ds_log_info("nvme swap per step (rank 0) | read_MB: %.3f | written_MB: %.3f | wait_ms: %.2f | "
 				    "step_ms: %.2f | read_busy_ms: %.2f | write_busy_ms: %.2f | read_GBps: %.3f | "
-				    "write_GBps: %.3f", lp->swap_read / n / 1e6, lp->swap_written / n / 1e6,
+				    "write_GBps: %.3f | io_busy_ms: %.2f", lp->swap_read / n / 1e6, lp->swap_written / n / 1e6,
 				    lp->swap_wait / n * 1e3, lp->step_s / n * 1e3, lp->swap_rbusy / n * 1e3,
 				    lp->swap_wbusy / n * 1e3, lp->swap_rbusy > 0 ? lp->swap_read / lp->swap_rbusy / 1073741824.0 : 0.0,
-				    lp->swap_wbusy > 0 ? lp->swap_written / lp->swap_wbusy / 1073741824.0 : 0.0);
+				    lp->swap_wbusy > 0 ? lp->swap_written / lp->swap_wbusy / 1073741824.0 : 0.0,
+				    lp->swap_iobusy / n * 1e3);
 		}
-		lp->swap_read = lp->swap_written = lp->swap_wait = lp->step_s = lp->swap_rbusy = lp->swap_wbusy = 0;
+		lp->swap_read = lp->swap_written = lp->swap_wait = lp->step_s = lp->swap_rbusy = lp->swap_wbusy = lp->swap_iobusy = 0;
 		lp->t_int = ds_now();
 		lp->int_steps = 0;
 		lp->int_bwd = 0;

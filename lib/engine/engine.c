@@ -1827,6 +1827,7 @@ static void swap_stats(struct ds_engine *e, struct ds_engine_step *res)
 	res->t_swap_wait = st.wait_s;
 	res->t_swap_read_busy = st.busy_read_s;
 	res->t_swap_write_busy = st.busy_write_s;
+	res->t_swap_io_busy = st.busy_io_s;
 }
 
 int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, struct ds_engine_step *res,

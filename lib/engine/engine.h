@@ -201,6 +201,7 @@ struct ds_engine_step {
 	uint64_t swap_read, swap_written;
 	double t_swap_wait;
 	double t_swap_read_busy, t_swap_write_busy;  /* seconds reads (writes) were in flight */
+	double t_swap_io_busy;  /* seconds some read or write was: the swap I/O's share of the step */
 };
 
 struct ds_engine;

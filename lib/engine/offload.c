@@ -164,6 +164,9 @@ struct ds_offload {
 	int64_t *off;        /* each range's first element in the update space */
 	struct ds_swap *osw; /* master and states (offload_optimizer.nvme_path) */
 	struct ds_swap *psw; /* 16-bit parameters (offload_param.nvme_path) */
+	/* some read, some write, some read or write of either set in flight */
+	struct ds_aio_busy busy[3];
+	int busy_init;
 	int f_master, f_st[DS_OPTIM_MAX_STATES], f_p16;
 	float **pool;        /* opt_buffer_count buffers of S elements */
 	int npool;
@@ -199,6 +202,8 @@ void ds_offload_destroy(struct ds_offload *f)
 		return;
 	ds_swap_destroy(f->osw);
 	ds_swap_destroy(f->psw);
+	for (int i = 0; i < f->busy_init; i++)
+		pthread_mutex_destroy(&f->busy[i].mu);
 	for (int i = 0; f->pool && i < f->npool; i++)
 		ds_free(f->pool[i]);
 	free(f->pool);
@@ -365,6 +370,11 @@ int ds_offload_create(struct ds_offload **out, const struct ds_engine_opts *o, c
 	}
 	if ((rc = ds_offload_plan(o, nseg, un, ps, &f->pl, err)) < 0)
 		goto fail;
+	for (; f->busy_init < 3; f->busy_init++)
+		if (pthread_mutex_init(&f->busy[f->busy_init].mu, NULL) != 0) {
+			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
+			goto fail;
+		}
 	f->c = o->offload;
 	f->half = o->half;
 	f->type = o->optim.type;
@@ -387,7 +397,8 @@ int ds_offload_create(struct ds_offload **out, const struct ds_engine_opts *o, c
 		names[0] = "momentum_buffer";
 	if (f->pl.has_master || f->ns > 0) {
 		struct ds_swap_opts so = { .dir = f->c.opt_path, .key = OPT_KEY ".nvme_path", .rank = rank,
-					   .aio = f->c.aio };
+					   .aio = f->c.aio, .busy_read = &f->busy[0],
+					   .busy_write = &f->busy[1], .busy_io = &f->busy[2] };
 		if ((rc = ds_swap_create(&f->osw, &so, err)) < 0)
 			goto fail;
 		if (f->pl.has_master &&
@@ -400,7 +411,8 @@ int ds_offload_create(struct ds_offload **out, const struct ds_engine_opts *o, c
 	}
 	if (f->pl.has_p16) {
 		struct ds_swap_opts so = { .dir = f->c.param_path, .key = PAR_KEY ".nvme_path", .rank = rank,
-					   .aio = f->c.aio };
+					   .aio = f->c.aio, .busy_read = &f->busy[0],
+					   .busy_write = &f->busy[1], .busy_io = &f->busy[2] };
 		if ((rc = ds_swap_create(&f->psw, &so, err)) < 0 ||
 		    (rc = add_file(f->psw, "param16", (uint64_t)f->pl.U * 2, &f->f_p16, err)) < 0)
 			goto fail;
@@ -782,5 +794,12 @@ void ds_offload_take_stats(struct ds_offload *f, struct ds_offload_stats *st)
 		st->wait_s += a.wait_read_s + a.wait_write_s;
 		st->busy_read_s += a.busy_read_s;
 		st->busy_write_s += a.busy_write_s;
+	}
+	/* both sets on one device: their reads (writes) overlap, so the union,
+	 * not the sum of the sets' */
+	if (f->busy_init == 3) {
+		st->busy_read_s = ds_aio_busy_group_seconds(&f->busy[0]);
+		st->busy_write_s = ds_aio_busy_group_seconds(&f->busy[1]);
+		st->busy_io_s = ds_aio_busy_group_seconds(&f->busy[2]);
 	}
 }

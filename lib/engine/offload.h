@@ -121,6 +121,7 @@ struct ds_offload_stats {
 	uint64_t bytes_read, bytes_written;
 	double wait_s;  /* blocked on reads and writes */
 	double busy_read_s, busy_write_s;  /* some read (write) in flight: the device at work */
+	double busy_io_s;  /* some read or write in flight: the device at work for the step */
 };
 void ds_offload_take_stats(struct ds_offload *f, struct ds_offload_stats *st);
 const struct ds_offload_plan *ds_offload_get_plan(const struct ds_offload *f);

@@ -225,7 +225,33 @@ struct ds_aio {
 	int nw;
 	struct ds_aio_worker *w;
 	double busy_t0, busy_s;  /* since when / for how long some operation was not yet complete */
+	struct ds_aio_busy *grp[DS_AIO_BUSY_MAX]; /* counted with other handles too */
+	int ngrp;
 };
+
+/* h turns busy (idle): so does each of its groups when no other handle of
+ * it was (is) */
+static void grp_enter(struct ds_aio *h)
+{
+	for (int i = 0; i < h->ngrp; i++) {
+		struct ds_aio_busy *g = h->grp[i];
+		pthread_mutex_lock(&g->mu);
+		if (g->nbusy++ == 0)
+			g->t0 = ds_now();
+		pthread_mutex_unlock(&g->mu);
+	}
+}
+
+static void grp_leave(struct ds_aio *h)
+{
+	for (int i = 0; i < h->ngrp; i++) {
+		struct ds_aio_busy *g = h->grp[i];
+		pthread_mutex_lock(&g->mu);
+		if (--g->nbusy == 0)
+			g->s += ds_now() - g->t0;
+		pthread_mutex_unlock(&g->mu);
+	}
+}
 
 static void op_free(struct ds_aio_op *op)
 {
@@ -270,8 +296,10 @@ static void *worker_main(void *arg)
 			op->err = e;
 		}
 		if (--op->pending == 0) {
-			if (++h->ncompleted == h->nq)
+			if (++h->ncompleted == h->nq) {
 				h->busy_s += ds_now() - h->busy_t0;
+				grp_leave(h);
+			}
 			pthread_cond_broadcast(&h->done);
 		}
 	}
@@ -343,6 +371,8 @@ void ds_aio_destroy(struct ds_aio *h)
 			ds_aio_lat_release(&h->w[i].lat);
 		}
 	}
+	if (h->ncompleted < h->nq)  /* left busy: the group counts it no more */
+		grp_leave(h);
 	for (size_t i = 0; i < h->nq; i++)
 		op_free(h->q[i]);
 	free(h->q);
@@ -447,8 +477,10 @@ static int submit(struct ds_aio *h, int write, void *buf, uint64_t nbytes, const
 		h->q = q;
 		h->capq = cap;
 	}
-	if (h->ncompleted == h->nq)  /* the handle was idle: busy from now */
+	if (h->ncompleted == h->nq) {  /* the handle was idle: busy from now */
 		h->busy_t0 = ds_now();
+		grp_enter(h);
+	}
 	h->q[h->nq++] = op;
 	pthread_cond_broadcast(&h->work);
 	pthread_mutex_unlock(&h->mu);
@@ -524,6 +556,29 @@ double ds_aio_busy_seconds(struct ds_aio *h)
 		b += ds_now() - h->busy_t0, h->busy_t0 = ds_now();
 	h->busy_s = 0;
 	pthread_mutex_unlock(&h->mu);
+	return b;
+}
+
+int ds_aio_add_busy_group(struct ds_aio *h, struct ds_aio_busy *g)
+{
+	pthread_mutex_lock(&h->mu);
+	if (h->ngrp == DS_AIO_BUSY_MAX || h->ncompleted < h->nq) {
+		pthread_mutex_unlock(&h->mu);
+		return -1;
+	}
+	h->grp[h->ngrp++] = g;
+	pthread_mutex_unlock(&h->mu);
+	return 0;
+}
+
+double ds_aio_busy_group_seconds(struct ds_aio_busy *g)
+{
+	pthread_mutex_lock(&g->mu);
+	double b = g->s;
+	if (g->nbusy > 0)
+		b += ds_now() - g->t0, g->t0 = ds_now();
+	g->s = 0;
+	pthread_mutex_unlock(&g->mu);
 	return b;
 }
 

@@ -16,6 +16,7 @@
 #ifndef DS_IO_AIO_H
 #define DS_IO_AIO_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -126,6 +127,26 @@ const char *ds_aio_get_engine(const struct ds_aio *h); /* borrowed, static */
  * moved over it is the handle's effective bandwidth, whatever the caller
  * did between its waits. */
 double ds_aio_busy_seconds(struct ds_aio *h);
+
+/* A busy group: handles whose in-flight time is also counted as one, the
+ * seconds during which some operation of any of them was not yet complete.
+ * Reads and writes on one device share it, so each handle's own rate is
+ * lower while the other works; bytes moved over the group's seconds is the
+ * device's rate for all of them together.  Initialise with
+ * DS_AIO_BUSY_INIT (or pthread_mutex_init on mu and zeros); a handle joins
+ * up to DS_AIO_BUSY_MAX groups with ds_aio_add_busy_group while it is idle
+ * (-1 otherwise), and its operations count until the handle is
+ * destroyed. */
+struct ds_aio_busy {
+	pthread_mutex_t mu;
+	int nbusy;      /* handles of the group with an operation in flight */
+	double t0, s;   /* since when / for how long nbusy > 0 */
+};
+#define DS_AIO_BUSY_INIT { PTHREAD_MUTEX_INITIALIZER, 0, 0.0, 0.0 }
+#define DS_AIO_BUSY_MAX 2
+int ds_aio_add_busy_group(struct ds_aio *h, struct ds_aio_busy *g);
+/* The group's busy seconds since the last call, and reset. */
+double ds_aio_busy_group_seconds(struct ds_aio_busy *g);
 
 /* Per-request latencies (submission to completion), in microseconds. */
 struct ds_aio_lat {

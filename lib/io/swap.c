@@ -115,6 +115,11 @@ int ds_swap_create(struct ds_swap **out, const struct ds_swap_opts *o, struct ds
 		ds_err_prefix(err, "aio: ");
 		goto fail;
 	}
+	struct ds_aio_busy *gr[2][2] = { { o->busy_read, o->busy_io }, { o->busy_write, o->busy_io } };
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			if (gr[i][j])
+				ds_aio_add_busy_group(i ? s->wr : s->rd, gr[i][j]); /* idle and new: cannot fail */
 	*out = s;
 	return 0;
 fail:

@@ -30,6 +30,9 @@ struct ds_swap_opts {
 	const char *key;        /* the config key that named dir, for messages */
 	int rank;               /* in the directory's name */
 	struct ds_aio_opts aio; /* the config's "aio" section (engine NULL: aio when built, else posix) */
+	/* busy groups (ds_aio_add_busy_group) the read handle, the write
+	 * handle, and both join; each may be NULL */
+	struct ds_aio_busy *busy_read, *busy_write, *busy_io;
 };
 
 struct ds_swap;

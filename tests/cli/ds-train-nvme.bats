@@ -35,6 +35,17 @@ OPT='"offload_optimizer": {"device": "nvme", "nvme_path": "nv", "buffer_count": 
 PAR='"offload_param": {"device": "nvme", "nvme_path": "nv", "max_in_cpu": 0}'
 loss_csv() { echo "$1/run/Train_Samples_train_loss.csv"; }
 
+# io_busy_between TEXT: in each swap line, the time some read or write was
+# in flight is at least the reads' or the writes' alone and at most both
+# (the lines round to 0.01 ms)
+io_busy_between() {
+	grep '^nvme swap per step' <<<"$1" | awk -F' [|] ' '{
+		for (i = 2; i <= NF; i++) { split($i, kv, ": "); v[kv[1]] = kv[2] + 0 }
+		r = v["read_busy_ms"]; w = v["write_busy_ms"]; b = v["io_busy_ms"]; n++
+		if (!(b > 0 && b >= (r > w ? r : w) - 0.01 && b <= r + w + 0.01)) { print "read " r ", write " w ", io " b; bad = 1 }
+	} END { exit bad || !n }'
+}
+
 # same_bits STAGE PREC MEMBERS: in memory and offloaded, 4 steps, the same CSV
 same_bits() {
 	cfg a.json "$1" "$2" A
@@ -42,6 +53,7 @@ same_bits() {
 	run -0 --separate-stderr ds-train --deepspeed_config a.json --model "$MODEL" --train-iters 4
 	run -0 --separate-stderr ds-train --deepspeed_config b.json --model "$MODEL" --train-iters 4
 	[[ "$stderr" == *"nvme swap per step (rank 0) | read_MB: "* ]] || fail "no swap line: $stderr"
+	io_busy_between "$stderr" || fail "stage $1 $2: io_busy_ms not between the longer of read_busy_ms and write_busy_ms and their sum"
 	[ "$(wc -l <"$(loss_csv B)")" -eq 5 ] || fail "$(cat "$(loss_csv B)")"
 	cmp "$(loss_csv A)" "$(loss_csv B)" || fail "stage $1 $2: $(paste -d' ' "$(loss_csv A)" "$(loss_csv B)")"
 	rm -rf A B

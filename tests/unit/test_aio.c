@@ -8,6 +8,7 @@
 #include "unit.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,6 +464,66 @@ static void test_null_engine(void **state)
 	ds_free(buf);
 }
 
+/* A busy group counts the union of its handles' in-flight time: one after
+ * the other, the sum of theirs; at once, no less than the longer and no
+ * more than the sum; read again at once, nothing. */
+static void test_busy_group(void **state)
+{
+	(void)state;
+	const size_t n = 8u << 20;
+	struct ds_aio_opts o = DS_AIO_OPTS_INIT;
+	struct ds_aio_busy g = DS_AIO_BUSY_INIT;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_aio *h[2];
+	unsigned char *b[2];
+	char path[2][300];
+
+	o.engine = "posix";
+	o.buffered = 1;
+	o.block_size = 1u << 16;
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ds_aio_create(&h[i], &o, &err), 0);
+		assert_int_equal(ds_aio_add_busy_group(h[i], &g), 0);
+		b[i] = ds_alloc_aligned(n, DS_AIO_ALIGN);
+		fill(b[i], n, 7u + (unsigned)i);
+		snprintf(path[i], sizeof(path[i]), "%s/busy.%d", dir, i);
+	}
+	/* one after the other */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ds_aio_async_pwrite(h[i], b[i], n, path[i], 0, &err), 0);
+		assert_int_equal(ds_aio_wait(h[i], &err), 1);
+	}
+	double b0 = ds_aio_busy_seconds(h[0]), b1 = ds_aio_busy_seconds(h[1]), u = ds_aio_busy_group_seconds(&g);
+	assert_true(b0 > 0 && b1 > 0);
+	if (!(fabs(u - (b0 + b1)) <= 1e-3 * (b0 + b1) + 1e-5))
+		fail_msg("sequential: group %.6f s, handles %.6f + %.6f s", u, b0, b1);
+	assert_true(ds_aio_busy_group_seconds(&g) < 1e-3);
+	/* at once: several operations each, both handles queued before either waits */
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(ds_aio_async_pread(h[i], b[i], n, path[i], 0, &err), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ds_aio_wait(h[i], &err), 4);
+	b0 = ds_aio_busy_seconds(h[0]), b1 = ds_aio_busy_seconds(h[1]), u = ds_aio_busy_group_seconds(&g);
+	if (!(u >= fmax(b0, b1) - 1e-5 && u <= b0 + b1 + 1e-5))
+		fail_msg("together: group %.6f s, handles %.6f and %.6f s", u, b0, b1);
+	/* a handle joins no group while busy, nor more than DS_AIO_BUSY_MAX;
+	 * one left busy when destroyed leaves its groups idle */
+	struct ds_aio_busy g2 = DS_AIO_BUSY_INIT, g3 = DS_AIO_BUSY_INIT;
+	assert_int_equal(ds_aio_async_pwrite(h[0], b[0], n, path[0], 0, &err), 0);
+	assert_int_equal(ds_aio_add_busy_group(h[0], &g2), -1);
+	assert_int_equal(ds_aio_wait(h[0], &err), 1);
+	assert_int_equal(ds_aio_add_busy_group(h[0], &g2), 0);
+	assert_int_equal(ds_aio_add_busy_group(h[0], &g3), -1);
+	assert_int_equal(ds_aio_async_pwrite(h[0], b[0], n, path[0], 0, &err), 0);
+	ds_aio_destroy(h[0]);
+	assert_int_equal(g.nbusy, 0);
+	assert_int_equal(g2.nbusy, 0);
+	ds_aio_destroy(h[1]);
+	for (int i = 0; i < 2; i++)
+		ds_free(b[i]);
+}
+
 /* Nearest-rank quantiles of 1..100 us, fed in shuffled order. */
 static void test_latency_quantiles(void **state)
 {
@@ -495,6 +556,7 @@ int main(void)
 		cmocka_unit_test(test_no_odirect_injection),
 		cmocka_unit_test(test_null_engine),
 		cmocka_unit_test(test_latency_quantiles),
+		cmocka_unit_test(test_busy_group),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
