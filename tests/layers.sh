@@ -13,13 +13,14 @@ lib/config: util
 lib/comm: util cpu
 kernels: util cpu common cuda
 lib/app: util
-lib/model: util config cpu common
+lib/compute: util app cpu common cuda
+lib/model: util config cpu common compute
 lib/optim: util cpu common
-lib/engine: util config comm cpu common model optim io
+lib/engine: util config comm cpu common compute model optim io
 lib/io: util config comm
 lib/monitor: util config comm
 lib/tune: util config
-lib/driver: util config comm cpu common app model optim engine io monitor tune
+lib/driver: util config comm cpu common app compute model optim engine io monitor tune
 '
 
 n=$(printf '%s\n' "$rules" | grep -c :)

@@ -1,25 +1,23 @@
-/* gpt.c - GPT forward and backward on CPU over one flat buffer (gpt.h).
+/* gpt.c - GPT forward and backward over one flat buffer (gpt.h).
  *
- * Matrix products go through gemm(): cblas_sgemm (the OpenMP OpenBLAS, one
- * thread pool with our loops; never called inside a parallel region), or in
- * bf16 runs bf16 products (kernels/cpu/gemm_bf16: oneDNN on AMX or
- * AVX512_BF16, or dstk's AVX512_BF16 kernel); everything else is in
- * kernels/cpu.  Shapes follow llm.c: B batch, T time, C channels,
+ * Matrix products go through gemm() to the backend's gemm (on cpu
+ * cblas_sgemm, or in bf16 runs bf16 products: oneDNN on AMX or
+ * AVX512_BF16, or dstk's AVX512_BF16 kernel); the kernels are the
+ * backend's too.  Shapes follow llm.c: B batch, T time, C channels,
  * NH heads, hs head size, F MLP width, F2 c_fc width (F or 2F), V vocabulary,
  * Vp padded vocabulary, L layers, N = B*T.  Mixed precision rounds
  * activations to 16 bits in place and stores the saved ones in 16 bits
- * (gpt.h); non-goal: CUDA.
+ * (gpt.h).  Every tensor operation goes through the model's compute
+ * backend (compute.h, cpu unless ds_gpt_set_compute chose another).
  */
 #include "model/gpt.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/gemm_bf16.h"
-#include "cpu/gpt_kernels.h"
+#include "compute/compute.h"
 #include "model/moe.h"
 #include "util/half.h"
 #include "util/mem.h"
@@ -47,6 +45,7 @@ struct ds_gpt {
 	int nseg_, head_seg;              /* head_seg: L+2 untied, 0 tied */
 	struct layer_ix *li;
 	int ep, ep_rank, nmoe;            /* expert parallelism; MoE layers */
+	const struct ds_compute_ops *ops; /* the compute backend (compute.h), cpu unless set */
 };
 
 /* activations of one layer */
@@ -70,6 +69,7 @@ struct hacts {
 };
 
 struct ds_gpt_ws {
+	const struct ds_compute_ops *ops; /* the model's backend when this was made */
 	int Bmax, Tmax, ckpt, Vp;
 	enum ds_half_kind half;       /* round activations to this format */
 	int mm;                       /* enum ds_bf16_mode of bf16 runs' products (gemm), -1: sgemm */
@@ -151,6 +151,7 @@ static int create_par(struct ds_gpt **out, const struct ds_model_config *cfg, in
 	if (!m)
 		return ds_err_set(err, DS_ENOMEM, "model: out of memory");
 	m->cfg = *cfg;
+	m->ops = &ds_compute_cpu;
 	struct ds_model_config *c = &m->cfg;
 	if (c->family != DS_FAMILY_GPT) {
 		free(m);
@@ -249,6 +250,8 @@ void ds_gpt_destroy(struct ds_gpt *m)
 }
 
 const struct ds_model_config *ds_gpt_config(const struct ds_gpt *m) { return &m->cfg; }
+void ds_gpt_set_compute(struct ds_gpt *m, const struct ds_compute_ops *ops) { m->ops = ops ? ops : &ds_compute_cpu; }
+const struct ds_compute_ops *ds_gpt_compute(const struct ds_gpt *m) { return m->ops; }
 const struct ds_gpt_registry *ds_gpt_registry(const struct ds_gpt *m) { return &m->reg; }
 int64_t ds_gpt_num_params(const struct ds_gpt *m) { return m->reg.numel; }
 int ds_gpt_num_tensors(const struct ds_gpt *m) { return m->reg.nt; }
@@ -490,6 +493,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	struct ds_gpt_ws *ws = calloc(1, sizeof(*ws) + 2 * (size_t)nseg * sizeof(float *));
 	if (!ws)
 		return ds_err_set(err, DS_ENOMEM, "model workspace: out of memory");
+	ws->ops = m->ops;
 	ws->Bmax = o->B;
 	ws->Tmax = o->T;
 	ws->Vp = m->Vp;
@@ -499,7 +503,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->mm = -1;
 	if (ws->half == DS_HALF_BF16) {
 		char why[200];
-		if (ds_gemm_bf16_mode_check(o->bf16_matmul, why, sizeof why)) {
+		if (m->ops->mm_check(o->bf16_matmul, why, sizeof why)) {
 			free(ws);
 			return ds_err_set(err, DS_ENOTSUP, "model workspace: %s", why);
 		}
@@ -534,7 +538,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	dims_of(&d, &m->cfg, m->tp, pt, ws->pa, o->B, o->T, ws->ckpt, ws->half);
 	size_t saved;
 	ws->bytes = layout(&d, NULL, NULL, &saved);
-	ws->mem = ds_alloc(ws->bytes);
+	ws->mem = ws->ops->alloc(ws->bytes);
 	if (!ws->la || !ws->gs || !ws->mem || (hp && !ws->ckpt && !ws->ha)) {
 		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for %zu bytes of activations", ws->bytes);
 		ds_gpt_ws_destroy(ws);
@@ -548,6 +552,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 			ds_gpt_ws_destroy(ws);
 			return rc;
 		}
+		ds_moe_ws_set_compute(ws->moe, ws->ops);
 		ws->bytes += ds_moe_ws_bytes(ws->moe);
 	}
 	ws->xw[0] = ws->dA;
@@ -575,7 +580,8 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 {
 	if (!ws)
 		return;
-	ds_free(ws->mem);
+	if (ws->mem)
+		ws->ops->free(ws->mem);
 	ds_moe_ws_destroy(ws->moe);
 	free(ws->la);
 	free(ws->ha);
@@ -590,9 +596,9 @@ void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst)
 {
 	const size_t cnt = (size_t)ws->B * (size_t)ws->T * (size_t)ws->Vp;
 	if (ws->logits)
-		memcpy(dst, ws->logits, cnt * sizeof(float));
+		ws->ops->to_host(dst, ws->logits, cnt * sizeof(float));
 	else
-		ds_half_unpack_n(ws->half, dst, ws->logits16, cnt);
+		ws->ops->half_unpack(ws->half, dst, ws->logits16, cnt);
 }
 
 int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws, char *buf, size_t n)
@@ -603,7 +609,7 @@ int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws, char *buf, size_t n)
 	}
 	const int mode = ws->mm < 0 ? DS_BF16_MM_FP32 : ws->mm;
 	char plan[448];
-	int rc = ds_gemm_bf16_plan(mode, plan, sizeof plan);
+	int rc = ws->ops->mm_plan(mode, plan, sizeof plan);
 	snprintf(buf, n, "%s (dstk.bf16_matmul \"%s\")", plan, ds_bf16_mode_name(mode));
 	return rc;
 }
@@ -620,7 +626,7 @@ void ds_gpt_ws_set_hooks(struct ds_gpt_ws *ws, const struct ds_gpt_hooks *h)
 static void rnd(const struct ds_gpt_ws *ws, float *x, int64_t n)
 {
 	if (ws->half != DS_HALF_NONE)
-		ds_half_round_n(ws->half, x, (size_t)n);
+		ws->ops->half_round(ws->half, x, (size_t)n);
 }
 
 /* per-segment parameter and gradient base pointers live after the struct */
@@ -708,9 +714,9 @@ static void res_store(struct ds_gpt_ws *ws, int li, const float *x, int64_t NC)
 	const int64_t n = res_len(ws, li, NC), o = res_off(ws, li, NC);
 	const float *src = x + (n < NC ? (int64_t)ws->tp_rank * n : 0);
 	if (ws->half != DS_HALF_NONE)
-		ds_half_pack_n(ws->half, ws->resid16 + o, src, (size_t)n);
+		ws->ops->half_pack(ws->half, ws->resid16 + o, src, (size_t)n);
 	else
-		memcpy(ws->resid + o, src, (size_t)n * sizeof(float));
+		ws->ops->copy(ws->resid + o, src, (size_t)n * sizeof(float));
 }
 
 /* entry li as fp32 (N,C) into *x: in place, or gathered/unpacked into lnf */
@@ -724,9 +730,9 @@ static int res_load(struct ds_gpt_ws *ws, int li, int64_t NC, float **x, struct 
 	*x = ws->lnf;
 	if (n == NC) {
 		if (ws->half != DS_HALF_NONE)
-			ds_half_unpack_n(ws->half, ws->lnf, ws->resid16 + o, (size_t)NC);
+			ws->ops->half_unpack(ws->half, ws->lnf, ws->resid16 + o, (size_t)NC);
 		else
-			memcpy(ws->lnf, ws->resid + o, (size_t)NC * sizeof(float));
+			ws->ops->copy(ws->lnf, ws->resid + o, (size_t)NC * sizeof(float));
 		return 0;
 	}
 	if (!ws->has_hooks || !ws->hooks.tp_allgather)
@@ -737,7 +743,7 @@ static int res_load(struct ds_gpt_ws *ws, int li, int64_t NC, float **x, struct 
 	if (rc < 0)
 		return ds_err_set(err, rc, "model: gathering the partitioned input of layer %d failed", ws->l0 + li);
 	if (h)
-		ds_half_unpack_n(ws->half, ws->lnf, ws->g16, (size_t)NC);
+		ws->ops->half_unpack(ws->half, ws->lnf, ws->g16, (size_t)NC);
 	return 0;
 }
 
@@ -773,9 +779,9 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 		if (!v[i].n)
 			continue;
 		if (dir)
-			ds_half_unpack_n(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
+			ws->ops->half_unpack(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
 		else
-			ds_half_pack_n(ws->half, v[i].p, v[i].f, (size_t)v[i].n);
+			ws->ops->half_pack(ws->half, v[i].p, v[i].f, (size_t)v[i].n);
 	}
 }
 
@@ -797,97 +803,78 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
 		return;
 	const struct ds_rng *g = streams(ws, B, layer, site);
 	for (int b = 0; b < B; b++)
-		ds_kernel_dropout(x + (int64_t)b * T * C, (int64_t)T * C, &g[b], p);
+		ws->ops->dropout(x + (int64_t)b * T * C, (int64_t)T * C, &g[b], p);
 }
 
 /* ---- matmuls ------------------------------------------------------------ */
 
-/* Every matrix product: cblas_sgemm's row-major arguments, or with bt a
- * batch of them (attention's per-(b, head) products, gemm_bf16.h).
- * A bf16 workspace (ws->mm >= 0) runs the implementation
- * ds_gemm_bf16_pick chooses for the shape: it rounds A and B to bf16 and
- * accumulates in fp32, as a GPU's bf16 GEMM does; the inputs are bf16
- * values already (rounded activations and gradients, the bf16 parameter
- * copy) but for dropout-scaled attention probabilities, so mostly only the
- * accumulation order changes.  The choice depends on the shape, the CPU
- * and the build only, so a run repeats its results.  Anything else is
- * cblas_sgemm. */
-static void gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *bt, enum CBLAS_TRANSPOSE ta,
-		    enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		    int ldb, float beta, float *C, int ldc)
+/* Every matrix product: cblas_sgemm's row-major arguments (NOTR/TRANS),
+ * or with bt a batch of them (attention's per-(b, head) products,
+ * gemm_bf16.h), through the backend's gemm (compute.h).  A bf16 workspace
+ * (ws->mm >= 0) lets the backend round A and B to bf16 and accumulate in
+ * fp32 as a GPU's bf16 GEMM does; the inputs are bf16 values already
+ * (rounded activations and gradients, the bf16 parameter copy) but for
+ * dropout-scaled attention probabilities, so mostly only the accumulation
+ * order changes. */
+enum { NOTR = 0, TRANS = 1 };
+
+static void gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
+		    int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	const int t1 = ta == CblasTrans, t2 = tb == CblasTrans;
-	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
-	if (!bt)
-		bt = &one;
-	enum ds_bf16_impl im = ws->mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(ws->mm, t1, t2, M, N, K, bt->count);
-	if (im != DS_BF16_SGEMM && (bt->count == 1 ? ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-				    : ds_gemm_bf16_batch(im, bt, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) == 0)
-		return;
-	for (int e = 0; e < bt->count; e++) {
-		const long q = e / bt->inner, r = e % bt->inner;
-		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
-			    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
-	}
+	ws->ops->gemm(ws->mm, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static void gemm(const struct ds_gpt_ws *ws, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
-		 int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+static void gemm(const struct ds_gpt_ws *ws, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+		 int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	gemm_bt(ws, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	ws->ops->gemm(ws->mm, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* gemm() for the head's row chunks against its one weight matrix B: same
  * says B is unchanged since the previous chunk, so its bf16 copy is reused
  * (converting GPT-2's (V, C) embedding per chunk would cost more than the
- * chunk's product).  Every chunk is picked for the first chunk's shape, so
- * the chunks of one product share one implementation and its copy. */
-static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, enum CBLAS_TRANSPOSE ta,
-		    enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-		    int ldb, float beta, float *C, int ldc)
+ * chunk's product).  Every chunk is planned for the first chunk's shape
+ * (M0 rows), so the chunks of one product share one implementation. */
+static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
+		    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	const int t1 = ta == CblasTrans, t2 = tb == CblasTrans;
-	enum ds_bf16_impl im = ws->mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(ws->mm, t1, t2, M0, N, K, 1);
-	if (im != DS_BF16_SGEMM &&
-	    ds_gemm_bf16_keep_b(im, same, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
-		return;
-	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) */
 static void matmul_forward(const struct ds_gpt_ws *ws, float *out, const float *inp, const float *w,
 			   const float *b, int64_t N, int IC, int OC)
 {
-	ds_kernel_bias_fill(out, b, N, OC);
-	gemm(ws, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+	ws->ops->bias_fill(out, b, N, OC);
+	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
 }
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum dout */
 static void matmul_backward(const struct ds_gpt_ws *ws, float *dinp, float *dw, float *db, const float *dout,
 			    const float *inp, const float *w, int64_t N, int IC, int OC)
 {
-	gemm(ws, CblasNoTrans, CblasNoTrans, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
-	gemm(ws, CblasTrans, CblasNoTrans, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+	gemm(ws, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+	gemm(ws, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 	if (db)
-		ds_kernel_bias_backward(db, dout, N, OC);
+		ws->ops->bias_backward(db, dout, N, OC);
 }
 
 static void norm_forward(const struct ds_gpt *m, float *out, float *a, float *b, const float *inp,
 			 const float *w, const float *bias, int64_t N)
 {
 	if (m->cfg.norm == DS_NORM_LAYERNORM)
-		ds_kernel_layernorm_forward(out, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon);
+		m->ops->layernorm_forward(out, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon);
 	else
-		ds_kernel_rmsnorm_forward(out, a, b, inp, w, N, m->C, (float)m->cfg.rms_norm_epsilon);
+		m->ops->rmsnorm_forward(out, a, b, inp, w, N, m->C, (float)m->cfg.rms_norm_epsilon);
 }
 
 static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float *db, const float *dout,
 			  const float *inp, const float *w, const float *a, const float *b, int64_t N)
 {
 	if (m->cfg.norm == DS_NORM_LAYERNORM)
-		ds_kernel_layernorm_backward(dinp, dw, db, dout, inp, w, a, b, N, m->C);
+		m->ops->layernorm_backward(dinp, dw, db, dout, inp, w, a, b, N, m->C);
 	else
-		ds_kernel_rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
+		m->ops->rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
 }
 
 /* ---- causal self-attention --------------------------------------------- */
@@ -907,16 +894,16 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	const int drop = ws->train && pa > 0;
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
 	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
-	gemm_bt(ws, &s, CblasNoTrans, CblasTrans, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
-	ds_kernel_causal_softmax_forward(a->att, B, NH, T);
+	gemm_bt(ws, &s, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
+	ws->ops->causal_softmax_forward(a->att, B, NH, T);
 	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
-		ds_kernel_attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
+		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
 					     DS_GEMM_BF16_A_LOWER };
-	gemm_bt(ws, &y, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
+	gemm_bt(ws, &y, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C). */
@@ -929,24 +916,24 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	if (drop)   /* the dropped probabilities again, from the same keys */
-		ds_kernel_attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
+		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
 	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
-	gemm_bt(ws, &dp, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f, ws->datt,
+	gemm_bt(ws, &dp, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f, ws->datt,
 		T);
 	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
-	gemm_bt(ws, &dv, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
+	gemm_bt(ws, &dv, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 		ws->dqkv + 2 * C, C3);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
-	ds_kernel_causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
+	ws->ops->causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
 					     drop ? streams(ws, B, l + 1, 1) : NULL);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
 	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER };
-	gemm_bt(ws, &dq, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
+	gemm_bt(ws, &dq, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
 	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
-	gemm_bt(ws, &dk, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
+	gemm_bt(ws, &dk, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 }
 
 /* ---- Mixture of Experts (moe.h) ----------------------------------------- */
@@ -993,10 +980,10 @@ static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, co
 		matmul_forward(ws, out, inp, w, b, N, IC, OC);
 		return 0;
 	}
-	gemm(ws, CblasNoTrans, CblasTrans, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
 	DS_TRY(tp_reduce(ws, out, N * OC, DS_GPT_TP_SUM, err));
 	if (b)
-		ds_kernel_bias_add(out, b, N, OC);
+		ws->ops->bias_add(out, b, N, OC);
 	return 0;
 }
 
@@ -1017,7 +1004,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	/* column-parallel: this rank's heads' [q | k | v] */
 	matmul_forward(ws, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq);
 	if (m->rd)
-		ds_kernel_rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
+		ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
 	rnd(ws, a->qkv, 3 * N * Cq);
 	attention_forward(m, ws, a, l, B, T);
 	rnd(ws, a->atty, N * Cq);
@@ -1025,7 +1012,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	float *ab = gptj ? out : a->res2;
 	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, Cq, C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
-	ds_kernel_add_inplace(ab, x, N * C);
+	ws->ops->add_inplace(ab, x, N * C);
 	rnd(ws, ab, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
@@ -1038,16 +1025,16 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	} else {
 		matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
 		rnd(ws, a->fch, N * F2);
-		ds_kernel_act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
+		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
 		rnd(ws, a->fcact, N * F);
 		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	if (gptj) {
-		ds_kernel_add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
+		ws->ops->add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
 	} else {
-		memcpy(out, a->res2, (size_t)(N * C) * sizeof(float));
-		ds_kernel_add_inplace(out, mb, N * C);          /* out = res2 + mlp */
+		ws->ops->copy(out, a->res2, (size_t)(N * C) * sizeof(float));
+		ws->ops->add_inplace(out, mb, N * C);          /* out = res2 + mlp */
 	}
 	rnd(ws, out, N * C);   /* the layer boundary */
 	return 0;
@@ -1075,11 +1062,11 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
 	 * overflows inside the layer where it would there */
 	/* out = h + drop(mlp): dM = drop(dout) */
-	memcpy(ws->dM, dres, nc);
+	ws->ops->copy(ws->dM, dres, nc);
 	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
 	rnd(ws, ws->dM, N * C);
 	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
-		memcpy(ws->dA, dres, nc);
+		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
 		rnd(ws, ws->dA, N * C);
 	}
@@ -1095,7 +1082,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
 				tp(m, P, ix->fcpw), N, F, C);
 		rnd(ws, ws->dfcact, N * F);
-		ds_kernel_act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
+		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
 		rnd(ws, ws->dfch, N * F2);
 		matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
 				tp(m, P, ix->fcw), N, C, F2);
@@ -1107,7 +1094,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		      tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N);
 	rnd(ws, dres, N * C);
 	if (!gptj) {  /* res2 = x + drop(attn): dA = drop(dres2) */
-		memcpy(ws->dA, dres, nc);
+		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
 		rnd(ws, ws->dA, N * C);
 	}
@@ -1117,7 +1104,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	rnd(ws, ws->datty, N * Cq);
 	attention_backward(m, ws, a, l, B, T);
 	if (m->rd)
-		ds_kernel_rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
+		ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
 	rnd(ws, ws->dqkv, 3 * N * Cq);
 	matmul_backward(ws, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
 			tp(m, P, ix->qkvw), N, C, 3 * Cq);
@@ -1132,14 +1119,13 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
  * their gradient in bf16 from the product to the loss and back: each of
  * the three products runs once over the whole batch (no fp32 row chunks,
  * no rounding or packing passes, one pass over the head's gradient).  The
- * implementation, or DS_BF16_SGEMM for the chunked fp32 path (which the
+ * backend's token for gemm16, or 0 for the chunked fp32 path (which the
  * vocabulary-parallel loss of tensor parallelism always takes). */
-static enum ds_bf16_impl head16(const struct ds_gpt_ws *ws, int N, int V, int C)
+static int head16(const struct ds_gpt_ws *ws, int N, int V, int C)
 {
 	if (ws->half != DS_HALF_BF16 || ws->mm < 0 || ws->tp > 1)
-		return DS_BF16_SGEMM;
-	const enum ds_bf16_impl im = ds_gemm_bf16_pick(ws->mm, 0, 1, N, V, C, 1);
-	return im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? im : DS_BF16_SGEMM;
+		return 0;
+	return ws->ops->head16(ws->mm, N, V, C);
 }
 
 /* logits rows [r0, r0+n) into out (n,Vp) = lnf @ head^T, rounded to 16
@@ -1150,7 +1136,7 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 {
 	const int V = m->V, Vp = m->Vp, C = m->C;
 	if (V > 0)
-		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), CblasNoTrans, CblasTrans, (int)n, V,
+		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), NOTR, TRANS, (int)n, V,
 			C, 1.0f, ws->lnf + r0 * C, C, head, C, 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V) {
@@ -1168,7 +1154,7 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 static void vp_first(const struct ds_gpt *m, struct ds_gpt_ws *ws, const float *chunk, const int32_t *targets,
 		     int64_t r0, int64_t n, int64_t N)
 {
-	ds_kernel_xent_vp_max(ws->vp + r0, ws->vp + N + r0, chunk, targets + r0, m->v0, n, m->V, m->Vp);
+	ws->ops->xent_vp_max(ws->vp + r0, ws->vp + N + r0, chunk, targets + r0, m->v0, n, m->V, m->Vp);
 }
 
 /* forward's logits and loss sum (targets may be NULL) of the N rows of lnf */
@@ -1178,16 +1164,16 @@ static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	const int V = m->V, Vp = m->Vp, C = m->C, hp = ws->half != DS_HALF_NONE, vpar = m->tp > 1 && targets;
 	*sum = 0;
 	/* bf16 logits of the whole batch in one product (head16; never with vpar) */
-	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
-	const int whole = h16 != DS_BF16_SGEMM &&
-			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
+	const int h16 = head16(ws, (int)N, V, C);
+	const int whole = h16 &&
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
 					  ws->logits16, Vp) == 0;
 	if (whole)
-		*sum = ds_kernel_xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
+		*sum = ws->ops->xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
 	if (!hp) {
 		head_rows(m, ws, ws->logits, 0, N, head);
 		if (targets && !vpar)
-			*sum = ds_kernel_xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
+			*sum = ws->ops->xent_forward(ws->lse, ws->logits, targets, N, V, Vp);
 		else if (vpar)
 			vp_first(m, ws, ws->logits, targets, 0, N, N);
 	}
@@ -1197,13 +1183,13 @@ static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
 		head_rows(m, ws, ws->hchunk, r0, n, head);
 		if (targets && !vpar) {
-			ds_kernel_xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
+			ws->ops->xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
 			for (int64_t i = 0; i < n; i++)
 				*sum += (double)ws->lse[r0 + i] - (double)ws->hchunk[i * Vp + targets[r0 + i]];
 		} else if (vpar) {
 			vp_first(m, ws, ws->hchunk, targets, r0, n, N);
 		}
-		ds_half_pack_n(ws->half, ws->logits16 + r0 * Vp, ws->hchunk, (size_t)(n * Vp));
+		ws->ops->half_pack(ws->half, ws->logits16 + r0 * Vp, ws->hchunk, (size_t)(n * Vp));
 	}
 	if (!vpar)
 		return 0;
@@ -1213,11 +1199,11 @@ static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	DS_TRY(tp_reduce(ws, mx, N, DS_GPT_TP_MAX, err));
 	DS_TRY(tp_reduce(ws, pred, N, DS_GPT_TP_SUM, err));
 	if (!hp)
-		ds_kernel_xent_vp_sumexp(se, ws->logits, mx, N, V, Vp);
+		ws->ops->xent_vp_sumexp(se, ws->logits, mx, N, V, Vp);
 	for (int64_t r0 = 0; hp && r0 < N; r0 += ws->hrows) {
 		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
-		ds_half_unpack_n(ws->half, ws->hchunk, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
-		ds_kernel_xent_vp_sumexp(se + r0, ws->hchunk, mx + r0, n, V, Vp);
+		ws->ops->half_unpack(ws->half, ws->hchunk, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
+		ws->ops->xent_vp_sumexp(se + r0, ws->hchunk, mx + r0, n, V, Vp);
 	}
 	DS_TRY(tp_reduce(ws, se, N, DS_GPT_TP_SUM, err));
 	for (int64_t i = 0; i < N; i++) {
@@ -1265,7 +1251,7 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	ws->train = train;
 	ws->ckpt_layer = -1;
 	if (pt->embed)
-		memcpy(ws->tok, tokens, (size_t)N * sizeof(int32_t));
+		ws->ops->from_host(ws->tok, tokens, (size_t)N * sizeof(int32_t));
 	float **P = seg_params(ws);
 	const int tied = !m->cfg.no_weight_tying;
 	const int pk = packed(ws);
@@ -1278,19 +1264,19 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
 			: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
 		if (m->tp > 1) {   /* vocabulary-parallel: this rank's rows, summed */
-			ds_kernel_vocab_embed_forward(x0, tokens, tp(m, P, m->wte), m->v0, m->Vp, B, T, C);
+			ws->ops->vocab_embed_forward(x0, tokens, tp(m, P, m->wte), m->v0, m->Vp, B, T, C);
 			DS_TRY(tp_reduce(ws, x0, NC, DS_GPT_TP_SUM, err));
 			if (pos)
-				ds_kernel_pos_add(x0, pos, B, T, C);
+				ws->ops->pos_add(x0, pos, B, T, C);
 		} else {
-			ds_kernel_embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
+			ws->ops->embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
 		}
 		dropout_btc(ws, x0, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
 		rnd(ws, x0, NC);
 		if (!(tied && pt->head))   /* a tied head keeps segment 0 open */
 			DS_TRY(hook_post(ws, 0, DS_GPT_FORWARD, err));
 	} else {
-		memcpy(x0, x_in, (size_t)NC * sizeof(float));
+		ws->ops->copy(x0, x_in, (size_t)NC * sizeof(float));
 	}
 	if (pk)
 		res_store(ws, 0, x0, NC);
@@ -1327,12 +1313,12 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		DS_TRY(hook_post(ws, ns, DS_GPT_FORWARD, err));
 	}
 	if (!pt->head) {   /* a stage's output */
-		memcpy(x_out, pt->norm ? ws->lnf : xf, (size_t)NC * sizeof(float));
+		ws->ops->copy(x_out, pt->norm ? ws->lnf : xf, (size_t)NC * sizeof(float));
 		ws->have_fwd = 1;
 		return 0;
 	}
 	if (!pt->norm)   /* a head-only stage: its input is the normed stream */
-		memcpy(ws->lnf, xf, (size_t)NC * sizeof(float));
+		ws->ops->copy(ws->lnf, xf, (size_t)NC * sizeof(float));
 
 	/* head and loss */
 	const int hs = m->head_seg;
@@ -1343,7 +1329,7 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	DS_TRY(hook_post(ws, hs, DS_GPT_FORWARD, err));
 
 	if (targets) {
-		memcpy(ws->tgt, targets, (size_t)N * sizeof(int32_t));
+		ws->ops->from_host(ws->tgt, targets, (size_t)N * sizeof(int32_t));
 		if (loss)
 			*loss = (float)(sum / (double)N);
 		ws->have_fwd = 1;
@@ -1365,35 +1351,35 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 	const int V = m->V, Vp = m->Vp, C = m->C;
 	const int hp = ws->half != DS_HALF_NONE;
 	const int64_t R = hp ? ws->hrows : N;   /* 16-bit logits: hrows at a time */
-	const enum ds_bf16_impl h16 = head16(ws, (int)N, V, C);
-	if (h16 != DS_BF16_SGEMM)   /* dlogits in bf16, in place */
-		ds_kernel_xent_backward16(ws->logits16, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
-	const int whole = h16 != DS_BF16_SGEMM &&
-			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_A16, 0, 0, (int)N, C, V, 1.0f, ws->logits16, Vp,
+	const int h16 = head16(ws, (int)N, V, C);
+	if (h16)   /* dlogits in bf16, in place */
+		ws->ops->xent_backward16(ws->logits16, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
+	const int whole = h16 &&
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 0, 0, (int)N, C, V, 1.0f, ws->logits16, Vp,
 					  tp(m, P, m->head), C, 0.0f, ws->dln, C) == 0 &&
-			  ds_gemm_bf16_ex(h16, DS_GEMM_BF16_A16, 1, 0, V, C, (int)N, 1.0f, ws->logits16, Vp, ws->lnf, C,
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 1, 0, V, C, (int)N, 1.0f, ws->logits16, Vp, ws->lnf, C,
 					  1.0f, tp(m, G, m->head), C) == 0;
 	for (int64_t r0 = 0; !whole && r0 < N; r0 += R) {
 		const int64_t n = N - r0 < R ? N - r0 : R;
 		float *dl = hp ? ws->hchunk : ws->logits;
 		if (hp)
-			ds_half_unpack_n(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
-		if (h16 == DS_BF16_SGEMM) {
+			ws->ops->half_unpack(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
+		if (!h16) {
 			if (m->tp > 1)
-				ds_kernel_xent_vp_backward(dl, ws->lse + r0, ws->tgt + r0, m->v0, n, V, Vp,
+				ws->ops->xent_vp_backward(dl, ws->lse + r0, ws->tgt + r0, m->v0, n, V, Vp,
 							   scale / (float)N);
 			else
-				ds_kernel_xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
+				ws->ops->xent_backward(dl, ws->lse + r0, ws->tgt + r0, n, V, Vp, scale / (float)N);
 			rnd(ws, dl, n * Vp);   /* dlogits: a scaled fp16 value overflows to inf here */
 		}
 		/* dlnf (n,C) = dlogits[:, :V] @ head[:V]; dhead[:V] += dlogits^T @ lnf */
 		if (V == 0) {
-			memset(ws->dln + r0 * C, 0, (size_t)(n * C) * sizeof(float));
+			ws->ops->zero(ws->dln + r0 * C, (size_t)(n * C) * sizeof(float));
 			continue;
 		}
-		gemm_kb(ws, r0 > 0, (int)R, CblasNoTrans, CblasNoTrans, (int)n, C, V, 1.0f, dl, Vp,
+		gemm_kb(ws, r0 > 0, (int)R, NOTR, NOTR, (int)n, C, V, 1.0f, dl, Vp,
 			tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
-		gemm(ws, CblasTrans, CblasNoTrans, V, C, (int)n, 1.0f, dl, Vp,
+		gemm(ws, TRANS, NOTR, V, C, (int)n, 1.0f, dl, Vp,
 		     ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
 	}
 	/* column-parallel input: the ranks' parts of dlnf summed */
@@ -1427,7 +1413,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 		if (!(tied && pt->embed))   /* a tied head of a whole model: segment 0 closes after the embeddings */
 			DS_TRY(hook_post(ws, hs, DS_GPT_BACKWARD, err));
 	} else if (pt->norm) {
-		memcpy(ws->dln, dy, (size_t)NC * sizeof(float));
+		ws->ops->copy(ws->dln, dy, (size_t)NC * sizeof(float));
 	}
 	/* final norm */
 	if (pt->norm) {
@@ -1435,13 +1421,13 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 		float *xf;
 		DS_TRY(hook_pre(m, ws, ns, DS_GPT_BACKWARD, params, grads, err));
 		DS_TRY(res_load(ws, ws->nl, NC, &xf, err));
-		memset(ws->dresid, 0, (size_t)NC * sizeof(float));
+		ws->ops->zero(ws->dresid, (size_t)NC * sizeof(float));
 		norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf, tp(m, P, m->lnfw),
 			      ws->lnf_a, ws->lnf_b, N);
 		rnd(ws, ws->dresid, NC);
 		DS_TRY(hook_post(ws, ns, DS_GPT_BACKWARD, err));
 	} else {
-		memcpy(ws->dresid, pt->head ? ws->dln : dy, (size_t)NC * sizeof(float));
+		ws->ops->copy(ws->dresid, pt->head ? ws->dln : dy, (size_t)NC * sizeof(float));
 	}
 
 	/* layers, last first; with checkpointing recompute each from its input,
@@ -1476,7 +1462,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 
 	/* embeddings, or the gradient the previous stage receives */
 	if (!pt->embed) {
-		memcpy(dx, ws->dresid, (size_t)NC * sizeof(float));
+		ws->ops->copy(dx, ws->dresid, (size_t)NC * sizeof(float));
 		return 0;
 	}
 	if (!(tied && pt->head))
@@ -1484,9 +1470,9 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 	dropout_btc(ws, ws->dresid, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
 	float *dpos = m->wpe >= 0 ? tp(m, G, m->wpe) : NULL;
 	if (m->tp > 1)
-		ds_kernel_vocab_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, m->v0, m->Vp, B, T, C);
+		ws->ops->vocab_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, m->v0, m->Vp, B, T, C);
 	else
-		ds_kernel_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, B, T, C);
+		ws->ops->embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, B, T, C);
 	DS_TRY(hook_post(ws, 0, DS_GPT_BACKWARD, err));
 	return 0;
 }

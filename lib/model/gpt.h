@@ -113,6 +113,12 @@ int ds_gpt_tp(const struct ds_gpt *m, int *rank);
 
 /* The effective config (derived fields filled); borrowed. */
 const struct ds_model_config *ds_gpt_config(const struct ds_gpt *m);
+/* The compute backend (lib/compute/compute.h) every tensor operation of
+ * the model's workspaces goes through: cpu when the model is made; set it
+ * before creating workspaces (NULL: cpu). */
+struct ds_compute_ops;
+void ds_gpt_set_compute(struct ds_gpt *m, const struct ds_compute_ops *ops);
+const struct ds_compute_ops *ds_gpt_compute(const struct ds_gpt *m);
 /* The registry: tensors (name, offset, shape, segment) and segments; borrowed. */
 const struct ds_gpt_registry *ds_gpt_registry(const struct ds_gpt *m);
 /* Number of parameters = elements of the flat buffer. */

@@ -4,8 +4,9 @@
  * the capacity, F the MLP width and F2 its c_fc width (2F when gated).
  * Per kept activation set: the gate's input and probabilities, each
  * choice's expert, slot and weight, the experts' inputs and activations
- * and their returned outputs, and PR-MoE's residual MLP.  Matrix products
- * are fp32 sgemm (bf16 runs keep fp32 products here); a 16-bit run rounds
+ * and their returned outputs, and PR-MoE's residual MLP.  Tensor operations
+ * go through the compute backend (compute.h); matrix products are fp32
+ * (bf16 runs keep fp32 products here); a 16-bit run rounds
  * what a GPU stores in 16 bits (the experts' activations and outputs, the
  * layer's output, and their gradients), the gate staying fp32 as
  * DeepSpeed's.  Non-goals: top-k for k > 2, Tutel, expert tensor
@@ -13,13 +14,12 @@
  */
 #include "model/moe.h"
 
-#include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/gpt_kernels.h"
+#include "compute/compute.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/rng.h"
@@ -52,12 +52,15 @@ struct ds_moe_ws {
 	float *base;            /* the one allocation */
 	size_t bytes;
 	struct ds_moe_stats st;
+	const struct ds_compute_ops *ops; /* compute backend (compute.h): cpu unless set */
 };
+
+enum { NOTR = 0, TRANS = 1 };   /* gemm's ta, tb */
 
 static void rnd(const struct ds_moe_ws *w, float *x, int64_t n)
 {
 	if (w->half)
-		ds_half_round_n((enum ds_half_kind)w->half, x, (size_t)n);
+		w->ops->half_round(w->half, x, (size_t)n);
 }
 
 int64_t ds_moe_capacity(const struct ds_model_config *m, int l, int64_t N, int train)
@@ -184,6 +187,7 @@ int ds_moe_ws_create(struct ds_moe_ws **out, const struct ds_model_config *m, in
 	if (!w)
 		return ds_err_set(err, DS_ENOMEM, "moe: out of memory");
 	init_dims(w, m, ep, Nmax, sets);
+	w->ops = &ds_compute_cpu;
 	w->ep_rank = ep_rank;
 	w->half = half;
 	w->sets = calloc((size_t)sets, sizeof *w->sets);
@@ -212,6 +216,7 @@ void ds_moe_ws_destroy(struct ds_moe_ws *w)
 }
 
 size_t ds_moe_ws_bytes(const struct ds_moe_ws *w) { return w->bytes; }
+void ds_moe_ws_set_compute(struct ds_moe_ws *w, const struct ds_compute_ops *ops) { w->ops = ops ? ops : &ds_compute_cpu; }
 void ds_moe_stats_reset(struct ds_moe_ws *w) { memset(&w->st, 0, sizeof w->st); }
 void ds_moe_stats_get(const struct ds_moe_ws *w, struct ds_moe_stats *s) { *s = w->st; }
 double ds_moe_last_aux(const struct ds_moe_ws *w, int set) { return w->sets[set].aux; }
@@ -297,7 +302,7 @@ static int gate_forward(struct ds_moe_ws *w, struct set *s, const struct ds_moe_
 	}
 	/* logits (N,E) = xg @ gate^T; gates = softmax */
 	float *logits = w->scr;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, E, (int)C, 1.0f, xg, (int)C, p->gate, (int)C, 0.0f,
+	w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, E, (int)C, 1.0f, xg, (int)C, p->gate, (int)C, 0.0f,
 		    logits, E);
 #pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < N; i++) {
@@ -505,13 +510,13 @@ int ds_moe_forward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_para
 		const float *ew = p->experts + i * es, *eb = ebias(w) ? ew + F2 * C : NULL, *pw = ew + F2 * C + ebias(w);
 		float *xe = s->xe + i * rows * C, *h = s->h + i * rows * F2, *a = s->a + i * rows * F;
 		float *o = w->sbuf + i * rows * C;
-		ds_kernel_bias_fill(h, eb, rows, (int)F2);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)F2, (int)C, 1.0f, xe, (int)C, ew,
+		w->ops->bias_fill(h, eb, rows, (int)F2);
+		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)rows, (int)F2, (int)C, 1.0f, xe, (int)C, ew,
 			    (int)C, 1.0f, h, (int)F2);
 		rnd(w, h, rows * F2);
-		ds_kernel_act_forward(a, h, rows, (int)F, w->m.activation);
+		w->ops->act_forward(a, h, rows, (int)F, w->m.activation);
 		rnd(w, a, rows * F);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)C, (int)F, 1.0f, a, (int)F, pw, (int)F,
+		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)rows, (int)C, (int)F, 1.0f, a, (int)F, pw, (int)F,
 			    0.0f, o, (int)C);
 		rnd(w, o, rows * C);
 	}
@@ -534,17 +539,17 @@ int ds_moe_forward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_para
 	}
 	if (w->m.moe.use_residual) {
 		/* r = mlp(x) (no output bias); coef = softmax(x @ W^T + b) */
-		ds_kernel_bias_fill(s->hr, p->fcb, N, (int)F2);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)F2, (int)C, 1.0f, x, (int)C, p->fcw,
+		w->ops->bias_fill(s->hr, p->fcb, N, (int)F2);
+		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, (int)F2, (int)C, 1.0f, x, (int)C, p->fcw,
 			    (int)C, 1.0f, s->hr, (int)F2);
 		rnd(w, s->hr, N * F2);
-		ds_kernel_act_forward(s->ar, s->hr, N, (int)F, w->m.activation);
+		w->ops->act_forward(s->ar, s->hr, N, (int)F, w->m.activation);
 		rnd(w, s->ar, N * F);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)C, (int)F, 1.0f, s->ar, (int)F, p->pw,
+		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, (int)C, (int)F, 1.0f, s->ar, (int)F, p->pw,
 			    (int)F, 0.0f, s->r, (int)C);
 		rnd(w, s->r, N * C);
-		ds_kernel_bias_fill(s->coef, p->coefb, N, 2);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 2, (int)C, 1.0f, x, (int)C, p->coefw, (int)C,
+		w->ops->bias_fill(s->coef, p->coefb, N, 2);
+		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, 2, (int)C, 1.0f, x, (int)C, p->coefw, (int)C,
 			    1.0f, s->coef, 2);
 #pragma omp parallel for schedule(static)
 		for (int64_t i = 0; i < N; i++) {
@@ -601,24 +606,24 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		rnd(w, dyb, N * C);
 		rnd(w, dr, N * C);
 		/* coefficient: dW += dz^T x, db += sum dz, dx += dz W */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2, (int)C, (int)N, 1.0f, dz, 2, x, (int)C, 1.0f,
+		w->ops->gemm(-1, NULL, TRANS, NOTR, 2, (int)C, (int)N, 1.0f, dz, 2, x, (int)C, 1.0f,
 			    g->coefw, (int)C);
-		ds_kernel_bias_backward(g->coefb, dz, N, 2);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, 2, 1.0f, dz, 2, p->coefw, (int)C,
+		w->ops->bias_backward(g->coefb, dz, N, 2);
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)N, (int)C, 2, 1.0f, dz, 2, p->coefw, (int)C,
 			    1.0f, dx, (int)C);
 		/* residual MLP */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)F, (int)C, 1.0f, dr, (int)C, p->pw,
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)N, (int)F, (int)C, 1.0f, dr, (int)C, p->pw,
 			    (int)F, 0.0f, da, (int)F);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)C, (int)F, (int)N, 1.0f, dr, (int)C, s->ar,
+		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)C, (int)F, (int)N, 1.0f, dr, (int)C, s->ar,
 			    (int)F, 1.0f, g->pw, (int)F);
 		rnd(w, da, N * F);
-		ds_kernel_act_backward(dh, da, s->hr, N, (int)F, w->m.activation);
+		w->ops->act_backward(dh, da, s->hr, N, (int)F, w->m.activation);
 		rnd(w, dh, N * F2);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)F2, (int)C, (int)N, 1.0f, dh, (int)F2, x, (int)C,
+		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)F2, (int)C, (int)N, 1.0f, dh, (int)F2, x, (int)C,
 			    1.0f, g->fcw, (int)C);
 		if (g->fcb)
-			ds_kernel_bias_backward(g->fcb, dh, N, (int)F2);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)F2, 1.0f, dh, (int)F2, p->fcw,
+			w->ops->bias_backward(g->fcb, dh, N, (int)F2);
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)N, (int)C, (int)F2, 1.0f, dh, (int)F2, p->fcw,
 			    (int)C, 1.0f, dx, (int)C);
 		dy = dyb;
 	}
@@ -666,19 +671,19 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		float *gw = g->experts + i * es, *gb = ebias(w) ? gw + F2 * C : NULL, *gp = gw + F2 * C + ebias(w);
 		const float *xe = s->xe + i * rows * C, *h = s->h + i * rows * F2, *a = s->a + i * rows * F;
 		float *d = dO + i * rows * C;
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)F, (int)C, 1.0f, d, (int)C, pw,
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)rows, (int)F, (int)C, 1.0f, d, (int)C, pw,
 			    (int)F, 0.0f, dA, (int)F);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)C, (int)F, (int)rows, 1.0f, d, (int)C, a, (int)F,
+		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)C, (int)F, (int)rows, 1.0f, d, (int)C, a, (int)F,
 			    1.0f, gp, (int)F);
 		rnd(w, dA, rows * F);
-		ds_kernel_act_backward(dH, dA, h, rows, (int)F, w->m.activation);
+		w->ops->act_backward(dH, dA, h, rows, (int)F, w->m.activation);
 		rnd(w, dH, rows * F2);
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)F2, (int)C, (int)rows, 1.0f, dH, (int)F2, xe,
+		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)F2, (int)C, (int)rows, 1.0f, dH, (int)F2, xe,
 			    (int)C, 1.0f, gw, (int)C);
 		if (gb)
-			ds_kernel_bias_backward(gb, dH, rows, (int)F2);
+			w->ops->bias_backward(gb, dH, rows, (int)F2);
 		/* dxe overwrites d (its rows are used up) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)C, (int)F2, 1.0f, dH, (int)F2, ew,
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)rows, (int)C, (int)F2, 1.0f, dH, (int)F2, ew,
 			    (int)C, 0.0f, d, (int)C);
 		rnd(w, d, rows * C);
 	}
@@ -736,14 +741,14 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 	}
 	const int jit = w->m.moe.noisy_gate_policy == DS_MOE_NOISE_JITTER && s->train;
 	const float *xg = jit ? s->xj : x;
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, (int)C, (int)N, 1.0f, dg, E, xg, (int)C, 1.0f, g->gate,
+	w->ops->gemm(-1, NULL, TRANS, NOTR, E, (int)C, (int)N, 1.0f, dg, E, xg, (int)C, 1.0f, g->gate,
 		    (int)C);
 	if (!jit) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, E, 1.0f, dg, E, p->gate, (int)C, 1.0f,
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)N, (int)C, E, 1.0f, dg, E, p->gate, (int)C, 1.0f,
 			    dx, (int)C);
 	} else {
 		float *t = w->rbuf;   /* (N,C) */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, E, 1.0f, dg, E, p->gate, (int)C, 0.0f,
+		w->ops->gemm(-1, NULL, NOTR, NOTR, (int)N, (int)C, E, 1.0f, dg, E, p->gate, (int)C, 0.0f,
 			    t, (int)C);
 		for (int64_t i = 0; i < N * C; i++)
 			dx[i] += t[i] * s->jit[i];

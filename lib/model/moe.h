@@ -87,6 +87,10 @@ struct ds_moe_stats {
 int ds_moe_ws_create(struct ds_moe_ws **out, const struct ds_model_config *m, int ep, int ep_rank, int64_t Nmax,
 		     int sets, int half, struct ds_err *err);
 void ds_moe_ws_destroy(struct ds_moe_ws *w);   /* accepts NULL */
+/* The compute backend of the layer's tensor operations (compute.h; cpu
+ * when made, NULL: cpu). */
+struct ds_compute_ops;
+void ds_moe_ws_set_compute(struct ds_moe_ws *w, const struct ds_compute_ops *ops);
 /* Bytes ds_moe_ws_create would allocate. */
 size_t ds_moe_ws_bytes_for(const struct ds_model_config *m, int ep, int64_t Nmax, int sets);
 size_t ds_moe_ws_bytes(const struct ds_moe_ws *w);

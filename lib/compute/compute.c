@@ -1,0 +1,160 @@
+/* compute.c - the backend registry and the choice of backend and device
+ * (compute.h).  Everything but ds_compute_probe is a pure function of its
+ * arguments, so the unit tests play any machine on the CPU.
+ */
+#include "config.h"
+#include "compute/compute.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/gpu.h"
+
+const struct ds_compute_ops *const ds_compute_all[] = { &ds_compute_cpu, NULL };
+
+static const char *const kinds[] = { "cpu", "cuda", "auto" };
+
+int ds_device_parse(const char *s)
+{
+	for (int i = 0; s && i < 3; i++)
+		if (!strcmp(s, kinds[i]))
+			return i;
+	return -1;
+}
+
+const char *ds_device_name(int kind) { return kind >= 0 && kind < 3 ? kinds[kind] : "?"; }
+
+static const struct ds_compute_ops *find(const char *name)
+{
+	for (int i = 0; ds_compute_all[i]; i++)
+		if (!strcmp(ds_compute_all[i]->name, name))
+			return ds_compute_all[i];
+	return NULL;
+}
+
+void ds_compute_probe(struct ds_compute_env *env, int asked)
+{
+	memset(env, 0, sizeof *env);
+#ifdef HAVE_CUDA
+	env->cuda_built = 1;
+#endif
+	env->cuda_backend = find("cuda") != NULL;
+	env->ompi_local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	env->slurm_localid = getenv("SLURM_LOCALID");
+	if (asked == DS_DEVICE_CPU || !env->cuda_built) {
+		snprintf(env->why_none, sizeof env->why_none, "%s",
+			 env->cuda_built ? "not asked" : "built without CUDA");
+		return;
+	}
+	struct ds_gpu_info *gi = calloc(1, sizeof *gi);
+	struct ds_err e = DS_ERR_INIT;
+	if (!gi) {
+		snprintf(env->why_none, sizeof env->why_none, "out of memory for the GPU query");
+		return;
+	}
+	if (ds_gpu_query(gi, &e) < 0)
+		snprintf(env->why_none, sizeof env->why_none, "%.159s", e.msg);
+	else if (gi->count < 1)
+		snprintf(env->why_none, sizeof env->why_none, "%.159s", gi->why_none);
+	else
+		env->device_count = gi->count;
+	free(gi);
+}
+
+/* A local rank's text: a whole number 0..65535, else -1. */
+static int parse_rank(const char *s)
+{
+	long v = 0;
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9' || (v = v * 10 + (*p - '0')) > 65535)
+			return -1;
+	}
+	return (int)v;
+}
+
+int ds_compute_local_rank(const char *ompi, const char *slurm, int *local_rank, struct ds_err *err)
+{
+	const char *name = ompi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID";
+	const char *s = ompi ? ompi : slurm;
+	*local_rank = 0;
+	if (!s)
+		return 0;
+	int r = parse_rank(s);
+	if (r < 0)
+		return ds_err_set(err, DS_EINVAL, "%s='%.40s' is not a local rank (a whole number 0..65535): fix or "
+				  "unset it (the launcher sets it)", name, s);
+	*local_rank = r;
+	return 0;
+}
+
+int ds_compute_device_for(int local_rank, int device_count)
+{
+	if (device_count < 1 || local_rank < 0)
+		return -1;
+	return local_rank % device_count;
+}
+
+/* Whether cuda can be had on env: 0 with *ops and *device, or the error. */
+static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
+		     struct ds_err *err)
+{
+	if (!env->cuda_built)
+		return ds_err_set(err, DS_ENOTSUP, "--device cuda: built without CUDA; reconfigure --with-cuda "
+				  "(or use --device cpu)");
+	if (!env->cuda_backend)
+		return ds_err_set(err, DS_ENOTSUP, "--device cuda: this build has no cuda compute backend yet (the "
+				  "CUDA kernels are built but no engine calls them); use --device cpu");
+	if (env->device_count < 1)
+		return ds_err_set(err, DS_EIO, "--device cuda: no CUDA device answers (%s); use --device cpu or "
+				  "auto", env->why_none);
+	int lr;
+	DS_TRY(ds_compute_local_rank(env->ompi_local_rank, env->slurm_localid, &lr, err));
+	*ops = find("cuda");
+	*device = ds_compute_device_for(lr, env->device_count);
+	return 0;
+}
+
+int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
+		      char *why, size_t whysz, struct ds_err *err)
+{
+	*ops = &ds_compute_cpu;
+	*device = -1;
+	if (kind == DS_DEVICE_CPU) {
+		snprintf(why, whysz, "device cpu");
+		return 0;
+	}
+	if (kind == DS_DEVICE_CUDA) {
+		int rc = want_cuda(env, ops, device, err);
+		if (rc < 0) {
+			*ops = &ds_compute_cpu;
+			*device = -1;
+			return rc;
+		}
+		snprintf(why, whysz, "device cuda: GPU %d of %d", *device, env->device_count);
+		return 0;
+	}
+	if (kind != DS_DEVICE_AUTO)
+		return ds_err_set(err, DS_EINVAL, "device: unknown kind %d (cpu, cuda or auto)", kind);
+	struct ds_err e = DS_ERR_INIT;
+	const int rc = want_cuda(env, ops, device, &e);
+	if (rc == DS_EINVAL) {   /* a GPU to use but a garbage local rank: not a reason to fall back */
+		*ops = &ds_compute_cpu;
+		*device = -1;
+		return ds_err_set(err, rc, "%s", e.msg);
+	}
+	if (rc == 0) {
+		snprintf(why, whysz, "device auto: cuda, GPU %d of %d", *device, env->device_count);
+		return 0;
+	}
+	*ops = &ds_compute_cpu;
+	*device = -1;
+	const char *because = !env->cuda_built       ? "built without CUDA"
+			      : !env->cuda_backend   ? "no cuda compute backend in this build yet"
+			      : env->device_count < 1 ? env->why_none
+						      : e.msg;
+	snprintf(why, whysz, "device auto: cpu (%s)", because);
+	return 0;
+}

@@ -1,0 +1,163 @@
+/* compute.h - the compute backend: every tensor operation the model runs
+ * (issue 18), as a table of functions in the fio/IOR manner.
+ *
+ * lib/model/gpt.c and moe.c call nothing else for their tensors: buffers,
+ * the 16-bit storage passes, the matrix products with gemm()'s contract
+ * and every kernel of kernels/cpu/gpt_kernels.h.  Implementations:
+ *   cpu   compute_cpu.c: kernels/cpu exactly as the model called them
+ *         before this table (the oracle every other backend is held to);
+ *   cuda  not implemented yet: selecting it is refused (ds_compute_select).
+ * A process drives one device (DeepSpeed's accelerator), so a backend's
+ * state (device, stream, handles) is its own, set by init(); the table's
+ * functions take the arguments of the CPU kernels they stand for.
+ *
+ * Selection (--device cpu|cuda|auto, "dstk": {"device": ...}) and the
+ * device a rank uses are pure functions below, unit-tested on the CPU.
+ */
+#ifndef DS_COMPUTE_COMPUTE_H
+#define DS_COMPUTE_COMPUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/gemm_bf16.h"   /* struct ds_gemm_bf16_batch, DS_GEMM_BF16_*, enum ds_bf16_mode */
+#include "util/err.h"
+#include "util/rng.h"
+
+struct ds_compute_ops {
+	const char *name;   /* "cpu", "cuda" */
+	/* Bind this process to device (the cpu backend ignores it). */
+	int (*init)(int device, struct ds_err *err);
+
+	/* ---- buffers (the backend's memory; host memory on cpu) ---- */
+	void *(*alloc)(size_t bytes);                /* NULL when out of memory */
+	void (*free)(void *p);
+	void (*zero)(void *p, size_t bytes);
+	void (*copy)(void *dst, const void *src, size_t bytes);     /* within the backend's memory */
+	void (*to_host)(void *host, const void *src, size_t bytes);
+	void (*from_host)(void *dst, const void *host, size_t bytes);
+
+	/* ---- 16-bit storage (kind: enum ds_half_kind, util/half.h) ---- */
+	void (*half_round)(int kind, float *x, size_t n);
+	void (*half_pack)(int kind, uint16_t *dst, const float *src, size_t n);
+	void (*half_unpack)(int kind, float *dst, const uint16_t *src, size_t n);
+
+	/* ---- matrix products ----
+	 * gemm: C (M,N) = alpha op(A) op(B) + beta C, cblas_sgemm's row-major
+	 * arguments (ta/tb nonzero: transposed), beta 0 overwrites C; with bt a
+	 * batch of such products (gemm_bf16.h's struct ds_gemm_bf16_batch,
+	 * NULL: one).  mm is the run's enum ds_bf16_mode, or -1 for fp32: a
+	 * bf16 mode lets the backend round A and B to bf16 and accumulate in
+	 * fp32 where it chose to for the shape; the choice depends on the
+	 * shape, the machine and the build only, so a run repeats its results. */
+	void (*gemm)(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+	/* gemm for row chunks of one product against one B: same says B is
+	 * unchanged since the previous call (a bf16 copy may be reused); every
+	 * chunk is planned for the shape of the first, M0 rows. */
+	void (*gemm_keep_b)(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+			    int lda, const float *B, int ldb, float beta, float *C, int ldc);
+	/* Whether the head's three products (logits (N,V) = A (N,C) B^T and
+	 * their two gradients) run with bf16 logits in one go: a nonzero
+	 * backend token for gemm16, or 0 (the caller takes the fp32 chunks). */
+	int (*head16)(int mm, int N, int V, int C);
+	/* gemm with A and/or C in bf16 (DS_GEMM_BF16_A16/C16), token from
+	 * head16: 0, or -1 when it cannot (nothing written). */
+	int (*gemm16)(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+		      int lda, const float *B, int ldb, float beta, void *C, int ldc);
+	/* What a bf16 mode means here: 0, or -1 with why (mode not possible). */
+	int (*mm_check)(int mode, char *why, size_t whysz);
+	/* One line on what mode does here; 1 when some products run in bf16. */
+	int (*mm_plan)(int mode, char *buf, size_t n);
+
+	/* ---- the GPT kernels: kernels/cpu/gpt_kernels.h's contracts ---- */
+	void (*dropout)(float *x, int64_t n, const struct ds_rng *g, float p);
+	void (*embed_forward)(float *out, const int32_t *tok, const float *wte, const float *pos, int B, int T, int C);
+	void (*embed_backward)(float *dwte, float *dpos, const float *dout, const int32_t *tok, int B, int T, int C);
+	void (*vocab_embed_forward)(float *out, const int32_t *tok, const float *wte_l, int v0, int rows, int B, int T,
+				    int C);
+	void (*pos_add)(float *out, const float *pos, int B, int T, int C);
+	void (*vocab_embed_backward)(float *dwte_l, float *dpos, const float *dout, const int32_t *tok, int v0,
+				     int rows, int B, int T, int C);
+	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				  const float *b, int64_t N, int C, float eps);
+	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				   const float *w, const float *mean, const float *rstd, int64_t N, int C);
+	void (*rmsnorm_forward)(float *out, float *rms, float *inv, const float *inp, const float *w, int64_t N,
+				int C, float eps);
+	void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+				 const float *rms, const float *inv, int64_t N, int C);
+	void (*bias_fill)(float *out, const float *b, int64_t N, int OC);
+	void (*bias_add)(float *out, const float *b, int64_t N, int OC);
+	void (*bias_backward)(float *db, const float *dout, int64_t N, int OC);
+	void (*add_inplace)(float *out, const float *a, int64_t n);
+	void (*rotary)(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH, int rd,
+		       int inverse);
+	void (*causal_softmax_forward)(float *att, int B, int NH, int T);
+	void (*attention_dropout_h0)(float *attd, const float *att, int B, int NH, int h0, int T, float p,
+				     const struct ds_rng *gs);
+	void (*causal_softmax_backward_h0)(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
+					   float p, const struct ds_rng *gs);
+	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act);
+	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act);
+	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);
+	void (*xent_backward)(float *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
+			      float dscale);
+	double (*xent_forward16)(float *lse, uint16_t *logits, const int32_t *targets, int64_t N, int V, int Vp);
+	void (*xent_backward16)(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
+				float dscale);
+	void (*xent_vp_max)(float *mx, float *pred, const float *logits, const int32_t *targets, int v0, int64_t N,
+			    int Vl, int Vpl);
+	void (*xent_vp_sumexp)(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl);
+	void (*xent_vp_backward)(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N, int Vl,
+				 int Vpl, float dscale);
+};
+
+extern const struct ds_compute_ops ds_compute_cpu;
+
+/* The backends, NULL-terminated (cpu first). */
+extern const struct ds_compute_ops *const ds_compute_all[];
+
+/* --device / dstk.device */
+enum ds_device_kind { DS_DEVICE_CPU = 0, DS_DEVICE_CUDA, DS_DEVICE_AUTO };
+
+/* The kind "cpu", "cuda" or "auto" names, or -1. */
+int ds_device_parse(const char *s);
+const char *ds_device_name(int kind);
+
+/* Facts the choice depends on (ds_compute_probe fills them). */
+struct ds_compute_env {
+	int cuda_built;       /* the build has CUDA (configure --with-cuda) */
+	int cuda_backend;     /* this build has a cuda compute backend */
+	int device_count;     /* devices that answered (0: none) */
+	char why_none[160];   /* when device_count is 0: why */
+	const char *ompi_local_rank;    /* OMPI_COMM_WORLD_LOCAL_RANK, NULL when unset */
+	const char *slurm_localid;      /* SLURM_LOCALID, NULL when unset */
+};
+
+/* This process's facts: the GPU probe of lib/app (only when asked is not
+ * cpu: a CPU run never touches CUDA) and the two variables. */
+void ds_compute_probe(struct ds_compute_env *env, int asked);
+
+/* The local rank from the launcher's variables: OMPI_COMM_WORLD_LOCAL_RANK,
+ * else SLURM_LOCALID, else 0.  The first one set must be a whole number
+ * 0..65535: anything else is DS_EINVAL naming the variable. */
+int ds_compute_local_rank(const char *ompi, const char *slurm, int *local_rank, struct ds_err *err);
+
+/* The device rank's local_rank uses among device_count: local_rank %
+ * device_count (ranks beyond the count share devices round-robin), -1
+ * when device_count < 1 or local_rank < 0. */
+int ds_compute_device_for(int local_rank, int device_count);
+
+/* What a run asked for as kind gets on env: *ops the backend, *device
+ * its device (-1 on cpu), why one line for the log ("auto: cpu (built
+ * without CUDA)").  Errors, nothing chosen:
+ *   cuda on a build without CUDA            DS_ENOTSUP naming --with-cuda (exit 3)
+ *   cuda with no cuda backend in this build DS_ENOTSUP (exit 3)
+ *   cuda while no device answers            DS_EIO (exit 1: the machine, not the input)
+ *   a garbage local rank                    DS_EINVAL (exit 2)
+ * auto is cuda when cuda would be chosen without error, else cpu. */
+int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
+		      char *why, size_t whysz, struct ds_err *err);
+
+#endif

@@ -1,0 +1,127 @@
+/* compute_cpu.c - the cpu compute backend (compute.h): kernels/cpu as the
+ * model called them before the table, so it is the oracle of the others.
+ *
+ * Matrix products: cblas_sgemm (the OpenMP OpenBLAS, one thread pool with
+ * the kernels' loops; never called inside a parallel region), or in bf16
+ * runs the implementation ds_gemm_bf16_pick chooses for the shape (oneDNN
+ * on AMX or AVX512_BF16, or dstk's AVX512_BF16 kernel): it rounds A and B
+ * to bf16 and accumulates in fp32, as a GPU's bf16 GEMM does.  Buffers are
+ * host memory from ds_alloc (counted in the peak).
+ */
+#include "compute/compute.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#include "cpu/gemm_bf16.h"
+#include "cpu/gpt_kernels.h"
+#include "util/half.h"
+#include "util/mem.h"
+
+static int cpu_init(int device, struct ds_err *err) { return 0; }
+
+static void *cpu_alloc(size_t bytes) { return ds_alloc(bytes); }
+static void cpu_free(void *p) { ds_free(p); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void cpu_half_round(int kind, float *x, size_t n) { ds_half_round_n((enum ds_half_kind)kind, x, n); }
+static void cpu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
+{
+	ds_half_pack_n((enum ds_half_kind)kind, dst, src, n);
+}
+static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
+{
+	ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
+}
+
+static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2, int M, int N, int K, float alpha,
+		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
+	if (!bt)
+		bt = &one;
+	enum ds_bf16_impl im = mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(mm, t1, t2, M, N, K, bt->count);
+	if (im != DS_BF16_SGEMM && (bt->count == 1 ? ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+				    : ds_gemm_bf16_batch(im, bt, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) == 0)
+		return;
+	const enum CBLAS_TRANSPOSE ta = t1 ? CblasTrans : CblasNoTrans, tb = t2 ? CblasTrans : CblasNoTrans;
+	for (int e = 0; e < bt->count; e++) {
+		const long q = e / bt->inner, r = e % bt->inner;
+		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
+			    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
+	}
+}
+
+static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int N, int K, float alpha,
+			    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	enum ds_bf16_impl im = mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(mm, t1, t2, M0, N, K, 1);
+	if (im != DS_BF16_SGEMM &&
+	    ds_gemm_bf16_keep_b(im, same, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+		return;
+	cblas_sgemm(CblasRowMajor, t1 ? CblasTrans : CblasNoTrans, t2 ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+		    lda, B, ldb, beta, C, ldc);
+}
+
+/* the head keeps bf16 logits where dstk's kernel runs its product */
+static int cpu_head16(int mm, int N, int V, int C)
+{
+	if (mm < 0)
+		return 0;
+	const enum ds_bf16_impl im = ds_gemm_bf16_pick(mm, 0, 1, N, V, C, 1);
+	return im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? (int)im : 0;
+}
+
+static int cpu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+		      int lda, const float *B, int ldb, float beta, void *C, int ldc)
+{
+	return ds_gemm_bf16_ex((enum ds_bf16_impl)token, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const struct ds_compute_ops ds_compute_cpu = {
+	.name = "cpu",
+	.init = cpu_init,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.zero = cpu_zero,
+	.copy = cpu_copy,
+	.to_host = cpu_copy,
+	.from_host = cpu_copy,
+	.half_round = cpu_half_round,
+	.half_pack = cpu_half_pack,
+	.half_unpack = cpu_half_unpack,
+	.gemm = cpu_gemm,
+	.gemm_keep_b = cpu_gemm_keep_b,
+	.head16 = cpu_head16,
+	.gemm16 = cpu_gemm16,
+	.mm_check = ds_gemm_bf16_mode_check,
+	.mm_plan = ds_gemm_bf16_plan,
+	.dropout = ds_kernel_dropout,
+	.embed_forward = ds_kernel_embed_forward,
+	.embed_backward = ds_kernel_embed_backward,
+	.vocab_embed_forward = ds_kernel_vocab_embed_forward,
+	.pos_add = ds_kernel_pos_add,
+	.vocab_embed_backward = ds_kernel_vocab_embed_backward,
+	.layernorm_forward = ds_kernel_layernorm_forward,
+	.layernorm_backward = ds_kernel_layernorm_backward,
+	.rmsnorm_forward = ds_kernel_rmsnorm_forward,
+	.rmsnorm_backward = ds_kernel_rmsnorm_backward,
+	.bias_fill = ds_kernel_bias_fill,
+	.bias_add = ds_kernel_bias_add,
+	.bias_backward = ds_kernel_bias_backward,
+	.add_inplace = ds_kernel_add_inplace,
+	.rotary = ds_kernel_rotary,
+	.causal_softmax_forward = ds_kernel_causal_softmax_forward,
+	.attention_dropout_h0 = ds_kernel_attention_dropout_h0,
+	.causal_softmax_backward_h0 = ds_kernel_causal_softmax_backward_h0,
+	.act_forward = ds_kernel_act_forward,
+	.act_backward = ds_kernel_act_backward,
+	.xent_forward = ds_kernel_xent_forward,
+	.xent_backward = ds_kernel_xent_backward,
+	.xent_forward16 = ds_kernel_xent_forward16,
+	.xent_backward16 = ds_kernel_xent_backward16,
+	.xent_vp_max = ds_kernel_xent_vp_max,
+	.xent_vp_sumexp = ds_kernel_xent_vp_sumexp,
+	.xent_vp_backward = ds_kernel_xent_vp_backward,
+};
