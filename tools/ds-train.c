@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "compute/compute.h"
 #include "config/config.h"
 #include "config/neox.h"
 #include "config/train_opts.h"
@@ -73,6 +74,9 @@ static void usage(FILE *f)
 		"      --exit-interval=N     stop after N steps of this run\n"
 		"      --peak-gflops=X       MFU reference instead of the measured sgemm ceiling\n"
 		"      --metrics-json=FILE   write measured step metrics as JSON\n"
+		"      --device=cpu|cuda|auto  where the model computes (default: dstk.device,\n"
+		"                            auto: cuda when built, a GPU answers and the cuda\n"
+		"                            backend exists -- it does not yet -- else cpu)\n"
 		"Values for \"auto\" in the DeepSpeed config (Hugging Face's convention; without\n"
 		"the flag an \"auto\" key takes its documented default):\n"
 		"      --lr=X  --weight-decay=X  --adam-beta1=X  --adam-beta2=X  --adam-eps=X\n"
@@ -90,7 +94,7 @@ static void usage(FILE *f)
 
 enum { O_CHECK = 256, O_WS, O_LENIENT, O_JSON, O_ITERS, O_SAVE, O_SAVEINT, O_LOAD, O_NOLOADOPT, O_SEED,
        O_DATA, O_VALID, O_TEST, O_SPLIT, O_EVALINT, O_EVALITERS, O_LOGINT, O_EXITINT, O_PEAK, O_METRICS, O_VERSION, O_KEYS,
-       O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM, O_TP, O_PP };
+       O_CONF, O_KEEP, O_LR, O_WD, O_B1, O_B2, O_EPS, O_CLIP, O_MBS, O_GBS, O_WARM, O_FP16, O_BF16, O_MEM, O_TP, O_PP, O_DEVICE };
 
 static const struct option longopts[] = {
 	{ "deepspeed-config", required_argument, NULL, 'c' },
@@ -132,6 +136,7 @@ static const struct option longopts[] = {
 	{ "mem-per-rank", required_argument, NULL, O_MEM },
 	{ "tensor-model-parallel-size", required_argument, NULL, O_TP },
 	{ "pipeline-model-parallel-size", required_argument, NULL, O_PP },
+	{ "device", required_argument, NULL, O_DEVICE },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, O_VERSION },
 	{ NULL, 0, NULL, 0 }
@@ -281,6 +286,11 @@ int main(int argc, char **argv)
 			break;
 		case O_TP: if (num(optarg, 1, 65536, "--tensor-model-parallel-size", &v)) return 2; o.tp = (int)v; break;
 		case O_PP: if (num(optarg, 1, 65536, "--pipeline-model-parallel-size", &v)) return 2; o.pp = (int)v; break;
+		case O_DEVICE:
+			if (ds_device_parse(optarg) < 0)
+				return ds_cli_usage_error(TOOL, "--device '%s': expected cpu, cuda or auto", optarg);
+			o.device = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: return ds_cli_version(TOOL);
 		default: return ds_cli_try_help(TOOL);

@@ -39,12 +39,13 @@ void ds_compute_probe(struct ds_compute_env *env, int asked)
 #ifdef HAVE_CUDA
 	env->cuda_built = 1;
 #endif
-	env->cuda_backend = find("cuda") != NULL;
+	env->cuda = find("cuda");
 	env->ompi_local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
 	env->slurm_localid = getenv("SLURM_LOCALID");
-	if (asked == DS_DEVICE_CPU || !env->cuda_built) {
+	/* a CPU run, or one that cannot use a GPU anyway, never touches CUDA */
+	if (asked == DS_DEVICE_CPU || !env->cuda_built || !env->cuda) {
 		snprintf(env->why_none, sizeof env->why_none, "%s",
-			 env->cuda_built ? "not asked" : "built without CUDA");
+			 !env->cuda_built ? "built without CUDA" : !env->cuda ? "no cuda compute backend" : "not asked");
 		return;
 	}
 	struct ds_gpu_info *gi = calloc(1, sizeof *gi);
@@ -102,17 +103,15 @@ static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_o
 		     struct ds_err *err)
 {
 	if (!env->cuda_built)
-		return ds_err_set(err, DS_ENOTSUP, "--device cuda: built without CUDA; reconfigure --with-cuda "
-				  "(or use --device cpu)");
-	if (!env->cuda_backend)
-		return ds_err_set(err, DS_ENOTSUP, "--device cuda: this build has no cuda compute backend yet (the "
-				  "CUDA kernels are built but no engine calls them); use --device cpu");
+		return ds_err_set(err, DS_ENOTSUP, "built without CUDA; reconfigure --with-cuda (or use --device cpu)");
+	if (!env->cuda)
+		return ds_err_set(err, DS_ENOTSUP, "this build has no cuda compute backend yet (the CUDA kernels are "
+				  "built but no engine calls them); use --device cpu");
 	if (env->device_count < 1)
-		return ds_err_set(err, DS_EIO, "--device cuda: no CUDA device answers (%s); use --device cpu or "
-				  "auto", env->why_none);
+		return ds_err_set(err, DS_EIO, "no CUDA device answers (%s); use --device cpu or auto", env->why_none);
 	int lr;
 	DS_TRY(ds_compute_local_rank(env->ompi_local_rank, env->slurm_localid, &lr, err));
-	*ops = find("cuda");
+	*ops = env->cuda;
 	*device = ds_compute_device_for(lr, env->device_count);
 	return 0;
 }
@@ -152,7 +151,7 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 	*ops = &ds_compute_cpu;
 	*device = -1;
 	const char *because = !env->cuda_built       ? "built without CUDA"
-			      : !env->cuda_backend   ? "no cuda compute backend in this build yet"
+			      : !env->cuda   ? "no cuda compute backend in this build yet"
 			      : env->device_count < 1 ? env->why_none
 						      : e.msg;
 	snprintf(why, whysz, "device auto: cpu (%s)", because);

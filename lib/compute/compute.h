@@ -128,7 +128,7 @@ const char *ds_device_name(int kind);
 /* Facts the choice depends on (ds_compute_probe fills them). */
 struct ds_compute_env {
 	int cuda_built;       /* the build has CUDA (configure --with-cuda) */
-	int cuda_backend;     /* this build has a cuda compute backend */
+	const struct ds_compute_ops *cuda;  /* the cuda backend of this build, NULL: none yet */
 	int device_count;     /* devices that answered (0: none) */
 	char why_none[160];   /* when device_count is 0: why */
 	const char *ompi_local_rank;    /* OMPI_COMM_WORLD_LOCAL_RANK, NULL when unset */
@@ -150,8 +150,9 @@ int ds_compute_local_rank(const char *ompi, const char *slurm, int *local_rank, 
 int ds_compute_device_for(int local_rank, int device_count);
 
 /* What a run asked for as kind gets on env: *ops the backend, *device
- * its device (-1 on cpu), why one line for the log ("auto: cpu (built
- * without CUDA)").  Errors, nothing chosen:
+ * its device (-1 on cpu), why one line for the log ("device auto: cpu
+ * (built without CUDA)").  Errors, nothing chosen (cpu), err what to do
+ * without naming the flag or key (the caller's prefix):
  *   cuda on a build without CUDA            DS_ENOTSUP naming --with-cuda (exit 3)
  *   cuda with no cuda backend in this build DS_ENOTSUP (exit 3)
  *   cuda while no device answers            DS_EIO (exit 1: the machine, not the input)

@@ -40,6 +40,7 @@ struct ds_train_opts {
 	int64_t exit_interval;         /* --exit-interval (0: off) */
 	double peak_gflops;            /* --peak-gflops (0: measure sgemm at start-up) */
 	const char *metrics_json;      /* --metrics-json FILE */
+	const char *device;            /* --device cpu|cuda|auto (NULL: dstk.device) */
 	/* the Megatron-style flags that resolve "auto" values (--lr,
 	 * --micro-batch-size, --global-batch-size, --lr-warmup-iters,
 	 * --clip-grad, --weight-decay, --adam-beta1/2, --adam-eps, --fp16,

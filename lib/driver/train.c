@@ -364,6 +364,20 @@ static int set_up(struct run *r, struct ds_err *err)
 	DS_TRY(ds_train_setup_load(s, r->o, r->W, r->rank, err));
 	r->have_setup = 1;
 	ds_train_setup_log_notes(s);
+	/* the compute backend before anything is written: a device that
+	 * cannot be had stops every rank here (one rank's failure all's) */
+	{
+		char why[256];
+		struct ds_err mine = DS_ERR_INIT;
+		int ok = ds_train_device(s, why, sizeof why, &mine) == 0;
+		if (r->W > 1 && !ds_comm_agree(r->comm, ok, err))
+			return ok ? ds_err_set(err, DS_EINVAL, "another rank cannot use its compute device (its error says why)")
+				  : ds_err_set(err, mine.code, "%s", mine.msg);
+		if (!ok)
+			return ds_err_set(err, mine.code, "%s", mine.msg);
+		if (r->rank == 0)
+			ds_log_info("%s", why);
+	}
 	/* the watchdog first: it covers loading and resuming too, and its own
 	 * start (a broadcast and a barrier) stays out of the comms summary */
 	DS_TRY(ds_watchdog_from_config(&r->wd, s->cfg, r->comm, r->h->on_watchdog, r->h->ctx, err));

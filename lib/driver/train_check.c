@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compute/compute.h"
 #include "engine/estimate.h"
 #include "model/gpt.h"
 #include "model/moe.h"
@@ -247,7 +248,21 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		W *= s.pp_cfg;
 		ok = ds_train_setup_load(&s, &oc, W, 0, &why) == 0;
 	}
+	char dev[320] = "";
+	json_t *dj = NULL;
 	if (ok) {
+		/* the compute backend on this machine (--check runs anywhere: a
+		 * device it cannot have here is said, not an error) */
+		char dwhy[256];
+		struct ds_err de = DS_ERR_INIT;
+		int drc = ds_train_device(&s, dwhy, sizeof dwhy, &de);
+		if (drc == 0)
+			snprintf(dev, sizeof dev, "%s", dwhy);
+		else
+			snprintf(dev, sizeof dev, "%s here: %s", dwhy, de.msg);
+		dj = json_pack("{s:s,s:s,s:s?,s:i,s:s}", "asked", ds_device_name(s.device_kind), "from", s.device_from,
+			       "backend", drc == 0 ? s.eng.compute->name : NULL, "device", drc == 0 ? s.eng.device : -1,
+			       "note", drc == 0 ? dwhy : de.msg);
 		have = 1;
 		if (ds_engine_mem_estimate(&s.eng, W, &m, &why) < 0)
 			have = 0;
@@ -258,6 +273,10 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		if (mj && have && s.pp > 1 && stages(&s, W, NULL, &sj, &why) == 0 && sj)
 			json_object_set_new(mj, "stages", sj);
 		extra = mj ? json_pack("{s:o}", "memory", mj) : NULL;
+		if (extra && dj) {
+			json_object_set_new(extra, "device", dj);
+			dj = NULL;
+		}
 		if (!extra) {
 			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 			goto out;
@@ -277,6 +296,8 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		goto out;
 	if (have && s.pp > 1 && (rc = stages(&s, W, out, NULL, err)) < 0)
 		goto out;
+	if (dev[0])
+		fprintf(out, "# compute: %s\n", dev);
 	if (have)
 		mem_table(out, &s, &m);
 	else
@@ -285,6 +306,7 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		rc = ds_err_set(err, DS_EIO, "writing the memory estimate failed");
 out:
 	json_decref(extra);
+	json_decref(dj);
 	if (have || s.cfg)
 		ds_train_setup_release(&s);
 	return rc;

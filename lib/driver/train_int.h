@@ -41,6 +41,8 @@ struct ds_train_setup {
 	long long nonfinite_max;       /* dstk.nonfinite_max_consecutive (skip policy) */
 	struct ds_config_auto autos;   /* what resolved the config's "auto" values (micro_fit included) */
 	char fit_why[200];             /* autos.micro_fit_why points here */
+	int device_kind;               /* enum ds_device_kind asked: --device, else dstk.device */
+	const char *device_from;       /* "--device" or "dstk.device" */
 };
 
 /* Load and map both config files (world size W).  Fills s; release with
@@ -48,6 +50,14 @@ struct ds_train_setup {
 int ds_train_setup_load(struct ds_train_setup *s, const struct ds_train_opts *o, int W, int rank,
 			struct ds_err *err);
 void ds_train_setup_release(struct ds_train_setup *s);
+
+/* The compute backend and device the run asked for (s->device_kind) gets
+ * on this machine (lib/compute: the GPU probe only when not cpu): sets
+ * s->eng.compute and s->eng.device, why says what was chosen and why in
+ * one line ("device auto (dstk.device): cpu (built without CUDA)").
+ * DS_ENOTSUP (not built), DS_EIO (no device answers), DS_EINVAL (a bad
+ * local rank), err naming the flag or key. */
+int ds_train_device(struct ds_train_setup *s, char *why, size_t whysz, struct ds_err *err);
 /* Ranks sharing this node (memory, NVMe): the launcher's local size
  * (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE), else W. */
 int ds_train_ranks_per_node(int W);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/compute.h"
 #include "cpu/gemm_bf16.h"
 #include "engine/estimate.h"
 #include "io/swap.h"
@@ -436,6 +437,13 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	if ((rc = map_comms_logger(s, err)) < 0)
 		goto fail;
 
+	s->device_from = o->device ? "--device" : "dstk.device";
+	s->device_kind = ds_device_parse(o->device ? o->device : v->dstk.device);
+	if (s->device_kind < 0) {   /* the key table admits only the kinds; the tool checks the flag */
+		rc = ds_err_set(err, DS_EINVAL, "--device '%s': expected cpu, cuda or auto", o->device);
+		goto fail;
+	}
+
 	s->train_iters = o->train_iters;
 	if (!s->train_iters && s->sched.total_num_steps > 0)
 		s->train_iters = s->sched.total_num_steps;
@@ -533,6 +541,26 @@ void ds_train_setup_log_notes(const struct ds_train_setup *s)
 	if (ignored)
 		ds_log_info("%s: %d key%s of switched-off sections ignored (ds-train --check lists them)",
 			    ds_config_name(s->cfg), ignored, ignored > 1 ? "s" : "");
+}
+
+int ds_train_device(struct ds_train_setup *s, char *why, size_t whysz, struct ds_err *err)
+{
+	struct ds_compute_env env;
+	struct ds_err e = DS_ERR_INIT;
+	char line[256];
+	ds_compute_probe(&env, s->device_kind);
+	int rc = ds_compute_select(s->device_kind, &env, &s->eng.compute, &s->eng.device, line, sizeof line, &e);
+	if (rc < 0) {
+		snprintf(why, whysz, "device %s (%s): not possible", ds_device_name(s->device_kind), s->device_from);
+		if (strcmp(s->device_from, "--device"))
+			return ds_err_set(err, rc, "%s: key 'dstk.device': \"%s\": %s", ds_config_name(s->cfg),
+					  ds_device_name(s->device_kind), e.msg);
+		return ds_err_set(err, rc, "--device %s: %s", ds_device_name(s->device_kind), e.msg);
+	}
+	/* line is "device KIND: ...": say where KIND came from */
+	const char *rest = strchr(line, ':');
+	snprintf(why, whysz, "device %s (%s)%s", ds_device_name(s->device_kind), s->device_from, rest ? rest : "");
+	return 0;
 }
 
 void ds_train_setup_release(struct ds_train_setup *s)

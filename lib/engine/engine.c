@@ -17,6 +17,7 @@
 #include "engine/engine_onebit.h"
 #include "engine/pipe.h"
 #include "engine/schedule.h"
+#include "compute/compute.h"
 #include "model/moe.h"
 #include "model/pipe.h"
 #include "optim/clip.h"
@@ -898,6 +899,10 @@ static int build_model(struct ds_engine *e, struct ds_err *err)
 		DS_TRY(ds_gpt_create_ep(&e->model, &opts->model, ep, e->rank % ep, err));
 	} else {
 		DS_TRY(ds_gpt_create_tp(&e->model, &opts->model, opts->tp, e->topo.tp_rank, err));
+	}
+	if (opts->compute) {   /* the backend binds this process to its device first */
+		DS_TRY(opts->compute->init(opts->device, err));
+		ds_gpt_set_compute(e->model, opts->compute);
 	}
 	e->opts_moe = opts->model.moe.enabled;
 	e->T = opts->seq_length ? opts->seq_length : ds_gpt_config(e->model)->seq_length;

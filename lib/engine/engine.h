@@ -106,6 +106,8 @@ struct ds_engine_offload {
 	struct ds_aio_opts aio;     /* the config's "aio" section */
 };
 
+struct ds_compute_ops;
+
 struct ds_engine_opts {
 	struct ds_model_config model;  /* copied */
 	int micro_batch;               /* MB, rows per rank per micro-step */
@@ -144,6 +146,10 @@ struct ds_engine_opts {
 	 * (DeepSpeed's default); ignored otherwise */
 	int comm_fp32;
 	int bf16_matmul;               /* bf16: enum ds_bf16_mode of the products (dstk.bf16_matmul; 0 auto) */
+	/* the compute backend the model runs on (lib/compute/compute.h;
+	 * NULL: cpu) and its device (ignored by cpu), chosen by the driver */
+	const struct ds_compute_ops *compute;
+	int device;
 	/* communication_data_type fp16/bf16 of an fp32 model (DS_HALF_NONE:
 	 * reduce in fp32; ignored for a 16-bit model): each gradient
 	 * reduction casts to that type, scales and sums there (the 16-bit sum

@@ -1,0 +1,331 @@
+/* test_compute.c - the compute backend (lib/compute): --device's choice on
+ * machines played by struct ds_compute_env, the local rank from the
+ * launchers' variables and the device it gives, and the cpu table's
+ * matrix products against hand-computed values. */
+#include "config.h"
+#include "unit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/compute.h"
+
+/* a stand-in cuda backend: only its name is read by the choice */
+static const struct ds_compute_ops fake_cuda = { .name = "cuda" };
+
+static struct ds_compute_env env_of(int built, int backend, int ndev, const char *ompi, const char *slurm)
+{
+	struct ds_compute_env e;
+	memset(&e, 0, sizeof e);
+	e.cuda_built = built;
+	e.cuda = backend ? &fake_cuda : NULL;
+	e.device_count = ndev;
+	if (!ndev)
+		strcpy(e.why_none, "cudaGetDeviceCount: no CUDA device");
+	e.ompi_local_rank = ompi;
+	e.slurm_localid = slurm;
+	return e;
+}
+
+static void test_device_names(void **st)
+{
+	(void)st;
+	assert_int_equal(ds_device_parse("cpu"), DS_DEVICE_CPU);
+	assert_int_equal(ds_device_parse("cuda"), DS_DEVICE_CUDA);
+	assert_int_equal(ds_device_parse("auto"), DS_DEVICE_AUTO);
+	assert_int_equal(ds_device_parse("gpu"), -1);
+	assert_int_equal(ds_device_parse("CPU"), -1);
+	assert_int_equal(ds_device_parse(""), -1);
+	assert_int_equal(ds_device_parse(NULL), -1);
+	assert_string_equal(ds_device_name(DS_DEVICE_CUDA), "cuda");
+	assert_string_equal(ds_device_name(7), "?");
+}
+
+/* OMPI_COMM_WORLD_LOCAL_RANK wins over SLURM_LOCALID; neither: 0; the
+ * first one set must be a whole number, and is not skipped when it is not */
+static void test_local_rank(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	int r = -5;
+	assert_int_equal(ds_compute_local_rank(NULL, NULL, &r, &err), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(ds_compute_local_rank("3", NULL, &r, &err), 0);
+	assert_int_equal(r, 3);
+	assert_int_equal(ds_compute_local_rank(NULL, "5", &r, &err), 0);
+	assert_int_equal(r, 5);
+	assert_int_equal(ds_compute_local_rank("2", "7", &r, &err), 0);   /* OpenMPI's first */
+	assert_int_equal(r, 2);
+	assert_int_equal(ds_compute_local_rank("0", "7", &r, &err), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(ds_compute_local_rank("65535", NULL, &r, &err), 0);
+	assert_int_equal(r, 65535);
+	const char *bad[] = { "", "x", "-1", "1a", " 1", "1 ", "+1", "65536", "99999999999999999999999", "0x1", "1.0" };
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		ds_err_clear(&err);
+		r = -5;
+		assert_int_equal(ds_compute_local_rank(bad[i], "4", &r, &err), DS_EINVAL);
+		assert_non_null(strstr(err.msg, "OMPI_COMM_WORLD_LOCAL_RANK"));
+		assert_int_equal(r, 0);
+		ds_err_clear(&err);
+		assert_int_equal(ds_compute_local_rank(NULL, bad[i], &r, &err), DS_EINVAL);
+		assert_non_null(strstr(err.msg, "SLURM_LOCALID"));
+	}
+}
+
+static void test_device_for(void **st)
+{
+	(void)st;
+	assert_int_equal(ds_compute_device_for(0, 4), 0);
+	assert_int_equal(ds_compute_device_for(3, 4), 3);
+	assert_int_equal(ds_compute_device_for(5, 4), 1);   /* more ranks than GPUs: round-robin */
+	assert_int_equal(ds_compute_device_for(7, 1), 0);
+	assert_int_equal(ds_compute_device_for(8, 8), 0);
+	assert_int_equal(ds_compute_device_for(0, 0), -1);
+	assert_int_equal(ds_compute_device_for(1, -2), -1);
+	assert_int_equal(ds_compute_device_for(-1, 2), -1);
+}
+
+static int sel(int kind, const struct ds_compute_env *e, const struct ds_compute_ops **ops, int *dev, char *why,
+	       struct ds_err *err)
+{
+	ds_err_clear(err);
+	*ops = &fake_cuda;
+	*dev = 99;
+	return ds_compute_select(kind, e, ops, dev, why, 256, err);
+}
+
+/* --device cpu: always cpu, whatever the machine; the variables are not read */
+static void test_select_cpu(void **st)
+{
+	(void)st;
+	struct ds_err err;
+	const struct ds_compute_ops *ops;
+	int dev;
+	char why[256];
+	struct ds_compute_env e = env_of(1, 1, 4, "garbage", NULL);
+	assert_int_equal(sel(DS_DEVICE_CPU, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(dev, -1);
+	assert_string_equal(why, "device cpu");
+}
+
+/* --device cuda: each reason it cannot be had is its own status, and the
+ * backend stays cpu */
+static void test_select_cuda(void **st)
+{
+	(void)st;
+	struct ds_err err;
+	const struct ds_compute_ops *ops;
+	int dev;
+	char why[256];
+	struct ds_compute_env e = env_of(0, 0, 0, NULL, NULL);
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_ENOTSUP);   /* exit 3 */
+	assert_non_null(strstr(err.msg, "--with-cuda"));
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(dev, -1);
+
+	e = env_of(1, 0, 2, NULL, NULL);   /* CUDA built, GPUs there, no backend yet */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_ENOTSUP);
+	assert_non_null(strstr(err.msg, "no cuda compute backend"));
+	assert_ptr_equal(ops, &ds_compute_cpu);
+
+	e = env_of(1, 1, 0, NULL, NULL);   /* no device answers: the machine, exit 1 */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_EIO);
+	assert_non_null(strstr(err.msg, "no CUDA device answers (cudaGetDeviceCount: no CUDA device)"));
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(dev, -1);
+
+	e = env_of(1, 1, 4, "6", "1");     /* local rank 6 of OpenMPI on 4 GPUs */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &fake_cuda);
+	assert_int_equal(dev, 2);
+	assert_string_equal(why, "device cuda: GPU 2 of 4");
+
+	e = env_of(1, 1, 4, NULL, "3");    /* Slurm alone */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), 0);
+	assert_int_equal(dev, 3);
+
+	e = env_of(1, 1, 4, NULL, NULL);   /* no launcher: GPU 0 */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), 0);
+	assert_int_equal(dev, 0);
+
+	e = env_of(1, 1, 4, "two", "1");   /* garbage: input error, exit 2 */
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "OMPI_COMM_WORLD_LOCAL_RANK='two'"));
+	assert_ptr_equal(ops, &ds_compute_cpu);
+}
+
+/* auto: cuda exactly when cuda would be had, else cpu saying why */
+static void test_select_auto(void **st)
+{
+	(void)st;
+	struct ds_err err;
+	const struct ds_compute_ops *ops;
+	int dev;
+	char why[256];
+	struct ds_compute_env e = env_of(0, 0, 0, NULL, NULL);
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(dev, -1);
+	assert_string_equal(why, "device auto: cpu (built without CUDA)");
+
+	e = env_of(1, 0, 2, NULL, NULL);
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_string_equal(why, "device auto: cpu (no cuda compute backend in this build yet)");
+
+	e = env_of(1, 1, 0, NULL, NULL);
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_string_equal(why, "device auto: cpu (cudaGetDeviceCount: no CUDA device)");
+
+	e = env_of(1, 1, 2, "3", NULL);
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &fake_cuda);
+	assert_int_equal(dev, 1);
+	assert_string_equal(why, "device auto: cuda, GPU 1 of 2");
+
+	/* a GPU to use and a garbage local rank is an error, not a fall-back */
+	e = env_of(1, 1, 2, NULL, "-3");
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), DS_EINVAL);
+	assert_non_null(strstr(err.msg, "SLURM_LOCALID='-3'"));
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	/* ... but without one the variables are never read */
+	e = env_of(0, 0, 0, "garbage", NULL);
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+}
+
+/* the probe reads the launchers' variables and, on a CPU run, nothing else */
+static void test_probe(void **st)
+{
+	(void)st;
+	struct ds_compute_env e;
+	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "4", 1);
+	unsetenv("SLURM_LOCALID");
+	ds_compute_probe(&e, DS_DEVICE_CPU);
+	assert_non_null(e.ompi_local_rank);
+	assert_string_equal(e.ompi_local_rank, "4");
+	assert_null(e.slurm_localid);
+	assert_int_equal(e.device_count, 0);
+	assert_null(e.cuda);   /* no cuda backend in any build yet */
+#ifdef HAVE_CUDA
+	assert_int_equal(e.cuda_built, 1);
+#else
+	assert_int_equal(e.cuda_built, 0);
+	assert_string_equal(e.why_none, "built without CUDA");
+#endif
+	unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	/* the registry lists cpu first and every backend by a distinct name */
+	assert_ptr_equal(ds_compute_all[0], &ds_compute_cpu);
+	for (int i = 0; ds_compute_all[i]; i++)
+		for (int j = 0; j < i; j++)
+			assert_string_not_equal(ds_compute_all[i]->name, ds_compute_all[j]->name);
+}
+
+/* every entry of the cpu table is filled (the members after the name are
+ * all function pointers) */
+static void test_cpu_table_complete(void **st)
+{
+	(void)st;
+	typedef void (*fn)(void);
+	const size_t off = offsetof(struct ds_compute_ops, init);
+	const size_t n = (sizeof(struct ds_compute_ops) - off) / sizeof(fn);
+	assert_true(n >= 40);
+	for (size_t i = 0; i < n; i++) {
+		fn f;
+		memcpy(&f, (const char *)&ds_compute_cpu + off + i * sizeof f, sizeof f);
+		if (!f)
+			fail_msg("ds_compute_cpu: entry %zu after init is NULL", i);
+	}
+	assert_string_equal(ds_compute_cpu.name, "cpu");
+	struct ds_err err = DS_ERR_INIT;
+	assert_int_equal(ds_compute_cpu.init(0, &err), 0);
+}
+
+/* gemm's contract on hand-computed products: row-major, both
+ * transpositions, alpha/beta, leading dimensions, and a strided batch */
+static void test_cpu_gemm(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	/* A (2,3) = [1 2 3; 4 5 6], B (3,2) = [1 0; 0 1; 1 1] -> A B = [4 5; 10 11] */
+	const float A[6] = { 1, 2, 3, 4, 5, 6 }, B[6] = { 1, 0, 0, 1, 1, 1 };
+	float C[4] = { 100, 100, 100, 100 };
+	o->gemm(-1, NULL, 0, 0, 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2);   /* beta 0 overwrites */
+	const float ab[4] = { 4, 5, 10, 11 };
+	assert_memory_equal(C, ab, sizeof ab);
+	/* C = 2 A B + C */
+	o->gemm(-1, NULL, 0, 0, 2, 2, 3, 2.0f, A, 3, B, 2, 1.0f, C, 2);
+	const float ab3[4] = { 12, 15, 30, 33 };
+	assert_memory_equal(C, ab3, sizeof ab3);
+	/* op(A) = A^T (3,2), A stored (K,M) = (2,3); op(B) = I^T, B stored
+	 * (N,K): the product is A^T = [1 4; 2 5; 3 6] */
+	const float I2[4] = { 1, 0, 0, 1 };
+	float D[6];
+	o->gemm(-1, NULL, 1, 1, 3, 2, 2, 1.0f, A, 3, I2, 2, 0.0f, D, 2);
+	const float at[6] = { 1, 4, 2, 5, 3, 6 };
+	assert_memory_equal(D, at, sizeof at);
+	/* ldc wider than N: the gap untouched */
+	float E[6] = { -1, -1, -1, -1, -1, -1 };
+	o->gemm(-1, NULL, 0, 0, 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, E, 3);
+	const float e3[6] = { 4, 5, -1, 10, 11, -1 };
+	assert_memory_equal(E, e3, sizeof e3);
+	/* a batch of 2 x 2 products (outer 2, inner 2) of 1x1x1 at strides */
+	const float a4[4] = { 1, 2, 3, 4 }, b4[4] = { 10, 20, 30, 40 };
+	float c4[4] = { 0 };
+	const struct ds_gemm_bf16_batch bt = { 4, 2, { 2, 1 }, { 2, 1 }, { 2, 1 }, DS_GEMM_BF16_DENSE };
+	o->gemm(-1, &bt, 0, 0, 1, 1, 1, 1.0f, a4, 1, b4, 1, 0.0f, c4, 1);
+	const float p4[4] = { 10, 40, 90, 160 };
+	assert_memory_equal(c4, p4, sizeof p4);
+	/* the head's chunked product: two row chunks give the whole product */
+	float F[4];
+	o->gemm_keep_b(-1, 0, 1, 0, 0, 1, 2, 3, 1.0f, A, 3, B, 2, 0.0f, F, 2);
+	o->gemm_keep_b(-1, 1, 1, 0, 0, 1, 2, 3, 1.0f, A + 3, 3, B, 2, 0.0f, F + 2, 2);
+	assert_memory_equal(F, ab, sizeof ab);
+	/* fp32 runs never keep bf16 logits */
+	assert_int_equal(o->head16(-1, 64, 256, 64), 0);
+}
+
+/* buffers and 16-bit storage of the cpu backend */
+static void test_cpu_buffers(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	float *d = o->alloc(4 * sizeof(float));
+	assert_non_null(d);
+	const float h[4] = { 1.0f, 1.00390625f, -3.0f, 65520.0f };
+	o->from_host(d, h, sizeof h);
+	float back[4];
+	o->to_host(back, d, sizeof back);
+	assert_memory_equal(back, h, sizeof h);
+	o->half_round(2 /* bf16 */, d, 4);   /* 1 + 2^-8 is a tie: to even, 1 */
+	o->to_host(back, d, sizeof back);
+	assert_true(back[0] == 1.0f && back[1] == 1.0f && back[2] == -3.0f);
+	uint16_t p[4];
+	o->half_pack(1 /* fp16 */, p, h, 4);
+	assert_int_equal(p[0], 0x3c00);
+	assert_int_equal(p[3], 0x7c00);   /* 65520 rounds to inf in fp16 */
+	o->zero(d, 2 * sizeof(float));
+	o->to_host(back, d, sizeof back);
+	assert_true(back[0] == 0.0f && back[1] == 0.0f && back[2] == -3.0f);
+	o->free(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_device_names),
+		cmocka_unit_test(test_local_rank),
+		cmocka_unit_test(test_device_for),
+		cmocka_unit_test(test_select_cpu),
+		cmocka_unit_test(test_select_cuda),
+		cmocka_unit_test(test_select_auto),
+		cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_cpu_table_complete),
+		cmocka_unit_test(test_cpu_gemm),
+		cmocka_unit_test(test_cpu_buffers),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
