@@ -31,6 +31,12 @@ endif
 endif
 EXTRA_DIST += tests/cli/ds-train-moe.bats tests/mpi/moe.bats
 
+## the compute backend: --device, dstk.device (issue 18)
+if HAVE_BATS
+TESTS += tests/cli/ds-train-device.bats
+endif
+EXTRA_DIST += tests/cli/ds-train-device.bats
+
 ## fp16/bf16 training runs (issue 5)
 if HAVE_BATS
 TESTS += tests/cli/ds-train-mixed.bats

@@ -259,7 +259,7 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		if (drc == 0)
 			snprintf(dev, sizeof dev, "%s", dwhy);
 		else
-			snprintf(dev, sizeof dev, "%s here: %s", dwhy, de.msg);
+			snprintf(dev, sizeof dev, "not possible here: %s", de.msg);
 		dj = json_pack("{s:s,s:s,s:s?,s:i,s:s}", "asked", ds_device_name(s.device_kind), "from", s.device_from,
 			       "backend", drc == 0 ? s.eng.compute->name : NULL, "device", drc == 0 ? s.eng.device : -1,
 			       "note", drc == 0 ? dwhy : de.msg);

@@ -551,7 +551,7 @@ int ds_train_device(struct ds_train_setup *s, char *why, size_t whysz, struct ds
 	ds_compute_probe(&env, s->device_kind);
 	int rc = ds_compute_select(s->device_kind, &env, &s->eng.compute, &s->eng.device, line, sizeof line, &e);
 	if (rc < 0) {
-		snprintf(why, whysz, "device %s (%s): not possible", ds_device_name(s->device_kind), s->device_from);
+		snprintf(why, whysz, "device %s (%s): not possible here", ds_device_name(s->device_kind), s->device_from);
 		if (strcmp(s->device_from, "--device"))
 			return ds_err_set(err, rc, "%s: key 'dstk.device': \"%s\": %s", ds_config_name(s->cfg),
 					  ds_device_name(s->device_kind), e.msg);
