@@ -367,16 +367,13 @@ static int set_up(struct run *r, struct ds_err *err)
 	/* the compute backend before anything is written: a device that
 	 * cannot be had stops every rank here (one rank's failure all's) */
 	{
-		char why[256];
 		struct ds_err mine = DS_ERR_INIT;
-		int ok = ds_train_device(s, why, sizeof why, &mine) == 0;
+		int ok = ds_train_device(s, s->device_why, sizeof s->device_why, &mine) == 0;
 		if (r->W > 1 && !ds_comm_agree(r->comm, ok, err))
 			return ok ? ds_err_set(err, DS_EINVAL, "another rank cannot use its compute device (its error says why)")
 				  : ds_err_set(err, mine.code, "%s", mine.msg);
 		if (!ok)
 			return ds_err_set(err, mine.code, "%s", mine.msg);
-		if (r->rank == 0)
-			ds_log_info("%s", why);
 	}
 	/* the watchdog first: it covers loading and resuming too, and its own
 	 * start (a broadcast and a barrier) stays out of the comms summary */
@@ -461,6 +458,7 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		    r->dd.blend[DS_SPLIT_TRAIN] ? r->o->data : ds_dataset_path(r->dd.train_ds), (unsigned long long)r->dd.train.count,
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
+	ds_log_info("%s", s->device_why);   /* the compute backend (chosen in set_up, before any output) */
 	if (s->model.moe.enabled) {   /* MoE: the layers, and a rank's share with expert parallelism */
 		int ep = ds_gpt_ep(ds_engine_model(r->e), NULL);
 		ds_log_info("MoE: %d layers with experts, top-%d, capacity factor %g, drop_tokens %s, ep_size %d%s",

@@ -43,6 +43,7 @@ struct ds_train_setup {
 	char fit_why[200];             /* autos.micro_fit_why points here */
 	int device_kind;               /* enum ds_device_kind asked: --device, else dstk.device */
 	const char *device_from;       /* "--device" or "dstk.device" */
+	char device_why[256];          /* ds_train_device's line: what was chosen and why */
 };
 
 /* Load and map both config files (world size W).  Fills s; release with
