@@ -29,6 +29,11 @@ struct ds_compute_ops {
 	/* Bind this process to device (the cpu backend ignores it). */
 	int (*init)(int device, struct ds_err *err);
 
+	/* Wait for the work queued so far: 0, or the first error of any entry
+	 * since the last check (the entries return nothing; a device backend
+	 * keeps its first failure until here). */
+	int (*check)(struct ds_err *err);
+
 	/* ---- buffers (the backend's memory; host memory on cpu) ---- */
 	void *(*alloc)(size_t bytes);                /* NULL when out of memory */
 	void (*free)(void *p);
@@ -36,6 +41,10 @@ struct ds_compute_ops {
 	void (*copy)(void *dst, const void *src, size_t bytes);     /* within the backend's memory */
 	void (*to_host)(void *host, const void *src, size_t bytes);
 	void (*from_host)(void *dst, const void *host, size_t bytes);
+
+	/* x (rows, ld): columns [col0, col1) of every row write v (the
+	 * logits' padding columns) */
+	void (*fill_cols)(float *x, int64_t rows, int64_t ld, int col0, int col1, float v);
 
 	/* ---- 16-bit storage (kind: enum ds_half_kind, util/half.h) ---- */
 	void (*half_round)(int kind, float *x, size_t n);

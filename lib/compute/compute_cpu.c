@@ -20,6 +20,16 @@
 
 static int cpu_init(int device, struct ds_err *err) { return 0; }
 
+static int cpu_check(struct ds_err *err) { return 0; }
+
+static void cpu_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v)
+{
+#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < rows; i++)
+		for (int j = col0; j < col1; j++)
+			x[i * ld + j] = v;
+}
+
 static void *cpu_alloc(size_t bytes) { return ds_alloc(bytes); }
 static void cpu_free(void *p) { ds_free(p); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
@@ -82,12 +92,14 @@ static int cpu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, i
 const struct ds_compute_ops ds_compute_cpu = {
 	.name = "cpu",
 	.init = cpu_init,
+	.check = cpu_check,
 	.alloc = cpu_alloc,
 	.free = cpu_free,
 	.zero = cpu_zero,
 	.copy = cpu_copy,
 	.to_host = cpu_copy,
 	.from_host = cpu_copy,
+	.fill_cols = cpu_fill_cols,
 	.half_round = cpu_half_round,
 	.half_pack = cpu_half_pack,
 	.half_unpack = cpu_half_unpack,

@@ -557,21 +557,41 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	}
 	ws->xw[0] = ws->dA;
 	ws->xw[1] = ws->dln;
-	/* rotary and sinusoidal tables, angles in double */
+	/* rotary and sinusoidal tables, angles in double, made on the host
+	 * and copied to the backend's memory */
 	const int half = m->rd / 2;
+	const size_t nr = (size_t)o->T * (size_t)half, ns = d.sinus ? (size_t)o->T * (size_t)m->C : 0;
+	float *tab = malloc((2 * nr + ns) * sizeof(float) + 1);
+	if (!tab) {
+		ds_gpt_ws_destroy(ws);
+		return ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for the position tables");
+	}
+	float *rc = tab, *rs = tab + nr, *sp = tab + 2 * nr;
 	for (int t = 0; t < o->T; t++)
 		for (int i = 0; i < half; i++) {
 			double f = pow(m->cfg.rotary_emb_base, -2.0 * i / m->rd);
-			ws->rcos[t * half + i] = (float)cos(t * f);
-			ws->rsin[t * half + i] = (float)sin(t * f);
+			rc[t * half + i] = (float)cos(t * f);
+			rs[t * half + i] = (float)sin(t * f);
 		}
 	if (d.sinus)
 		for (int t = 0; t < o->T; t++)
 			for (int i = 0; i < m->C / 2; i++) {
 				double f = pow(10000.0, -2.0 * i / m->C);
-				ws->spos[(int64_t)t * m->C + i] = (float)sin(t * f);
-				ws->spos[(int64_t)t * m->C + m->C / 2 + i] = (float)cos(t * f);
+				sp[(int64_t)t * m->C + i] = (float)sin(t * f);
+				sp[(int64_t)t * m->C + m->C / 2 + i] = (float)cos(t * f);
 			}
+	if (nr) {
+		ws->ops->from_host(ws->rcos, rc, nr * sizeof(float));
+		ws->ops->from_host(ws->rsin, rs, nr * sizeof(float));
+	}
+	if (ns)
+		ws->ops->from_host(ws->spos, sp, ns * sizeof(float));
+	free(tab);
+	int crc = ws->ops->check(err);
+	if (crc < 0) {
+		ds_gpt_ws_destroy(ws);
+		return crc;
+	}
 	*out = ws;
 	return 0;
 }
@@ -1139,12 +1159,8 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), NOTR, TRANS, (int)n, V,
 			C, 1.0f, ws->lnf + r0 * C, C, head, C, 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
-	if (Vp > V) {
-#pragma omp parallel for schedule(static)
-		for (int64_t i = 0; i < n; i++)
-			for (int j = V; j < Vp; j++)
-				out[i * Vp + j] = -INFINITY;
-	}
+	if (Vp > V)
+		ws->ops->fill_cols(out, n, Vp, V, Vp, -INFINITY);
 }
 
 /* ---- whole model ------------------------------------------------------- */
@@ -1264,12 +1280,12 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		const float *pos = m->wpe >= 0 ? tp(m, P, m->wpe)
 			: m->cfg.pos_emb == DS_POS_SINUSOIDAL ? ws->spos : NULL;
 		if (m->tp > 1) {   /* vocabulary-parallel: this rank's rows, summed */
-			ws->ops->vocab_embed_forward(x0, tokens, tp(m, P, m->wte), m->v0, m->Vp, B, T, C);
+			ws->ops->vocab_embed_forward(x0, ws->tok, tp(m, P, m->wte), m->v0, m->Vp, B, T, C);
 			DS_TRY(tp_reduce(ws, x0, NC, DS_GPT_TP_SUM, err));
 			if (pos)
 				ws->ops->pos_add(x0, pos, B, T, C);
 		} else {
-			ws->ops->embed_forward(x0, tokens, tp(m, P, m->wte), pos, B, T, C);
+			ws->ops->embed_forward(x0, ws->tok, tp(m, P, m->wte), pos, B, T, C);
 		}
 		dropout_btc(ws, x0, B, T, C, 0, 0, (float)m->cfg.hidden_dropout);
 		rnd(ws, x0, NC);
@@ -1314,6 +1330,7 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	}
 	if (!pt->head) {   /* a stage's output */
 		ws->ops->copy(x_out, pt->norm ? ws->lnf : xf, (size_t)NC * sizeof(float));
+		DS_TRY(ws->ops->check(err));
 		ws->have_fwd = 1;
 		return 0;
 	}
@@ -1325,11 +1342,13 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	if (!(tied && pt->embed))
 		DS_TRY(hook_pre(m, ws, hs, DS_GPT_FORWARD, params, NULL, err));
 	double sum = 0;
-	DS_TRY(head_forward(m, ws, tp(m, P, m->head), targets, N, &sum, err));
+	if (targets)   /* the backend's copy, read by the loss and kept for backward */
+		ws->ops->from_host(ws->tgt, targets, (size_t)N * sizeof(int32_t));
+	DS_TRY(head_forward(m, ws, tp(m, P, m->head), targets ? ws->tgt : NULL, N, &sum, err));
 	DS_TRY(hook_post(ws, hs, DS_GPT_FORWARD, err));
+	DS_TRY(ws->ops->check(err));
 
 	if (targets) {
-		ws->ops->from_host(ws->tgt, targets, (size_t)N * sizeof(int32_t));
 		if (loss)
 			*loss = (float)(sum / (double)N);
 		ws->have_fwd = 1;
@@ -1463,7 +1482,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 	/* embeddings, or the gradient the previous stage receives */
 	if (!pt->embed) {
 		ws->ops->copy(dx, ws->dresid, (size_t)NC * sizeof(float));
-		return 0;
+		return ws->ops->check(err);
 	}
 	if (!(tied && pt->head))
 		DS_TRY(hook_pre(m, ws, 0, DS_GPT_BACKWARD, params, grads, err));
@@ -1473,6 +1492,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 		ws->ops->vocab_embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, m->v0, m->Vp, B, T, C);
 	else
 		ws->ops->embed_backward(tp(m, G, m->wte), dpos, ws->dresid, ws->tok, B, T, C);
+	DS_TRY(ws->ops->check(err));
 	DS_TRY(hook_post(ws, 0, DS_GPT_BACKWARD, err));
 	return 0;
 }
