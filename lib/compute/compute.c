@@ -99,14 +99,17 @@ int ds_compute_device_for(int local_rank, int device_count)
 }
 
 /* Whether cuda can be had on env: 0 with *ops and *device, or the error. */
-static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
-		     struct ds_err *err)
+static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_needs *needs,
+		     const struct ds_compute_ops **ops, int *device, struct ds_err *err)
 {
 	if (!env->cuda_built)
 		return ds_err_set(err, DS_ENOTSUP, "built without CUDA; reconfigure --with-cuda (or use --device cpu)");
 	if (!env->cuda)
 		return ds_err_set(err, DS_ENOTSUP, "this build has no cuda compute backend yet (the CUDA kernels are "
 				  "built but no engine calls them); use --device cpu");
+	const char *what = needs && env->cuda->uncovered ? env->cuda->uncovered(needs) : NULL;
+	if (what)
+		return ds_err_set(err, DS_ENOTSUP, "%s is not on the cuda backend yet; use --device cpu", what);
 	if (env->device_count < 1)
 		return ds_err_set(err, DS_EIO, "no CUDA device answers (%s); use --device cpu or auto", env->why_none);
 	int lr;
@@ -116,8 +119,8 @@ static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_o
 	return 0;
 }
 
-int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
-		      char *why, size_t whysz, struct ds_err *err)
+int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_needs *needs,
+		      const struct ds_compute_ops **ops, int *device, char *why, size_t whysz, struct ds_err *err)
 {
 	*ops = &ds_compute_cpu;
 	*device = -1;
@@ -126,7 +129,7 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 		return 0;
 	}
 	if (kind == DS_DEVICE_CUDA) {
-		int rc = want_cuda(env, ops, device, err);
+		int rc = want_cuda(env, needs, ops, device, err);
 		if (rc < 0) {
 			*ops = &ds_compute_cpu;
 			*device = -1;
@@ -138,7 +141,7 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 	if (kind != DS_DEVICE_AUTO)
 		return ds_err_set(err, DS_EINVAL, "device: unknown kind %d (cpu, cuda or auto)", kind);
 	struct ds_err e = DS_ERR_INIT;
-	const int rc = want_cuda(env, ops, device, &e);
+	const int rc = want_cuda(env, needs, ops, device, &e);
 	if (rc == DS_EINVAL) {   /* a GPU to use but a garbage local rank: not a reason to fall back */
 		*ops = &ds_compute_cpu;
 		*device = -1;
@@ -151,7 +154,8 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 	*ops = &ds_compute_cpu;
 	*device = -1;
 	const char *because = !env->cuda_built       ? "built without CUDA"
-			      : !env->cuda   ? "no cuda compute backend in this build yet"
+			      : !env->cuda            ? "no cuda compute backend in this build yet"
+			      : rc == DS_ENOTSUP      ? e.msg
 			      : env->device_count < 1 ? env->why_none
 						      : e.msg;
 	snprintf(why, whysz, "device auto: cpu (%s)", because);

@@ -6,7 +6,10 @@
  * and every kernel of kernels/cpu/gpt_kernels.h.  Implementations:
  *   cpu   compute_cpu.c: kernels/cpu exactly as the model called them
  *         before this table (the oracle every other backend is held to);
- *   cuda  not implemented yet: selecting it is refused (ds_compute_select).
+ *   cuda  compute_cuda.c, kernels/cuda's launchers (built with CUDA): fp32
+ *         dense models, checked over the host emulation of CUDA only; not
+ *         in ds_compute_all yet (the engine's buffers are host memory), so
+ *         selecting cuda is refused (ds_compute_select).
  * A process drives one device (DeepSpeed's accelerator), so a backend's
  * state (device, stream, handles) is its own, set by init(); the table's
  * functions take the arguments of the CPU kernels they stand for.
@@ -24,8 +27,20 @@
 #include "util/err.h"
 #include "util/rng.h"
 
+/* What a run asks of a backend beyond the dense fp32 model. */
+struct ds_compute_needs {
+	int half;           /* enum ds_half_kind of the activations (0: fp32) */
+	int moe;            /* MoE layers */
+	int tp, pp;         /* tensor, pipeline parallel sizes (1: none) */
+	int onebit;         /* a 1-bit optimizer */
+	int nvme;           /* ZeRO-Infinity's NVMe offload */
+};
+
 struct ds_compute_ops {
 	const char *name;   /* "cpu", "cuda" */
+	/* NULL when the backend runs everything needs asks for, else the
+	 * first thing it does not, as words for "...: X is not ..." */
+	const char *(*uncovered)(const struct ds_compute_needs *needs);
 	/* Bind this process to device (the cpu backend ignores it). */
 	int (*init)(int device, struct ds_err *err);
 
@@ -123,6 +138,9 @@ struct ds_compute_ops {
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;
+/* The cuda backend (compute_cuda.c, only in builds with CUDA): not in
+ * ds_compute_all yet, so nothing selects it (see compute_cuda.c). */
+extern const struct ds_compute_ops ds_compute_cuda;
 
 /* The backends, NULL-terminated (cpu first). */
 extern const struct ds_compute_ops *const ds_compute_all[];
@@ -164,10 +182,11 @@ int ds_compute_device_for(int local_rank, int device_count);
  * without naming the flag or key (the caller's prefix):
  *   cuda on a build without CUDA            DS_ENOTSUP naming --with-cuda (exit 3)
  *   cuda with no cuda backend in this build DS_ENOTSUP (exit 3)
+ *   cuda for a run it does not cover        DS_ENOTSUP naming what (needs; NULL: none)
  *   cuda while no device answers            DS_EIO (exit 1: the machine, not the input)
  *   a garbage local rank                    DS_EINVAL (exit 2)
  * auto is cuda when cuda would be chosen without error, else cpu. */
-int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_ops **ops, int *device,
-		      char *why, size_t whysz, struct ds_err *err);
+int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_needs *needs,
+		      const struct ds_compute_ops **ops, int *device, char *why, size_t whysz, struct ds_err *err);
 
 #endif

@@ -18,6 +18,7 @@
 #include "util/half.h"
 #include "util/mem.h"
 
+static const char *cpu_uncovered(const struct ds_compute_needs *needs) { return NULL; }
 static int cpu_init(int device, struct ds_err *err) { return 0; }
 
 static int cpu_check(struct ds_err *err) { return 0; }
@@ -91,6 +92,7 @@ static int cpu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, i
 
 const struct ds_compute_ops ds_compute_cpu = {
 	.name = "cpu",
+	.uncovered = cpu_uncovered,
 	.init = cpu_init,
 	.check = cpu_check,
 	.alloc = cpu_alloc,

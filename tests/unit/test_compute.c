@@ -92,7 +92,7 @@ static int sel(int kind, const struct ds_compute_env *e, const struct ds_compute
 	ds_err_clear(err);
 	*ops = &fake_cuda;
 	*dev = 99;
-	return ds_compute_select(kind, e, ops, dev, why, 256, err);
+	return ds_compute_select(kind, e, NULL, ops, dev, why, 256, err);
 }
 
 /* --device cpu: always cpu, whatever the machine; the variables are not read */
@@ -195,6 +195,37 @@ static void test_select_auto(void **st)
 	e = env_of(0, 0, 0, "garbage", NULL);
 	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &ds_compute_cpu);
+}
+
+/* a backend that does not cover what the run needs: cuda is refused
+ * naming it, auto falls back to cpu saying it; cpu covers everything */
+static const char *no_moe(const struct ds_compute_needs *n) { return n->moe ? "a Mixture-of-Experts model" : NULL; }
+static const struct ds_compute_ops partial_cuda = { .name = "cuda", .uncovered = no_moe };
+
+static void test_select_needs(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	const struct ds_compute_ops *ops;
+	int dev;
+	char why[256];
+	struct ds_compute_env e = env_of(1, 1, 2, NULL, NULL);
+	e.cuda = &partial_cuda;
+	const struct ds_compute_needs dense = { 0, 0, 1, 1, 0, 0 }, moe = { 0, 1, 1, 1, 0, 0 };
+	assert_int_equal(ds_compute_select(DS_DEVICE_CUDA, &e, &dense, &ops, &dev, why, sizeof why, &err), 0);
+	assert_ptr_equal(ops, &partial_cuda);
+	assert_int_equal(ds_compute_select(DS_DEVICE_CUDA, &e, &moe, &ops, &dev, why, sizeof why, &err), DS_ENOTSUP);
+	assert_string_equal(err.msg, "a Mixture-of-Experts model is not on the cuda backend yet; use --device cpu");
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(ds_compute_select(DS_DEVICE_AUTO, &e, &moe, &ops, &dev, why, sizeof why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_string_equal(why, "device auto: cpu (a Mixture-of-Experts model is not on the cuda backend yet; use "
+			    "--device cpu)");
+	/* needs are asked before devices: the reason is the run, not the machine */
+	e.device_count = 0;
+	assert_int_equal(ds_compute_select(DS_DEVICE_CUDA, &e, &moe, &ops, &dev, why, sizeof why, &err), DS_ENOTSUP);
+	const struct ds_compute_needs all = { 2, 1, 2, 2, 1, 1 };
+	assert_null(ds_compute_cpu.uncovered(&all));
 }
 
 /* the probe reads the launchers' variables and, on a CPU run, nothing else */
@@ -322,6 +353,7 @@ int main(void)
 		cmocka_unit_test(test_select_cpu),
 		cmocka_unit_test(test_select_cuda),
 		cmocka_unit_test(test_select_auto),
+		cmocka_unit_test(test_select_needs),
 		cmocka_unit_test(test_probe),
 		cmocka_unit_test(test_cpu_table_complete),
 		cmocka_unit_test(test_cpu_gemm),

@@ -1,0 +1,380 @@
+/* compute_cuda.c - the cuda compute backend (compute.h): the table's
+ * entries as kernels/cuda's launchers on one device and one stream.
+ *
+ * Built only with CUDA.  Not in ds_compute_all[] yet, so --device never
+ * chooses it: the engine still keeps parameters, gradients and optimizer
+ * states in host memory and its hooks read them there, which a device
+ * backend's workspace cannot use.  test_compute_cuda_emu runs it over the
+ * host emulation of CUDA (where device memory is host memory) against
+ * the cpu backend.
+ *
+ * Covered: fp32 training of dense models on one tensor-parallel rank.
+ * Not yet (each entry sets an error that check() reports as DS_ENOTSUP):
+ * the vocabulary-parallel embedding and loss, the row-parallel bias and
+ * attention dropout keyed from another rank's first head (tensor
+ * parallelism), and bf16 logits kept in 16 bits (head16 says no, so the
+ * model never asks).  The entries return nothing: a launcher's failure is
+ * kept (the first one) and check() reports it after synchronising.  A
+ * process drives one device, so the state is the process's.
+ */
+#include "compute/compute.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/attn_cuda.h"
+#include "cuda/ds_cuda.h"
+#include "cuda/flat_cuda.h"
+#include "cuda/gemm_cuda.h"
+#include "cuda/gpt_cuda.h"
+
+static struct {
+	int device;
+	void *stream;
+	struct ds_cuda_blas *blas;
+	int rc;                 /* first failure since the last check: > 0 a launcher's, -1 not supported */
+	char what[160];         /* which entry */
+	double *dloss, *dsum;   /* the cross-entropy's per-row losses and their sum (device) */
+	int64_t nloss;
+} g = { -1, NULL, NULL, 0, "", NULL, NULL, 0 };
+
+static void note(int rc, const char *what)
+{
+	if (rc && !g.rc) {
+		g.rc = rc;
+		snprintf(g.what, sizeof g.what, "%s", what);
+	}
+}
+
+static void notsup(const char *what)
+{
+	note(-1, what);
+}
+
+/* what the device path runs: dense fp32 models on one tensor-parallel and
+ * pipeline rank, with the dense optimizers in memory */
+static const char *cu_uncovered(const struct ds_compute_needs *n)
+{
+	return n->moe ? "a Mixture-of-Experts model"
+	       : n->onebit ? "a 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb)"
+	       : n->nvme ? "NVMe offload (ZeRO-Infinity)"
+	       : n->tp > 1 ? "tensor parallelism"
+	       : n->pp > 1 ? "pipeline parallelism"
+	       : n->half ? "fp16/bf16 training (16-bit activations)"
+		       : NULL;
+}
+
+static int cu_init(int device, struct ds_err *err)
+{
+	int rc, n = 0;
+	if (g.blas && g.device == device)
+		return 0;
+	if ((rc = ds_cuda_device_count(&n)) || device < 0 || device >= n)
+		return ds_err_set(err, DS_EIO, "cuda backend: device %d of %d: %s", device, n,
+				  rc ? ds_cuda_strerror(rc) : "no such device");
+	if ((rc = ds_cuda_set_device(device)) || (rc = ds_cuda_stream_create(&g.stream)) ||
+	    (rc = ds_cuda_blas_create(&g.blas, g.stream, 0)))
+		return ds_err_set(err, DS_EIO, "cuda backend: setting up device %d: %s", device, ds_cuda_strerror(rc));
+	g.device = device;
+	return 0;
+}
+
+static int cu_check(struct ds_err *err)
+{
+	note(ds_cuda_stream_sync(g.stream), "synchronising the stream");
+	if (!g.rc)
+		return 0;
+	const int rc = g.rc;
+	g.rc = 0;
+	if (rc < 0)
+		return ds_err_set(err, DS_ENOTSUP, "cuda backend: %s is not implemented on the GPU yet; use --device cpu",
+				  g.what);
+	return ds_err_set(err, DS_EIO, "cuda backend: %s: %s", g.what, ds_cuda_strerror(rc));
+}
+
+/* ---- buffers ---- */
+static void *cu_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (ds_cuda_malloc(&p, bytes ? bytes : 1))
+		return NULL;
+	return p;
+}
+static void cu_free(void *p) { note(ds_cuda_free(p), "cudaFree"); }
+static void cu_zero(void *p, size_t bytes) { note(ds_cuda_memset(p, 0, bytes, g.stream), "zero"); }
+static void cu_copy(void *dst, const void *src, size_t bytes) { note(ds_cuda_memcpy(dst, src, bytes, g.stream), "copy"); }
+static void cu_to_host(void *host, const void *src, size_t bytes)
+{
+	note(ds_cuda_memcpy(host, src, bytes, g.stream), "copy to host");
+	note(ds_cuda_stream_sync(g.stream), "copy to host");   /* the caller reads it now */
+}
+static void cu_from_host(void *dst, const void *host, size_t bytes)
+{
+	note(ds_cuda_memcpy(dst, host, bytes, g.stream), "copy from host");
+	note(ds_cuda_stream_sync(g.stream), "copy from host");   /* the caller may reuse host at once */
+}
+static void cu_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v)
+{
+	note(ds_cuda_fill_cols(x, rows, ld, col0, col1, v, g.stream), "fill_cols");
+}
+
+/* ---- 16-bit storage ---- */
+static void cu_half_round(int kind, float *x, size_t n)
+{
+	note(ds_cuda_half_round((enum ds_half_kind)kind, x, (int64_t)n, g.stream), "half_round");
+}
+static void cu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
+{
+	note(ds_cuda_half_pack((enum ds_half_kind)kind, dst, src, (int64_t)n, g.stream), "half_pack");
+}
+static void cu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
+{
+	note(ds_cuda_half_unpack((enum ds_half_kind)kind, dst, src, (int64_t)n, g.stream), "half_unpack");
+}
+
+/* ---- matrix products: fp32 (pedantic, no TF32) or the CPU's bf16 contract ---- */
+static void cu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+		    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	struct ds_cuda_batch cb;
+	if (bt) {
+		cb.count = bt->count;
+		cb.inner = bt->inner;
+		memcpy(cb.sa, bt->sa, sizeof cb.sa);
+		memcpy(cb.sb, bt->sb, sizeof cb.sb);
+		memcpy(cb.sc, bt->sc, sizeof cb.sc);
+	}
+	int rc;
+	if (mm >= 0 && mm != DS_BF16_MM_FP32)
+		rc = ds_cuda_gemm_rounded(g.blas, bt ? &cb : NULL, DS_HALF_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+					  beta, C, ldc, g.stream);
+	else if (bt)
+		rc = ds_cuda_gemm_batch(g.blas, &cb, DS_HALF_NONE, DS_HALF_NONE, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+					beta, C, ldc);
+	else
+		rc = ds_cuda_gemm(g.blas, DS_HALF_NONE, DS_HALF_NONE, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+				  ldc);
+	note(rc, "gemm");
+}
+static void cu_gemm_keep_b(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
+			   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	cu_gemm(mm, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+static int cu_head16(int mm, int N, int V, int C) { return 0; }
+static int cu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+		     int lda, const float *B, int ldb, float beta, void *C, int ldc)
+{
+	return -1;
+}
+static int cu_mm_check(int mode, char *why, size_t whysz) { return 0; }
+static int cu_mm_plan(int mode, char *buf, size_t n)
+{
+	if (mode == DS_BF16_MM_FP32) {
+		snprintf(buf, n, "fp32 products on the GPU (cuBLAS, no TF32)");
+		return 0;
+	}
+	snprintf(buf, n, "bf16 products on the GPU's tensor cores (cuBLAS: inputs rounded to bf16, fp32 accumulation)");
+	return 1;
+}
+
+/* ---- the GPT kernels ---- */
+#define L(call, name) note(call, name)
+static void cu_dropout(float *x, int64_t n, const struct ds_rng *gr, float p)
+{
+	L(ds_kernel_cuda_dropout(x, n, gr, p, g.stream), "dropout");
+}
+static void cu_embed_forward(float *out, const int32_t *tok, const float *wte, const float *pos, int B, int T, int C)
+{
+	L(ds_kernel_cuda_embed_forward(out, tok, wte, pos, B, T, C, g.stream), "embed_forward");
+}
+static void cu_embed_backward(float *dwte, float *dpos, const float *dout, const int32_t *tok, int B, int T, int C)
+{
+	L(ds_kernel_cuda_embed_backward(dwte, dpos, dout, tok, B, T, C, g.stream), "embed_backward");
+}
+static void cu_vocab_embed_forward(float *out, const int32_t *tok, const float *wte_l, int v0, int rows, int B,
+				   int T, int C)
+{
+	notsup("the vocabulary-parallel embedding (tensor parallelism)");
+}
+static void cu_pos_add(float *out, const float *pos, int B, int T, int C)
+{
+	notsup("the positions added after a vocabulary-parallel embedding (tensor parallelism)");
+}
+static void cu_vocab_embed_backward(float *dwte_l, float *dpos, const float *dout, const int32_t *tok, int v0,
+				    int rows, int B, int T, int C)
+{
+	notsup("the vocabulary-parallel embedding (tensor parallelism)");
+}
+static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				 const float *b, int64_t N, int C, float eps)
+{
+	L(ds_kernel_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, g.stream), "layernorm_forward");
+}
+static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				  const float *w, const float *mean, const float *rstd, int64_t N, int C)
+{
+	L(ds_kernel_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, g.stream),
+	  "layernorm_backward");
+}
+static void cu_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp, const float *w, int64_t N, int C,
+			       float eps)
+{
+	L(ds_kernel_cuda_rmsnorm_forward(out, rms, inv, inp, w, N, C, eps, g.stream), "rmsnorm_forward");
+}
+static void cu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+				const float *rms, const float *inv, int64_t N, int C)
+{
+	L(ds_kernel_cuda_rmsnorm_backward(dinp, dw, dout, inp, w, rms, inv, N, C, g.stream), "rmsnorm_backward");
+}
+static void cu_bias_fill(float *out, const float *b, int64_t N, int OC)
+{
+	L(ds_kernel_cuda_bias_fill(out, b, N, OC, g.stream), "bias_fill");
+}
+static void cu_bias_add(float *out, const float *b, int64_t N, int OC)
+{
+	notsup("the row-parallel bias (tensor parallelism)");
+}
+static void cu_bias_backward(float *db, const float *dout, int64_t N, int OC)
+{
+	L(ds_kernel_cuda_bias_backward(db, dout, N, OC, g.stream), "bias_backward");
+}
+static void cu_add_inplace(float *out, const float *a, int64_t n)
+{
+	L(ds_kernel_cuda_add_inplace(out, a, n, g.stream), "add_inplace");
+}
+static void cu_rotary(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH, int rd, int inverse)
+{
+	L(ds_kernel_cuda_rotary(qkv, cs, sn, B, T, C, NH, rd, inverse, g.stream), "rotary");
+}
+static void cu_causal_softmax_forward(float *att, int B, int NH, int T)
+{
+	L(ds_kernel_cuda_causal_softmax_forward(att, B, NH, T, g.stream), "causal_softmax_forward");
+}
+static void cu_attention_dropout_h0(float *attd, const float *att, int B, int NH, int h0, int T, float p,
+				    const struct ds_rng *gs)
+{
+	if (h0)
+		notsup("attention dropout of a tensor-parallel rank's heads");
+	else
+		L(ds_kernel_cuda_attention_dropout(attd, att, B, NH, T, p, gs, g.stream), "attention_dropout");
+}
+static void cu_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
+					  float p, const struct ds_rng *gs)
+{
+	if (h0)
+		notsup("the attention backward of a tensor-parallel rank's heads");
+	else
+		L(ds_kernel_cuda_causal_softmax_backward(datt, att, B, NH, T, scale, p, gs, g.stream),
+		  "causal_softmax_backward");
+}
+static void cu_act_forward(float *out, const float *inp, int64_t N, int F, int act)
+{
+	L(ds_kernel_cuda_act_forward(out, inp, N, F, act, g.stream), "act_forward");
+}
+static void cu_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act)
+{
+	L(ds_kernel_cuda_act_backward(dinp, dout, inp, N, F, act, g.stream), "act_backward");
+}
+/* the per-row losses on the device, their sum in a fixed tree, to the host */
+static double cu_xent_forward(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp)
+{
+	double sum = 0;
+	if (N > g.nloss) {
+		note(ds_cuda_free(g.dloss), "cudaFree");
+		g.dloss = NULL;
+		g.nloss = 0;
+		if (ds_cuda_malloc((void **)&g.dloss, (size_t)(N + 1) * sizeof(double)) || !g.dloss) {
+			note(2 /* cudaErrorMemoryAllocation */, "the cross-entropy's row losses");
+			return 0;
+		}
+		g.nloss = N;
+		g.dsum = g.dloss + N;
+	}
+	L(ds_kernel_cuda_xent_forward(lse, targets ? g.dloss : NULL, logits, targets, N, V, Vp, g.stream),
+	  "xent_forward");
+	if (!targets)
+		return 0;
+	L(ds_cuda_sum(g.dsum, g.dloss, N, g.stream), "xent_forward's sum");
+	cu_to_host(&sum, g.dsum, sizeof sum);
+	return sum;
+}
+static void cu_xent_backward(float *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
+			     float dscale)
+{
+	L(ds_kernel_cuda_xent_backward(logits, lse, targets, N, V, Vp, dscale, g.stream), "xent_backward");
+}
+static double cu_xent_forward16(float *lse, uint16_t *logits, const int32_t *targets, int64_t N, int V, int Vp)
+{
+	notsup("bf16 logits");
+	return 0;
+}
+static void cu_xent_backward16(uint16_t *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
+			       float dscale)
+{
+	notsup("bf16 logits");
+}
+static void cu_xent_vp_max(float *mx, float *pred, const float *logits, const int32_t *targets, int v0, int64_t N,
+			   int Vl, int Vpl)
+{
+	notsup("the vocabulary-parallel loss (tensor parallelism)");
+}
+static void cu_xent_vp_sumexp(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl)
+{
+	notsup("the vocabulary-parallel loss (tensor parallelism)");
+}
+static void cu_xent_vp_backward(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N, int Vl,
+				int Vpl, float dscale)
+{
+	notsup("the vocabulary-parallel loss (tensor parallelism)");
+}
+
+const struct ds_compute_ops ds_compute_cuda = {
+	.name = "cuda",
+	.uncovered = cu_uncovered,
+	.init = cu_init,
+	.check = cu_check,
+	.alloc = cu_alloc,
+	.free = cu_free,
+	.zero = cu_zero,
+	.copy = cu_copy,
+	.to_host = cu_to_host,
+	.from_host = cu_from_host,
+	.fill_cols = cu_fill_cols,
+	.half_round = cu_half_round,
+	.half_pack = cu_half_pack,
+	.half_unpack = cu_half_unpack,
+	.gemm = cu_gemm,
+	.gemm_keep_b = cu_gemm_keep_b,
+	.head16 = cu_head16,
+	.gemm16 = cu_gemm16,
+	.mm_check = cu_mm_check,
+	.mm_plan = cu_mm_plan,
+	.dropout = cu_dropout,
+	.embed_forward = cu_embed_forward,
+	.embed_backward = cu_embed_backward,
+	.vocab_embed_forward = cu_vocab_embed_forward,
+	.pos_add = cu_pos_add,
+	.vocab_embed_backward = cu_vocab_embed_backward,
+	.layernorm_forward = cu_layernorm_forward,
+	.layernorm_backward = cu_layernorm_backward,
+	.rmsnorm_forward = cu_rmsnorm_forward,
+	.rmsnorm_backward = cu_rmsnorm_backward,
+	.bias_fill = cu_bias_fill,
+	.bias_add = cu_bias_add,
+	.bias_backward = cu_bias_backward,
+	.add_inplace = cu_add_inplace,
+	.rotary = cu_rotary,
+	.causal_softmax_forward = cu_causal_softmax_forward,
+	.attention_dropout_h0 = cu_attention_dropout_h0,
+	.causal_softmax_backward_h0 = cu_causal_softmax_backward_h0,
+	.act_forward = cu_act_forward,
+	.act_backward = cu_act_backward,
+	.xent_forward = cu_xent_forward,
+	.xent_backward = cu_xent_backward,
+	.xent_forward16 = cu_xent_forward16,
+	.xent_backward16 = cu_xent_backward16,
+	.xent_vp_max = cu_xent_vp_max,
+	.xent_vp_sumexp = cu_xent_vp_sumexp,
+	.xent_vp_backward = cu_xent_vp_backward,
+};
