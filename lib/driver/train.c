@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compute/compute.h"
 #include "cpu/ceiling.h"
 #include "cpu/gemm_bf16.h"
 #include "driver/profile.h"
@@ -468,7 +469,7 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 	}
 	if (s->eng.half == DS_HALF_BF16) {   /* which matrix products the bf16 run uses (gpt.h) */
 		char plan[512];
-		ds_gemm_bf16_plan(s->eng.bf16_matmul, plan, sizeof plan);
+		(s->eng.compute ? s->eng.compute : &ds_compute_cpu)->mm_plan(s->eng.bf16_matmul, plan, sizeof plan);
 		ds_log_info("matmul: %s (dstk.bf16_matmul \"%s\")", plan, ds_bf16_mode_name(s->eng.bf16_matmul));
 	}
 
