@@ -28,14 +28,15 @@ struct run {
 	int64_t n;
 };
 
-static void run_open(struct run *r, const struct ds_model_config *c, const struct ds_compute_ops *ops, int B, int T)
+static void run_open(struct run *r, const struct ds_model_config *c, const struct ds_compute_ops *ops, int B, int T,
+		     int ckpt)
 {
 	struct ds_err err = DS_ERR_INIT;
 	memset(r, 0, sizeof *r);
 	assert_int_equal(ds_gpt_create(&r->m, c, &err), 0);
 	ds_gpt_set_compute(r->m, ops);
 	assert_ptr_equal(ds_gpt_compute(r->m), ops);
-	struct ds_gpt_ws_opts o = { .B = B, .T = T, .dropout_seed = 7 };
+	struct ds_gpt_ws_opts o = { .B = B, .T = T, .dropout_seed = 7, .checkpointing = ckpt };
 	int rc = ds_gpt_ws_create(&r->ws, r->m, &o, &err);
 	if (rc)
 		fprintf(stderr, "# %s\n", err.msg);
@@ -81,13 +82,13 @@ static void sgd(struct run *r, float lr)
 
 /* steps of c on both backends: losses within 1e-5 relative, gradients
  * within 1e-4 of their largest element (sums in other orders) */
-static void compare(const struct ds_model_config *c, int B, int T, int steps)
+static void compare(const struct ds_model_config *c, int B, int T, int steps, int ckpt)
 {
 	struct ds_err err = DS_ERR_INIT;
 	assert_int_equal(ds_compute_cuda.init(0, &err), 0);
 	struct run cpu, gpu;
-	run_open(&cpu, c, &ds_compute_cpu, B, T);
-	run_open(&gpu, c, &ds_compute_cuda, B, T);
+	run_open(&cpu, c, &ds_compute_cpu, B, T, ckpt);
+	run_open(&gpu, c, &ds_compute_cuda, B, T, ckpt);
 	assert_int_equal(cpu.n, gpu.n);
 	const long before = ds_emu_launches();
 	int32_t *tok = malloc((size_t)(B * T + 1) * sizeof(int32_t));
@@ -133,7 +134,17 @@ static void test_gpt_test_model(void **st)
 	(void)st;
 	struct ds_model_config c;
 	load_test_model(&c);
-	compare(&c, 4, c.seq_length, 3);
+	compare(&c, 4, c.seq_length, 3, 0);
+}
+
+/* activation checkpointing: each layer recomputed on the device in backward */
+static void test_checkpointing(void **st)
+{
+	(void)st;
+	struct ds_model_config c;
+	load_test_model(&c);
+	c.hidden_dropout = 0.1;
+	compare(&c, 2, c.seq_length, 2, 1);
 }
 
 /* rmsnorm, rotary positions, swiglu, dropout (the same masks on both) and
@@ -151,7 +162,7 @@ static void test_neox_variant(void **st)
 	c.vocab_size = 250;
 	c.padded_vocab_size = 0;
 	c.no_weight_tying = 1;
-	compare(&c, 2, 16, 2);
+	compare(&c, 2, 16, 2, 0);
 }
 
 /* what the backend does not run yet is reported by check(), once */
@@ -197,6 +208,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gpt_test_model),
 		cmocka_unit_test(test_neox_variant),
+		cmocka_unit_test(test_checkpointing),
 		cmocka_unit_test(test_not_supported),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
