@@ -76,7 +76,7 @@ static void usage(FILE *f)
 		"      --metrics-json=FILE   write measured step metrics as JSON\n"
 		"      --device=cpu|cuda|auto  where the model computes (default: dstk.device,\n"
 		"                            auto: cuda when built, a GPU answers and the cuda\n"
-		"                            backend exists -- it does not yet -- else cpu)\n"
+		"                            backend is usable -- not yet -- else cpu)\n"
 		"Values for \"auto\" in the DeepSpeed config (Hugging Face's convention; without\n"
 		"the flag an \"auto\" key takes its documented default):\n"
 		"      --lr=X  --weight-decay=X  --adam-beta1=X  --adam-beta2=X  --adam-eps=X\n"

@@ -361,9 +361,9 @@ EXTRA = [
      "sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel "
      "(avx512_bf16), or fp32 sgemm (fp32)"),
     ("dstk.device", "enum", "auto", ["auto", "cpu", "cuda"], None, None, IMPL,
-     "where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend exists, "
-     "else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend does not exist); "
-     "--device overrides"),
+     "where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend is usable, "
+     "else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend is not usable: "
+     "not yet); --device overrides"),
 ]
 
 TYPE = {"integer": "int", "boolean": "bool", "string": "string", "number": "float",

@@ -45,7 +45,7 @@ void ds_compute_probe(struct ds_compute_env *env, int asked)
 	/* a CPU run, or one that cannot use a GPU anyway, never touches CUDA */
 	if (asked == DS_DEVICE_CPU || !env->cuda_built || !env->cuda) {
 		snprintf(env->why_none, sizeof env->why_none, "%s",
-			 !env->cuda_built ? "built without CUDA" : !env->cuda ? "no cuda compute backend" : "not asked");
+			 !env->cuda_built ? "built without CUDA" : !env->cuda ? "no usable cuda compute backend" : "not asked");
 		return;
 	}
 	struct ds_gpu_info *gi = calloc(1, sizeof *gi);
@@ -105,8 +105,8 @@ static int want_cuda(const struct ds_compute_env *env, const struct ds_compute_n
 	if (!env->cuda_built)
 		return ds_err_set(err, DS_ENOTSUP, "built without CUDA; reconfigure --with-cuda (or use --device cpu)");
 	if (!env->cuda)
-		return ds_err_set(err, DS_ENOTSUP, "this build has no cuda compute backend yet (the CUDA kernels are "
-				  "built but no engine calls them); use --device cpu");
+		return ds_err_set(err, DS_ENOTSUP, "this build has no usable cuda compute backend yet (the engine keeps "
+				  "its buffers in host memory); use --device cpu");
 	const char *what = needs && env->cuda->uncovered ? env->cuda->uncovered(needs) : NULL;
 	if (what)
 		return ds_err_set(err, DS_ENOTSUP, "%s is not on the cuda backend yet; use --device cpu", what);
@@ -154,7 +154,7 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 	*ops = &ds_compute_cpu;
 	*device = -1;
 	const char *because = !env->cuda_built       ? "built without CUDA"
-			      : !env->cuda            ? "no cuda compute backend in this build yet"
+			      : !env->cuda            ? "no usable cuda compute backend yet"
 			      : rc == DS_ENOTSUP      ? e.msg
 			      : env->device_count < 1 ? env->why_none
 						      : e.msg;

@@ -428,7 +428,7 @@ const struct ds_config_key ds_config_keys[] = {
 	{ "dstk.lr_decay_iters", DS_KT_INT, NULL, NULL, 1.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "NeoX schedule: iterations of warmup plus decay (default: --train-iters)", DS_KEY_FIELD(dstk.lr_decay_iters) },
 	{ "dstk.min_lr", DS_KT_FLOAT, "0.0", NULL, 0.0, NAN, DS_KEY_IMPLEMENTED, DS_KEY_MIN, "NeoX schedule: the lr never decays below this", DS_KEY_FIELD(dstk.min_lr) },
 	{ "dstk.bf16_matmul", DS_KT_ENUM, "\"auto\"", "auto|onednn|avx512_bf16|fp32", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel (avx512_bf16), or fp32 sgemm (fp32)", DS_KEY_FIELD(dstk.bf16_matmul) },
-	{ "dstk.device", DS_KT_ENUM, "\"auto\"", "auto|cpu|cuda", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend exists, else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend does not exist); --device overrides", DS_KEY_FIELD(dstk.device) },
+	{ "dstk.device", DS_KT_ENUM, "\"auto\"", "auto|cpu|cuda", NAN, NAN, DS_KEY_IMPLEMENTED, 0, "where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend is usable, else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend is not usable: not yet); --device overrides", DS_KEY_FIELD(dstk.device) },
 };
 
 const int ds_config_nkeys = (int)(sizeof(ds_config_keys) / sizeof(ds_config_keys[0]));

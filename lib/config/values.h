@@ -429,7 +429,7 @@ struct ds_config_values {
 		int64_t lr_decay_iters;  /* NeoX schedule: iterations of warmup plus decay (default: --train-iters) */
 		double min_lr;  /* NeoX schedule: the lr never decays below this (default 0.0) */
 		const char *bf16_matmul;  /* bf16 runs: matrix products on the fastest this CPU and build have, measured per shape class against fp32 sgemm (auto: oneDNN on AMX, dstk's AVX512_BF16 kernel, or sgemm), always oneDNN (onednn), always the kernel (avx512_bf16), or fp32 sgemm (fp32) (default "auto") */
-		const char *device;  /* where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend exists, else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend does not exist); --device overrides (default "auto") */
+		const char *device;  /* where the model computes: auto (cuda when the build has CUDA, a GPU answers and the cuda backend is usable, else cpu), cpu, or cuda (GPU local rank % device count; refused while the cuda backend is not usable: not yet); --device overrides (default "auto") */
 	} dstk;
 	struct ds_config_sources src;
 };

@@ -29,7 +29,7 @@ losses() { grep '^step ' | awk -F' [|] ' '{print $1, $3, $5}'; }
 # the message --device cuda gets on this build (no GPU in CI)
 cuda_refusal() {
 	if ds_has cuda; then
-		echo "this build has no cuda compute backend yet"
+		echo "this build has no usable cuda compute backend yet"
 	else
 		echo "built without CUDA; reconfigure --with-cuda"
 	fi

@@ -326,3 +326,18 @@ cdt_run() {  # cdt_run DTYPE N STAGE GA: train_run with that communication_data_
 	train_run "$BATS_TEST_TMPDIR/a-only" 1 0 1 -- --data "$BATS_TEST_TMPDIR/a.txt" || fail "a.txt alone"
 	run ! same_losses "$(losses "$BATS_TEST_TMPDIR/a-only")" "$(losses "$ref")"
 }
+
+@test "--device at 2 ranks: cpu and auto give the CSV losses of no flag bit for bit; cuda stops every rank, exit 3, nothing written" {
+	local ref="$BATS_TEST_TMPDIR/dev-none" d
+	ITERS=6 train_run "$ref" 2 2 1 || fail "$(cat "$ref/err")"
+	for d in cpu auto; do
+		ITERS=6 train_run "$BATS_TEST_TMPDIR/dev-$d" 2 2 1 -- --device "$d" || fail "$(cat "$BATS_TEST_TMPDIR/dev-$d/err")"
+		cmp "$(losses "$ref")" "$(losses "$BATS_TEST_TMPDIR/dev-$d")" || fail "--device $d: other losses"
+		grep -q "^device $d (--device)" "$BATS_TEST_TMPDIR/dev-$d/err" || fail "no device line: $(cat "$BATS_TEST_TMPDIR/dev-$d/err")"
+	done
+	local cu="$BATS_TEST_TMPDIR/dev-cuda"
+	ITERS=6 run train_run "$cu" 2 2 1 -- --device cuda --save "$cu/ck"
+	assert_equal "$status" 3
+	[ "$(grep -c -- '--device cuda: ' "$cu/err")" -eq 2 ] || fail "expected one line per rank: $(cat "$cu/err")"
+	[ ! -e "$cu/ck" ] && [ ! -e "$cu/csv" ] || fail "files written: $(ls "$cu")"
+}

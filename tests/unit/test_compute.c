@@ -127,7 +127,7 @@ static void test_select_cuda(void **st)
 
 	e = env_of(1, 0, 2, NULL, NULL);   /* CUDA built, GPUs there, no backend yet */
 	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_ENOTSUP);
-	assert_non_null(strstr(err.msg, "no cuda compute backend"));
+	assert_non_null(strstr(err.msg, "no usable cuda compute backend"));
 	assert_ptr_equal(ops, &ds_compute_cpu);
 
 	e = env_of(1, 1, 0, NULL, NULL);   /* no device answers: the machine, exit 1 */
@@ -173,7 +173,7 @@ static void test_select_auto(void **st)
 	e = env_of(1, 0, 2, NULL, NULL);
 	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &ds_compute_cpu);
-	assert_string_equal(why, "device auto: cpu (no cuda compute backend in this build yet)");
+	assert_string_equal(why, "device auto: cpu (no usable cuda compute backend yet)");
 
 	e = env_of(1, 1, 0, NULL, NULL);
 	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
