@@ -34,6 +34,14 @@ struct ds_gpu_info {
  * without CUDA: "built without CUDA; reconfigure --with-cuda". */
 int ds_gpu_query(struct ds_gpu_info *info, struct ds_err *err);
 
+/* How many CUDA devices answer (*n, 0 with the CUDA error in why when
+ * none), through the runtime only: what ds-train's device choice needs,
+ * without loading cuBLAS and NCCL as ds_gpu_query does.  Returns 0;
+ * DS_ENOTSUP (*n 0, why "built without CUDA") when built without CUDA.
+ * why is not touched when a device answers. */
+#include <stddef.h>
+int ds_gpu_count(int *n, char *why, size_t why_len);
+
 /* Whether each part works on device 0 (ds-report's cuda and nccl rows). */
 struct ds_gpu_usable {
 	int cuda, cublas, nccl;  /* 1: usable */

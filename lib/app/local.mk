@@ -7,7 +7,7 @@ lib_app_libds_app_a_SOURCES = \
 	lib/app/sysinfo.c lib/app/sysinfo.h \
 	lib/app/gpu.h lib/app/mpiver.h
 if HAVE_CUDA
-lib_app_libds_app_a_SOURCES += lib/app/gpu_cuda.c
+lib_app_libds_app_a_SOURCES += lib/app/gpu_cuda.c lib/app/gpu_count_cuda.c
 else
 lib_app_libds_app_a_SOURCES += lib/app/gpu_stub.c
 endif
@@ -17,4 +17,4 @@ else
 lib_app_libds_app_a_SOURCES += lib/app/mpiver_stub.c
 endif
 LIBDS += lib/app/libds_app.a
-EXTRA_DIST += lib/app/gpu_cuda.c lib/app/gpu_stub.c lib/app/mpiver_mpi.c lib/app/mpiver_stub.c
+EXTRA_DIST += lib/app/gpu_cuda.c lib/app/gpu_count_cuda.c lib/app/gpu_stub.c lib/app/mpiver_mpi.c lib/app/mpiver_stub.c

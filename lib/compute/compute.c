@@ -48,19 +48,11 @@ void ds_compute_probe(struct ds_compute_env *env, int asked)
 			 !env->cuda_built ? "built without CUDA" : !env->cuda ? "no usable cuda compute backend" : "not asked");
 		return;
 	}
-	struct ds_gpu_info *gi = calloc(1, sizeof *gi);
-	struct ds_err e = DS_ERR_INIT;
-	if (!gi) {
-		snprintf(env->why_none, sizeof env->why_none, "out of memory for the GPU query");
-		return;
-	}
-	if (ds_gpu_query(gi, &e) < 0)
-		snprintf(env->why_none, sizeof env->why_none, "%.159s", e.msg);
-	else if (gi->count < 1)
-		snprintf(env->why_none, sizeof env->why_none, "%.159s", gi->why_none);
-	else
-		env->device_count = gi->count;
-	free(gi);
+	/* the runtime's count only: ds_gpu_query would load cuBLAS and NCCL */
+	int n = 0;
+	ds_gpu_count(&n, env->why_none, sizeof env->why_none);
+	if (n > 0)
+		env->device_count = n;
 }
 
 /* A local rank's text: a whole number 0..65535, else -1. */
