@@ -129,7 +129,7 @@ static double cpu_now(void)
 
 static double cal_run(int cls, int k, int calls, const float *a, const float *b, float *c)
 {
-	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T }, DS_GEMM_BF16_DENSE };
+	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T }, DS_GEMM_BF16_DENSE, 0 };
 	const double t0 = cpu_now();
 	for (int i = 0; i < calls; i++) {
 		if (cls == DS_BF16_CLASS_LAYER && !k)
@@ -329,7 +329,11 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 {
 	if (bt->count < 1 || bt->inner < 1)
 		return bt->count == 0 ? 0 : -1;
+	if (bt->flags & ~DS_GEMM_BF16_CR)
+		return -1;
 	if (impl == DS_BF16_ONEDNN) {
+		if (bt->flags)
+			return -1;   /* the caller rounds C */
 		/* one primitive for every entry: the first call answers for all;
 		 * should a later one fail, the portable kernel does the rest */
 		for (int e = 0; e < bt->count; e++) {
@@ -351,8 +355,8 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 		return 0;
 	}
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
-		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, bt, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
-					   C, ldc);
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, bt, bt->flags, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+					   beta, C, ldc);
 	return -1;
 }
 

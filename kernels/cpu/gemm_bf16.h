@@ -114,15 +114,20 @@ int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, fl
 
 /* ds_gemm_bf16_ex's flags: A holds bf16 values (uint16_t, ds_fp32_to_bf16's
  * encoding, lda counted in them); C is bf16, written rounded to nearest
- * even as ds_fp32_to_bf16 rounds (beta must be 0). */
+ * even as ds_fp32_to_bf16 rounds (beta must be 0); C is fp32, each element
+ * left rounded to a bf16 value (alpha op(A) op(B) + beta C rounded once,
+ * bit for bit what ds_half_round_n(DS_HALF_BF16) over C after the product
+ * gives, without that pass: for callers that round every activation). */
 #define DS_GEMM_BF16_A16 1u
 #define DS_GEMM_BF16_C16 2u
+#define DS_GEMM_BF16_CR 4u
 
-/* ds_gemm_bf16 with A and/or C in bf16 (flags), for callers that keep
- * activations in bf16: the same numbers as rounding C after an fp32
- * ds_gemm_bf16 of the unpacked A, without the fp32 copies.  dstk's kernel
- * only (DS_BF16_KERNEL, DS_BF16_PORTABLE); -1 (nothing written) for the
- * others, whose callers keep fp32 operands. */
+/* ds_gemm_bf16 with A and/or C in bf16, or C rounded (flags), for callers
+ * that keep activations in bf16: the same numbers as rounding C after an
+ * fp32 ds_gemm_bf16 of the unpacked A, without the fp32 copies or the
+ * rounding pass.  dstk's kernel only (DS_BF16_KERNEL, DS_BF16_PORTABLE);
+ * -1 (nothing written) for the others, whose callers keep fp32 operands
+ * and round C themselves. */
 int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
 		    const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc);
 
@@ -149,16 +154,19 @@ enum ds_gemm_bf16_causal {
 
 /* Where entry e of a batch of products lives: X + (e / inner) * s[0] +
  * (e % inner) * s[1] for X = A, B, C (attention's (b, head) products:
- * inner = heads); causal: enum ds_gemm_bf16_causal. */
+ * inner = heads); causal: enum ds_gemm_bf16_causal; flags: 0 or
+ * DS_GEMM_BF16_CR (dstk's kernel only, as ds_gemm_bf16_ex). */
 struct ds_gemm_bf16_batch {
 	int count, inner;
 	long sa[2], sb[2], sc[2];
 	int causal;
+	unsigned flags;
 };
 
 /* The batch's products, each ds_gemm_bf16 with the same shape and
  * arguments on its own A, B and C; the kernel runs whole entries per
- * thread.  Returns 0 or -1 as ds_gemm_bf16 (-1: every C untouched). */
+ * thread.  Returns 0 or -1 as ds_gemm_bf16 (-1: every C untouched; also
+ * for flags on an implementation other than dstk's kernel). */
 int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
 		       int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
 		       int ldc);

@@ -272,17 +272,22 @@ TARGET_BF16 static inline __m256i round16(__m512 x)
 
 /* ---- micro-kernels ------------------------------------------------------- */
 
+/* How the micro-kernel stores C: fp32, bf16 (beta is 0) rounded to nearest
+ * even, or fp32 rounded to nearest even to a bf16 value (the last K block
+ * of a DS_GEMM_BF16_CR product: alpha a b + beta c is rounded once, as a
+ * rounding pass over C after the product would round it). */
+enum { ST_F32 = 0, ST_BF16, ST_F32R };
+
 /* c (mr, nr) with leading dimension ldc = alpha a b + beta c over K2 pairs:
  * a's pair (r, kp) at a[r*ars + kp*aks] (MR rows; rows past mr are zero),
- * b's [kp][NR]; beta 0 does not read c.  c16: c holds bf16 (beta is 0),
- * written rounded to nearest even. */
+ * b's [kp][NR]; beta 0 does not read c; st: ST_*. */
 typedef void (*ukr_fn)(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, void *c, int ldc,
-		       int mr, int nr, float alpha, float beta, int c16);
+		       int mr, int nr, float alpha, float beta, int st);
 
 static float bf2f(uint32_t h) { return ds_bf16_to_fp32((uint16_t)h); }
 
 static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b, void *c,
-			 int ldc, int mr, int nr, float alpha, float beta, int c16)
+			 int ldc, int mr, int nr, float alpha, float beta, int st)
 {
 	float acc[MR][NR];
 	memset(acc, 0, sizeof acc);
@@ -298,11 +303,13 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 	for (int r = 0; r < mr; r++)
 		for (int j = 0; j < nr; j++) {
 			const size_t e = (size_t)r * ldc + j;
-			if (c16) {
+			if (st == ST_BF16) {
 				((uint16_t *)c)[e] = ds_fp32_to_bf16(alpha * acc[r][j]);
 			} else {
 				float *f = (float *)c + e;
 				*f = beta == 0.0f ? alpha * acc[r][j] : alpha * acc[r][j] + beta * *f;
+				if (st == ST_F32R)
+					*f = ds_bf16_to_fp32(ds_fp32_to_bf16(*f));
 			}
 		}
 }
@@ -320,12 +327,15 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 	{                                                                                         \
 		const size_t e = (size_t)(r) * ldc + 16 * (v);                                    \
 		__m512 x = _mm512_mul_ps(va, c##r##v);                                            \
-		if (c16) {                                                                        \
+		if (st == ST_BF16) {                                                              \
 			_mm256_mask_storeu_epi16((uint16_t *)c + e, m##v, round16(x));            \
 		} else {                                                                          \
 			float *f = (float *)c + e;                                                \
 			if (beta != 0.0f)                                                         \
 				x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m##v, f), x);       \
+			if (st == ST_F32R)                                                        \
+				x = _mm512_castsi512_ps(_mm512_slli_epi32(                        \
+					_mm512_cvtepu16_epi32(round16(x)), 16));                  \
 			_mm512_mask_storeu_ps(f, m##v, x);                                        \
 		}                                                                                 \
 	}
@@ -336,7 +346,7 @@ static void ukr_portable(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks
 	}
 
 TARGET_BF16 static void ukr_avx512(int K2, const uint32_t *a, ptrdiff_t ars, ptrdiff_t aks, const uint32_t *b,
-				   void *c, int ldc, int mr, int nr, float alpha, float beta, int c16)
+				   void *c, int ldc, int mr, int nr, float alpha, float beta, int st)
 {
 	__m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00,
 	       c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00, c40 = c00,
@@ -368,6 +378,7 @@ struct prod {
 	int M, N, K2, mp, np;   /* mp/np: panels of A and B */
 	int kc;                 /* pairs per K block */
 	int ta, c16;
+	int cr;                 /* DS_GEMM_BF16_CR: fp32 C rounded to bf16 values */
 	int causal;             /* enum ds_gemm_bf16_causal */
 	pack_fn pa, pb;
 	ukr_fn ukr;
@@ -387,6 +398,7 @@ static void prod_init(struct prod *p, int isa, unsigned flags, int ta, int tb, i
 	p->mp = (M + MR - 1) / MR;
 	p->np = (N + NR - 1) / NR;
 	p->c16 = !!(flags & DS_GEMM_BF16_C16);
+	p->cr = !p->c16 && (flags & DS_GEMM_BF16_CR);
 	p->causal = DS_GEMM_BF16_DENSE;
 	p->kc = p->c16 ? p->K2 : KCP;   /* a bf16 C is rounded once, after the whole sum */
 	p->ta = ta;
@@ -469,6 +481,7 @@ static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay
 			}
 			int k0 = 0, k1 = kn;   /* the pairs of this block the tile needs */
 			float bt = beta;
+			int last = kb + kn >= p->K2;   /* the tile's last block: a CR product rounds C here */
 			if (p->causal == DS_GEMM_BF16_C_LOWER && j * NR > i * MR + mr - 1)
 				continue;   /* above the diagonal: not wanted */
 			if (p->causal == DS_GEMM_BF16_A_LOWER) {   /* rows < i*MR + mr need k below that */
@@ -476,6 +489,7 @@ static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay
 				if (hi <= 0)
 					continue;
 				k1 = hi < kn ? hi : kn;
+				last = last || hi <= kn;   /* the later blocks skip this tile */
 			} else if (p->causal == DS_GEMM_BF16_A_UPPER) {   /* rows >= i*MR need k from there */
 				const int lo = i * MR / 2 - kb;
 				if (lo >= kn)
@@ -487,7 +501,7 @@ static void block(const struct prod *p, const uint32_t *a, size_t as, struct lay
 			}
 			p->ukr(k1 - k0, a + (i - i0) * as + k0 * la.ks, la.rs, la.ks, b + (j - j0) * bs + (size_t)k0 * NR,
 			       (char *)p->c + ((size_t)i * MR * p->ldc + (size_t)j * NR) * es, p->ldc, mr, nr, p->alpha,
-			       bt, p->c16);
+			       bt, p->c16 ? ST_BF16 : p->cr && last ? ST_F32R : ST_F32);
 		}
 	}
 }

@@ -73,7 +73,12 @@ struct ds_compute_ops {
 	 * NULL: one).  mm is the run's enum ds_bf16_mode, or -1 for fp32: a
 	 * bf16 mode lets the backend round A and B to bf16 and accumulate in
 	 * fp32 where it chose to for the shape; the choice depends on the
-	 * shape, the machine and the build only, so a run repeats its results. */
+	 * shape, the machine and the build only, so a run repeats its results.
+	 * DS_GEMM_BF16_CR in bt->flags: C is left rounded to bf16 values (alpha
+	 * op(A) op(B) + beta C rounded once, bit for bit the product without the
+	 * flag and then half_round(bf16) over every entry's M x N, the gap
+	 * beyond N untouched), in any mode: dstk's kernel rounds as it stores,
+	 * the other implementations run that pass themselves. */
 	void (*gemm)(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 	/* gemm for row chunks of one product against one B: same says B is

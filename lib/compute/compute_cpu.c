@@ -46,22 +46,53 @@ static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 	ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
 }
 
+/* C of every entry of bt (M rows of N at ldc) rounded to bf16 values: the
+ * pass DS_GEMM_BF16_CR asks for where the product did not round as it
+ * stored (the same bits: rounding is element-wise) */
+static void round_c(const struct ds_gemm_bf16_batch *bt, int M, int N, float *C, int ldc)
+{
+	if (bt->count == 1 && ldc == N) {
+		ds_half_round_n(DS_HALF_BF16, C, (size_t)M * N);
+		return;
+	}
+	const int64_t rows = (int64_t)bt->count * M;
+#pragma omp parallel for schedule(static) if (rows * N > 65536)
+	for (int64_t i = 0; i < rows; i++) {
+		const long e = (long)(i / M), q = e / bt->inner, r = e % bt->inner;
+		ds_half_round_n(DS_HALF_BF16, C + q * bt->sc[0] + r * bt->sc[1] + (i % M) * ldc, (size_t)N);
+	}
+}
+
 static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
+	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
 	if (!bt)
 		bt = &one;
+	const unsigned cr = bt->flags & DS_GEMM_BF16_CR;
 	enum ds_bf16_impl im = mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(mm, t1, t2, M, N, K, bt->count);
-	if (im != DS_BF16_SGEMM && (bt->count == 1 ? ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-				    : ds_gemm_bf16_batch(im, bt, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) == 0)
-		return;
+	if (im != DS_BF16_SGEMM) {
+		/* dstk's kernel rounds C as it stores it; the others leave it to round_c */
+		const unsigned fl = im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? cr : 0u;
+		struct ds_gemm_bf16_batch b2 = *bt;
+		b2.flags = fl;
+		const int rc = bt->count != 1 ? ds_gemm_bf16_batch(im, &b2, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+			       : fl ? ds_gemm_bf16_ex(im, fl, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+				    : ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		if (rc == 0) {
+			if (cr && !fl)
+				round_c(bt, M, N, C, ldc);
+			return;
+		}
+	}
 	const enum CBLAS_TRANSPOSE ta = t1 ? CblasTrans : CblasNoTrans, tb = t2 ? CblasTrans : CblasNoTrans;
 	for (int e = 0; e < bt->count; e++) {
 		const long q = e / bt->inner, r = e % bt->inner;
 		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
 			    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
 	}
+	if (cr)
+		round_c(bt, M, N, C, ldc);
 }
 
 static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int N, int K, float alpha,

@@ -133,9 +133,27 @@ static void cu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 }
 
 /* ---- matrix products: fp32 (pedantic, no TF32) or the CPU's bf16 contract ---- */
+/* DS_GEMM_BF16_CR: C of every entry (M rows of N at ldc) rounded to bf16
+ * values after the product by the rounding launcher, row by row where C
+ * is strided (the same bits as the cpu kernel's rounding as it stores) */
+static void cu_round_c(const struct ds_gemm_bf16_batch *bt, int M, int N, float *C, int ldc)
+{
+	for (int e = 0; e < bt->count; e++) {
+		float *c = C + (e / bt->inner) * bt->sc[0] + (e % bt->inner) * bt->sc[1];
+		if (ldc == N)
+			cu_half_round(DS_HALF_BF16, c, (size_t)M * N);
+		else
+			for (int i = 0; i < M; i++)
+				cu_half_round(DS_HALF_BF16, c + (long)i * ldc, (size_t)N);
+	}
+}
+
 static void cu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 		    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+	const struct ds_gemm_bf16_batch *cr = bt && (bt->flags & DS_GEMM_BF16_CR) ? bt : NULL;
+	if (bt && bt->count == 1)
+		bt = NULL;   /* one product (entry 0 sits at offset 0) */
 	struct ds_cuda_batch cb;
 	if (bt) {
 		cb.count = bt->count;
@@ -155,6 +173,8 @@ static void cu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb,
 		rc = ds_cuda_gemm(g.blas, DS_HALF_NONE, DS_HALF_NONE, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
 				  ldc);
 	note(rc, "gemm");
+	if (cr && !rc)
+		cu_round_c(cr, M, N, C, ldc);
 }
 static void cu_gemm_keep_b(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
 			   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)

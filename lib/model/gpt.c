@@ -838,10 +838,31 @@ static void dropout_btc(struct ds_gpt_ws *ws, float *x, int B, int T, int C, int
  * order changes. */
 enum { NOTR = 0, TRANS = 1 };
 
-static void gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
-		    int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+/* r16: the caller rounds C to bf16 values after the product.  In a bf16
+ * run the product is asked to leave C rounded (DS_GEMM_BF16_CR in the
+ * batch's flags: dstk's kernel rounds as it stores, the same bits as the
+ * pass; other implementations run the pass themselves) and the answer is
+ * 1, which spares the caller's pass over C; else 0 (the caller rounds). */
+static int gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *bt, int r16, int ta, int tb, int M,
+		   int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+		   int ldc)
 {
-	ws->ops->gemm(ws->mm, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	if (!(r16 && ws->half == DS_HALF_BF16)) {
+		ws->ops->gemm(ws->mm, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		return 0;
+	}
+	struct ds_gemm_bf16_batch b2 = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
+	if (bt)
+		b2 = *bt;
+	b2.flags |= DS_GEMM_BF16_CR;
+	ws->ops->gemm(ws->mm, &b2, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	return 1;
+}
+
+static int gemm_r(const struct ds_gpt_ws *ws, int r16, int ta, int tb, int M, int N, int K, float alpha,
+		  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	return gemm_bt(ws, NULL, r16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static void gemm(const struct ds_gpt_ws *ws, int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -861,22 +882,25 @@ static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, int ta, int tb
 	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) */
-static void matmul_forward(const struct ds_gpt_ws *ws, float *out, const float *inp, const float *w,
-			   const float *b, int64_t N, int IC, int OC)
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC); r16 and the answer as
+ * gemm_bt's (1: out is rounded already) */
+static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const float *inp, const float *w,
+			  const float *b, int64_t N, int IC, int OC)
 {
 	ws->ops->bias_fill(out, b, N, OC);
-	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
 }
 
-/* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum dout */
-static void matmul_backward(const struct ds_gpt_ws *ws, float *dinp, float *dw, float *db, const float *dout,
-			    const float *inp, const float *w, int64_t N, int IC, int OC)
+/* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
+ * dout; r16 and the answer as gemm_bt's, for dinp */
+static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
+			   const float *inp, const float *w, int64_t N, int IC, int OC)
 {
-	gemm(ws, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+	const int r = gemm_r(ws, r16, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
 	gemm(ws, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 	if (db)
 		ws->ops->bias_backward(db, dout, N, OC);
+	return r;
 }
 
 static void norm_forward(const struct ds_gpt *m, float *out, float *a, float *b, const float *inp,
@@ -904,8 +928,8 @@ static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float 
  * products are batches over (b, head) on strided views of qkv (lda 3C):
  * one bf16 batch call, or sgemm calls issued serially so BLAS owns the
  * threads; the softmax is one OpenMP pass over all rows. */
-static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
-			      int B, int T)
+static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
+			     int B, int T)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3;
@@ -913,8 +937,8 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
-	gemm_bt(ws, &s, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
+	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER, 0 };
+	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	ws->ops->causal_softmax_forward(a->att, B, NH, T);
 	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
@@ -922,13 +946,15 @@ static void attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, stru
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
-					     DS_GEMM_BF16_A_LOWER };
-	gemm_bt(ws, &y, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
+					     DS_GEMM_BF16_A_LOWER, 0 };
+	return gemm_bt(ws, &y, 1, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
-/* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C). */
-static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
-			       int l, int B, int T)
+/* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); r16: the
+ * caller rounds it, and the answer says whether the products did (as
+ * gemm_bt's). */
+static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
+			      int l, int B, int T, int r16)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
@@ -939,21 +965,23 @@ static void attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, con
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
-	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER };
-	gemm_bt(ws, &dp, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f, ws->datt,
-		T);
-	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
-	gemm_bt(ws, &dv, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
-		ws->dqkv + 2 * C, C3);
-	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
+	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER, 0 };
+	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
+			       ws->datt, T);
+	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
+	int rq = gemm_bt(ws, &dv, r16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
+			 ws->dqkv + 2 * C, C3);
+	if (!rp)
+		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
 	ws->ops->causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
 					     drop ? streams(ws, B, l + 1, 1) : NULL);
 	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
-	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER };
-	gemm_bt(ws, &dq, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
-	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER };
-	gemm_bt(ws, &dk, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
+	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER, 0 };
+	rq &= gemm_bt(ws, &dq, r16, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
+	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
+	rq &= gemm_bt(ws, &dk, r16, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
+	return rq;
 }
 
 /* ---- Mixture of Experts (moe.h) ----------------------------------------- */
@@ -997,7 +1025,7 @@ static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, co
 			  int64_t N, int IC, int OC, struct ds_err *err)
 {
 	if (ws->tp == 1) {
-		matmul_forward(ws, out, inp, w, b, N, IC, OC);
+		matmul_forward(ws, 0, out, inp, w, b, N, IC, OC);
 		return 0;
 	}
 	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
@@ -1022,12 +1050,14 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
 	rnd(ws, a->ln1, N * C);
 	/* column-parallel: this rank's heads' [q | k | v] */
-	matmul_forward(ws, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq);
-	if (m->rd)
-		ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
-	rnd(ws, a->qkv, 3 * N * Cq);
-	attention_forward(m, ws, a, l, B, T);
-	rnd(ws, a->atty, N * Cq);
+	/* (products that round their output as they store it spare a pass) */
+	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
+		if (m->rd)
+			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
+		rnd(ws, a->qkv, 3 * N * Cq);
+	}
+	if (!attention_forward(m, ws, a, l, B, T))
+		rnd(ws, a->atty, N * Cq);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
 	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, Cq, C, err));
@@ -1043,8 +1073,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		matmul_forward(ws, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2);
-		rnd(ws, a->fch, N * F2);
+		if (!matmul_forward(ws, 1, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2))
+			rnd(ws, a->fch, N * F2);
 		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
 		rnd(ws, a->fcact, N * F);
 		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
@@ -1077,6 +1107,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
+	int dln16 = 0;   /* dln came out of its product rounded */
 
 	/* mixed precision: every activation gradient is rounded to 16 bits
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
@@ -1099,16 +1130,17 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		matmul_backward(ws, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
-				tp(m, P, ix->fcpw), N, F, C);
-		rnd(ws, ws->dfcact, N * F);
+		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
+				     tp(m, P, ix->fcpw), N, F, C))
+			rnd(ws, ws->dfcact, N * F);
 		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
 		rnd(ws, ws->dfch, N * F2);
-		matmul_backward(ws, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
-				tp(m, P, ix->fcw), N, C, F2);
+		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
+					tp(m, P, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
-	rnd(ws, ws->dln, N * C);
+	if (!dln16)
+		rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
 	norm_backward(m, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
 		      tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N);
@@ -1119,17 +1151,19 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		rnd(ws, ws->dA, N * C);
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	matmul_backward(ws, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
-			tp(m, P, ix->projw), N, Cq, C);
-	rnd(ws, ws->datty, N * Cq);
-	attention_backward(m, ws, a, l, B, T);
-	if (m->rd)
-		ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
-	rnd(ws, ws->dqkv, 3 * N * Cq);
-	matmul_backward(ws, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
-			tp(m, P, ix->qkvw), N, C, 3 * Cq);
+	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
+			     tp(m, P, ix->projw), N, Cq, C))
+		rnd(ws, ws->datty, N * Cq);
+	if (!attention_backward(m, ws, a, l, B, T, !m->rd)) {
+		if (m->rd)
+			ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
+		rnd(ws, ws->dqkv, 3 * N * Cq);
+	}
+	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
+				tp(m, P, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
-	rnd(ws, ws->dln, N * C);
+	if (!dln16)
+		rnd(ws, ws->dln, N * C);
 	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
 		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
 	return 0;

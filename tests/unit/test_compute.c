@@ -306,7 +306,7 @@ static void test_cpu_gemm(void **st)
 	/* a batch of 2 x 2 products (outer 2, inner 2) of 1x1x1 at strides */
 	const float a4[4] = { 1, 2, 3, 4 }, b4[4] = { 10, 20, 30, 40 };
 	float c4[4] = { 0 };
-	const struct ds_gemm_bf16_batch bt = { 4, 2, { 2, 1 }, { 2, 1 }, { 2, 1 }, DS_GEMM_BF16_DENSE };
+	const struct ds_gemm_bf16_batch bt = { 4, 2, { 2, 1 }, { 2, 1 }, { 2, 1 }, DS_GEMM_BF16_DENSE, 0 };
 	o->gemm(-1, &bt, 0, 0, 1, 1, 1, 1.0f, a4, 1, b4, 1, 0.0f, c4, 1);
 	const float p4[4] = { 10, 40, 90, 160 };
 	assert_memory_equal(c4, p4, sizeof p4);
@@ -317,6 +317,61 @@ static void test_cpu_gemm(void **st)
 	assert_memory_equal(F, ab, sizeof ab);
 	/* fp32 runs never keep bf16 logits */
 	assert_int_equal(o->head16(-1, 64, 256, 64), 0);
+}
+
+/* DS_GEMM_BF16_CR in a product's flags: C left rounded to bf16 values, bit
+ * for bit the product without the flag and then half_round, whichever
+ * implementation the mode takes (dstk's kernel rounds as it stores, the
+ * others after), the gap beyond N untouched; single and batched */
+static void test_cpu_gemm_cr(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	enum { M = 33, N = 40, K = 24, LDC = 43, NB = 3 };
+	float *A = malloc(sizeof(float) * NB * M * K), *B = malloc(sizeof(float) * NB * N * K);
+	float *c0 = malloc(sizeof(float) * NB * M * LDC), *c1 = malloc(sizeof(float) * NB * M * LDC);
+	assert_true(A && B && c0 && c1);
+	uint32_t x = 12345;
+	for (int i = 0; i < NB * M * K; i++)
+		A[i] = (float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
+	for (int i = 0; i < NB * N * K; i++)
+		B[i] = (float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
+	const int modes[] = { -1, DS_BF16_MM_AUTO, DS_BF16_MM_ONEDNN, DS_BF16_MM_KERNEL, DS_BF16_MM_FP32,
+			      DS_BF16_MM_PORTABLE };
+	for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+		char why[256];
+		if (modes[mi] >= 0 && o->mm_check(modes[mi], why, sizeof why) < 0)
+			continue;   /* not on this machine or build */
+		for (int nb = 1; nb <= NB; nb += NB - 1) {
+			const struct ds_gemm_bf16_batch plain = { nb, 1, { (long)M * K, 0 }, { (long)N * K, 0 },
+								  { (long)M * LDC, 0 }, DS_GEMM_BF16_DENSE, 0 };
+			struct ds_gemm_bf16_batch cr = plain;
+			cr.flags = DS_GEMM_BF16_CR;
+			for (int i = 0; i < NB * M * LDC; i++)
+				c0[i] = c1[i] = (float)(i % 7) * 0.37f;   /* beta 1 reads them */
+			o->gemm(modes[mi], &plain, 0, 1, M, N, K, 0.75f, A, K, B, K, 1.0f, c0, LDC);
+			for (int e = 0; e < nb; e++)
+				for (int i = 0; i < M; i++)
+					o->half_round(2 /* bf16 */, c0 + (long)e * M * LDC + (long)i * LDC, N);
+			o->gemm(modes[mi], &cr, 0, 1, M, N, K, 0.75f, A, K, B, K, 1.0f, c1, LDC);
+			if (memcmp(c0, c1, sizeof(float) * NB * M * LDC))
+				fail_msg("mode %d, %d entries: CR differs from the product and a rounding pass",
+					 modes[mi], nb);
+			for (int i = 0; i < M; i++)   /* rounded: no low 16 bits; the gap as it was */
+				for (int j = 0; j < LDC; j++) {
+					uint32_t u;
+					memcpy(&u, &c1[(long)i * LDC + j], 4);
+					if (j < N)
+						assert_int_equal(u & 0xffffu, 0);
+					else
+						assert_true(c1[(long)i * LDC + j] == (float)((i * LDC + j) % 7) * 0.37f);
+				}
+		}
+	}
+	free(A);
+	free(B);
+	free(c0);
+	free(c1);
 }
 
 /* buffers and 16-bit storage of the cpu backend */
@@ -357,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_probe),
 		cmocka_unit_test(test_cpu_table_complete),
 		cmocka_unit_test(test_cpu_gemm),
+		cmocka_unit_test(test_cpu_gemm_cr),
 		cmocka_unit_test(test_cpu_buffers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -400,7 +400,7 @@ static void test_gemm_bf16_batch(void **state)
 			fill(S0, n, (int)TT, (int)TT, 7u);
 			memcpy(S, S0, sizeof(float) * (size_t)n * TT);
 			/* S[b,h] (T,T) = 0.5 q k^T, q and k strided views of qkv */
-			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE };
+			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 };
 			assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, qkv, C3, qkv + C, C3, 0.0f, S,
 							    T), 0);
 			for (int e = 0; e < n; e++) {
@@ -411,7 +411,7 @@ static void test_gemm_bf16_batch(void **state)
 			/* y[b,:,h] (T,hs) = S[b,h] @ v: strided output, beta 1 */
 			fill(y0, Bn * T, C, C, 9u);
 			memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
-			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE };
+			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0 };
 			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3, 1.0f, y,
 							    C), 0);
 			for (int e = 0; e < n; e++) {
@@ -474,7 +474,7 @@ static void test_gemm_bf16_causal(void **state)
 						for (int j = i + 1; j < T; j++)
 							P[e * TT + (long)i * T + j] = 0.0f;
 				/* scores: S = q k^T, lower triangle */
-				const struct ds_gemm_bf16_batch sb = { n, 1, { Th, 0 }, { Th, 0 }, { TT, 0 }, DS_GEMM_BF16_C_LOWER };
+				const struct ds_gemm_bf16_batch sb = { n, 1, { Th, 0 }, { Th, 0 }, { TT, 0 }, DS_GEMM_BF16_C_LOWER, 0 };
 				for (long i = 0; i < n * TT; i++)
 					S[i] = NAN;
 				assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, q, hs, k, hs, 0.0f, S, T), 0);
@@ -497,7 +497,7 @@ static void test_gemm_bf16_causal(void **state)
 					const int ta = w > 0;
 					const float beta = w == 1 ? 0.0f : 1.0f;
 					const struct ds_gemm_bf16_batch yb = { n, 1, { TT, 0 }, { Th, 0 }, { Th, 0 },
-									       ta ? DS_GEMM_BF16_A_UPPER : DS_GEMM_BF16_A_LOWER };
+									       ta ? DS_GEMM_BF16_A_UPPER : DS_GEMM_BF16_A_LOWER, 0 };
 					fill(y0, n * T, hs, hs, 24u + (unsigned)w);
 					if (beta == 0.0f)
 						for (long i = 0; i < n * Th; i++)
@@ -664,6 +664,141 @@ static void test_gemm_bf16_ex(void **state)
 	assert_int_equal(ds_gemm_bf16_ex(DS_BF16_SGEMM, 0, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2), -1);
 }
 
+/* DS_GEMM_BF16_CR (the model's fused rounding of a product's output): C
+ * bit for bit the same implementation's plain product followed by the
+ * scalar rounding pass (ds_half_round_n) over C's rows, for single products
+ * in the model's layouts (NT, NN, TN) with K over several K blocks, beta 0
+ * (C NaN, never read) and beta 1, a strided C whose padding stays
+ * untouched; and for causal batches (A_LOWER, whose tiles end before the
+ * last K block; A_UPPER; C_LOWER, only the lower triangle compared), run
+ * whole per thread and one product over the threads.  A rounding at the
+ * wrong block, twice or not at all changes bits here.  oneDNN has no such
+ * store: -1, nothing written. */
+static void round_rows(float *c, int M, int N, int ldc)
+{
+	for (int i = 0; i < M; i++)
+		ds_half_round_n(DS_HALF_BF16, c + (size_t)i * ldc, (size_t)N);
+}
+
+static void test_gemm_bf16_cr(void **state)
+{
+	(void)state;
+	static const int sz[][3] = { { 37, 19, 71 }, { 203, 21, 533 }, { 13, 330, 517 }, { 64, 150, 64 } };
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	const int nt = omp_get_max_threads();
+	for (int v = 0; v < nim; v++) {
+		const int dnn = im[v] == DS_BF16_ONEDNN;
+		long same = 0, moved = 0;   /* moved: elements the rounding changed (the test sees it) */
+		for (int lay = 0; lay < 3; lay++)
+			for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+				for (int bi = 0; bi < 2; bi++) {
+					const int ta = lay == 2, tb = lay == 0;   /* NT, NN, TN */
+					const int M = sz[q][0], N = sz[q][1], K = sz[q][2];
+					const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+					const int lda = ac + 3, ldb = bc + 1, ldc = N + 5;
+					const float beta = bi ? 1.0f : 0.0f;
+					const size_t nc = (size_t)M * ldc;
+					float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
+					float *C0 = malloc(sizeof(float) * nc), *C = malloc(sizeof(float) * nc);
+					float *R = malloc(sizeof(float) * nc);
+					assert_non_null(A); assert_non_null(B); assert_non_null(C0); assert_non_null(C);
+					assert_non_null(R);
+					fill(A, ar, ac, lda, 41u + (unsigned)q);
+					fill(B, br, bc, ldb, 43u + (unsigned)lay);
+					fill(C0, M, ldc, ldc, 47u);
+					if (!bi)
+						for (int i = 0; i < M; i++)
+							for (int j = 0; j < N; j++)
+								C0[(size_t)i * ldc + j] = NAN;
+					memcpy(R, C0, sizeof(float) * nc);
+					memcpy(C, C0, sizeof(float) * nc);
+					int rc = ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_CR, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, C,
+								 ldc);
+					if (dnn) {
+						assert_int_equal(rc, -1);
+						assert_memory_equal(C, C0, sizeof(float) * nc);
+						goto next;
+					}
+					assert_int_equal(rc, 0);
+					assert_int_equal(ds_gemm_bf16(im[v], ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, R, ldc), 0);
+					for (size_t i = 0; i < nc; i++)
+						moved += R[i] != bf(R[i]);
+					round_rows(R, M, N, ldc);
+					for (int i = 0; i < M; i++)
+						for (int j = 0; j < ldc; j++) {
+							const size_t e = (size_t)i * ldc + j;
+							if (memcmp(&C[e], &R[e], sizeof(float)))
+								fail_msg("%s CR %s%s M%d N%d K%d beta %g: C[%d,%d] = %.9g, want %.9g", impl_name(im[v]),
+									 ta ? "T" : "N", tb ? "T" : "N", M, N, K, beta, i, j, C[e], R[e]);
+							same++;
+						}
+				next:
+					free(A); free(B); free(C0); free(C); free(R);
+				}
+		/* causal batches, as gpt.c's attention */
+		static const int Ts[] = { 41, 300 };
+		enum { hs = 24 };
+		for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+			for (int n = 2; n <= 6; n += 4)
+				for (int w = 0; w < 3; w++) {
+					omp_set_num_threads(n == 2 ? 4 : nt);
+					const int T = Ts[ti];
+					const long TT = (long)T * T, Th = (long)T * hs;
+					float *P = malloc(sizeof(float) * n * TT), *x = malloc(sizeof(float) * n * Th);
+					float *C = malloc(sizeof(float) * n * TT), *R = malloc(sizeof(float) * n * TT);
+					assert_non_null(P); assert_non_null(x); assert_non_null(C); assert_non_null(R);
+					fill(P, n * T, T, T, 51u);
+					fill(x, n * T, hs, hs, 53u);
+					for (int e = 0; e < n; e++)
+						for (int i = 0; i < T; i++)
+							for (int j = i + 1; j < T; j++)
+								P[e * TT + (long)i * T + j] = 0.0f;
+					/* w 0: y = P x (A_LOWER, beta 0); 1: P^T x (A_UPPER, beta 1);
+					 * 2: S = x x^T (C_LOWER) */
+					const int ta = w == 1, cs = w == 2;
+					const int Nn = cs ? T : hs, Kk = cs ? hs : T, ldc = Nn;
+					const long es = cs ? TT : Th;
+					struct ds_gemm_bf16_batch bt = { n, 1, { cs ? Th : TT, 0 }, { Th, 0 }, { es, 0 },
+									 w == 0 ? DS_GEMM_BF16_A_LOWER : w == 1 ? DS_GEMM_BF16_A_UPPER
+										: DS_GEMM_BF16_C_LOWER, DS_GEMM_BF16_CR };
+					fill(C, n * T, Nn, ldc, 57u);
+					memcpy(R, C, sizeof(float) * n * es);
+					const float *a = cs ? x : P;
+					const int lda = cs ? hs : T, tb = cs;
+					const float beta = w == 1 ? 1.0f : 0.0f;
+					int rc = ds_gemm_bf16_batch(im[v], &bt, ta, tb, T, Nn, Kk, 1.0f, a, lda, x, hs, beta, C, ldc);
+					if (dnn) {
+						assert_int_equal(rc, -1);
+						assert_memory_equal(C, R, sizeof(float) * n * es);
+					} else {
+						assert_int_equal(rc, 0);
+						bt.flags = 0;
+						assert_int_equal(ds_gemm_bf16_batch(im[v], &bt, ta, tb, T, Nn, Kk, 1.0f, a, lda, x, hs, beta,
+										    R, ldc), 0);
+						for (long i = 0; i < n * es; i++)
+							moved += R[i] != bf(R[i]);
+						round_rows(R, n * T, Nn, ldc);
+						for (int e = 0; e < n; e++)
+							for (int i = 0; i < T; i++)
+								for (int j = 0; j < (cs ? i + 1 : Nn); j++) {
+									const long o = e * es + (long)i * ldc + j;
+									if (memcmp(&C[o], &R[o], sizeof(float)))
+										fail_msg("%s CR batch %d T%d entry %d [%d,%d] = %.9g, want %.9g",
+											 impl_name(im[v]), w, T, e, i, j, C[o], R[o]);
+									same++;
+								}
+					}
+					free(P); free(x); free(C); free(R);
+				}
+		omp_set_num_threads(nt);
+		if (!dnn) {
+			assert_true(moved > same / 2);   /* the plain products were not bf16 values already */
+			printf("# %s: %ld elements of CR products equal to product + rounding pass\n", impl_name(im[v]), same);
+		}
+	}
+}
+
 /* The bf16 cross-entropy kernels against the fp32 ones on the unpacked
  * logits: lse and the loss to fp32 summation order, the padding columns
  * set to -inf (forward) and 0 (backward), dlogits bit for bit the fp32
@@ -781,6 +916,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bf16_causal),
 		cmocka_unit_test(test_gemm_bf16_keep_b),
 		cmocka_unit_test(test_gemm_bf16_ex),
+		cmocka_unit_test(test_gemm_bf16_cr),
 		cmocka_unit_test(test_xent16),
 		cmocka_unit_test(test_gemm_bf16_modes),
 	};
