@@ -123,8 +123,18 @@ void ds_kernel_vocab_embed_backward(float *dwte_l, float *dpos, const float *dou
 	}
 }
 
+/* x[0..n) rounded to bf16 values in place (ds_half_round_n's bits), for a
+ * row a kernel just wrote (below, with the other clones) */
+static void round_row(float *x, int64_t n);
+
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps)
+{
+	ds_kernel_layernorm_forward_r(out, mean, rstd, inp, w, b, N, C, eps, 0);
+}
+
+void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				   const float *b, int64_t N, int C, float eps, int r16)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
@@ -142,6 +152,8 @@ void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const flo
 #pragma omp simd
 		for (int i = 0; i < C; i++)
 			o[i] = (x[i] - fm) * rs * w[i] + b[i];
+		if (r16)
+			round_row(o, C);
 		mean[n] = fm;
 		rstd[n] = rs;
 	}
@@ -152,6 +164,12 @@ void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const flo
 void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 				  const float *inp, const float *w, const float *mean, const float *rstd,
 				  int64_t N, int C)
+{
+	ds_kernel_layernorm_backward_r(dinp, dw, db, dout, inp, w, mean, rstd, N, C, 0);
+}
+
+void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
@@ -172,6 +190,8 @@ void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float
 			float xh = (x[i] - m) * rs;
 			d[i] += rs * (w[i] * g[i] - sg - xh * sgx);
 		}
+		if (r16)
+			round_row(d, C);
 	}
 	const int CB = 64;
 #pragma omp parallel for schedule(static)
@@ -334,6 +354,27 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 #define DS_CLONES
 #endif
 
+/* bf16 rounding of an fp32 value, to nearest even with NaN kept quiet:
+ * util/half.c's branch-free form (ds_half_round_n's bits), inline so the
+ * row loop vectorises */
+static inline float bf16_round(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	u = ((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r) << 16;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+DS_CLONES
+static void round_row(float *x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		x[i] = bf16_round(x[i]);
+}
+
 DS_CLONES
 static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w)
 {
@@ -381,10 +422,18 @@ static void softmax_row(float *a, int t, int T)
 
 void ds_kernel_causal_softmax_forward(float *att, int B, int NH, int T)
 {
+	ds_kernel_causal_softmax_forward_r(att, B, NH, T, 0);
+}
+
+void ds_kernel_causal_softmax_forward_r(float *att, int B, int NH, int T, int r16)
+{
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++)
+	for (int64_t r = 0; r < rows; r++) {
 		softmax_row(att + r * T, (int)(r % T), T);
+		if (r16)
+			round_row(att + r * T, r % T + 1);   /* the zeros above the diagonal stay zeros */
+	}
 }
 
 void ds_kernel_attention_dropout(float *attd, const float *att, int B, int NH, int T, float p,
@@ -438,6 +487,12 @@ void ds_kernel_causal_softmax_backward(float *datt, const float *att, int B, int
 void ds_kernel_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T,
 					  float scale, float p, const struct ds_rng *gs)
 {
+	ds_kernel_causal_softmax_backward_r(datt, att, B, NH, h0, T, scale, p, gs, 0);
+}
+
+void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
+					 float p, const struct ds_rng *gs, int r16)
+{
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
@@ -452,6 +507,8 @@ void ds_kernel_causal_softmax_backward_h0(float *datt, const float *att, int B, 
 					d[t2] *= keep[t2];
 			}
 			softmax_bwd_row(d, att + r * T, t, T, scale);
+			if (r16)
+				round_row(d, t + 1);
 		}
 		free(keep);
 	}
@@ -490,10 +547,18 @@ static void act_fwd_row(float *o, const float *x, int F, int act)
 
 void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int act)
 {
+	ds_kernel_act_forward_r(out, inp, N, F, act, 0);
+}
+
+void ds_kernel_act_forward_r(float *out, const float *inp, int64_t N, int F, int act, int r16)
+{
 	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
-	for (int64_t n = 0; n < N; n++)
+	for (int64_t n = 0; n < N; n++) {
 		act_fwd_row(out + n * F, inp + n * w, F, act);
+		if (r16)
+			round_row(out + n * F, F);
+	}
 }
 
 DS_CLONES
@@ -537,10 +602,19 @@ static void act_bwd_row(float *d, const float *g, const float *x, int F, int act
 void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
 			    int act)
 {
+	ds_kernel_act_backward_r(dinp, dout, inp, N, F, act, 0);
+}
+
+void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act,
+			      int r16)
+{
 	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
-	for (int64_t n = 0; n < N; n++)
+	for (int64_t n = 0; n < N; n++) {
 		act_bwd_row(dinp + n * w, dout + n * F, inp + n * w, F, act);
+		if (r16)
+			round_row(dinp + n * w, w);
+	}
 }
 
 DS_CLONES

@@ -102,6 +102,23 @@ void ds_kernel_act_forward(float *out, const float *inp, int64_t N, int F, int a
 void ds_kernel_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F,
 			    int act);
 
+/* The kernels above whose output a bf16 mixed-precision run rounds next,
+ * with r16 nonzero leaving that output (out, dinp, att, datt) rounded to
+ * bf16 values: bit for bit the plain kernel followed by
+ * ds_half_round_n(DS_HALF_BF16) over it, each row rounded while it is
+ * still in cache instead of in a pass over the whole tensor.  r16 0: the
+ * plain kernel. */
+void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				   const float *b, int64_t N, int C, float eps, int r16);
+void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16);
+void ds_kernel_causal_softmax_forward_r(float *att, int B, int NH, int T, int r16);
+void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
+					 float p, const struct ds_rng *gs, int r16);
+void ds_kernel_act_forward_r(float *out, const float *inp, int64_t N, int F, int act, int r16);
+void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act,
+			      int r16);
+
 /* Cross-entropy on logits (N,Vp), softmax over the first V columns only.
  * lse (N) writes log-sum-exp; returns the sum over rows of the losses
  * (double).  targets (N) in [0,V). */

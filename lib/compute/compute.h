@@ -99,7 +99,12 @@ struct ds_compute_ops {
 	/* One line on what mode does here; 1 when some products run in bf16. */
 	int (*mm_plan)(int mode, char *buf, size_t n);
 
-	/* ---- the GPT kernels: kernels/cpu/gpt_kernels.h's contracts ---- */
+	/* ---- the GPT kernels: kernels/cpu/gpt_kernels.h's contracts ----
+	 * r16 (layernorm, causal softmax, activation): nonzero leaves the
+	 * output (out, dinp, att, datt) rounded to bf16 values, bit for bit the
+	 * kernel and then half_round(bf16) over it (the ds_kernel_*_r
+	 * variants: rounded row by row as written on cpu; the kernel and the
+	 * rounding launcher on cuda); 0: the plain kernel. */
 	void (*dropout)(float *x, int64_t n, const struct ds_rng *g, float p);
 	void (*embed_forward)(float *out, const int32_t *tok, const float *wte, const float *pos, int B, int T, int C);
 	void (*embed_backward)(float *dwte, float *dpos, const float *dout, const int32_t *tok, int B, int T, int C);
@@ -109,9 +114,9 @@ struct ds_compute_ops {
 	void (*vocab_embed_backward)(float *dwte_l, float *dpos, const float *dout, const int32_t *tok, int v0,
 				     int rows, int B, int T, int C);
 	void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
-				  const float *b, int64_t N, int C, float eps);
+				  const float *b, int64_t N, int C, float eps, int r16);
 	void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-				   const float *w, const float *mean, const float *rstd, int64_t N, int C);
+				   const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16);
 	void (*rmsnorm_forward)(float *out, float *rms, float *inv, const float *inp, const float *w, int64_t N,
 				int C, float eps);
 	void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
@@ -122,13 +127,13 @@ struct ds_compute_ops {
 	void (*add_inplace)(float *out, const float *a, int64_t n);
 	void (*rotary)(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH, int rd,
 		       int inverse);
-	void (*causal_softmax_forward)(float *att, int B, int NH, int T);
+	void (*causal_softmax_forward)(float *att, int B, int NH, int T, int r16);
 	void (*attention_dropout_h0)(float *attd, const float *att, int B, int NH, int h0, int T, float p,
 				     const struct ds_rng *gs);
 	void (*causal_softmax_backward_h0)(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
-					   float p, const struct ds_rng *gs);
-	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act);
-	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act);
+					   float p, const struct ds_rng *gs, int r16);
+	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
+	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);
 	void (*xent_backward)(float *logits, const float *lse, const int32_t *targets, int64_t N, int V, int Vp,
 			      float dscale);

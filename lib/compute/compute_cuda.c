@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/gpt_math.h"   /* ds_act_gated */
 #include "cuda/attn_cuda.h"
 #include "cuda/ds_cuda.h"
 #include "cuda/flat_cuda.h"
@@ -226,16 +227,24 @@ static void cu_vocab_embed_backward(float *dwte_l, float *dpos, const float *dou
 {
 	notsup("the vocabulary-parallel embedding (tensor parallelism)");
 }
+/* r16: the kernel, then the rounding launcher over its output (n floats) */
+static void r16_after(int r16, float *x, int64_t n)
+{
+	if (r16)
+		cu_half_round(DS_HALF_BF16, x, (size_t)n);
+}
 static void cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-				 const float *b, int64_t N, int C, float eps)
+				 const float *b, int64_t N, int C, float eps, int r16)
 {
 	L(ds_kernel_cuda_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, g.stream), "layernorm_forward");
+	r16_after(r16, out, N * C);
 }
 static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-				  const float *w, const float *mean, const float *rstd, int64_t N, int C)
+				  const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
 {
 	L(ds_kernel_cuda_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, g.stream),
 	  "layernorm_backward");
+	r16_after(r16, dinp, N * C);
 }
 static void cu_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp, const float *w, int64_t N, int C,
 			       float eps)
@@ -267,9 +276,10 @@ static void cu_rotary(float *qkv, const float *cs, const float *sn, int B, int T
 {
 	L(ds_kernel_cuda_rotary(qkv, cs, sn, B, T, C, NH, rd, inverse, g.stream), "rotary");
 }
-static void cu_causal_softmax_forward(float *att, int B, int NH, int T)
+static void cu_causal_softmax_forward(float *att, int B, int NH, int T, int r16)
 {
 	L(ds_kernel_cuda_causal_softmax_forward(att, B, NH, T, g.stream), "causal_softmax_forward");
+	r16_after(r16, att, (int64_t)B * NH * T * T);
 }
 static void cu_attention_dropout_h0(float *attd, const float *att, int B, int NH, int h0, int T, float p,
 				    const struct ds_rng *gs)
@@ -280,21 +290,24 @@ static void cu_attention_dropout_h0(float *attd, const float *att, int B, int NH
 		L(ds_kernel_cuda_attention_dropout(attd, att, B, NH, T, p, gs, g.stream), "attention_dropout");
 }
 static void cu_causal_softmax_backward_h0(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
-					  float p, const struct ds_rng *gs)
+					  float p, const struct ds_rng *gs, int r16)
 {
-	if (h0)
+	if (h0) {
 		notsup("the attention backward of a tensor-parallel rank's heads");
-	else
-		L(ds_kernel_cuda_causal_softmax_backward(datt, att, B, NH, T, scale, p, gs, g.stream),
-		  "causal_softmax_backward");
+		return;
+	}
+	L(ds_kernel_cuda_causal_softmax_backward(datt, att, B, NH, T, scale, p, gs, g.stream), "causal_softmax_backward");
+	r16_after(r16, datt, (int64_t)B * NH * T * T);
 }
-static void cu_act_forward(float *out, const float *inp, int64_t N, int F, int act)
+static void cu_act_forward(float *out, const float *inp, int64_t N, int F, int act, int r16)
 {
 	L(ds_kernel_cuda_act_forward(out, inp, N, F, act, g.stream), "act_forward");
+	r16_after(r16, out, N * F);
 }
-static void cu_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act)
+static void cu_act_backward(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16)
 {
 	L(ds_kernel_cuda_act_backward(dinp, dout, inp, N, F, act, g.stream), "act_backward");
+	r16_after(r16, dinp, N * (ds_act_gated(act) ? 2 * F : F));   /* a gated one's [da | db] */
 }
 /* the per-row losses on the device, their sum in a fixed tree, to the host */
 static double cu_xent_forward(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp)

@@ -903,22 +903,32 @@ static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, flo
 	return r;
 }
 
-static void norm_forward(const struct ds_gpt *m, float *out, float *a, float *b, const float *inp,
-			 const float *w, const float *bias, int64_t N)
+/* bf16 runs: the element-wise kernels round their outputs as they write
+ * them (the table's r16 argument: the same bits as a pass after) */
+static int r16(const struct ds_gpt_ws *ws) { return ws->half == DS_HALF_BF16; }
+
+/* the norms: 1 when out (dinp) came out rounded (r16, layernorm), else 0
+ * (the caller rounds) */
+static int norm_forward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *out, float *a, float *b,
+			const float *inp, const float *w, const float *bias, int64_t N)
 {
-	if (m->cfg.norm == DS_NORM_LAYERNORM)
-		m->ops->layernorm_forward(out, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon);
-	else
-		m->ops->rmsnorm_forward(out, a, b, inp, w, N, m->C, (float)m->cfg.rms_norm_epsilon);
+	if (m->cfg.norm == DS_NORM_LAYERNORM) {
+		m->ops->layernorm_forward(out, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon, r16(ws));
+		return r16(ws);
+	}
+	m->ops->rmsnorm_forward(out, a, b, inp, w, N, m->C, (float)m->cfg.rms_norm_epsilon);
+	return 0;
 }
 
-static void norm_backward(const struct ds_gpt *m, float *dinp, float *dw, float *db, const float *dout,
-			  const float *inp, const float *w, const float *a, const float *b, int64_t N)
+static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *dinp, float *dw, float *db,
+			 const float *dout, const float *inp, const float *w, const float *a, const float *b, int64_t N)
 {
-	if (m->cfg.norm == DS_NORM_LAYERNORM)
-		m->ops->layernorm_backward(dinp, dw, db, dout, inp, w, a, b, N, m->C);
-	else
-		m->ops->rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
+	if (m->cfg.norm == DS_NORM_LAYERNORM) {
+		m->ops->layernorm_backward(dinp, dw, db, dout, inp, w, a, b, N, m->C, r16(ws));
+		return r16(ws);
+	}
+	m->ops->rmsnorm_backward(dinp, dw, dout, inp, w, a, b, N, m->C);
+	return 0;
 }
 
 /* ---- causal self-attention --------------------------------------------- */
@@ -939,8 +949,9 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
 	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER, 0 };
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
-	ws->ops->causal_softmax_forward(a->att, B, NH, T);
-	rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
+	ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
+	if (!r16(ws))
+		rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
 	if (drop)
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
@@ -950,11 +961,11 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	return gemm_bt(ws, &y, 1, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
-/* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); r16: the
+/* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
  * gemm_bt's). */
 static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
-			      int l, int B, int T, int r16)
+			      int l, int B, int T, int rq16)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
@@ -969,18 +980,19 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
 			       ws->datt, T);
 	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
-	int rq = gemm_bt(ws, &dv, r16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
+	int rq = gemm_bt(ws, &dv, rq16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 			 ws->dqkv + 2 * C, C3);
 	if (!rp)
 		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
 	ws->ops->causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
-					     drop ? streams(ws, B, l + 1, 1) : NULL);
-	rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
+					    drop ? streams(ws, B, l + 1, 1) : NULL, r16(ws));
+	if (!r16(ws))
+		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
 	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER, 0 };
-	rq &= gemm_bt(ws, &dq, r16, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
+	rq &= gemm_bt(ws, &dq, rq16, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
 	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
-	rq &= gemm_bt(ws, &dk, r16, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
+	rq &= gemm_bt(ws, &dk, rq16, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 	return rq;
 }
 
@@ -1047,8 +1059,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
 
-	norm_forward(m, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N);
-	rnd(ws, a->ln1, N * C);
+	if (!norm_forward(m, ws, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N))
+		rnd(ws, a->ln1, N * C);
 	/* column-parallel: this rank's heads' [q | k | v] */
 	/* (products that round their output as they store it spare a pass) */
 	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
@@ -1065,8 +1077,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	ws->ops->add_inplace(ab, x, N * C);
 	rnd(ws, ab, N * C);
 	const float *h = gptj ? x : a->res2;
-	norm_forward(m, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N);
-	rnd(ws, a->ln2, N * C);
+	if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
+		rnd(ws, a->ln2, N * C);
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
 	if (ix->moe >= 0) {
 		int rc = moe_layer_forward(m, ws, l, a->ln2, mb, B, T);
@@ -1075,8 +1087,9 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	} else {
 		if (!matmul_forward(ws, 1, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2))
 			rnd(ws, a->fch, N * F2);
-		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation);
-		rnd(ws, a->fcact, N * F);
+		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
+		if (!r16(ws))
+			rnd(ws, a->fcact, N * F);
 		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
@@ -1133,8 +1146,9 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
 				     tp(m, P, ix->fcpw), N, F, C))
 			rnd(ws, ws->dfcact, N * F);
-		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation);
-		rnd(ws, ws->dfch, N * F2);
+		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation, r16(ws));
+		if (!r16(ws))
+			rnd(ws, ws->dfch, N * F2);
 		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
 					tp(m, P, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
@@ -1142,9 +1156,9 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
-	norm_backward(m, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
-		      tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N);
-	rnd(ws, dres, N * C);
+	if (!norm_backward(m, ws, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h, tp(m, P, ix->ln2w),
+			   a->ln2_a, a->ln2_b, N))
+		rnd(ws, dres, N * C);
 	if (!gptj) {  /* res2 = x + drop(attn): dA = drop(dres2) */
 		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
@@ -1164,8 +1178,9 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
-	norm_backward(m, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x,
-		      tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N);
+	if (!norm_backward(m, ws, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, tp(m, P, ix->ln1w),
+			   a->ln1_a, a->ln1_b, N))
+		rnd(ws, dres, N * C);   /* the layer boundary */
 	return 0;
 }
 
@@ -1358,8 +1373,8 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	if (pt->norm) {
 		const int ns = L + 1;
 		DS_TRY(hook_pre(m, ws, ns, DS_GPT_FORWARD, params, NULL, err));
-		norm_forward(m, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N);
-		rnd(ws, ws->lnf, N * C);
+		if (!norm_forward(m, ws, ws->lnf, ws->lnf_a, ws->lnf_b, xf, tp(m, P, m->lnfw), tp(m, P, m->lnfb), N))
+			rnd(ws, ws->lnf, N * C);
 		DS_TRY(hook_post(ws, ns, DS_GPT_FORWARD, err));
 	}
 	if (!pt->head) {   /* a stage's output */
@@ -1475,9 +1490,9 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 		DS_TRY(hook_pre(m, ws, ns, DS_GPT_BACKWARD, params, grads, err));
 		DS_TRY(res_load(ws, ws->nl, NC, &xf, err));
 		ws->ops->zero(ws->dresid, (size_t)NC * sizeof(float));
-		norm_backward(m, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf, tp(m, P, m->lnfw),
-			      ws->lnf_a, ws->lnf_b, N);
-		rnd(ws, ws->dresid, NC);
+		if (!norm_backward(m, ws, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf,
+				   tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N))
+			rnd(ws, ws->dresid, NC);
 		DS_TRY(hook_post(ws, ns, DS_GPT_BACKWARD, err));
 	} else {
 		ws->ops->copy(ws->dresid, pt->head ? ws->dln : dy, (size_t)NC * sizeof(float));
@@ -1506,8 +1521,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 			layer_store(m, ws, li, &a, B, T, 1);
 			ws->ckpt_layer = l;
 		}
-		DS_TRY(layer_backward(m, ws, l, &a, ws->dresid, x, B, T, err));
-		rnd(ws, ws->dresid, NC);   /* the layer boundary */
+		DS_TRY(layer_backward(m, ws, l, &a, ws->dresid, x, B, T, err));   /* rounds dresid */
 		if (es >= 0)
 			DS_TRY(hook_post(ws, es, DS_GPT_BACKWARD, err));
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));

@@ -514,7 +514,7 @@ int ds_moe_forward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_para
 		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)rows, (int)F2, (int)C, 1.0f, xe, (int)C, ew,
 			    (int)C, 1.0f, h, (int)F2);
 		rnd(w, h, rows * F2);
-		w->ops->act_forward(a, h, rows, (int)F, w->m.activation);
+		w->ops->act_forward(a, h, rows, (int)F, w->m.activation, 0);
 		rnd(w, a, rows * F);
 		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)rows, (int)C, (int)F, 1.0f, a, (int)F, pw, (int)F,
 			    0.0f, o, (int)C);
@@ -543,7 +543,7 @@ int ds_moe_forward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_para
 		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, (int)F2, (int)C, 1.0f, x, (int)C, p->fcw,
 			    (int)C, 1.0f, s->hr, (int)F2);
 		rnd(w, s->hr, N * F2);
-		w->ops->act_forward(s->ar, s->hr, N, (int)F, w->m.activation);
+		w->ops->act_forward(s->ar, s->hr, N, (int)F, w->m.activation, 0);
 		rnd(w, s->ar, N * F);
 		w->ops->gemm(-1, NULL, NOTR, TRANS, (int)N, (int)C, (int)F, 1.0f, s->ar, (int)F, p->pw,
 			    (int)F, 0.0f, s->r, (int)C);
@@ -617,7 +617,7 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)C, (int)F, (int)N, 1.0f, dr, (int)C, s->ar,
 			    (int)F, 1.0f, g->pw, (int)F);
 		rnd(w, da, N * F);
-		w->ops->act_backward(dh, da, s->hr, N, (int)F, w->m.activation);
+		w->ops->act_backward(dh, da, s->hr, N, (int)F, w->m.activation, 0);
 		rnd(w, dh, N * F2);
 		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)F2, (int)C, (int)N, 1.0f, dh, (int)F2, x, (int)C,
 			    1.0f, g->fcw, (int)C);
@@ -676,7 +676,7 @@ int ds_moe_backward(struct ds_moe_ws *w, int set, int l, const struct ds_moe_par
 		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)C, (int)F, (int)rows, 1.0f, d, (int)C, a, (int)F,
 			    1.0f, gp, (int)F);
 		rnd(w, dA, rows * F);
-		w->ops->act_backward(dH, dA, h, rows, (int)F, w->m.activation);
+		w->ops->act_backward(dH, dA, h, rows, (int)F, w->m.activation, 0);
 		rnd(w, dH, rows * F2);
 		w->ops->gemm(-1, NULL, TRANS, NOTR, (int)F2, (int)C, (int)rows, 1.0f, dH, (int)F2, xe,
 			    (int)C, 1.0f, gw, (int)C);

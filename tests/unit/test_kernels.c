@@ -799,6 +799,91 @@ static void test_gemm_bf16_cr(void **state)
 	}
 }
 
+/* The element-wise kernels' rounding variants (ds_kernel_*_r, r16 1):
+ * bit for bit the plain kernel followed by ds_half_round_n(DS_HALF_BF16)
+ * over its output, on odd sizes (rows that are no multiple of any vector
+ * width, causal rows of every length up to T) and every activation; r16
+ * 0 is the plain kernel.  A missed row tail or an unrounded element
+ * changes bits; the outputs are checked to need the rounding at all. */
+static void expect_rounded(const char *what, const float *got, float *plain, size_t n)
+{
+	size_t moved = 0;
+	for (size_t i = 0; i < n; i++)
+		moved += plain[i] != bf(plain[i]);
+	ds_half_round_n(DS_HALF_BF16, plain, n);
+	for (size_t i = 0; i < n; i++)
+		if (memcmp(&got[i], &plain[i], sizeof(float)))
+			fail_msg("%s[%zu] = %.9g, want %.9g", what, i, got[i], plain[i]);
+	if (moved < n / 2)
+		fail_msg("%s: only %zu of %zu plain values needed rounding", what, moved, n);
+}
+
+static void test_kernels_r16(void **state)
+{
+	(void)state;
+	enum { N = 7, C = 37, F = 29, B = 2, NH = 3, T = 19 };
+	float x[N * 2 * F], w[C], b[C], g[N * 2 * F], o1[N * 2 * F], o2[N * 2 * F];
+	float m1[N], r1[N], m2[N], r2[N], dw1[C], db1[C], dw2[C], db2[C];
+	fill(x, N, 2 * F, 2 * F, 61u);
+	fill(g, N, 2 * F, 2 * F, 62u);
+	fill(w, 1, C, C, 63u);
+	fill(b, 1, C, C, 64u);
+	/* layernorm forward: out rounded, mean/rstd as the plain kernel's */
+	ds_kernel_layernorm_forward(o1, m1, r1, x, w, b, N, C, 1e-5f);
+	ds_kernel_layernorm_forward_r(o2, m2, r2, x, w, b, N, C, 1e-5f, 1);
+	assert_memory_equal(m1, m2, sizeof m1);
+	assert_memory_equal(r1, r2, sizeof r1);
+	float o3[N * C];
+	ds_kernel_layernorm_forward_r(o3, m2, r2, x, w, b, N, C, 1e-5f, 0);   /* r16 0: the plain kernel */
+	assert_memory_equal(o3, o1, sizeof o3);
+	expect_rounded("layernorm_forward_r", o2, o1, (size_t)N * C);
+	/* layernorm backward: dinp (+=, from the same start) rounded; dw, db unchanged */
+	memcpy(o1, g, sizeof(float) * N * C);
+	memcpy(o2, g, sizeof(float) * N * C);
+	for (int i = 0; i < C; i++)
+		dw1[i] = dw2[i] = db1[i] = db2[i] = 0.25f;
+	ds_kernel_layernorm_backward(o1, dw1, db1, x + 3, x, w, m1, r1, N, C);
+	ds_kernel_layernorm_backward_r(o2, dw2, db2, x + 3, x, w, m1, r1, N, C, 1);
+	assert_memory_equal(dw1, dw2, sizeof dw1);
+	assert_memory_equal(db1, db2, sizeof db1);
+	expect_rounded("layernorm_backward_r", o2, o1, (size_t)N * C);
+	/* activations, gated (2F wide inputs and gradients) or not */
+	for (int act = 0; act <= 4; act++) {
+		const int wd = ds_act_gated(act) ? 2 * F : F;
+		ds_kernel_act_forward(o1, x, N, F, act);
+		ds_kernel_act_forward_r(o2, x, N, F, act, 1);
+		expect_rounded("act_forward_r", o2, o1, (size_t)N * F);
+		ds_kernel_act_backward(o1, g, x, N, F, act);
+		ds_kernel_act_backward_r(o2, g, x, N, F, act, 1);
+		expect_rounded("act_backward_r", o2, o1, (size_t)N * wd);
+	}
+	/* causal softmax forward and backward, with and without dropout */
+	static float s1[B * NH * T * T], s2[B * NH * T * T], d1[B * NH * T * T], d2[B * NH * T * T];
+	const size_t ns = (size_t)B * NH * T * T;
+	fill(s1, B * NH * T, T, T, 65u);
+	memcpy(s2, s1, sizeof s1);
+	ds_kernel_causal_softmax_forward(s1, B, NH, T);
+	ds_kernel_causal_softmax_forward_r(s2, B, NH, T, 1);
+	float keep[B * NH * T * T];
+	memcpy(keep, s1, sizeof s1);
+	/* above the diagonal: zeros, which need no rounding; compare all, count the rest */
+	for (size_t i = 0; i < ns; i++)
+		if (memcmp(&s2[i], &(float){ bf(s1[i]) }, sizeof(float)))
+			fail_msg("causal_softmax_forward_r[%zu] = %.9g, want %.9g", i, s2[i], bf(s1[i]));
+	struct ds_rng gs[B];
+	for (int k = 0; k < B; k++)
+		ds_rng_init(&gs[k], 7, 1, (uint64_t)k);
+	for (int drop = 0; drop < 2; drop++) {
+		fill(d1, B * NH * T, T, T, 66u + (unsigned)drop);
+		memcpy(d2, d1, sizeof d1);
+		ds_kernel_causal_softmax_backward_h0(d1, keep, B, NH, 1, T, 0.125f, drop ? 0.3f : 0.0f, drop ? gs : NULL);
+		ds_kernel_causal_softmax_backward_r(d2, keep, B, NH, 1, T, 0.125f, drop ? 0.3f : 0.0f, drop ? gs : NULL, 1);
+		for (size_t i = 0; i < ns; i++)
+			if (memcmp(&d2[i], &(float){ bf(d1[i]) }, sizeof(float)))
+				fail_msg("causal_softmax_backward_r drop %d [%zu] = %.9g, want %.9g", drop, i, d2[i], bf(d1[i]));
+	}
+}
+
 /* The bf16 cross-entropy kernels against the fp32 ones on the unpacked
  * logits: lse and the loss to fp32 summation order, the padding columns
  * set to -inf (forward) and 0 (backward), dlogits bit for bit the fp32
@@ -917,6 +1002,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bf16_keep_b),
 		cmocka_unit_test(test_gemm_bf16_ex),
 		cmocka_unit_test(test_gemm_bf16_cr),
+		cmocka_unit_test(test_kernels_r16),
 		cmocka_unit_test(test_xent16),
 		cmocka_unit_test(test_gemm_bf16_modes),
 	};
