@@ -376,6 +376,28 @@ static void round_row(float *x, int64_t n)
 }
 
 DS_CLONES
+static void add_blk(float *out, const float *a, const float *b, int64_t n, int r16)
+{
+	if (r16) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			out[i] = bf16_round(a[i] + b[i]);
+	} else {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			out[i] = a[i] + b[i];
+	}
+}
+
+void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int r16)
+{
+	const int64_t blk = 8192;   /* as util/half.c's blocks */
+#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < n; i += blk)
+		add_blk(out + i, a + i, b + i, n - i < blk ? n - i : blk, r16);
+}
+
+DS_CLONES
 static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w)
 {
 	float a[64] = { 0 };

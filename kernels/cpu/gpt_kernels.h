@@ -118,6 +118,9 @@ void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, i
 void ds_kernel_act_forward_r(float *out, const float *inp, int64_t N, int F, int act, int r16);
 void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act,
 			      int r16);
+/* out (n) = a + b (out may be a or b: the residual adds), rounded as above
+ * with r16. */
+void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int r16);
 
 /* Cross-entropy on logits (N,Vp), softmax over the first V columns only.
  * lse (N) writes log-sum-exp; returns the sum over rows of the losses

@@ -100,7 +100,7 @@ struct ds_compute_ops {
 	int (*mm_plan)(int mode, char *buf, size_t n);
 
 	/* ---- the GPT kernels: kernels/cpu/gpt_kernels.h's contracts ----
-	 * r16 (layernorm, causal softmax, activation): nonzero leaves the
+	 * r16 (layernorm, causal softmax, activation, add): nonzero leaves the
 	 * output (out, dinp, att, datt) rounded to bf16 values, bit for bit the
 	 * kernel and then half_round(bf16) over it (the ds_kernel_*_r
 	 * variants: rounded row by row as written on cpu; the kernel and the
@@ -124,7 +124,8 @@ struct ds_compute_ops {
 	void (*bias_fill)(float *out, const float *b, int64_t N, int OC);
 	void (*bias_add)(float *out, const float *b, int64_t N, int OC);
 	void (*bias_backward)(float *db, const float *dout, int64_t N, int OC);
-	void (*add_inplace)(float *out, const float *a, int64_t n);
+	/* out (n) = a + b, out may be a or b (the residual adds); r16 as above */
+	void (*add)(float *out, const float *a, const float *b, int64_t n, int r16);
 	void (*rotary)(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH, int rd,
 		       int inverse);
 	void (*causal_softmax_forward)(float *att, int B, int NH, int T, int r16);

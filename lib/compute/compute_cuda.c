@@ -268,9 +268,12 @@ static void cu_bias_backward(float *db, const float *dout, int64_t N, int OC)
 {
 	L(ds_kernel_cuda_bias_backward(db, dout, N, OC, g.stream), "bias_backward");
 }
-static void cu_add_inplace(float *out, const float *a, int64_t n)
+static void cu_add(float *out, const float *a, const float *b, int64_t n, int r16)
 {
-	L(ds_kernel_cuda_add_inplace(out, a, n, g.stream), "add_inplace");
+	if (out != a && out != b)
+		cu_copy(out, a, (size_t)n * sizeof(float));
+	L(ds_kernel_cuda_add_inplace(out, out == b ? a : b, n, g.stream), "add");   /* a + b = b + a, to the bit */
+	r16_after(r16, out, n);
 }
 static void cu_rotary(float *qkv, const float *cs, const float *sn, int B, int T, int C, int NH, int rd, int inverse)
 {
@@ -396,7 +399,7 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.bias_fill = cu_bias_fill,
 	.bias_add = cu_bias_add,
 	.bias_backward = cu_bias_backward,
-	.add_inplace = cu_add_inplace,
+	.add = cu_add,
 	.rotary = cu_rotary,
 	.causal_softmax_forward = cu_causal_softmax_forward,
 	.attention_dropout_h0 = cu_attention_dropout_h0,

@@ -1074,8 +1074,9 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	float *ab = gptj ? out : a->res2;
 	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, Cq, C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
-	ws->ops->add_inplace(ab, x, N * C);
-	rnd(ws, ab, N * C);
+	ws->ops->add(ab, ab, x, N * C, r16(ws));
+	if (!r16(ws))
+		rnd(ws, ab, N * C);
 	const float *h = gptj ? x : a->res2;
 	if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
 		rnd(ws, a->ln2, N * C);
@@ -1093,13 +1094,10 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
-	if (gptj) {
-		ws->ops->add_inplace(out, mb, N * C);          /* out = x + attn + mlp */
-	} else {
-		ws->ops->copy(out, a->res2, (size_t)(N * C) * sizeof(float));
-		ws->ops->add_inplace(out, mb, N * C);          /* out = res2 + mlp */
-	}
-	rnd(ws, out, N * C);   /* the layer boundary */
+	/* out = x + attn + mlp (gptj), or res2 + mlp */
+	ws->ops->add(out, gptj ? out : a->res2, mb, N * C, r16(ws));
+	if (!r16(ws))
+		rnd(ws, out, N * C);   /* the layer boundary */
 	return 0;
 }
 
@@ -1159,13 +1157,18 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	if (!norm_backward(m, ws, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h, tp(m, P, ix->ln2w),
 			   a->ln2_a, a->ln2_b, N))
 		rnd(ws, dres, N * C);
-	if (!gptj) {  /* res2 = x + drop(attn): dA = drop(dres2) */
+	/* res2 = x + drop(attn): dA = drop(dres2); without dropout dres2
+	 * itself, rounded just above, read until norm1 adds to it */
+	const float *dA = ws->dA;
+	if (!gptj && ws->train && ph > 0) {
 		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
 		rnd(ws, ws->dA, N * C);
+	} else if (!gptj) {
+		dA = dres;
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), ws->dA, a->atty,
+	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, a->atty,
 			     tp(m, P, ix->projw), N, Cq, C))
 		rnd(ws, ws->datty, N * Cq);
 	if (!attention_backward(m, ws, a, l, B, T, !m->rd)) {

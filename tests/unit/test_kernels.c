@@ -857,6 +857,22 @@ static void test_kernels_r16(void **state)
 		ds_kernel_act_backward_r(o2, g, x, N, F, act, 1);
 		expect_rounded("act_backward_r", o2, o1, (size_t)N * wd);
 	}
+	/* the residual add, in place and not, over several of its blocks and a tail */
+	{
+		enum { n = 2 * 8192 + 37 };
+		float *ra = malloc(sizeof(float) * n), *rb = malloc(sizeof(float) * n);
+		float *ro = malloc(sizeof(float) * n), *rp = malloc(sizeof(float) * n);
+		assert_non_null(ra); assert_non_null(rb); assert_non_null(ro); assert_non_null(rp);
+		fill(ra, 1, n, n, 67u);
+		fill(rb, 1, n, n, 68u);
+		for (int i = 0; i < n; i++)
+			rp[i] = ra[i] + rb[i];
+		ds_kernel_add_r(ro, ra, rb, n, 0);
+		assert_memory_equal(ro, rp, sizeof(float) * n);
+		ds_kernel_add_r(ra, ra, rb, n, 1);
+		expect_rounded("add_r", ra, rp, n);
+		free(ra); free(rb); free(ro); free(rp);
+	}
 	/* causal softmax forward and backward, with and without dropout */
 	static float s1[B * NH * T * T], s2[B * NH * T * T], d1[B * NH * T * T], d2[B * NH * T * T];
 	const size_t ns = (size_t)B * NH * T * T;
