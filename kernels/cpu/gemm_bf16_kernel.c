@@ -553,9 +553,7 @@ static int grow(uint32_t **buf, size_t *have, size_t n)
 }
 
 /* How a product runs on nt threads: sb says whether the work is split
- * over B's panels (else A's) into items work items of at most g panels
- * (item_span: every thread the same number of items, their sizes within
- * one panel, so the threads' shares come out even); the
+ * over B's panels (else A's), g how many panels one work item takes; the
  * other operand is packed whole, ks pairs at a time (all of K unless that
  * would not stay in the core's L2: then super-blocks of ks pairs, each
  * packed once and used by every work item before the next). */
@@ -575,18 +573,12 @@ static struct plan plan_of(const struct prod *p, int nt, int keep)
 	s.sb = keep || (int64_t)p->np * NR >= (int64_t)p->mp * MR;
 	const int ns = s.sb ? p->np : p->mp;
 	/* B: one panel an item (each item passes over all of A anyway, so
-	 * nothing is lost, and the threads' shares come out even); A: up to
-	 * 96 rows an item, at least 4 items a thread where there are panels
-	 * for them, and a multiple of the threads (GPT-2's 1024 rows in 16-panel
-	 * items were 11 items, 91 panels against 80 on 2 threads) */
-	if (s.sb) {
-		s.items = ns;
-	} else {
-		s.items = (ns + 15) / 16 > 4 * nt ? (ns + 15) / 16 : 4 * nt;
-		s.items = (s.items + nt - 1) / nt * nt;
-		s.items = s.items < ns ? s.items : ns;
-	}
-	s.g = (ns + s.items - 1) / s.items;
+	 * nothing is lost, and the threads' shares come out even); A: 96 rows,
+	 * fewer when that leaves too few items to share */
+	s.g = s.sb ? 1 : 16;
+	while (s.g > 1 && (ns + s.g - 1) / s.g < 4 * nt)
+		s.g /= 2;
+	s.items = (ns + s.g - 1) / s.g;
 	s.words = keep ? 0 : (size_t)s.g * p->kc * (s.sb ? NR : MR);
 	const size_t pair = (size_t)(s.sb ? p->mp * MR : p->np * NR) * 4;   /* bytes per pair, all panels */
 	s.ks = p->K2;
@@ -597,9 +589,6 @@ static struct plan plan_of(const struct prod *p, int nt, int keep)
 	s.upwords = (size_t)s.ks * (s.sb ? (size_t)p->mp * MR : (size_t)p->np * NR);
 	return s;
 }
-
-/* the first panel of work item it (it = items: the end) of ns panels */
-static int item_at(const struct plan *s, int ns, int it) { return (int)((int64_t)it * ns / s->items); }
 
 /* One product over all threads, super-block by super-block: the operand
  * that is not split packed into up, then the work items: each packs its
@@ -632,7 +621,7 @@ static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *u
 			/* round robin, so each thread knows its next item and reads
 			 * its first slice ahead */
 			for (int it = th; it < s->items; it += nth) {
-				const int s0 = item_at(s, ns, it), s1 = item_at(s, ns, it + 1);
+				const int s0 = it * s->g, s1 = s0 + s->g < ns ? s0 + s->g : ns;
 				if (kb_ && packkb && ks0 == 0)
 					p->pb(&p->b, NR, s0, s1, 0, p->K2, kb_ + s0 * bpanel(p), bpanel(p), blay);
 				for (int kb = ks0; kb < ks1; kb += p->kc) {
@@ -645,7 +634,8 @@ static void run_parallel(const struct prod *p, const struct plan *s, uint32_t *u
 					else if (kb + kn < ks1)
 						pf = region(so, W, s0, s1, kb + kn, kb + kn + p->kc < ks1 ? kb + kn + p->kc : ks1);
 					else if (it + nth < s->items)
-						pf = region(so, W, item_at(s, ns, it + nth), item_at(s, ns, it + nth + 1), ks0,
+						pf = region(so, W, (it + nth) * s->g,
+							    (it + nth + 1) * s->g < ns ? (it + nth + 1) * s->g : ns, ks0,
 							    ks0 + p->kc < ks1 ? ks0 + p->kc : ks1);
 					if (kb_) {
 						block(p, up + (kb - ks0) * la.ks, ustr, la, 0, p->mp,
