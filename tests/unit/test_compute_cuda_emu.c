@@ -4,17 +4,22 @@
  * (tests/unit/cuda_emu.h: device memory is host memory there), against the
  * cpu backend: a few training steps of share/models/gpt-test.json and a
  * NeoX-style variant (rmsnorm, rotary, swiglu, dropout) give the cpu
- * backend's losses within 1e-5 relative, and their gradients agree.  What
+ * backend's losses within 1e-5 relative, and their gradients agree; its
+ * 16-bit rounding entries (r16, DS_GEMM_BF16_CR) are its plain ones and
+ * the rounding launcher, to the bit, and its table is complete.  What
  * the backend does not cover is reported by check() as DS_ENOTSUP.  This
  * checks the table's wiring and the launchers' contracts, not a GPU.
  */
 #include "unit.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/gpt_math.h"
 #include "compute/compute.h"
 #include "config/model.h"
 #include "cuda_emu_api.h"
@@ -165,6 +170,146 @@ static void test_neox_variant(void **st)
 	compare(&c, 2, 16, 2, 0);
 }
 
+/* the 16-bit rounding entries (r16, DS_GEMM_BF16_CR), which the cuda
+ * backend runs as the plain launcher and then the rounding launcher: each
+ * gives bit for bit its plain run followed by half_round(bf16) over the
+ * whole output (a gated activation's gradient is 2F wide), and the plain
+ * output had bits to lose (so an r16 that were ignored would fail here) */
+static uint32_t rs = 99;
+static void fill(float *x, long n)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = (float)((rs = rs * 1664525u + 1013904223u) >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+static void same_as_rounded(const char *what, float *plain, const float *r16, long n)
+{
+	const struct ds_compute_ops *o = &ds_compute_cuda;
+	float *want = malloc((size_t)n * sizeof(float));
+	assert_non_null(want);
+	memcpy(want, plain, (size_t)n * sizeof(float));
+	o->half_round(2 /* bf16 */, want, (size_t)n);
+	if (!memcmp(want, plain, (size_t)n * sizeof(float)))
+		fail_msg("%s: the plain output is all bf16 values already: the test cannot tell", what);
+	if (memcmp(want, r16, (size_t)n * sizeof(float)))
+		fail_msg("%s: r16 is not the plain kernel and a rounding pass", what);
+	free(want);
+}
+
+static void test_rounding_entries(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	const struct ds_compute_ops *o = &ds_compute_cuda;
+	assert_int_equal(o->init(0, &err), 0);
+	enum { N = 6, C = 20, F = 10, B = 2, NH = 2, T = 5, TT = B * NH * T * T };
+	float inp[N * C], w[C], bb[C], dout[N * C], mean[N], rstd[N], mean1[N], rstd1[N];
+	float o0[N * 2 * F], o1[N * 2 * F], dw0[C], dw1[C], db0[C], db1[C], x2[N * 2 * F];
+	fill(inp, N * C);
+	fill(w, C);
+	fill(bb, C);
+	fill(dout, N * C);
+	o->layernorm_forward(o0, mean, rstd, inp, w, bb, N, C, 1e-5f, 0);
+	o->layernorm_forward(o1, mean1, rstd1, inp, w, bb, N, C, 1e-5f, 1);
+	assert_memory_equal(mean, mean1, sizeof mean);
+	same_as_rounded("layernorm_forward", o0, o1, N * C);
+	fill(o0, N * C);
+	memcpy(o1, o0, sizeof(float) * N * C);   /* dinp, dw, db accumulate */
+	fill(dw0, C);
+	memcpy(dw1, dw0, sizeof dw0);
+	fill(db0, C);
+	memcpy(db1, db0, sizeof db0);
+	o->layernorm_backward(o0, dw0, db0, dout, inp, w, mean, rstd, N, C, 0);
+	o->layernorm_backward(o1, dw1, db1, dout, inp, w, mean, rstd, N, C, 1);
+	assert_memory_equal(dw0, dw1, sizeof dw0);
+	same_as_rounded("layernorm_backward", o0, o1, N * C);
+	for (int act = 0; act <= 4; act++) {   /* gelu, geglu, swiglu, gelu_exact, geglu_exact */
+		const long wid = ds_act_gated(act) ? 2 * F : F;
+		fill(x2, N * wid);
+		o->act_forward(o0, x2, N, F, act, 0);
+		o->act_forward(o1, x2, N, F, act, 1);
+		same_as_rounded("act_forward", o0, o1, (long)N * F);
+		o->act_backward(o0, dout, x2, N, F, act, 0);
+		o->act_backward(o1, dout, x2, N, F, act, 1);
+		same_as_rounded("act_backward", o0, o1, N * wid);
+	}
+	float *a0 = malloc(sizeof(float) * TT), *a1 = malloc(sizeof(float) * TT), *att = malloc(sizeof(float) * TT);
+	assert_true(a0 && a1 && att);
+	fill(a0, TT);
+	memcpy(a1, a0, sizeof(float) * TT);
+	o->causal_softmax_forward(a0, B, NH, T, 0);
+	o->causal_softmax_forward(a1, B, NH, T, 1);
+	same_as_rounded("causal_softmax_forward", a0, a1, TT);
+	memcpy(att, a0, sizeof(float) * TT);
+	fill(a0, TT);
+	memcpy(a1, a0, sizeof(float) * TT);
+	o->causal_softmax_backward_h0(a0, att, B, NH, 0, T, 0.5f, 0.0f, NULL, 0);
+	o->causal_softmax_backward_h0(a1, att, B, NH, 0, T, 0.5f, 0.0f, NULL, 1);
+	same_as_rounded("causal_softmax_backward", a0, a1, TT);
+	/* add: out = a + b with out a, b or neither */
+	float ad[N * C], bd[N * C];
+	fill(ad, N * C);
+	fill(bd, N * C);
+	for (int k = 0; k < 3; k++) {
+		memcpy(o0, k == 1 ? bd : ad, sizeof ad);
+		memcpy(o1, o0, sizeof ad);
+		o->add(o0, k == 0 ? o0 : ad, k == 1 ? o0 : bd, N * C, 0);
+		o->add(o1, k == 0 ? o1 : ad, k == 1 ? o1 : bd, N * C, 1);
+		for (int i = 0; i < N * C; i++)
+			assert_true(o0[i] == ad[i] + bd[i]);
+		same_as_rounded("add", o0, o1, N * C);
+	}
+	/* gemm with DS_GEMM_BF16_CR: a single product at ldc > N (the gap
+	 * untouched) and a batch of two, fp32 and bf16 modes */
+	enum { M = 7, NN = 9, K = 8, LDC = 11 };
+	float A[2 * M * K], Bm[2 * NN * K], c0[2 * M * LDC], c1[2 * M * LDC];
+	fill(A, 2 * M * K);
+	fill(Bm, 2 * NN * K);
+	const int modes[2] = { -1, DS_BF16_MM_AUTO };
+	for (int mi = 0; mi < 2; mi++)
+		for (int cnt = 1; cnt <= 2; cnt++) {
+			const struct ds_gemm_bf16_batch plain = { cnt, 1, { M * K, 0 }, { NN * K, 0 }, { M * LDC, 0 },
+								  DS_GEMM_BF16_DENSE, 0 };
+			struct ds_gemm_bf16_batch cr = plain;
+			cr.flags = DS_GEMM_BF16_CR;
+			for (int i = 0; i < 2 * M * LDC; i++)
+				c0[i] = c1[i] = (float)i;
+			o->gemm(modes[mi], &plain, 0, 1, M, NN, K, 1.0f, A, K, Bm, K, 0.0f, c0, LDC);
+			o->gemm(modes[mi], &cr, 0, 1, M, NN, K, 1.0f, A, K, Bm, K, 0.0f, c1, LDC);
+			for (int i = 0; i < 2 * M * LDC; i++) {
+				const int e = i / (M * LDC), j = i % LDC;
+				if (e >= cnt || j >= NN) {
+					assert_true(c1[i] == (float)i);   /* not part of C */
+					continue;
+				}
+				float want = c0[i];
+				o->half_round(2, &want, 1);
+				if (memcmp(&want, &c1[i], sizeof want))
+					fail_msg("gemm CR, mode %d, %d entries: element %d", modes[mi], cnt, i);
+			}
+		}
+	assert_int_equal(o->check(&err), 0);
+	assert_int_equal(ds_emu_failures(), 0);
+	free(a0);
+	free(a1);
+	free(att);
+}
+
+/* every entry of the cuda table is filled (as test_compute's for cpu) */
+static void test_cuda_table_complete(void **st)
+{
+	(void)st;
+	typedef void (*fn)(void);
+	const size_t off = offsetof(struct ds_compute_ops, uncovered);
+	const size_t n = (sizeof(struct ds_compute_ops) - off) / sizeof(fn);
+	const char *base = (const char *)&ds_compute_cuda + off;
+	for (size_t i = 0; i < n; i++) {
+		fn f;
+		memcpy(&f, base + i * sizeof(fn), sizeof f);
+		if (!f)
+			fail_msg("ds_compute_cuda: entry %zu after the name is NULL", i);
+	}
+}
+
 /* what the backend does not run yet is reported by check(), once */
 static void test_not_supported(void **st)
 {
@@ -210,6 +355,8 @@ int main(void)
 		cmocka_unit_test(test_neox_variant),
 		cmocka_unit_test(test_checkpointing),
 		cmocka_unit_test(test_not_supported),
+		cmocka_unit_test(test_rounding_entries),
+		cmocka_unit_test(test_cuda_table_complete),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
