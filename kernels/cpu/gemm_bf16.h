@@ -162,6 +162,8 @@ struct ds_gemm_bf16_batch {
 	int causal;
 	unsigned flags;
 };
+/* One dense product: the batch of a single ds_gemm_bf16 call. */
+#define DS_GEMM_BF16_BATCH_ONE { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 }
 
 /* The batch's products, each ds_gemm_bf16 with the same shape and
  * arguments on its own A, B and C; the kernel runs whole entries per

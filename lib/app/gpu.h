@@ -8,6 +8,8 @@
 #ifndef DS_APP_GPU_H
 #define DS_APP_GPU_H
 
+#include <stddef.h>
+
 #include "util/err.h"
 
 #define DS_GPU_MAX 16
@@ -39,7 +41,6 @@ int ds_gpu_query(struct ds_gpu_info *info, struct ds_err *err);
  * without loading cuBLAS and NCCL as ds_gpu_query does.  Returns 0;
  * DS_ENOTSUP (*n 0, why "built without CUDA") when built without CUDA.
  * why is not touched when a device answers. */
-#include <stddef.h>
 int ds_gpu_count(int *n, char *why, size_t why_len);
 
 /* Whether each part works on device 0 (ds-report's cuda and nccl rows). */

@@ -121,12 +121,7 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 		return 0;
 	}
 	if (kind == DS_DEVICE_CUDA) {
-		int rc = want_cuda(env, needs, ops, device, err);
-		if (rc < 0) {
-			*ops = &ds_compute_cpu;
-			*device = -1;
-			return rc;
-		}
+		DS_TRY(want_cuda(env, needs, ops, device, err));   /* on failure *ops, *device stay cpu's */
 		snprintf(why, whysz, "device cuda: GPU %d of %d", *device, env->device_count);
 		return 0;
 	}
@@ -134,17 +129,12 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 		return ds_err_set(err, DS_EINVAL, "device: unknown kind %d (cpu, cuda or auto)", kind);
 	struct ds_err e = DS_ERR_INIT;
 	const int rc = want_cuda(env, needs, ops, device, &e);
-	if (rc == DS_EINVAL) {   /* a GPU to use but a garbage local rank: not a reason to fall back */
-		*ops = &ds_compute_cpu;
-		*device = -1;
+	if (rc == DS_EINVAL)   /* a GPU to use but a garbage local rank: not a reason to fall back */
 		return ds_err_set(err, rc, "%s", e.msg);
-	}
 	if (rc == 0) {
 		snprintf(why, whysz, "device auto: cuda, GPU %d of %d", *device, env->device_count);
 		return 0;
 	}
-	*ops = &ds_compute_cpu;
-	*device = -1;
 	const char *because = !env->cuda_built       ? "built without CUDA"
 			      : !env->cuda            ? "no usable cuda compute backend yet"
 			      : rc == DS_ENOTSUP      ? e.msg

@@ -66,7 +66,7 @@ static void round_c(const struct ds_gemm_bf16_batch *bt, int M, int N, float *C,
 static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-	const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
+	const struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
 	if (!bt)
 		bt = &one;
 	const unsigned cr = bt->flags & DS_GEMM_BF16_CR;

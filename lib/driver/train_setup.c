@@ -438,9 +438,10 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 		goto fail;
 
 	s->device_from = o->device ? "--device" : "dstk.device";
-	s->device_kind = ds_device_parse(o->device ? o->device : v->dstk.device);
+	const char *dev = o->device ? o->device : v->dstk.device;
+	s->device_kind = ds_device_parse(dev);
 	if (s->device_kind < 0) {   /* the key table admits only the kinds; the tool checks the flag */
-		rc = ds_err_set(err, DS_EINVAL, "--device '%s': expected cpu, cuda or auto", o->device);
+		rc = ds_err_set(err, DS_EINVAL, "%s '%s': expected cpu, cuda or auto", s->device_from, dev ? dev : "");
 		goto fail;
 	}
 

@@ -851,7 +851,7 @@ static int gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *
 		ws->ops->gemm(ws->mm, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 		return 0;
 	}
-	struct ds_gemm_bf16_batch b2 = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
+	struct ds_gemm_bf16_batch b2 = DS_GEMM_BF16_BATCH_ONE;
 	if (bt)
 		b2 = *bt;
 	b2.flags |= DS_GEMM_BF16_CR;
