@@ -792,14 +792,10 @@ void ds_offload_take_stats(struct ds_offload *f, struct ds_offload_stats *st)
 		st->bytes_read += a.bytes_read;
 		st->bytes_written += a.bytes_written;
 		st->wait_s += a.wait_read_s + a.wait_write_s;
-		st->busy_read_s += a.busy_read_s;
-		st->busy_write_s += a.busy_write_s;
 	}
-	/* both sets on one device: their reads (writes) overlap, so the union,
-	 * not the sum of the sets' */
-	if (f->busy_init == 3) {
-		st->busy_read_s = ds_aio_busy_group_seconds(&f->busy[0]);
-		st->busy_write_s = ds_aio_busy_group_seconds(&f->busy[1]);
-		st->busy_io_s = ds_aio_busy_group_seconds(&f->busy[2]);
-	}
+	/* both sets on one device: their reads (writes) overlap, so the busy
+	 * groups' unions, not the sum of the sets' own times */
+	st->busy_read_s = ds_aio_busy_group_seconds(&f->busy[0]);
+	st->busy_write_s = ds_aio_busy_group_seconds(&f->busy[1]);
+	st->busy_io_s = ds_aio_busy_group_seconds(&f->busy[2]);
 }
