@@ -32,6 +32,15 @@ start_cluster_in_background() {
 	echo $!
 }
 
+# wait_cluster_job LOG PID: until the background cluster of PID runs its job
+# (LOG written) or PID has given up (slurm_up may start a second cluster,
+# so allow for two); if it gave up, show what it said and fail
+wait_cluster_job() {
+	job_or_gone() { test -s "$1" || ! kill -0 "$2" 2>/dev/null; }
+	wait_for 300 "the second cluster to run its job" job_or_gone "$1" "$2"
+	test -s "$1" || { cat "$1.out" >&2; false; }
+}
+
 @test "the daemons hold no descriptor of the test harness (its TAP pipe), only their own files and sockets" {
 	ours=$(harness_pipes)
 	[ -n "$ours" ] || fail "the test holds no pipe: nothing to compare"
@@ -48,7 +57,7 @@ start_cluster_in_background() {
 @test "slurm_down stops every process of a cluster, a running job's steps and tasks included, and removes its directory" {
 	log=$BATS_TEST_TMPDIR/c
 	pid=$(start_cluster_in_background "$log")
-	wait_for 120 "the second cluster to run its job" test -s "$log" || { cat "$log.out" >&2; false; }
+	wait_cluster_job "$log" "$pid" || fail "the second cluster did not run its job"
 	read -r dir j <"$log"
 	procs=$(slurm_procs "$dir")
 	echo "$procs" | grep -q " slurmstepd: \[$j.batch\]" || fail "no job step of $j among: $procs"
@@ -68,7 +77,7 @@ start_cluster_in_background() {
 @test "a cluster whose starter is killed is stopped by its guard" {
 	log=$BATS_TEST_TMPDIR/c
 	pid=$(start_cluster_in_background "$log")
-	wait_for 120 "the second cluster to run its job" test -s "$log" || { cat "$log.out" >&2; false; }
+	wait_cluster_job "$log" "$pid" || fail "the second cluster did not run its job"
 	read -r dir _ <"$log"
 	kill -KILL "$pid"
 	wait_for 60 "the guard to stop the cluster in $dir" test ! -e "$dir"
@@ -78,7 +87,7 @@ start_cluster_in_background() {
 @test "a leftover of a run that is over (starter and guard killed) is named and stopped by the next slurm_up" {
 	log=$BATS_TEST_TMPDIR/c
 	pid=$(start_cluster_in_background "$log")
-	wait_for 120 "the second cluster to run its job" test -s "$log" || { cat "$log.out" >&2; false; }
+	wait_cluster_job "$log" "$pid" || fail "the second cluster did not run its job"
 	read -r dir _ <"$log"
 	kill -KILL "$(cat "$dir/run/guard.pid")" "$pid"
 	munged=$(cat "$dir/run/munged.pid")
