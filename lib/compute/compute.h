@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/optim_math.h"   /* struct ds_range */
 #include "cpu/gemm_bf16.h"   /* struct ds_gemm_bf16_batch, DS_GEMM_BF16_*, enum ds_bf16_mode */
 #include "util/err.h"
 #include "util/rng.h"
@@ -36,8 +37,13 @@ struct ds_compute_needs {
 	int nvme;           /* ZeRO-Infinity's NVMe offload */
 };
 
+struct ds_optim;   /* optim/optim.h */
+
 struct ds_compute_ops {
 	const char *name;   /* "cpu", "cuda" */
+	/* 1 when its buffers are host memory the caller may read and write
+	 * directly (cpu), 0 when only the entries below may touch them */
+	int host;
 	/* NULL when the backend runs everything needs asks for, else the
 	 * first thing it does not, as words for "...: X is not ..." */
 	const char *(*uncovered)(const struct ds_compute_needs *needs);
@@ -146,6 +152,27 @@ struct ds_compute_ops {
 	void (*xent_vp_sumexp)(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl);
 	void (*xent_vp_backward)(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N, int Vl,
 				 int Vpl, float dscale);
+
+	/* ---- the engine's step on flat fp32 buffers (lib/engine) ----
+	 * x, g, p and the optimizer's states are the backend's memory; what
+	 * is said to be host memory is the caller's. */
+	/* x[0..n) *= f (nothing when f is 1) */
+	void (*scale)(float *x, int64_t n, float f);
+	/* acc (2 doubles, host): acc[0] += the sum of x[0..n)^2 in double over
+	 * fixed chunks added in order (the same bits every run; cpu: lib/optim's
+	 * ds_clip_sumsq), acc[1] = 1 when an element is inf or nan (else kept) */
+	void (*sumsq)(double *acc, const float *x, int64_t n);
+	/* Adam/AdamW or SGD over o's shard, lib/optim's ds_optim_step with o's
+	 * states in the backend's memory: p -= update(g * grad_mul), o->step
+	 * advanced.  0, or DS_EINVAL (bad hyper-parameters, Lamb). */
+	int (*optim_step)(struct ds_optim *o, float *p, const float *g, float grad_mul, struct ds_err *err);
+	/* Lamb in two phases, lib/optim's ds_lamb_partial_norms (sums: host,
+	 * 2 * nranges doubles) and ds_lamb_apply (sums reduced, host; advances
+	 * o->step).  0 or a DS_E* code. */
+	int (*lamb_partial)(struct ds_optim *o, const float *p, const float *g, float grad_mul,
+			    const struct ds_range *ranges, int nranges, double *sums, struct ds_err *err);
+	int (*lamb_apply)(struct ds_optim *o, float *p, const struct ds_range *ranges, int nranges, const double *sums,
+			  struct ds_err *err);
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;
