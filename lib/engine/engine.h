@@ -219,6 +219,12 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		     struct ds_err *err);
 void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
 
+/* The compute backend the engine's buffers belong to (opts.compute, or
+ * cpu; borrowed).  When its host flag is 0, every pointer the accessors
+ * below return is its memory: read and write it with its to_host and
+ * from_host. */
+const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e);
+
 /* This rank's model: its tensor-parallel shards (the registry's shapes are
  * the shard's, gshape the logical tensor's). */
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
