@@ -189,7 +189,18 @@ struct ds_engine {
 	int off_opt;
 	int ck_i, ck_j;
 	int64_t ck_a, ck_b;
+	/* a backend whose memory is not the host's: the current piece's
+	 * tensor (ck_i) as host copies, its parameters then each optimizer
+	 * state, tensor-numel floats each (ck_cap floats in all); ck_write:
+	 * they go back to the backend when the piece is done with */
+	float *ck_host;
+	int64_t ck_cap;
+	int ck_write;
 };
+
+/* a device backend's checkpoint pieces (after the checkpoint accessors) */
+static void ck_done(struct ds_engine *e);
+static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err);
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
 {
@@ -1368,6 +1379,7 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_engine_onebit_destroy(e->ob);
 	free(e->seg);
 	free(e->lamb_sums);
+	free(e->ck_host);
 	ops->free(e->params);
 	ops->free(e->grads);
 	ops->free(e->gh);
@@ -1722,7 +1734,7 @@ int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err)
 {
 	if (e->off)  /* the last piece a load wrote goes to its swap files */
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
-	e->ck_i = -1;
+	ck_done(e);   /* ... or to the backend's memory */
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
 }
@@ -1731,7 +1743,7 @@ int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
 {
 	if (e->off)
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
-	e->ck_i = -1;
+	ck_done(e);
 	DS_TRY(gather_params(e, err));
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
@@ -1906,6 +1918,8 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	const double prev_scale = scaling ? e->scaler.cur_scale : 1.0;
 	double t0, loss_sum;
 	memset(res, 0, sizeof *res);
+	if (!e->ops->host)
+		ck_done(e);   /* a device run's last checkpoint piece is written back */
 	if (e->rank == e->fail_rank && in->step == e->fail_step)
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)in->step);
@@ -1999,6 +2013,8 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 {
 	const int MB = e->o.micro_batch, T = e->T;
 	double v[2] = { 0, 0 };
+	if (!e->ops->host)
+		ck_done(e);
 	if (e->o.pp > 1) {
 		int rc = ds_pipe_eval(&e->pr, tokens, rows, &v[0], &v[1], err);
 		if (rc < 0)
@@ -2060,6 +2076,15 @@ int ds_engine_ckpt_pieces(struct ds_engine *e, int i)
 int ds_engine_ckpt_piece(struct ds_engine *e, int i, int j, int writing, struct ds_err *err)
 {
 	int64_t ta, tb;
+	if (!e->ops->host) {   /* (no offload here: check_backend) */
+		ck_done(e);
+		int rc = ck_stage(e, i, writing, err);
+		if (rc == 0) {
+			e->ck_i = i;
+			e->ck_j = j;
+		}
+		return rc;
+	}
 	e->ck_i = i;
 	e->ck_j = j;
 	if (!e->off)
@@ -2090,11 +2115,85 @@ static void piece_range(const struct ds_engine *e, int i, const struct seg *sg, 
 	}
 }
 
+static float *param_range_raw(struct ds_engine *e, int i, int64_t *begin, int64_t *end);
+static float *state_raw(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end);
+
+/* ---- a non-host backend's checkpoint pieces: tensor i staged in host
+ * memory (ck_host) by ds_engine_ckpt_piece and written back after ---- */
+
+/* the backend's memory of slot k of tensor i (0: parameters, 1 + k':
+ * state k') and its range */
+static float *slot_raw(struct ds_engine *e, int i, int k, int64_t *b, int64_t *en)
+{
+	return k == 0 ? param_range_raw(e, i, b, en) : state_raw(e, i, ds_engine_state_name(e, k - 1), b, en);
+}
+
+static int nslots(const struct ds_engine *e) { return 1 + ds_engine_num_states(e); }
+
+/* the current piece back into the backend's memory (when it was written) */
+static void ck_unstage(struct ds_engine *e)
+{
+	if (e->ops->host || e->ck_i < 0 || !e->ck_write)
+		return;
+	const int64_t n = ds_gpt_tensor(e->model, e->ck_i)->numel;
+	for (int k = 0; k < nslots(e); k++) {
+		int64_t b, en;
+		float *d = slot_raw(e, e->ck_i, k, &b, &en);
+		if (d && en > b)
+			e->ops->from_host(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
+	}
+	e->ck_write = 0;
+}
+
+static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err)
+{
+	const int64_t n = ds_gpt_tensor(e->model, i)->numel, need = nslots(e) * n;
+	if (need > e->ck_cap) {
+		float *h = realloc(e->ck_host, (size_t)need * sizeof(float));
+		if (!h)
+			return ds_err_set(err, DS_ENOMEM, "out of memory staging tensor %d for a checkpoint", i);
+		e->ck_host = h;
+		e->ck_cap = need;
+	}
+	for (int k = 0; k < nslots(e); k++) {
+		int64_t b, en;
+		const float *d = slot_raw(e, i, k, &b, &en);
+		if (d && en > b)
+			e->ops->to_host(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
+	}
+	e->ck_write = writing;
+	return e->ops->check(err);
+}
+
+/* a checkpoint's pieces are done with (before a step, an evaluation, or
+ * when the load has written everything) */
+static void ck_done(struct ds_engine *e)
+{
+	ck_unstage(e);
+	e->ck_i = -1;
+}
+
+/* what an accessor shows of slot k: the host copy while tensor i is the
+ * current piece, else nothing */
+static float *staged(struct ds_engine *e, int i, int k, float *raw, int64_t *begin, int64_t *end)
+{
+	if (e->ops->host)
+		return raw;
+	if (!raw || e->ck_i != i) {
+		*begin = *end = 0;
+		return NULL;
+	}
+	return e->ck_host + k * ds_gpt_tensor(e->model, i)->numel + *begin;
+}
+
 float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
+	float *p = sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
+	if (e->ops->host)
+		return p;
+	return p && e->ck_i == i ? e->ck_host : NULL;
 }
 
 int ds_engine_param_partitioned(const struct ds_engine *e, int i)
@@ -2103,6 +2202,11 @@ int ds_engine_param_partitioned(const struct ds_engine *e, int i)
 }
 
 float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
+{
+	return staged(e, i, 0, param_range_raw(e, i, begin, end), begin, end);
+}
+
+static float *param_range_raw(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
@@ -2157,6 +2261,15 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 }
 
 float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
+{
+	float *p = state_raw(e, i, name, begin, end);
+	for (int k = 0; !e->ops->host && k < ds_engine_num_states(e); k++)
+		if (!strcmp(ds_engine_state_name(e, k), name))
+			return staged(e, i, 1 + k, p, begin, end);
+	return e->ops->host ? p : NULL;
+}
+
+static float *state_raw(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
