@@ -3,12 +3,19 @@
  *
  * lib/model/gpt.c and moe.c call nothing else for their tensors: buffers,
  * the 16-bit storage passes, the matrix products with gemm()'s contract
- * and every kernel of kernels/cpu/gpt_kernels.h.  Implementations:
+ * and every kernel of kernels/cpu/gpt_kernels.h.  lib/engine allocates its
+ * flat buffers and optimizer states here and runs its step's arithmetic on
+ * flat fp32 buffers through the last entries (scale, sumsq, the dense
+ * optimizers).  Implementations:
  *   cpu   compute_cpu.c: kernels/cpu exactly as the model called them
- *         before this table (the oracle every other backend is held to);
+ *         before this table, and the engine's loops and lib/optim exactly
+ *         as the engine called them (the oracle every other backend is
+ *         held to);
  *   cuda  compute_cuda.c, kernels/cuda's launchers (built with CUDA): fp32
- *         dense models, checked over the host emulation of CUDA only; not
- *         in ds_compute_all yet (the engine's buffers are host memory), so
+ *         dense models and the engine's fp32 dense step on one rank,
+ *         checked over the host emulation of CUDA only (never on a GPU);
+ *         not in ds_compute_all yet (it would link cuBLAS into every
+ *         ds-train; the engine's multi-rank device path is not wired), so
  *         selecting cuda is refused (ds_compute_select).
  * A process drives one device (DeepSpeed's accelerator), so a backend's
  * state (device, stream, handles) is its own, set by init(); the table's
@@ -177,7 +184,8 @@ struct ds_compute_ops {
 
 extern const struct ds_compute_ops ds_compute_cpu;
 /* The cuda backend (compute_cuda.c, only in builds with CUDA): not in
- * ds_compute_all yet, so nothing selects it (see compute_cuda.c). */
+ * ds_compute_all yet, so nothing selects it (see compute_cuda.c); tests
+ * hand it to the engine (ds_engine_opts.compute) directly. */
 extern const struct ds_compute_ops ds_compute_cuda;
 
 /* The backends, NULL-terminated (cpu first). */

@@ -2,13 +2,15 @@
  * entries as kernels/cuda's launchers on one device and one stream.
  *
  * Built only with CUDA.  Not in ds_compute_all[] yet, so --device never
- * chooses it: the engine still keeps parameters, gradients and optimizer
- * states in host memory and its hooks read them there, which a device
- * backend's workspace cannot use.  test_compute_cuda_emu runs it over the
+ * chooses it: ds-train would link cuBLAS into every run, and the engine
+ * runs a device backend on one rank only (its collectives' device path is
+ * not wired).  test_compute_cuda_emu (the model) and test_engine_cuda_emu
+ * (the engine's buffers, norm, clipping and optimizers) run it over the
  * host emulation of CUDA (where device memory is host memory) against
  * the cpu backend.
  *
- * Covered: fp32 training of dense models on one tensor-parallel rank.
+ * Covered: fp32 training of dense models on one tensor-parallel rank, with
+ * the engine's step (Adam/AdamW, SGD, Lamb) on the device.
  * Not yet (each entry sets an error that check() reports as DS_ENOTSUP):
  * the vocabulary-parallel embedding and loss, the row-parallel bias and
  * attention dropout keyed from another rank's first head (tensor
