@@ -3,12 +3,19 @@
  *
  * lib/model/gpt.c and moe.c call nothing else for their tensors: buffers,
  * the 16-bit storage passes, the matrix products with gemm()'s contract
- * and every kernel of kernels/cpu/gpt_kernels.h.  Implementations:
+ * and every kernel of kernels/cpu/gpt_kernels.h.  lib/engine allocates its
+ * flat buffers and optimizer states here and runs its step's arithmetic on
+ * flat fp32 buffers through the last entries (scale, sumsq, the dense
+ * optimizers).  Implementations:
  *   cpu   compute_cpu.c: kernels/cpu exactly as the model called them
- *         before this table (the oracle every other backend is held to);
+ *         before this table, and the engine's loops and lib/optim exactly
+ *         as the engine called them (the oracle every other backend is
+ *         held to);
  *   cuda  compute_cuda.c, kernels/cuda's launchers (built with CUDA): fp32
- *         dense models, checked over the host emulation of CUDA only; not
- *         in ds_compute_all yet (the engine's buffers are host memory), so
+ *         dense models and the engine's fp32 dense step on one rank,
+ *         checked over the host emulation of CUDA only (never on a GPU);
+ *         not in ds_compute_all yet (it would link cuBLAS into every
+ *         ds-train; the engine's multi-rank device path is not wired), so
  *         selecting cuda is refused (ds_compute_select).
  * A process drives one device (DeepSpeed's accelerator), so a backend's
  * state (device, stream, handles) is its own, set by init(); the table's
@@ -23,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/optim_math.h"   /* struct ds_range */
 #include "cpu/gemm_bf16.h"   /* struct ds_gemm_bf16_batch, DS_GEMM_BF16_*, enum ds_bf16_mode */
 #include "util/err.h"
 #include "util/rng.h"
@@ -36,8 +44,13 @@ struct ds_compute_needs {
 	int nvme;           /* ZeRO-Infinity's NVMe offload */
 };
 
+struct ds_optim;   /* optim/optim.h */
+
 struct ds_compute_ops {
 	const char *name;   /* "cpu", "cuda" */
+	/* 1 when its buffers are host memory the caller may read and write
+	 * directly (cpu), 0 when only the entries below may touch them */
+	int host;
 	/* NULL when the backend runs everything needs asks for, else the
 	 * first thing it does not, as words for "...: X is not ..." */
 	const char *(*uncovered)(const struct ds_compute_needs *needs);
@@ -146,11 +159,33 @@ struct ds_compute_ops {
 	void (*xent_vp_sumexp)(float *se, const float *logits, const float *mx, int64_t N, int Vl, int Vpl);
 	void (*xent_vp_backward)(float *logits, const float *lse, const int32_t *targets, int v0, int64_t N, int Vl,
 				 int Vpl, float dscale);
+
+	/* ---- the engine's step on flat fp32 buffers (lib/engine) ----
+	 * x, g, p and the optimizer's states are the backend's memory; what
+	 * is said to be host memory is the caller's. */
+	/* x[0..n) *= f (nothing when f is 1) */
+	void (*scale)(float *x, int64_t n, float f);
+	/* acc (2 doubles, host): acc[0] += the sum of x[0..n)^2 in double over
+	 * fixed chunks added in order (the same bits every run; cpu: lib/optim's
+	 * ds_clip_sumsq), acc[1] = 1 when an element is inf or nan (else kept) */
+	void (*sumsq)(double *acc, const float *x, int64_t n);
+	/* Adam/AdamW or SGD over o's shard, lib/optim's ds_optim_step with o's
+	 * states in the backend's memory: p -= update(g * grad_mul), o->step
+	 * advanced.  0, or DS_EINVAL (bad hyper-parameters, Lamb). */
+	int (*optim_step)(struct ds_optim *o, float *p, const float *g, float grad_mul, struct ds_err *err);
+	/* Lamb in two phases, lib/optim's ds_lamb_partial_norms (sums: host,
+	 * 2 * nranges doubles) and ds_lamb_apply (sums reduced, host; advances
+	 * o->step).  0 or a DS_E* code. */
+	int (*lamb_partial)(struct ds_optim *o, const float *p, const float *g, float grad_mul,
+			    const struct ds_range *ranges, int nranges, double *sums, struct ds_err *err);
+	int (*lamb_apply)(struct ds_optim *o, float *p, const struct ds_range *ranges, int nranges, const double *sums,
+			  struct ds_err *err);
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;
 /* The cuda backend (compute_cuda.c, only in builds with CUDA): not in
- * ds_compute_all yet, so nothing selects it (see compute_cuda.c). */
+ * ds_compute_all yet, so nothing selects it (see compute_cuda.c); tests
+ * hand it to the engine (ds_engine_opts.compute) directly. */
 extern const struct ds_compute_ops ds_compute_cuda;
 
 /* The backends, NULL-terminated (cpu first). */

@@ -15,6 +15,8 @@
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/gpt_kernels.h"
+#include "optim/clip.h"
+#include "optim/optim.h"
 #include "util/half.h"
 #include "util/mem.h"
 
@@ -121,8 +123,37 @@ static int cpu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, i
 	return ds_gemm_bf16_ex((enum ds_bf16_impl)token, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* ---- the engine's step: lib/engine/engine.c's loops and lib/optim as the
+ * engine called them before these entries ---- */
+static void cpu_scale(float *p, int64_t n, float f)
+{
+	if (f == 1.0f)
+		return;
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		p[i] *= f;
+}
+
+/* lib/optim's sum over fixed chunks in order: an OpenMP reduction adds the
+ * threads' partial sums in the order they finish, so the norm's last bit
+ * (and through clipping every weight) would vary from run to run */
+static void cpu_sumsq(double *acc, const float *x, int64_t n)
+{
+	if (ds_clip_has_nonfinite(x, (size_t)n))
+		acc[1] = 1;
+	acc[0] += ds_clip_sumsq(x, (size_t)n);
+}
+
+static int cpu_optim_step(struct ds_optim *o, float *p, const float *g, float grad_mul, struct ds_err *err)
+{
+	if (o->hp.type == DS_OPTIM_LAMB)
+		return ds_err_set(err, DS_EINVAL, "optimizer lamb: step it with lamb_partial and lamb_apply");
+	return ds_optim_step(o, p, g, grad_mul, NULL, 0, err);
+}
+
 const struct ds_compute_ops ds_compute_cpu = {
 	.name = "cpu",
+	.host = 1,
 	.uncovered = cpu_uncovered,
 	.init = cpu_init,
 	.check = cpu_check,
@@ -169,4 +200,9 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.xent_vp_max = ds_kernel_xent_vp_max,
 	.xent_vp_sumexp = ds_kernel_xent_vp_sumexp,
 	.xent_vp_backward = ds_kernel_xent_vp_backward,
+	.scale = cpu_scale,
+	.sumsq = cpu_sumsq,
+	.optim_step = cpu_optim_step,
+	.lamb_partial = ds_lamb_partial_norms,
+	.lamb_apply = ds_lamb_apply,
 };

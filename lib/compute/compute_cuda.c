@@ -2,13 +2,15 @@
  * entries as kernels/cuda's launchers on one device and one stream.
  *
  * Built only with CUDA.  Not in ds_compute_all[] yet, so --device never
- * chooses it: the engine still keeps parameters, gradients and optimizer
- * states in host memory and its hooks read them there, which a device
- * backend's workspace cannot use.  test_compute_cuda_emu runs it over the
+ * chooses it: ds-train would link cuBLAS into every run, and the engine
+ * runs a device backend on one rank only (its collectives' device path is
+ * not wired).  test_compute_cuda_emu (the model) and test_engine_cuda_emu
+ * (the engine's buffers, norm, clipping and optimizers) run it over the
  * host emulation of CUDA (where device memory is host memory) against
  * the cpu backend.
  *
- * Covered: fp32 training of dense models on one tensor-parallel rank.
+ * Covered: fp32 training of dense models on one tensor-parallel rank, with
+ * the engine's step (Adam/AdamW, SGD, Lamb) on the device.
  * Not yet (each entry sets an error that check() reports as DS_ENOTSUP):
  * the vocabulary-parallel embedding and loss, the row-parallel bias and
  * attention dropout keyed from another rank's first head (tensor
@@ -28,6 +30,7 @@
 #include "cuda/flat_cuda.h"
 #include "cuda/gemm_cuda.h"
 #include "cuda/gpt_cuda.h"
+#include "optim/optim.h"
 
 static struct {
 	int device;
@@ -37,7 +40,9 @@ static struct {
 	char what[160];         /* which entry */
 	double *dloss, *dsum;   /* the cross-entropy's per-row losses and their sum (device) */
 	int64_t nloss;
-} g = { -1, NULL, NULL, 0, "", NULL, NULL, 0 };
+	double *dsums;          /* the engine's sums: sumsq's pair, Lamb's 2 per range (device) */
+	int64_t nsums;
+} g = { -1, NULL, NULL, 0, "", NULL, NULL, 0, NULL, 0 };
 
 static void note(int rc, const char *what)
 {
@@ -365,8 +370,99 @@ static void cu_xent_vp_backward(float *logits, const float *lse, const int32_t *
 	notsup("the vocabulary-parallel loss (tensor parallelism)");
 }
 
+/* ---- the engine's step: kernels/cuda/flat_cuda.h's launchers ---- */
+
+/* g.dsums with room for n doubles, zeroed; NULL (noted) when out of memory */
+static double *sums_buf(int64_t n)
+{
+	if (n > g.nsums) {
+		note(ds_cuda_free(g.dsums), "cudaFree");
+		g.dsums = NULL;
+		g.nsums = 0;
+		void *p = NULL;
+		int rc = ds_cuda_malloc(&p, (size_t)n * sizeof(double));
+		if (rc) {
+			note(rc, "allocating the engine's sums");
+			return NULL;
+		}
+		g.dsums = p;
+		g.nsums = n;
+	}
+	note(ds_cuda_memset(g.dsums, 0, (size_t)n * sizeof(double), g.stream), "zero");
+	return g.dsums;
+}
+
+static void cu_scale(float *x, int64_t n, float f) { note(ds_cuda_scale(x, n, f, g.stream), "scale"); }
+
+/* the device's fixed-order sum of one buffer, added to the host's total
+ * (the caller's order over buffers, as on cpu) */
+static void cu_sumsq(double *acc, const float *x, int64_t n)
+{
+	double h[2] = { 0, 0 }, *d = sums_buf(2);
+	if (!d)
+		return;
+	note(ds_cuda_sumsq(d, x, DS_HALF_NONE, n, g.stream), "sumsq");
+	cu_to_host(h, d, sizeof h);
+	acc[0] += h[0];
+	if (h[1] != 0)
+		acc[1] = 1;
+}
+
+static int cu_optim_step(struct ds_optim *o, float *p, const float *gr, float grad_mul, struct ds_err *err)
+{
+	DS_TRY(ds_optim_params_check(&o->hp, err));
+	const int64_t t = o->step + 1;
+	int rc;
+	if (o->hp.type == DS_OPTIM_ADAM || o->hp.type == DS_OPTIM_ADAMW) {
+		struct ds_adam_coef c;
+		ds_adam_coef_init(&c, &o->hp, t, grad_mul);
+		rc = ds_cuda_adam(&c, p, gr, o->states[0], o->states[1], (int64_t)o->n, g.stream);
+	} else if (o->hp.type == DS_OPTIM_SGD) {
+		struct ds_sgd_coef c;
+		ds_sgd_coef_init(&c, &o->hp, t, grad_mul);
+		rc = ds_cuda_sgd(&c, p, gr, o->nstates ? o->states[0] : NULL, (int64_t)o->n, g.stream);
+	} else {
+		return ds_err_set(err, DS_EINVAL, "cuda backend: optimizer %s: not a dense Adam or SGD step",
+				  ds_optim_type_name(o->hp.type));
+	}
+	if (rc)
+		return ds_err_set(err, DS_EIO, "cuda backend: %s step: %s", ds_optim_type_name(o->hp.type),
+				  ds_cuda_strerror(rc));
+	o->step = t;
+	return 0;
+}
+
+static int cu_lamb_partial(struct ds_optim *o, const float *p, const float *gr, float grad_mul,
+			   const struct ds_range *ranges, int nranges, double *sums, struct ds_err *err)
+{
+	struct ds_lamb_coef k;
+	ds_lamb_coef_init(&k, &o->hp);
+	double *d = sums_buf(2 * (int64_t)(nranges ? nranges : 1));
+	int rc = d ? ds_cuda_lamb_partial(&k, p, gr, o->states[0], o->states[1], grad_mul, ranges, nranges, d, g.stream)
+		   : g.rc;
+	if (rc)
+		return ds_err_set(err, DS_EIO, "cuda backend: Lamb's norms: %s", ds_cuda_strerror(rc));
+	cu_to_host(sums, d, 2 * (size_t)nranges * sizeof(double));
+	return 0;
+}
+
+static int cu_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ranges, int nranges,
+			 const double *sums, struct ds_err *err)
+{
+	struct ds_lamb_coef k;
+	ds_lamb_coef_init(&k, &o->hp);
+	const int64_t t = o->step + 1;
+	int rc = ds_cuda_lamb_apply(&k, p, o->states[0], o->states[1], ranges, nranges, sums,
+				    ds_lamb_step_size(&o->hp, t), o->hp.min_coeff, o->hp.max_coeff, g.stream);
+	if (rc)
+		return ds_err_set(err, DS_EIO, "cuda backend: Lamb's update: %s", ds_cuda_strerror(rc));
+	o->step = t;
+	return 0;
+}
+
 const struct ds_compute_ops ds_compute_cuda = {
 	.name = "cuda",
+	.host = 0,
 	.uncovered = cu_uncovered,
 	.init = cu_init,
 	.check = cu_check,
@@ -413,4 +509,9 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.xent_vp_max = cu_xent_vp_max,
 	.xent_vp_sumexp = cu_xent_vp_sumexp,
 	.xent_vp_backward = cu_xent_vp_backward,
+	.scale = cu_scale,
+	.sumsq = cu_sumsq,
+	.optim_step = cu_optim_step,
+	.lamb_partial = cu_lamb_partial,
+	.lamb_apply = cu_lamb_apply,
 };

@@ -73,6 +73,11 @@ struct seg {
 
 struct ds_engine {
 	struct ds_engine_opts o;
+	/* the compute backend (opts.compute, else cpu): every flat buffer below
+	 * but in/tg and lamb_sums is its memory, and every pass over one is its
+	 * entry (with a host backend the 16-bit, 1-bit and offload paths also
+	 * work on them directly; check_backend refuses those elsewhere) */
+	const struct ds_compute_ops *ops;
 	struct ds_comm *comm;   /* ZeRO's: the data-parallel group (the world without 3D parallelism) */
 	int rank, W, T;         /* data-parallel rank and size */
 	struct ds_gpt *model;
@@ -184,7 +189,18 @@ struct ds_engine {
 	int off_opt;
 	int ck_i, ck_j;
 	int64_t ck_a, ck_b;
+	/* a backend whose memory is not the host's: the current piece's
+	 * tensor (ck_i) as host copies, its parameters then each optimizer
+	 * state, tensor-numel floats each (ck_cap floats in all); ck_write:
+	 * they go back to the backend when the piece is done with */
+	float *ck_host;
+	int64_t ck_cap;
+	int ck_write;
 };
+
+/* a device backend's checkpoint pieces (after the checkpoint accessors) */
+static void ck_done(struct ds_engine *e);
+static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err);
 
 void ds_engine_opts_init(struct ds_engine_opts *o)
 {
@@ -297,9 +313,6 @@ static int progress(struct ds_engine *e)
 	return 0;
 }
 
-/* stages 0-1: prescale and start bucket b */
-static void scale_buf(float *p, int64_t n, float f);
-
 /* 16-bit work in chunks of HCH elements widened on the stack */
 #define HCH 2048
 
@@ -324,7 +337,7 @@ static void cast_prescale(const struct ds_engine *e, float *g, uint16_t *h, int6
 {
 	if (e->grad_pre != 1.0f) {
 		ds_half_round_n(e->chalf, g, (size_t)n);
-		scale_buf(g, n, e->grad_pre);
+		e->ops->scale(g, n, e->grad_pre);
 	}
 	if ((void *)h == (void *)g)
 		pack_inplace(e->chalf, g, n);
@@ -392,7 +405,7 @@ static void gstage_finish(struct ds_engine *e)
 	if (e->gstage_b < 0)
 		return;
 	int64_t off = e->bk[e->gstage_b].off, n = e->bk[e->gstage_b].n;
-	scale_buf(e->gstage, n, e->grad_post);
+	e->ops->scale(e->gstage, n, e->grad_post);
 	ds_half_pack_n(e->half, e->gh + off, e->gstage, (size_t)n);
 	e->gstage_b = -1;
 }
@@ -401,7 +414,7 @@ static void gstage_finish(struct ds_engine *e)
 static void gstage_load(struct ds_engine *e, int b, int64_t off, int64_t n)
 {
 	ds_half_unpack_n(e->half, e->gstage, e->gh + off, (size_t)n);
-	scale_buf(e->gstage, n, e->grad_pre);
+	e->ops->scale(e->gstage, n, e->grad_pre);
 	e->gstage_b = b;
 }
 
@@ -424,7 +437,7 @@ static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
 		cast_prescale(e, e->grads + off, e->c16 + off, n);
 		DS_TRY(ds_comm_iallreduce(comm, e->c16 + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
 	} else {
-		scale_buf(e->grads + off, n, e->grad_pre);
+		e->ops->scale(e->grads + off, n, e->grad_pre);
 		DS_TRY(ds_comm_iallreduce(comm, e->grads + off, (size_t)n, DS_F32, DS_SUM, &e->breq[b].req,
 					  err));
 	}
@@ -453,10 +466,7 @@ static void add_owned(struct ds_engine *e, const struct seg *sg, const float *rv
 		hadd(e->half, sg->h_own, rv, sg->shard);
 		return;
 	}
-	float *own = sg->g_own;
-#pragma omp parallel for simd schedule(static)
-	for (int64_t i = 0; i < sg->shard; i++)
-		own[i] += rv[i];
+	e->ops->add(sg->g_own, sg->g_own, rv, sg->shard, 0);
 }
 
 /* stages 2-3: the oldest reduction in flight: wait, add to the owned slice */
@@ -651,7 +661,7 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 		if (!gl)
 			return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gradient buffer for segment %d", s);
 		gl->seg = s;
-		memset(gl->buf, 0, (size_t)sg->padded * sizeof(float));
+		e->ops->zero(gl->buf, (size_t)sg->padded * sizeof(float));
 		*grads = gl->buf;
 	}
 	/* prefetch */
@@ -708,7 +718,7 @@ static int seg_post(void *ctx, int s, int phase)
 			rcv = gl->c16 + e->maxpad;
 			dt = e->cdtype;
 		} else {
-			scale_buf(gl->buf, sg->padded, e->grad_pre);
+			e->ops->scale(gl->buf, sg->padded, e->grad_pre);
 		}
 		if (e->overlap) {
 			/* finished by the next pre hook that needs the slot, or
@@ -809,11 +819,36 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	return 0;
 }
 
+/* A backend whose memory is not the host's runs the engine's fp32 dense
+ * path on one rank; everything else is refused here, in one line, before
+ * anything is allocated. */
+static int check_backend(const struct ds_engine_opts *opts, struct ds_comm *comm, struct ds_err *err)
+{
+	const struct ds_compute_ops *ops = opts->compute;
+	if (!ops || ops->host)
+		return 0;
+	const struct ds_compute_needs needs = {
+		.half = opts->half, .moe = opts->model.moe.enabled || ds_moe_num_layers(&opts->model) > 0,
+		.tp = opts->tp, .pp = opts->pp, .onebit = ds_optim_is_onebit(opts->optim.type),
+		.nvme = opts->offload.optimizer || opts->offload.param,
+	};
+	const char *what = ops->uncovered(&needs);
+	if (!what && opts->comm_half != DS_HALF_NONE)
+		what = "a 16-bit communication_data_type";
+	if (!what && ds_comm_size(comm) > 1)
+		what = "more than one rank (the device path of the collectives is not wired to the engine yet)";
+	if (what)
+		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend does not run %s; use --device cpu", ops->name,
+				  what);
+	return 0;
+}
+
 /* Precision and reduction modes, the rank, and the test-only faults (top
  * of this file). */
 static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, struct ds_comm *comm)
 {
 	e->o = *opts;
+	e->ops = opts->compute ? opts->compute : &ds_compute_cpu;
 	e->comm = comm;
 	e->world = comm;
 	e->half = opts->half;
@@ -1067,12 +1102,12 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 static int alloc_flat(struct ds_engine *e, int64_t maxshard)
 {
 	const struct ds_engine_opts *opts = &e->o;
-	e->params = ds_alloc((size_t)e->ptotal * sizeof(float));
+	e->params = e->ops->alloc((size_t)e->ptotal * sizeof(float));
 	if (e->g16)
-		e->gh = ds_alloc((size_t)e->gtotal * sizeof(uint16_t));
+		e->gh = e->ops->alloc((size_t)e->gtotal * sizeof(uint16_t));
 	else
-		e->grads = ds_alloc((size_t)e->gtotal * sizeof(float));
-	e->scratch = ds_alloc((size_t)maxshard * sizeof(float));
+		e->grads = e->ops->alloc((size_t)e->gtotal * sizeof(float));
+	e->scratch = e->ops->alloc((size_t)maxshard * sizeof(float));
 	e->in = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->tg = ds_alloc((size_t)opts->micro_batch * e->T * sizeof(int32_t));
 	e->opt = calloc((size_t)e->nseg, sizeof *e->opt);
@@ -1095,9 +1130,9 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->nps = zp ? 3 : e->half ? 2 + moe : 0;
 	for (int k = 0; k < 4; k++) {
 		e->ps[k].seg = -1;
-		if (k < e->nps && !(e->ps[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+		if (k < e->nps && !(e->ps[k].buf = e->ops->alloc((size_t)e->maxpad * sizeof(float))))
 			ok = 0;
-		if (k < e->nps && zp && e->half && !(e->ps[k].h = ds_alloc((size_t)e->maxpad * sizeof(uint16_t))))
+		if (k < e->nps && zp && e->half && !(e->ps[k].h = e->ops->alloc((size_t)e->maxpad * sizeof(uint16_t))))
 			ok = 0;
 	}
 	/* overlap_comm: two more gradient slots, so that reductions stay in
@@ -1108,22 +1143,22 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->ngs = (zg && e->overlap ? 4 : 2) + moe;
 	for (int k = 0; k < e->ngs; k++) {
 		e->gs[k].seg = -1;
-		if ((zg || e->half) && !(e->gs[k].buf = ds_alloc((size_t)e->maxpad * sizeof(float))))
+		if ((zg || e->half) && !(e->gs[k].buf = e->ops->alloc((size_t)e->maxpad * sizeof(float))))
 			ok = 0;
-		if (zg && e->overlap && !(e->gs[k].recv = ds_alloc((size_t)maxshard * sizeof(float))))
+		if (zg && e->overlap && !(e->gs[k].recv = e->ops->alloc((size_t)maxshard * sizeof(float))))
 			ok = 0;
 		if (zg && e->chalf && e->g16)
 			e->gs[k].c16 = (uint16_t *)(void *)e->gs[k].buf;  /* 4 x maxpad bytes hold both */
 		else if (zg && e->chalf &&
-			 !(e->gs[k].c16 = ds_alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
+			 !(e->gs[k].c16 = e->ops->alloc((size_t)(e->maxpad + maxshard) * sizeof(uint16_t))))
 			ok = 0;
 	}
-	if (!zg && e->chalf && !e->g16 && e->W > 1 && !(e->c16 = ds_alloc((size_t)e->total * sizeof(uint16_t))))
+	if (!zg && e->chalf && !e->g16 && e->W > 1 && !(e->c16 = e->ops->alloc((size_t)e->total * sizeof(uint16_t))))
 		ok = 0;
 	e->bucket = opts->reduce_bucket_size > 0 ? opts->reduce_bucket_size : e->total;
 	/* 16-bit gradients reduced in fp32 at stages 0-1: one fp32 bucket */
 	e->gstage_n = e->bucket < e->total ? e->bucket : e->total;
-	if (!zg && e->g16 && !e->chalf && e->W > 1 && !(e->gstage = ds_alloc((size_t)e->gstage_n * sizeof(float))))
+	if (!zg && e->g16 && !e->chalf && e->W > 1 && !(e->gstage = e->ops->alloc((size_t)e->gstage_n * sizeof(float))))
 		ok = 0;
 	/* the buckets: the dense range then the experts', each cut at bucket */
 	int nb = (int)((e->total0 + e->bucket - 1) / e->bucket + (e->total - e->total0 + e->bucket - 1) / e->bucket);
@@ -1140,9 +1175,41 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
-	if (e->half && !(e->p16 = ds_alloc((size_t)e->htotal * sizeof(uint16_t))))
+	if (e->half && !(e->p16 = e->ops->alloc((size_t)e->htotal * sizeof(uint16_t))))
 		ok = 0;
 	return ok && e->breq && e->seg_done && e->bk;
+}
+
+/* Parameters [lo, hi) of the model's flat order into dst (the backend's
+ * memory): in place on a host backend, else through host memory */
+static int init_params(struct ds_engine *e, float *dst, int64_t lo, int64_t hi, struct ds_err *err)
+{
+	if (e->ops->host) {
+		ds_gpt_init(e->model, e->o.seed, dst, lo, hi);
+		return 0;
+	}
+	float *h = malloc((size_t)(hi - lo) * sizeof(float));
+	if (!h)
+		return ds_err_set(err, DS_ENOMEM, "out of memory initialising %lld parameters", (long long)(hi - lo));
+	ds_gpt_init(e->model, e->o.seed, h, lo, hi);
+	e->ops->from_host(dst, h, (size_t)(hi - lo) * sizeof(float));
+	free(h);
+	return 0;
+}
+
+/* An optimizer of n elements whose states are the backend's memory,
+ * zeroed (ds_optim_create's sizes: an empty range still gets one element) */
+static int create_dev_optim(struct ds_engine *e, struct ds_optim **o, size_t n, struct ds_err *err)
+{
+	DS_TRY(ds_optim_create_bare(o, &e->o.optim, n, err));
+	for (int k = 0; k < (*o)->nstates; k++) {
+		const size_t b = (n ? n : 1) * sizeof(float);
+		if (!((*o)->states[k] = e->ops->alloc(b)))
+			return ds_err_set(err, DS_ENOMEM, "optimizer: out of %s memory for %s (%zu floats)", e->ops->name,
+					  (*o)->state_names[k], n);
+		e->ops->zero((*o)->states[k], b);
+	}
+	return 0;
 }
 
 /* Segment s: initialise the parameters this rank holds (a pure function of
@@ -1157,13 +1224,13 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	if (sg->mnv) {
 		/* in a swap file: engine/offload.c writes its initial values */
 	} else if (sg->mfull) {
-		ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset, ms->offset + sg->numel);
+		DS_TRY(init_params(e, e->params + sg->poff, ms->offset, ms->offset + sg->numel, err));
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
 		if (hi > sg->numel)
 			hi = sg->numel;
 		if (hi > lo)
-			ds_gpt_init(e->model, opts->seed, e->params + sg->poff, ms->offset + lo, ms->offset + hi);
+			DS_TRY(init_params(e, e->params + sg->poff, ms->offset + lo, ms->offset + hi, err));
 	}
 	sg->u0 = seg_sharded(e, sg) ? (int64_t)sg->grank * sg->shard : 0;
 	if (seg_sharded(e, sg) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
@@ -1177,9 +1244,11 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	sg->h_own = e->gh ? e->gh + go : NULL;
 	/* offloaded states live in swap files, not in the optimizer; the
 	 * 1-bit optimizers keep one for the whole model */
-	if (!ds_optim_is_onebit(opts->optim.type))
+	if (!ds_optim_is_onebit(opts->optim.type) && e->ops->host)
 		DS_TRY((opts->offload.optimizer ? ds_optim_create_bare : ds_optim_create)(&e->opt[s], &opts->optim,
 											    (size_t)sg->un, err));
+	else if (!ds_optim_is_onebit(opts->optim.type))
+		DS_TRY(create_dev_optim(e, &e->opt[s], (size_t)sg->un, err));
 	return build_lamb_ranges(e, sg, s, err);
 }
 
@@ -1249,8 +1318,9 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	if (!e)
 		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
 	set_modes(e, opts, comm);
-	if ((rc = check_opts(opts, err)) < 0 || (rc = set_layout(e, err)) < 0 || (rc = build_model(e, err)) < 0 ||
-	    (rc = lay_out(e, &maxshard, err)) < 0 || (rc = count_ranges(e, err)) < 0)
+	if ((rc = check_opts(opts, err)) < 0 || (rc = check_backend(opts, comm, err)) < 0 ||
+	    (rc = set_layout(e, err)) < 0 || (rc = build_model(e, err)) < 0 || (rc = lay_out(e, &maxshard, err)) < 0 ||
+	    (rc = count_ranges(e, err)) < 0)
 		goto fail;
 	/* alloc_slots runs even when alloc_flat failed, as one allocation
 	 * pass that is checked once */
@@ -1276,7 +1346,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	e->grad_pre = opts->prescale_gradients ? 1.0f / (float)e->W : (float)(1.0 / opts->gradient_predivide_factor);
 	e->grad_post = opts->prescale_gradients ? 1.0f : (float)(opts->gradient_predivide_factor / e->W);
 	read_test_faults(e);
-	if ((rc = init_offload(e, err)) < 0 || (rc = init_half(e, err)) < 0)
+	if ((rc = init_offload(e, err)) < 0 || (rc = init_half(e, err)) < 0 || (rc = e->ops->check(err)) < 0)
 		goto fail;
 	e->ck_i = -1;
 	*out = e;
@@ -1293,7 +1363,12 @@ void ds_engine_destroy(struct ds_engine *e)
 	if (e->comm && e->breq)
 		release_all(e);
 	ds_offload_destroy(e->off);
+	const struct ds_compute_ops *ops = e->ops ? e->ops : &ds_compute_cpu;
 	for (int s = 0; e->seg && s < e->nseg; s++) {
+		for (int k = 0; e->opt && e->opt[s] && !ops->host && k < e->opt[s]->nstates; k++) {
+			ops->free(e->opt[s]->states[k]);   /* the backend's memory, not ds_free's */
+			e->opt[s]->states[k] = NULL;
+		}
 		if (e->opt)
 			ds_optim_destroy(e->opt[s]);
 		free(e->seg[s].lamb);
@@ -1304,22 +1379,23 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_engine_onebit_destroy(e->ob);
 	free(e->seg);
 	free(e->lamb_sums);
-	ds_free(e->params);
-	ds_free(e->grads);
-	ds_free(e->gh);
-	ds_free(e->gstage);
-	ds_free(e->scratch);
+	free(e->ck_host);
+	ops->free(e->params);
+	ops->free(e->grads);
+	ops->free(e->gh);
+	ops->free(e->gstage);
+	ops->free(e->scratch);
 	for (int k = 0; k < 4; k++) {
-		ds_free(e->ps[k].buf);
-		ds_free(e->ps[k].h);
+		ops->free(e->ps[k].buf);
+		ops->free(e->ps[k].h);
 	}
-	ds_free(e->p16);
-	ds_free(e->c16);
+	ops->free(e->p16);
+	ops->free(e->c16);
 	for (int k = 0; k < 5; k++) {
-		ds_free(e->gs[k].buf);
-		ds_free(e->gs[k].recv);
+		ops->free(e->gs[k].buf);
+		ops->free(e->gs[k].recv);
 		if ((void *)e->gs[k].c16 != (void *)e->gs[k].buf)
-			ds_free(e->gs[k].c16);
+			ops->free(e->gs[k].c16);
 	}
 	free(e->breq);
 	free(e->bk);
@@ -1339,6 +1415,7 @@ void ds_engine_destroy(struct ds_engine *e)
 }
 
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e) { return e->model; }
+const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e) { return e->ops; }
 const struct ds_topo *ds_engine_topo(const struct ds_engine *e) { return &e->topo; }
 const struct ds_gpt_part *ds_engine_part(const struct ds_engine *e) { return &e->part; }
 const int *ds_engine_stage_bounds(const struct ds_engine *e) { return e->bounds; }
@@ -1352,15 +1429,6 @@ double ds_engine_recompute_seconds(const struct ds_engine *e)
 	return t;
 }
 int64_t ds_engine_steps(const struct ds_engine *e) { return e->steps; }
-
-static void scale_buf(float *p, int64_t n, float f)
-{
-	if (f == 1.0f)
-		return;
-#pragma omp parallel for simd schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		p[i] *= f;
-}
 
 /* overlap_comm at stages 0-1: the buckets were started during the last
  * backward; start any left and wait on them all */
@@ -1389,9 +1457,9 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 		if (e->chalf) {
 			ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
 			if (e->grad_pre != 1.0f) {
-				scale_buf(e->grads, e->gtotal, e->grad_pre);
+				e->ops->scale(e->grads, e->gtotal, e->grad_pre);
 				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
-				scale_buf(e->grads, e->gtotal, e->grad_post);
+				e->ops->scale(e->grads, e->gtotal, e->grad_post);
 				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
 			}
 		}
@@ -1401,7 +1469,7 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 		/* reduce-scattered (prescaled) per segment during backward */
 		DS_TRY(finish_all(e, err));
 		for (int s = 0; s < e->nseg; s++)
-			scale_buf(e->seg[s].g_own, e->seg[s].shard, e->grad_post);
+			e->ops->scale(e->seg[s].g_own, e->seg[s].shard, e->grad_post);
 		return 0;
 	}
 	if (e->overlap) {
@@ -1410,7 +1478,7 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 			ds_half_unpack_n(e->chalf, e->grads, e->c16, (size_t)e->total);
 	} else {
 		if (!e->chalf)
-			scale_buf(e->grads, e->total, e->grad_pre);
+			e->ops->scale(e->grads, e->total, e->grad_pre);
 		for (int b = 0; b < e->nbk; b++) {
 			const int64_t off = e->bk[b].off, n = e->bk[b].n;
 			if (e->chalf)
@@ -1426,7 +1494,7 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 				ds_half_unpack_n(e->chalf, e->grads + off, e->c16 + off, (size_t)n);
 		}
 	}
-	scale_buf(e->grads, e->total, e->grad_post);
+	e->ops->scale(e->grads, e->total, e->grad_post);
 	/* communication_data_type 16-bit: the postscale happened in that type */
 	if (e->chalf && e->grad_post != 1.0f)
 		ds_half_round_n(e->chalf, e->grads, (size_t)e->total);
@@ -1484,11 +1552,11 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 
 /* Sum of squares over this rank's W-slice of every segment (every stage
  * holds at least that slice reduced), and whether any element is not
- * finite. */
+ * finite: the backend's sumsq, segment by segment in order (fixed chunks
+ * each, so the norm's bits repeat from run to run). */
 static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 {
-	double ss = 0;
-	int bad = 0;
+	double acc[2] = { 0, 0 };
 	/* unreduced gradients (a 1-bit optimizer's compressed phase): this
 	 * rank's own, whole, as DeepSpeed takes the norm of local gradients */
 	const int whole = !e->reduce_on;
@@ -1499,28 +1567,34 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 			continue;
 		const float *g = e->g16 ? hwiden(e, whole ? e->gh + sg->goff : sg->h_own, n)
 				 : whole ? e->grads + sg->goff : sg->g_own;
-		/* lib/optim's sum over fixed chunks in order: an OpenMP reduction
-		 * adds the threads' partial sums in the order they finish, so the
-		 * norm's last bit (and through clipping every weight) would vary
-		 * from run to run */
-		bad |= ds_clip_has_nonfinite(g, (size_t)n);
 		if (!sg->cnt || whole) {
-			ss += ds_clip_sumsq(g, (size_t)n);
+			e->ops->sumsq(acc, g, n);
 			continue;
 		}
-		/* 3D: only the counted ranges of the owned slice, each summed the
-		 * same fixed-chunk way, in order */
+		/* 3D: only the counted ranges of the owned slice add to the norm,
+		 * each summed the same fixed-chunk way, in order; the gaps between
+		 * them (replicated or tied copies) only to the non-finite check */
 		const int64_t o0 = (int64_t)sg->grank * sg->shard;
+		int64_t at = o0;
+		double gap[2] = { 0, 0 };
 		for (int k = 0; k < sg->ncnt; k++) {
 			int64_t a = (int64_t)sg->cnt[k].off > o0 ? (int64_t)sg->cnt[k].off : o0;
 			int64_t z = (int64_t)(sg->cnt[k].off + sg->cnt[k].len) < o0 + sg->shard
 				? (int64_t)(sg->cnt[k].off + sg->cnt[k].len) : o0 + sg->shard;
-			if (z > a)
-				ss += ds_clip_sumsq(g + (a - o0), (size_t)(z - a));
+			if (z <= a)
+				continue;
+			if (a > at)
+				e->ops->sumsq(gap, g + (at - o0), a - at);
+			e->ops->sumsq(acc, g + (a - o0), z - a);
+			at = z;
 		}
+		if (o0 + sg->shard > at)
+			e->ops->sumsq(gap, g + (at - o0), o0 + sg->shard - at);
+		if (gap[1] != 0)
+			acc[1] = 1;
 	}
-	*nonfinite = bad;
-	return ss;
+	*nonfinite = acc[1] != 0;
+	return acc[0];
 }
 
 static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
@@ -1531,7 +1605,7 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
 			const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
-			DS_TRY(ds_optim_step(e->opt[s], sg->p_upd, g, grad_mul, NULL, 0, err));
+			DS_TRY(e->ops->optim_step(e->opt[s], sg->p_upd, g, grad_mul, err));
 		}
 		return 0;
 	}
@@ -1545,7 +1619,7 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		if (!sums)
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
 		const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
-		int rc = ds_lamb_partial_norms(e->opt[s], sg->p_upd, g, grad_mul, sg->lamb, sg->nlamb, sums, err);
+		int rc = e->ops->lamb_partial(e->opt[s], sg->p_upd, g, grad_mul, sg->lamb, sg->nlamb, sums, err);
 		for (int k = 0; rc == 0 && k < sg->nlamb; k++) {
 			e->lamb_sums[2 * sg->lamb_tensor[k]] += sums[2 * k];
 			e->lamb_sums[2 * sg->lamb_tensor[k] + 1] += sums[2 * k + 1];
@@ -1577,7 +1651,7 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 			sums[2 * k] = e->lamb_sums[2 * sg->lamb_tensor[k]];
 			sums[2 * k + 1] = e->lamb_sums[2 * sg->lamb_tensor[k] + 1];
 		}
-		int rc = ds_lamb_apply(e->opt[s], sg->p_upd, sg->lamb, sg->nlamb, sums, err);
+		int rc = e->ops->lamb_apply(e->opt[s], sg->p_upd, sg->lamb, sg->nlamb, sums, err);
 		if (sums != local)
 			free(sums);
 		DS_TRY(rc);
@@ -1622,7 +1696,7 @@ static int gather_chunked(struct ds_engine *e, const struct seg *sg, void *base,
 		DS_TRY(ds_comm_allgather(sg->comm, b + (size_t)(send_off + o) * es, stage, (size_t)n, dtype, err));
 		for (int r = 0; r < W; r++)
 			if (r != sg->grank)
-				memcpy(b + (size_t)(r * shard + o) * es, stage + (size_t)(r * n) * es, (size_t)n * es);
+				e->ops->copy(b + (size_t)(r * shard + o) * es, stage + (size_t)(r * n) * es, (size_t)n * es);
 	}
 	return 0;
 }
@@ -1660,7 +1734,7 @@ int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err)
 {
 	if (e->off)  /* the last piece a load wrote goes to its swap files */
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
-	e->ck_i = -1;
+	ck_done(e);   /* ... or to the backend's memory */
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
 }
@@ -1669,7 +1743,7 @@ int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
 {
 	if (e->off)
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
-	e->ck_i = -1;
+	ck_done(e);
 	DS_TRY(gather_params(e, err));
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
@@ -1742,7 +1816,8 @@ static void inject_inf(struct ds_engine *e, int64_t step)
 		const float inf = INFINITY;
 		ds_half_pack_n(e->half, e->gh, &inf, 1);
 	} else {
-		e->grads[0] = INFINITY;
+		const float inf = INFINITY;
+		e->ops->from_host(e->grads, &inf, sizeof inf);
 	}
 }
 
@@ -1843,6 +1918,8 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	const double prev_scale = scaling ? e->scaler.cur_scale : 1.0;
 	double t0, loss_sum;
 	memset(res, 0, sizeof *res);
+	if (!e->ops->host)
+		ck_done(e);   /* a device run's last checkpoint piece is written back */
 	if (e->rank == e->fail_rank && in->step == e->fail_step)
 		return ds_err_set(err, DS_EIO, "rank %d: step %lld: planted failure (DS_TEST_FAULT_FAIL_RANK)", e->rank,
 				  (long long)in->step);
@@ -1853,9 +1930,9 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 		memset(res, 0, sizeof *res);
 	}
 	if (e->g16)
-		memset(e->gh, 0, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
+		e->ops->zero(e->gh, (size_t)e->gtotal * sizeof(uint16_t));  /* +0 in fp16 and bf16 */
 	else
-		memset(e->grads, 0, (size_t)e->gtotal * sizeof(float));
+		e->ops->zero(e->grads, (size_t)e->gtotal * sizeof(float));
 	e->red_flight = e->red_wait = 0;
 	e->reduce_on = !e->ob || ds_onebit_reduce_next(ds_engine_onebit_optim(e->ob));
 	memset(&e->moe, 0, sizeof e->moe);
@@ -1925,6 +2002,7 @@ int ds_engine_train_step(struct ds_engine *e, const struct ds_engine_batch *in, 
 	const float grad_mul = grad_multiplier(e, scaled_norm, res);
 	t0 = ds_now();
 	DS_TRY(update(e, in, grad_mul, err));
+	DS_TRY(e->ops->check(err));   /* the backend's first failure since the passes' */
 	res->t_step = ds_now() - t0;
 	e->steps++;
 	swap_stats(e, res);
@@ -1935,6 +2013,8 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
 {
 	const int MB = e->o.micro_batch, T = e->T;
 	double v[2] = { 0, 0 };
+	if (!e->ops->host)
+		ck_done(e);
 	if (e->o.pp > 1) {
 		int rc = ds_pipe_eval(&e->pr, tokens, rows, &v[0], &v[1], err);
 		if (rc < 0)
@@ -1996,6 +2076,15 @@ int ds_engine_ckpt_pieces(struct ds_engine *e, int i)
 int ds_engine_ckpt_piece(struct ds_engine *e, int i, int j, int writing, struct ds_err *err)
 {
 	int64_t ta, tb;
+	if (!e->ops->host) {   /* (no offload here: check_backend) */
+		ck_done(e);
+		int rc = ck_stage(e, i, writing, err);
+		if (rc == 0) {
+			e->ck_i = i;
+			e->ck_j = j;
+		}
+		return rc;
+	}
 	e->ck_i = i;
 	e->ck_j = j;
 	if (!e->off)
@@ -2026,11 +2115,85 @@ static void piece_range(const struct ds_engine *e, int i, const struct seg *sg, 
 	}
 }
 
+static float *param_range_raw(struct ds_engine *e, int i, int64_t *begin, int64_t *end);
+static float *state_raw(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end);
+
+/* ---- a non-host backend's checkpoint pieces: tensor i staged in host
+ * memory (ck_host) by ds_engine_ckpt_piece and written back after ---- */
+
+/* the backend's memory of slot k of tensor i (0: parameters, 1 + k':
+ * state k') and its range */
+static float *slot_raw(struct ds_engine *e, int i, int k, int64_t *b, int64_t *en)
+{
+	return k == 0 ? param_range_raw(e, i, b, en) : state_raw(e, i, ds_engine_state_name(e, k - 1), b, en);
+}
+
+static int nslots(const struct ds_engine *e) { return 1 + ds_engine_num_states(e); }
+
+/* the current piece back into the backend's memory (when it was written) */
+static void ck_unstage(struct ds_engine *e)
+{
+	if (e->ops->host || e->ck_i < 0 || !e->ck_write)
+		return;
+	const int64_t n = ds_gpt_tensor(e->model, e->ck_i)->numel;
+	for (int k = 0; k < nslots(e); k++) {
+		int64_t b, en;
+		float *d = slot_raw(e, e->ck_i, k, &b, &en);
+		if (d && en > b)
+			e->ops->from_host(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
+	}
+	e->ck_write = 0;
+}
+
+static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err)
+{
+	const int64_t n = ds_gpt_tensor(e->model, i)->numel, need = nslots(e) * n;
+	if (need > e->ck_cap) {
+		float *h = realloc(e->ck_host, (size_t)need * sizeof(float));
+		if (!h)
+			return ds_err_set(err, DS_ENOMEM, "out of memory staging tensor %d for a checkpoint", i);
+		e->ck_host = h;
+		e->ck_cap = need;
+	}
+	for (int k = 0; k < nslots(e); k++) {
+		int64_t b, en;
+		const float *d = slot_raw(e, i, k, &b, &en);
+		if (d && en > b)
+			e->ops->to_host(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
+	}
+	e->ck_write = writing;
+	return e->ops->check(err);
+}
+
+/* a checkpoint's pieces are done with (before a step, an evaluation, or
+ * when the load has written everything) */
+static void ck_done(struct ds_engine *e)
+{
+	ck_unstage(e);
+	e->ck_i = -1;
+}
+
+/* what an accessor shows of slot k: the host copy while tensor i is the
+ * current piece, else nothing */
+static float *staged(struct ds_engine *e, int i, int k, float *raw, int64_t *begin, int64_t *end)
+{
+	if (e->ops->host)
+		return raw;
+	if (!raw || e->ck_i != i) {
+		*begin = *end = 0;
+		return NULL;
+	}
+	return e->ck_host + k * ds_gpt_tensor(e->model, i)->numel + *begin;
+}
+
 float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	return sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
+	float *p = sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
+	if (e->ops->host)
+		return p;
+	return p && e->ck_i == i ? e->ck_host : NULL;
 }
 
 int ds_engine_param_partitioned(const struct ds_engine *e, int i)
@@ -2039,6 +2202,11 @@ int ds_engine_param_partitioned(const struct ds_engine *e, int i)
 }
 
 float *ds_engine_param_range(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
+{
+	return staged(e, i, 0, param_range_raw(e, i, begin, end), begin, end);
+}
+
+static float *param_range_raw(struct ds_engine *e, int i, int64_t *begin, int64_t *end)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
@@ -2093,6 +2261,15 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 }
 
 float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
+{
+	float *p = state_raw(e, i, name, begin, end);
+	for (int k = 0; !e->ops->host && k < ds_engine_num_states(e); k++)
+		if (!strcmp(ds_engine_state_name(e, k), name))
+			return staged(e, i, 1 + k, p, begin, end);
+	return e->ops->host ? p : NULL;
+}
+
+static float *state_raw(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);

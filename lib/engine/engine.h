@@ -219,6 +219,15 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		     struct ds_err *err);
 void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
 
+/* The compute backend the engine's buffers belong to (opts.compute, or
+ * cpu; borrowed).  When its host flag is 0 (a device), the accessors
+ * below show host copies of tensor i while it is the current checkpoint
+ * piece (ds_engine_ckpt_piece(e, i, 0, writing)) and nothing for other
+ * tensors; what the caller wrote through them goes to the device when
+ * the next piece is brought in, by ds_engine_params_loaded or
+ * ds_engine_sync_params, or before the next step or evaluation. */
+const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e);
+
 /* This rank's model: its tensor-parallel shards (the registry's shapes are
  * the shard's, gshape the logical tensor's). */
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
@@ -264,7 +273,9 @@ int ds_engine_eval(struct ds_engine *e, const int32_t *tokens, int rows, double 
  * offload (the in-memory parameters of an offloaded tensor come whole with
  * piece 0 and empty after).  writing: what the caller writes through them
  * is stored when the next piece is brought in, or by
- * ds_engine_params_loaded.  Returns 0 or DS_EIO (a swap file). */
+ * ds_engine_params_loaded.  On a device backend (ds_engine_compute) a
+ * tensor is one piece, copied to and from the device the same way.
+ * Returns 0, DS_EIO (a swap file, the device) or DS_ENOMEM. */
 int ds_engine_ckpt_pieces(struct ds_engine *e, int i);
 int ds_engine_ckpt_piece(struct ds_engine *e, int i, int j, int writing, struct ds_err *err);
 

@@ -31,6 +31,20 @@ tests_unit_test_schedule_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_schedule_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
+## The engine on the cuda backend over the host emulation of CUDA
+## (kernels/local.mk's DS_EMU_OBJ), against the engine on cpu.
+if HAVE_CUDA
+if HAVE_CMOCKA
+check_PROGRAMS += tests/unit/test_engine_cuda_emu
+TESTS += tests/unit/test_engine_cuda_emu
+tests_unit_test_engine_cuda_emu_SOURCES = tests/unit/test_engine_cuda_emu.c tests/unit/unit.h
+tests_unit_test_engine_cuda_emu_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS) -I$(top_srcdir)/tests/unit
+tests_unit_test_engine_cuda_emu_LDADD = $(DS_EMU_OBJ) $(DS_LDADD) $(CMOCKA_LIBS) -lstdc++
+EXTRA_tests_unit_test_engine_cuda_emu_DEPENDENCIES = $(DS_EMU_OBJ)
+endif
+endif
+EXTRA_DIST += tests/unit/test_engine_cuda_emu.c
+
 if HAVE_MPI
 if HAVE_BATS
 TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/3d.bats

@@ -1,0 +1,274 @@
+/* test_engine_cuda_emu.c - the training engine (lib/engine) on the cuda
+ * compute backend, over the host emulation of CUDA (tests/unit/cuda_emu.h:
+ * device memory is host memory there), against the engine on cpu: flat
+ * buffers, optimizer states and the step's arithmetic (norm, non-finite
+ * check, clipping, Adam/AdamW, SGD, Lamb) through the backend's entries.
+ * Several steps of share/models/gpt-test.json and of a dropout variant at
+ * ZeRO stages 0 and 3 (1 rank) give the cpu engine's losses and norms
+ * within 1e-5 relative; the state of a device engine copied into a cpu
+ * engine (and back) continues with the same next loss, as a checkpoint
+ * would carry it; what the backend does not cover is refused in one line.
+ * This checks the engine's wiring and the launchers' contracts, not a GPU.
+ */
+#include "unit.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "compute/compute.h"
+#include "config/model.h"
+#include "cuda_emu_api.h"
+#include "engine/engine.h"
+#include "model/gpt.h"
+
+static struct ds_comm *comm;
+
+static int setup(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	return ds_comm_create(&comm, "self", &err);
+}
+
+static int teardown(void **st)
+{
+	(void)st;
+	ds_comm_destroy(comm);
+	return 0;
+}
+
+enum { MB = 2, GA = 2 };
+
+static void opts_for(struct ds_engine_opts *o, const char *model, int stage, enum ds_optim_type opt,
+		     const struct ds_compute_ops *ops)
+{
+	struct ds_err err = DS_ERR_INIT;
+	ds_engine_opts_init(o);
+	int rc = ds_model_config_load(model, &o->model, &err);
+	if (rc)
+		fprintf(stderr, "# %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	o->micro_batch = MB;
+	o->grad_accum = GA;
+	o->zero_stage = stage;
+	ds_optim_params_init(&o->optim, opt);
+	if (opt == DS_OPTIM_SGD)
+		o->optim.momentum = 0.9;
+	o->optim.weight_decay = 0.01;
+	o->gradient_clipping = 0.5;   /* the norm's multiplier reaches the update */
+	o->compute = ops;
+	o->device = 0;
+}
+
+static struct ds_engine *mk(const struct ds_engine_opts *o)
+{
+	struct ds_engine *e = NULL;
+	struct ds_err err = DS_ERR_INIT;
+	int rc = ds_engine_create(&e, o, comm, &err);
+	if (rc)
+		fprintf(stderr, "# engine: %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	assert_ptr_equal(ds_engine_compute(e), o->compute);
+	return e;
+}
+
+/* GA*MB rows of T+1 tokens for step s */
+static void rows(int32_t *t, int T, int vocab, int s)
+{
+	uint32_t x = 12345u + 7919u * (uint32_t)s;
+	for (int i = 0; i < GA * MB * (T + 1); i++) {
+		x = x * 1664525u + 1013904223u;
+		t[i] = (int32_t)((x >> 8) % (uint32_t)vocab);
+	}
+}
+
+static void step(struct ds_engine *e, int32_t *tok, int T, int vocab, int s, double lr, struct ds_engine_step *r)
+{
+	struct ds_err err = DS_ERR_INIT;
+	rows(tok, T, vocab, s);
+	struct ds_engine_batch b = { .tokens = tok, .base = (int64_t)s * GA * MB, .step = s + 1, .lr = lr };
+	int rc = ds_engine_train_step(e, &b, r, &err);
+	if (rc)
+		fprintf(stderr, "# step %d: %s\n", s, err.msg);
+	assert_int_equal(rc, 0);
+	assert_int_equal(r->skipped, 0);
+}
+
+static void close_to(const char *what, int s, double got, double want)
+{
+	const double rel = fabs(got - want) / fabs(want);
+	if (!(rel <= 1e-5))
+		fail_msg("step %d: cuda %s %.9g vs cpu %.9g (relative %.3g)", s, what, got, want, rel);
+}
+
+/* steps of model at stage with opt on both engines: the same losses and
+ * norms; the norm is above the clip, so clipping scales every update */
+static void compare(const char *model, int stage, enum ds_optim_type opt, int steps)
+{
+	struct ds_engine_opts oc, og;
+	opts_for(&oc, model, stage, opt, &ds_compute_cpu);
+	opts_for(&og, model, stage, opt, &ds_compute_cuda);
+	struct ds_engine *c = mk(&oc), *g = mk(&og);
+	const int T = ds_gpt_config(ds_engine_model(c))->seq_length, V = oc.model.vocab_size;
+	int32_t *tok = malloc(sizeof(int32_t) * GA * MB * (size_t)(T + 1));
+	assert_non_null(tok);
+	const long before = ds_emu_launches();
+	const double lr = opt == DS_OPTIM_SGD ? 0.1 : 1e-2;
+	int clipped = 0;
+	for (int s = 0; s < steps; s++) {
+		struct ds_engine_step rc, rg;
+		step(c, tok, T, V, s, lr, &rc);
+		step(g, tok, T, V, s, lr, &rg);
+		fprintf(stderr, "# %s stage %d %s step %d: loss cpu %.8f cuda %.8f, norm cpu %.6g cuda %.6g\n",
+			strrchr(model, '/') + 1, stage, ds_optim_type_name(opt), s, rc.loss, rg.loss, rc.grad_norm,
+			rg.grad_norm);
+		assert_true(isfinite(rc.loss) && rc.loss > 0);
+		close_to("loss", s, rg.loss, rc.loss);
+		close_to("grad norm", s, rg.grad_norm, rc.grad_norm);
+		clipped += rc.grad_norm > oc.gradient_clipping;
+	}
+	assert_true(clipped > 0);
+	assert_int_equal(ds_engine_steps(g), steps);
+	/* the device path ran: launches, none refused */
+	assert_true(ds_emu_launches() - before > 100L * steps);
+	assert_int_equal(ds_emu_failures(), 0);
+	free(tok);
+	ds_engine_destroy(c);
+	ds_engine_destroy(g);
+}
+
+static void test_adam_stage0(void **st)
+{
+	(void)st;
+	compare(DS_TEST_SRC("share/models/gpt-test.json"), 0, DS_OPTIM_ADAM, 4);
+}
+
+static void test_adam_stage3(void **st)
+{
+	(void)st;
+	compare(DS_TEST_SRC("share/models/gpt-test.json"), 3, DS_OPTIM_ADAM, 4);
+}
+
+static void test_dropout_stage0_and_3(void **st)
+{
+	(void)st;
+	compare(DS_TEST_SRC("tests/data/gpt-test-dropout.json"), 0, DS_OPTIM_ADAMW, 3);
+	compare(DS_TEST_SRC("tests/data/gpt-test-dropout.json"), 3, DS_OPTIM_ADAM, 3);
+}
+
+static void test_sgd_lamb(void **st)
+{
+	(void)st;
+	compare(DS_TEST_SRC("share/models/gpt-test.json"), 1, DS_OPTIM_SGD, 3);
+	compare(DS_TEST_SRC("share/models/gpt-test.json"), 2, DS_OPTIM_LAMB, 3);
+}
+
+/* every parameter and optimizer state of src into dst as the driver's
+ * checkpoint save and load move them (lib/driver/train_state.c): tensor by
+ * tensor, each one a piece brought into host memory (ds_engine_ckpt_piece;
+ * on the device a host copy), read from src, written into dst */
+static void copy_state(struct ds_engine *dst, struct ds_engine *src)
+{
+	struct ds_err err = DS_ERR_INIT;
+	const struct ds_gpt *m = ds_engine_model(src);
+	for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+		int64_t b0, e0, b1, e1;
+		assert_int_equal(ds_engine_ckpt_pieces(src, i), 1);
+		assert_int_equal(ds_engine_ckpt_piece(src, i, 0, 0, &err), 0);
+		assert_int_equal(ds_engine_ckpt_piece(dst, i, 0, 1, &err), 0);
+		const float *sp = ds_engine_param_range(src, i, &b0, &e0);
+		float *dp = ds_engine_param_range(dst, i, &b1, &e1);
+		assert_true(sp && dp && b0 == b1 && e0 == e1 && e0 > b0);
+		memcpy(dp, sp, sizeof(float) * (size_t)(e0 - b0));
+		for (int k = 0; k < ds_engine_num_states(src); k++) {
+			const char *name = ds_engine_state_name(src, k);
+			const float *ss = ds_engine_state(src, i, name, &b0, &e0);
+			float *ds = ds_engine_state(dst, i, name, &b1, &e1);
+			assert_true(ss && ds && b0 == b1 && e0 == e1);
+			memcpy(ds, ss, sizeof(float) * (size_t)(e0 - b0));
+		}
+	}
+	/* on the device, a tensor other than the current piece shows nothing */
+	if (!ds_engine_compute(src)->host) {
+		int64_t b, en;
+		assert_null(ds_engine_param_range(src, 0, &b, &en));
+		assert_true(b == en);
+	}
+	ds_engine_set_steps(dst, ds_engine_steps(src));
+	assert_int_equal(ds_engine_params_loaded(dst, &err), 0);
+}
+
+/* a device run's state continues on cpu with the same next loss, and a cpu
+ * run's on the device */
+static void test_state_moves(void **st)
+{
+	(void)st;
+	const char *model = DS_TEST_SRC("tests/data/gpt-test-dropout.json");
+	for (int dir = 0; dir < 2; dir++) {
+		struct ds_engine_opts oc, og;
+		opts_for(&oc, model, 0, DS_OPTIM_ADAM, &ds_compute_cpu);
+		opts_for(&og, model, 0, DS_OPTIM_ADAM, &ds_compute_cuda);
+		/* the same seed (it keys dropout too); `to` starts untrained */
+		struct ds_engine *from = mk(dir ? &oc : &og), *to = mk(dir ? &og : &oc);
+		const int T = oc.model.seq_length, V = oc.model.vocab_size;
+		int32_t *tok = malloc(sizeof(int32_t) * GA * MB * (size_t)(T + 1));
+		assert_non_null(tok);
+		struct ds_engine_step r0, r1;
+		for (int s = 0; s < 3; s++)
+			step(from, tok, T, V, s, 1e-2, &r0);
+		copy_state(to, from);
+		step(from, tok, T, V, 3, 1e-2, &r0);
+		step(to, tok, T, V, 3, 1e-2, &r1);
+		fprintf(stderr, "# %s -> %s: next loss %.8f, %.8f\n", dir ? "cpu" : "cuda", dir ? "cuda" : "cpu", r0.loss,
+			r1.loss);
+		close_to("resumed loss", 3, r1.loss, r0.loss);
+		/* and one step more: the optimizer states and the step count came too */
+		step(from, tok, T, V, 4, 1e-2, &r0);
+		step(to, tok, T, V, 4, 1e-2, &r1);
+		close_to("resumed loss", 4, r1.loss, r0.loss);
+		free(tok);
+		ds_engine_destroy(from);
+		ds_engine_destroy(to);
+	}
+}
+
+/* what the device path does not cover is refused before anything runs */
+static void test_refused(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_engine_opts o;
+	struct ds_engine *e = NULL;
+	opts_for(&o, DS_TEST_SRC("share/models/gpt-test.json"), 0, DS_OPTIM_ADAM, &ds_compute_cuda);
+	o.half = DS_HALF_BF16;
+	assert_int_equal(ds_engine_create(&e, &o, comm, &err), DS_ENOTSUP);
+	assert_null(e);
+	assert_non_null(strstr(err.msg, "fp16/bf16"));
+	assert_non_null(strstr(err.msg, "--device cpu"));
+	opts_for(&o, DS_TEST_SRC("share/models/gpt-test.json"), 0, DS_OPTIM_ADAM, &ds_compute_cuda);
+	o.comm_half = DS_HALF_FP16;
+	ds_err_clear(&err);
+	assert_int_equal(ds_engine_create(&e, &o, comm, &err), DS_ENOTSUP);
+	assert_non_null(strstr(err.msg, "communication_data_type"));
+	opts_for(&o, DS_TEST_SRC("share/models/gpt-test.json"), 0, DS_OPTIM_ONEBIT_ADAM, &ds_compute_cuda);
+	ds_err_clear(&err);
+	assert_int_equal(ds_engine_create(&e, &o, comm, &err), DS_ENOTSUP);
+	assert_non_null(strstr(err.msg, "1-bit"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_adam_stage0),
+		cmocka_unit_test(test_adam_stage3),
+		cmocka_unit_test(test_dropout_stage0_and_3),
+		cmocka_unit_test(test_sgd_lamb),
+		cmocka_unit_test(test_state_moves),
+		cmocka_unit_test(test_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
