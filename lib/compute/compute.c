@@ -152,7 +152,8 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 	*ops = &ds_compute_cpu;
 	*device = -1;
 	/* held back, a run the backend covers is cpu whatever the devices
-	 * (the probe did not ask them); the local rank is not read */
+	 * (the probe did not ask them), and a garbage local rank, which cpu
+	 * does not use, is no error */
 	const char *because = !env->cuda_built       ? "built without CUDA"
 			      : !env->cuda            ? "no usable cuda compute backend yet"
 			      : rc == DS_ENOTSUP      ? e.msg
