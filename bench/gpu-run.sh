@@ -19,7 +19,9 @@
 # tests/gpu holds what needs a device: test_* programs built there, and
 # *.bats files (comm.bats: every collective on CUDA buffers over NCCL at one
 # rank, over mpi staging through pinned memory at 2 and 4 ranks on one GPU,
-# NCCL between ranks when there are two GPUs).
+# NCCL between ranks when there are two GPUs; train.bats: ds-train
+# --device cuda against --device cpu, losses at ZeRO 0 and 3 and checkpoints
+# resumed across devices).
 #
 # The run step needs nothing from the machine but bash, tar, xz, the NVIDIA
 # driver, the CUDA runtime and cuBLAS under /usr/local/cuda, and NCCL (there

@@ -20,11 +20,15 @@ extern "C" {
  * of util/half.h, DS_HALF_NONE meaning fp32.  16-bit tensors are uint16_t
  * bit patterns rounded as util/half.h rounds (nearest even). */
 
-/* cuBLAS statuses come back as DS_CUDA_EBLAS + status. */
+/* cuBLAS statuses come back as DS_CUDA_EBLAS + status; DS_CUDA_ENOBLAS:
+ * cuBLAS could not be loaded (gemm_cuda.cu resolves it at run time; the
+ * text names the library and what to install). */
 #define DS_CUDA_EBLAS 100000
+#define DS_CUDA_ENOBLAS (DS_CUDA_EBLAS - 1)
 
 /* The text of a launcher's return value: "no error", cudaGetErrorString's,
- * or "cuBLAS: " and cublasGetStatusString's (static). */
+ * "cuBLAS: " and cublasGetStatusString's, or why cuBLAS could not be
+ * loaded (static). */
 const char *ds_cuda_strerror(int rc);
 
 /* ---- the CUDA runtime for libds (rt_cuda.cu) ------------------------------

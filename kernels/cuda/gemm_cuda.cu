@@ -4,6 +4,16 @@
  * with M and N swapped and the same leading dimensions.  Under
  * -DDS_CUDA_EMU the calls go to tests/unit/cublas_emu.h (cblas_sgemm on the
  * host), which checks that mapping, not cuBLAS.
+ *
+ * cuBLAS is not linked: its entry points are resolved at the first
+ * ds_cuda_blas_create, from the process when something already loaded it
+ * (dlsym(RTLD_DEFAULT): ds-report links it), else from
+ * dlopen("libcublas.so.<CUBLAS_VER_MAJOR>").  So every program with this
+ * file (ds-train) starts without libcublas (about 150 MB of RSS) and a CPU
+ * run never maps it; a missing library or entry point is DS_CUDA_ENOBLAS,
+ * whose text says what to install.  The emulated build takes
+ * cublas_emu.h's functions directly (they are C++ functions, not the
+ * library's C symbols).
  */
 #include "cuda/cuda_port.h"
 
@@ -11,10 +21,13 @@
 #include "cublas_emu.h"
 #else
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #endif
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/flat_cuda.h"
 #include "cuda/gemm_cuda.h"
@@ -23,6 +36,89 @@ struct ds_cuda_blas {
 	cublasHandle_t h;
 	int tf32;
 };
+
+/* cuBLAS's entry points (cublas_v2.h's names: cublasCreate is the macro
+ * of cublasCreate_v2, and so on); set once by load() */
+static struct {
+	decltype(&cublasCreate) create;
+	decltype(&cublasDestroy) destroy;
+	decltype(&cublasSetStream) set_stream;
+	decltype(&cublasSetMathMode) set_math_mode;
+	decltype(&cublasGetStatusString) status_string;
+	/* the int versions, cublas_api.h's C functions (C++ also sees 64-bit
+	 * overloads of these two names) */
+	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+				  const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+				  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+	cublasStatus_t (*gemm_strided_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+					  const void *, const void *, cudaDataType, int, long long, const void *,
+					  cudaDataType, int, long long, const void *, void *, cudaDataType, int, long long,
+					  int, cublasComputeType_t, cublasGemmAlgo_t);
+} blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static int blas_rc;            /* 0 or DS_CUDA_ENOBLAS */
+static char blas_why[320];     /* DS_CUDA_ENOBLAS's text */
+
+#ifdef DS_CUDA_EMU
+static void load(void)
+{
+	blas.create = cublasCreate;
+	blas.destroy = cublasDestroy;
+	blas.set_stream = cublasSetStream;
+	blas.set_math_mode = cublasSetMathMode;
+	blas.status_string = cublasGetStatusString;
+	blas.gemm_ex = cublasGemmEx;
+	blas.gemm_strided_ex = cublasGemmStridedBatchedEx;
+}
+#else
+#define DS_STR_(x) #x
+#define DS_STR(x) DS_STR_(x)   /* the macro's expansion: "cublasCreate_v2" */
+#ifndef DS_CUBLAS_SONAME
+#define DS_CUBLAS_SONAME "libcublas.so." DS_STR(CUBLAS_VER_MAJOR)
+#endif
+
+static void load(void)
+{
+	const char *so = DS_CUBLAS_SONAME;
+	void *lib = RTLD_DEFAULT;
+	if (!dlsym(RTLD_DEFAULT, DS_STR(cublasCreate))) {
+		lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+		if (!lib) {
+			const char *e = dlerror();
+			snprintf(blas_why, sizeof blas_why,
+				 "cuBLAS: cannot load %s (%.120s): install CUDA %d's cuBLAS (the libcublas-%d-* package) or add "
+				 "its directory to LD_LIBRARY_PATH", so, e ? e : "not found", CUBLAS_VER_MAJOR,
+				 CUBLAS_VER_MAJOR);
+			blas_rc = DS_CUDA_ENOBLAS;
+			return;
+		}
+	}
+	struct {
+		void **slot;
+		const char *name;
+	} want[] = {
+		{ (void **)&blas.create, DS_STR(cublasCreate) },
+		{ (void **)&blas.destroy, DS_STR(cublasDestroy) },
+		{ (void **)&blas.set_stream, DS_STR(cublasSetStream) },
+		{ (void **)&blas.set_math_mode, DS_STR(cublasSetMathMode) },
+		{ (void **)&blas.status_string, DS_STR(cublasGetStatusString) },
+		{ (void **)&blas.gemm_ex, DS_STR(cublasGemmEx) },
+		{ (void **)&blas.gemm_strided_ex, DS_STR(cublasGemmStridedBatchedEx) },
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		*want[i].slot = dlsym(lib, want[i].name);
+		if (!*want[i].slot) {
+			snprintf(blas_why, sizeof blas_why,
+				 "cuBLAS: %s has no %s: install CUDA %d's cuBLAS (the libcublas-%d-* package), the version this "
+				 "build was compiled against", lib == RTLD_DEFAULT ? "the loaded cuBLAS" : so,
+				 want[i].name, CUBLAS_VER_MAJOR, CUBLAS_VER_MAJOR);
+			memset(&blas, 0, sizeof blas);
+			blas_rc = DS_CUDA_ENOBLAS;
+			return;   /* the library stays loaded: dlclose of a half-used cuBLAS is not worth the risk */
+		}
+	}
+}
+#endif
 
 #define BLAS_TRY(x)                                                                                        \
 	do {                                                                                               \
@@ -36,8 +132,14 @@ extern "C" const char *ds_cuda_strerror(int rc)
 	static thread_local char buf[160];
 	if (rc == 0)
 		return "no error";
+	if (rc == DS_CUDA_ENOBLAS)
+		return blas_why;
 	if (rc >= DS_CUDA_EBLAS) {
-		snprintf(buf, sizeof(buf), "cuBLAS: %s", cublasGetStatusString((cublasStatus_t)(rc - DS_CUDA_EBLAS)));
+		if (blas.status_string)
+			snprintf(buf, sizeof(buf), "cuBLAS: %s",
+				 blas.status_string((cublasStatus_t)(rc - DS_CUDA_EBLAS)));
+		else
+			snprintf(buf, sizeof(buf), "cuBLAS: status %d", rc - DS_CUDA_EBLAS);
 		return buf;
 	}
 	return cudaGetErrorString((cudaError_t)rc);
@@ -46,18 +148,21 @@ extern "C" const char *ds_cuda_strerror(int rc)
 extern "C" int ds_cuda_blas_create(struct ds_cuda_blas **out, void *stream, int allow_tf32)
 {
 	*out = NULL;
+	pthread_once(&blas_once, load);
+	if (blas_rc)
+		return blas_rc;
 	struct ds_cuda_blas *b = (struct ds_cuda_blas *)calloc(1, sizeof(*b));
 	if (!b)
 		return (int)cudaErrorMemoryAllocation;
-	cublasStatus_t s = cublasCreate(&b->h);
+	cublasStatus_t s = blas.create(&b->h);
 	if (s != CUBLAS_STATUS_SUCCESS) {
 		free(b);
 		return DS_CUDA_EBLAS + (int)s;
 	}
 	b->tf32 = allow_tf32 != 0;
-	s = cublasSetStream(b->h, (cudaStream_t)stream);
+	s = blas.set_stream(b->h, (cudaStream_t)stream);
 	if (s == CUBLAS_STATUS_SUCCESS)
-		s = cublasSetMathMode(b->h, b->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+		s = blas.set_math_mode(b->h, b->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
 	if (s != CUBLAS_STATUS_SUCCESS) {
 		ds_cuda_blas_destroy(b);
 		return DS_CUDA_EBLAS + (int)s;
@@ -70,13 +175,13 @@ extern "C" void ds_cuda_blas_destroy(struct ds_cuda_blas *b)
 {
 	if (!b)
 		return;
-	cublasDestroy(b->h);
+	blas.destroy(b->h);
 	free(b);
 }
 
 extern "C" int ds_cuda_blas_set_stream(struct ds_cuda_blas *b, void *stream)
 {
-	BLAS_TRY(cublasSetStream(b->h, (cudaStream_t)stream));
+	BLAS_TRY(blas.set_stream(b->h, (cudaStream_t)stream));
 	return 0;
 }
 
@@ -100,7 +205,7 @@ extern "C" int ds_cuda_gemm(struct ds_cuda_blas *b, enum ds_half_kind ab, enum d
 			    int N, int K, float alpha, const void *A, int lda, const void *B, int ldb, float beta,
 			    void *C, int ldc)
 {
-	BLAS_TRY(cublasGemmEx(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+	BLAS_TRY(blas.gemm_ex(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
 			      dtype(ab), ldb, A, dtype(ab), lda, &beta, C, dtype(c), ldc, compute(b, ab),
 			      CUBLAS_GEMM_DEFAULT));
 	return 0;
@@ -124,7 +229,7 @@ extern "C" int ds_cuda_gemm_batch(struct ds_cuda_blas *b, const struct ds_cuda_b
 		const char *a = (const char *)A + (size_t)q * bt->sa[0] * ea;
 		const char *bb = (const char *)B + (size_t)q * bt->sb[0] * ea;
 		char *cc = (char *)C + (size_t)q * bt->sc[0] * ec;
-		BLAS_TRY(cublasGemmStridedBatchedEx(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+		BLAS_TRY(blas.gemm_strided_ex(b->h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
 						    M, K, &alpha, bb, dtype(ab), ldb, bt->sb[1], a, dtype(ab), lda,
 						    bt->sa[1], &beta, cc, dtype(c), ldc, bt->sc[1], per, compute(b, ab),
 						    CUBLAS_GEMM_DEFAULT));

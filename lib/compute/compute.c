@@ -1,6 +1,9 @@
 /* compute.c - the backend registry and the choice of backend and device
  * (compute.h).  Everything but ds_compute_probe is a pure function of its
- * arguments, so the unit tests play any machine on the CPU.
+ * arguments, so the unit tests play any machine on the CPU.  In builds
+ * with CUDA the registry holds the cuda backend: --device cuda selects it
+ * where a device answers and the run is one it covers; auto stays cpu
+ * (auto_cuda) until it has run on a GPU.
  */
 #include "config.h"
 #include "compute/compute.h"
@@ -11,7 +14,17 @@
 
 #include "app/gpu.h"
 
+#ifdef HAVE_CUDA
+const struct ds_compute_ops *const ds_compute_all[] = { &ds_compute_cpu, &ds_compute_cuda, NULL };
+#else
 const struct ds_compute_ops *const ds_compute_all[] = { &ds_compute_cpu, NULL };
+#endif
+
+/* Whether auto may choose cuda.  Not until the cuda backend has run on a
+ * GPU (it is checked over the host emulation only): until then auto is
+ * cpu, never touches CUDA, and says how to ask for cuda. */
+static const int auto_cuda = 0;
+#define HELD_BACK "the cuda backend has not yet run on a GPU; ask for it with --device cuda"
 
 static const char *const kinds[] = { "cpu", "cuda", "auto" };
 
@@ -42,8 +55,9 @@ void ds_compute_probe(struct ds_compute_env *env, int asked)
 	env->cuda = find("cuda");
 	env->ompi_local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
 	env->slurm_localid = getenv("SLURM_LOCALID");
-	/* a CPU run, or one that cannot use a GPU anyway, never touches CUDA */
-	if (asked == DS_DEVICE_CPU || !env->cuda_built || !env->cuda) {
+	/* a CPU run, or one that cannot use a GPU anyway (auto while it keeps
+	 * to cpu), never touches CUDA */
+	if (asked == DS_DEVICE_CPU || (asked == DS_DEVICE_AUTO && !auto_cuda) || !env->cuda_built || !env->cuda) {
 		snprintf(env->why_none, sizeof env->why_none, "%s",
 			 !env->cuda_built ? "built without CUDA" : !env->cuda ? "no usable cuda compute backend" : "not asked");
 		return;
@@ -129,15 +143,21 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 		return ds_err_set(err, DS_EINVAL, "device: unknown kind %d (cpu, cuda or auto)", kind);
 	struct ds_err e = DS_ERR_INIT;
 	const int rc = want_cuda(env, needs, ops, device, &e);
-	if (rc == DS_EINVAL)   /* a GPU to use but a garbage local rank: not a reason to fall back */
+	if (auto_cuda && rc == DS_EINVAL)   /* a GPU to use but a garbage local rank: not a reason to fall back */
 		return ds_err_set(err, rc, "%s", e.msg);
-	if (rc == 0) {
+	if (auto_cuda && rc == 0) {
 		snprintf(why, whysz, "device auto: cuda, GPU %d of %d", *device, env->device_count);
 		return 0;
 	}
+	*ops = &ds_compute_cpu;
+	*device = -1;
+	/* held back, a run the backend covers is cpu whatever the devices
+	 * (the probe did not ask them), and a garbage local rank, which cpu
+	 * does not use, is no error */
 	const char *because = !env->cuda_built       ? "built without CUDA"
 			      : !env->cuda            ? "no usable cuda compute backend yet"
 			      : rc == DS_ENOTSUP      ? e.msg
+			      : !auto_cuda            ? HELD_BACK
 			      : env->device_count < 1 ? env->why_none
 						      : e.msg;
 	snprintf(why, whysz, "device auto: cpu (%s)", because);

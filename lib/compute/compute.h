@@ -14,9 +14,10 @@
  *   cuda  compute_cuda.c, kernels/cuda's launchers (built with CUDA): fp32
  *         dense models and the engine's fp32 dense step on one rank,
  *         checked over the host emulation of CUDA only (never on a GPU);
- *         not in ds_compute_all yet (it would link cuBLAS into every
- *         ds-train; the engine's multi-rank device path is not wired), so
- *         selecting cuda is refused (ds_compute_select).
+ *         in ds_compute_all, so --device cuda selects it for what it
+ *         covers; auto stays cpu until it has run on a GPU
+ *         (ds_compute_select).  cuBLAS is loaded when it starts, never
+ *         linked (kernels/cuda/gemm_cuda.cu).
  * A process drives one device (DeepSpeed's accelerator), so a backend's
  * state (device, stream, handles) is its own, set by init(); the table's
  * functions take the arguments of the CPU kernels they stand for.
@@ -183,9 +184,9 @@ struct ds_compute_ops {
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;
-/* The cuda backend (compute_cuda.c, only in builds with CUDA): not in
- * ds_compute_all yet, so nothing selects it (see compute_cuda.c); tests
- * hand it to the engine (ds_engine_opts.compute) directly. */
+/* The cuda backend (compute_cuda.c, only in builds with CUDA): in
+ * ds_compute_all there, chosen by --device cuda only (not auto, yet); the
+ * emulated tests hand it to the engine (ds_engine_opts.compute) directly. */
 extern const struct ds_compute_ops ds_compute_cuda;
 
 /* The backends, NULL-terminated (cpu first). */
@@ -201,15 +202,16 @@ const char *ds_device_name(int kind);
 /* Facts the choice depends on (ds_compute_probe fills them). */
 struct ds_compute_env {
 	int cuda_built;       /* the build has CUDA (configure --with-cuda) */
-	const struct ds_compute_ops *cuda;  /* the cuda backend of this build, NULL: none yet */
+	const struct ds_compute_ops *cuda;  /* the cuda backend of this build, NULL: none (no CUDA) */
 	int device_count;     /* devices that answered (0: none) */
 	char why_none[160];   /* when device_count is 0: why */
 	const char *ompi_local_rank;    /* OMPI_COMM_WORLD_LOCAL_RANK, NULL when unset */
 	const char *slurm_localid;      /* SLURM_LOCALID, NULL when unset */
 };
 
-/* This process's facts: the GPU probe of lib/app (only when asked is not
- * cpu: a CPU run never touches CUDA) and the two variables. */
+/* This process's facts: the GPU probe of lib/app (only when asked is cuda:
+ * a cpu run, and auto while it keeps to cpu, never touch CUDA) and the two
+ * variables. */
 void ds_compute_probe(struct ds_compute_env *env, int asked);
 
 /* The local rank from the launcher's variables: OMPI_COMM_WORLD_LOCAL_RANK,
@@ -230,8 +232,11 @@ int ds_compute_device_for(int local_rank, int device_count);
  *   cuda with no cuda backend in this build DS_ENOTSUP (exit 3)
  *   cuda for a run it does not cover        DS_ENOTSUP naming what (needs; NULL: none)
  *   cuda while no device answers            DS_EIO (exit 1: the machine, not the input)
- *   a garbage local rank                    DS_EINVAL (exit 2)
- * auto is cuda when cuda would be chosen without error, else cpu. */
+ *   cuda with a garbage local rank          DS_EINVAL (exit 2)
+ * auto is cpu, why saying the reason cuda is not had or, where it would be
+ * ("device auto: cpu (the cuda backend has not yet run on a GPU; ask for
+ * it with --device cuda)"): the backend has run on the emulation only, and
+ * auto must not move runs onto it unasked.  auto never errs. */
 int ds_compute_select(int kind, const struct ds_compute_env *env, const struct ds_compute_needs *needs,
 		      const struct ds_compute_ops **ops, int *device, char *why, size_t whysz, struct ds_err *err);
 

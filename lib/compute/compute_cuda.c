@@ -1,10 +1,12 @@
 /* compute_cuda.c - the cuda compute backend (compute.h): the table's
  * entries as kernels/cuda's launchers on one device and one stream.
  *
- * Built only with CUDA.  Not in ds_compute_all[] yet, so --device never
- * chooses it: ds-train would link cuBLAS into every run, and the engine
- * runs a device backend on one rank only (its collectives' device path is
- * not wired).  test_compute_cuda_emu (the model) and test_engine_cuda_emu
+ * Built only with CUDA, and in ds_compute_all[] there: --device cuda
+ * chooses it (auto does not: it has never run on a GPU).  The engine runs
+ * a device backend on one rank only (its collectives' device path is not
+ * wired).  cuBLAS is loaded by kernels/cuda/gemm_cuda.cu at init(), not
+ * linked, so a cpu run never maps it.  test_compute_cuda_emu (the model)
+ * and test_engine_cuda_emu
  * (the engine's buffers, norm, clipping and optimizers) run it over the
  * host emulation of CUDA (where device memory is host memory) against
  * the cpu backend.

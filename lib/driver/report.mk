@@ -4,7 +4,9 @@ lib_driver_libds_driver_a_SOURCES += lib/driver/report.c lib/driver/report.h
 
 bin_PROGRAMS += tools/ds-report
 tools_ds_report_SOURCES = tools/ds-report.c tools/cli.c tools/cli.h
-tools_ds_report_LDADD = $(DS_LDADD)
+## $(CUBLAS_LIBS): the GPU probe's cuBLAS rows (lib/app/gpu_cuda.c); nothing
+## else links cuBLAS (kernels/cuda/gemm_cuda.cu loads it when it needs it)
+tools_ds_report_LDADD = $(DS_LDADD) $(CUBLAS_LIBS)
 dist_man1_MANS += share/man/ds-report.1
 
 if HAVE_CMOCKA
@@ -15,7 +17,7 @@ TESTS += tests/unit/test_report
 tests_unit_test_report_SOURCES = tests/unit/test_report.c tests/unit/unit.h tools/cli.c tools/cli.h
 tests_unit_test_report_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 tests_unit_test_report_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
-tests_unit_test_report_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_report_LDADD = $(DS_LDADD) $(CUBLAS_LIBS) $(CMOCKA_LIBS)
 endif
 
 if HAVE_BATS

@@ -125,7 +125,7 @@ static void test_select_cuda(void **st)
 	assert_ptr_equal(ops, &ds_compute_cpu);
 	assert_int_equal(dev, -1);
 
-	e = env_of(1, 0, 2, NULL, NULL);   /* CUDA built, GPUs there, no backend yet */
+	e = env_of(1, 0, 2, NULL, NULL);   /* CUDA built, GPUs there, no backend (a build that has none) */
 	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), DS_ENOTSUP);
 	assert_non_null(strstr(err.msg, "no usable cuda compute backend"));
 	assert_ptr_equal(ops, &ds_compute_cpu);
@@ -156,7 +156,8 @@ static void test_select_cuda(void **st)
 	assert_ptr_equal(ops, &ds_compute_cpu);
 }
 
-/* auto: cuda exactly when cuda would be had, else cpu saying why */
+/* auto: cpu saying why; where cuda would be had, that it has not yet run
+ * on a GPU and how to ask for it */
 static void test_select_auto(void **st)
 {
 	(void)st;
@@ -175,23 +176,32 @@ static void test_select_auto(void **st)
 	assert_ptr_equal(ops, &ds_compute_cpu);
 	assert_string_equal(why, "device auto: cpu (no usable cuda compute backend yet)");
 
+	/* no device answers (or, as the probe does for auto now, none asked) */
 	e = env_of(1, 1, 0, NULL, NULL);
 	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &ds_compute_cpu);
-	assert_string_equal(why, "device auto: cpu (cudaGetDeviceCount: no CUDA device)");
+	assert_string_equal(why, "device auto: cpu (the cuda backend has not yet run on a GPU; ask for it with --device "
+			    "cuda)");
 
+	/* a device answers and the run is covered, where --device cuda gives
+	 * GPU 1 of 2: auto keeps to cpu until the backend has run on a GPU */
 	e = env_of(1, 1, 2, "3", NULL);
-	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_int_equal(sel(DS_DEVICE_CUDA, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &fake_cuda);
 	assert_int_equal(dev, 1);
-	assert_string_equal(why, "device auto: cuda, GPU 1 of 2");
-
-	/* a GPU to use and a garbage local rank is an error, not a fall-back */
-	e = env_of(1, 1, 2, NULL, "-3");
-	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), DS_EINVAL);
-	assert_non_null(strstr(err.msg, "SLURM_LOCALID='-3'"));
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &ds_compute_cpu);
-	/* ... but without one the variables are never read */
+	assert_int_equal(dev, -1);
+	assert_string_equal(why, "device auto: cpu (the cuda backend has not yet run on a GPU; ask for it with --device "
+			    "cuda)");
+
+	/* auto never uses the local rank, so a garbage one is not an error
+	 * there (it is for --device cuda, above) */
+	e = env_of(1, 1, 2, NULL, "-3");
+	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
+	assert_ptr_equal(ops, &ds_compute_cpu);
+	assert_int_equal(dev, -1);
+	/* ... nor without a device */
 	e = env_of(0, 0, 0, "garbage", NULL);
 	assert_int_equal(sel(DS_DEVICE_AUTO, &e, &ops, &dev, why, &err), 0);
 	assert_ptr_equal(ops, &ds_compute_cpu);
@@ -240,10 +250,17 @@ static void test_probe(void **st)
 	assert_string_equal(e.ompi_local_rank, "4");
 	assert_null(e.slurm_localid);
 	assert_int_equal(e.device_count, 0);
-	assert_null(e.cuda);   /* no cuda backend in any build yet */
 #ifdef HAVE_CUDA
 	assert_int_equal(e.cuda_built, 1);
+	assert_ptr_equal(e.cuda, &ds_compute_cuda);   /* selectable with --device cuda */
+	assert_ptr_equal(ds_compute_all[1], &ds_compute_cuda);
+	/* auto does not choose cuda yet, so it asks no device either */
+	ds_compute_probe(&e, DS_DEVICE_AUTO);
+	assert_int_equal(e.device_count, 0);
+	assert_string_equal(e.why_none, "not asked");
 #else
+	assert_null(e.cuda);
+	assert_null(ds_compute_all[1]);
 	assert_int_equal(e.cuda_built, 0);
 	assert_string_equal(e.why_none, "built without CUDA");
 #endif

@@ -1,0 +1,98 @@
+#!/usr/bin/env bats
+# train.bats - ds-train --device cuda against --device cpu (issue 18): the
+# cuda backend's fp32 dense step at one rank gives the cpu backend's losses
+# within 1e-5 relative over 20 steps of the dropout test model, at ZeRO
+# stage 0 and 3, and a checkpoint saved on one device resumes on the other
+# with the uninterrupted run's step-11 loss.  Needs a CUDA device:
+# bench/gpu-run.sh runs it on the GPU machine; elsewhere every test skips
+# with the reason (the choice of --device cuda is checked without one by
+# tests/cli/ds-train-device.bats, the backend by the emulated unit tests).
+# shellcheck disable=SC2154  # stderr: set by bats' run --separate-stderr
+load ../cli/helper
+
+setup() {
+	require_feature cuda
+	cd "$BATS_TEST_TMPDIR" || return
+	MODEL="$TDATA/gpt-test-dropout.json"
+	cfg cfg.json ''
+	cfg z3.json ', "zero_optimization": {"stage": 3}'
+	local dev
+	dev=$(ds-train --check --json --deepspeed_config cfg.json --model "$MODEL" --device cuda) ||
+		fail "ds-train --check --device cuda: $dev"
+	[ "$(jq -r .device.backend <<<"$dev")" = cuda ] || skip "no CUDA device ($(jq -r .device.note <<<"$dev"))"
+}
+
+# cfg FILE EXTRA: the run's config with EXTRA members (", ..." text) added;
+# the CSV monitor under csv/run keeps every step's loss at full precision
+cfg() {
+	cat >"$1" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+ "gradient_clipping": 1.0,
+ "csv_monitor": {"enabled": true, "output_path": "csv", "job_name": "run"}$2}
+JSON
+}
+
+# train DIR CONFIG ARGS...: a run in DIR (its own csv/ and ck/)
+train() {
+	local dir=$1 config=$2
+	shift 2
+	mkdir -p "$dir" || return
+	(
+		cd "$dir" || exit 1
+		ds-train --deepspeed_config "../$config" --model "$MODEL" "$@"
+	)
+}
+
+# the loss of step S (1-based) of the run in DIR: its CSV's rows are keyed
+# by the samples before the step, 8 per step here
+loss_of() { awk -F, -v s="$2" '$1 == (s - 1) * 8 { print $2 }' "$1/csv/run/Train_Samples_train_loss.csv"; }
+# the losses of the run in DIR, one per line in step order
+losses_of() { awk -F, 'NR > 1 { print $2 }' "$1/csv/run/Train_Samples_train_loss.csv"; }
+
+# close A B: true when A is within 1e-5 of B, relative
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(a != "" && d <= 1e-5 * m) }'; }
+
+# same_losses DIR1 DIR2 N: both runs have N losses, pairwise close
+same_losses() {
+	local a b
+	a=$(losses_of "$1") b=$(losses_of "$2")
+	[ "$(wc -l <<<"$a")" -eq "$3" ] || { echo "$1: $(wc -l <<<"$a") losses, expected $3"; return 1; }
+	[ "$(wc -l <<<"$b")" -eq "$3" ] || { echo "$2: $(wc -l <<<"$b") losses, expected $3"; return 1; }
+	paste -d' ' <(echo "$a") <(echo "$b") | awk -v n1="$1" -v n2="$2" '
+		{ d = $1 - $2; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
+		  if (d > 1e-5 * m) { printf "step %d: %s %s, %s %s\n", NR, n1, $1, n2, $2; bad = 1 } }
+		END { exit bad }'
+}
+
+@test "gpu: 20 steps of the dropout model on --device cuda give the cpu losses within 1e-5" {
+	run -0 --separate-stderr train cpu cfg.json --train-iters 20 --device cpu
+	run -0 --separate-stderr train cuda cfg.json --train-iters 20 --device cuda
+	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
+	run -0 same_losses cpu cuda 20
+}
+
+@test "gpu: ZeRO stage 3 at one rank on --device cuda gives the cpu losses within 1e-5" {
+	run -0 --separate-stderr train cpu z3.json --train-iters 20 --device cpu
+	run -0 --separate-stderr train cuda z3.json --train-iters 20 --device cuda
+	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
+	run -0 same_losses cpu cuda 20
+}
+
+@test "gpu: a checkpoint of step 10 saved on cuda resumes on cpu, and the other way round, with the step-11 loss" {
+	run -0 train straight cfg.json --train-iters 20 --device cpu
+	want=$(loss_of straight 11)
+	[ -n "$want" ] || fail "no step-11 loss in the uninterrupted run"
+	for pair in "cuda cpu" "cpu cuda"; do
+		read -r from to <<<"$pair"
+		dir=$from-$to
+		run -0 train "$dir" cfg.json --train-iters 20 --device "$from" --save ck --exit-interval 10
+		[ "$(cat "$dir/ck/latest")" = global_step10 ] || fail "$from: latest is $(cat "$dir/ck/latest")"
+		rm -rf "$dir/csv"
+		run -0 --separate-stderr train "$dir" cfg.json --train-iters 20 --device "$to" --save ck --load auto
+		assert_output --partial "step 11/20"
+		[[ "$stderr" == *"device $to (--device)"* ]] || fail "$to: no device line: $stderr"
+		got=$(loss_of "$dir" 11)
+		close "$got" "$want" || fail "saved on $from, resumed on $to: step-11 loss $got, uninterrupted $want"
+	done
+}
