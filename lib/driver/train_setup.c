@@ -549,11 +549,8 @@ int ds_train_device(struct ds_train_setup *s, char *why, size_t whysz, struct ds
 	struct ds_compute_env env;
 	struct ds_err e = DS_ERR_INIT;
 	char line[256];
-	const struct ds_compute_needs needs = {
-		.half = s->eng.half, .moe = s->model.moe.enabled, .tp = s->tp, .pp = s->pp,
-		.onebit = ds_optim_is_onebit(s->eng.optim.type),
-		.nvme = s->eng.offload.optimizer || s->eng.offload.param,
-	};
+	struct ds_compute_needs needs;
+	ds_engine_compute_needs(&s->eng, &needs);
 	ds_compute_probe(&env, s->device_kind);
 	int rc = ds_compute_select(s->device_kind, &env, &needs, &s->eng.compute, &s->eng.device, line, sizeof line,
 				   &e);

@@ -822,16 +822,22 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 /* A backend whose memory is not the host's runs the engine's fp32 dense
  * path on one rank; everything else is refused here, in one line, before
  * anything is allocated. */
+void ds_engine_compute_needs(const struct ds_engine_opts *opts, struct ds_compute_needs *needs)
+{
+	*needs = (struct ds_compute_needs){
+		.half = opts->half, .moe = opts->model.moe.enabled || ds_moe_num_layers(&opts->model) > 0,
+		.tp = opts->tp, .pp = opts->pp, .onebit = ds_optim_is_onebit(opts->optim.type),
+		.nvme = opts->offload.optimizer || opts->offload.param,
+	};
+}
+
 static int check_backend(const struct ds_engine_opts *opts, struct ds_comm *comm, struct ds_err *err)
 {
 	const struct ds_compute_ops *ops = opts->compute;
 	if (!ops || ops->host)
 		return 0;
-	const struct ds_compute_needs needs = {
-		.half = opts->half, .moe = opts->model.moe.enabled || ds_moe_num_layers(&opts->model) > 0,
-		.tp = opts->tp, .pp = opts->pp, .onebit = ds_optim_is_onebit(opts->optim.type),
-		.nvme = opts->offload.optimizer || opts->offload.param,
-	};
+	struct ds_compute_needs needs;
+	ds_engine_compute_needs(opts, &needs);
 	const char *what = ops->uncovered(&needs);
 	if (!what && opts->comm_half != DS_HALF_NONE)
 		what = "a 16-bit communication_data_type";
@@ -2263,10 +2269,12 @@ void ds_engine_save_slice(const struct ds_engine *e, int i, int64_t *begin, int6
 float *ds_engine_state(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)
 {
 	float *p = state_raw(e, i, name, begin, end);
-	for (int k = 0; !e->ops->host && k < ds_engine_num_states(e); k++)
+	if (e->ops->host)
+		return p;
+	for (int k = 0; k < ds_engine_num_states(e); k++)
 		if (!strcmp(ds_engine_state_name(e, k), name))
 			return staged(e, i, 1 + k, p, begin, end);
-	return e->ops->host ? p : NULL;
+	return NULL;
 }
 
 static float *state_raw(struct ds_engine *e, int i, const char *name, int64_t *begin, int64_t *end)

@@ -228,6 +228,12 @@ void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
  * ds_engine_sync_params, or before the next step or evaluation. */
 const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e);
 
+/* What a run of opts asks of a compute backend beyond the dense fp32
+ * model (compute.h's needs): the one list that ds-train's --device choice
+ * and ds_engine_create's refusal both ask uncovered() about. */
+struct ds_compute_needs;
+void ds_engine_compute_needs(const struct ds_engine_opts *opts, struct ds_compute_needs *needs);
+
 /* This rank's model: its tensor-parallel shards (the registry's shapes are
  * the shard's, gshape the logical tensor's). */
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e);
