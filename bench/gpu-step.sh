@@ -41,7 +41,8 @@
 # sides.  Peak device memory: nvidia-smi's memory.used over the idle
 # baseline, sampled every 0.2 s while the part runs (the whole process:
 # CUDA context, cuBLAS workspace, allocator pools), for both sides; PyTorch
-# also gives torch.cuda.max_memory_allocated.  Raw output of every part
+# also gives torch.cuda.max_memory_allocated.  The PyTorch model is checked
+# to have dstk's parameter count (a note where not).  Raw output of every part
 # follows the table.
 # Binaries: $DS_BUILDDIR/{tools/ds-train,tools/ds-profile,bench/cuda-kernels}
 # (DS_BUILDDIR defaults to the source tree, an in-tree build); PYTHON
@@ -226,7 +227,7 @@ fi
 
 # ---- the parts ------------------------------------------------------------------
 names=() # model names in order
-declare -A shape mjson flops dprec
+declare -A shape mjson flops dprec nparams
 for m in ${models//,/ }; do
 	n=$(basename "$m" .json)
 	names+=("$n")
@@ -238,6 +239,8 @@ for m in ${models//,/ }; do
 		die "ds-profile on $m failed: $(head -1 "$tmp/$n.profile")"
 	flops[$n]=$("$py" -c 'import json, sys; print(3 * json.load(open(sys.argv[1]))["summary"]["fwd_flops_per_gpu"])' \
 		"$tmp/$n.profile") || die "ds-profile on $m: no summary.fwd_flops_per_gpu"
+	nparams[$n]=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"]["params_per_gpu"])' \
+		"$tmp/$n.profile")
 done
 
 torch_ok=1
@@ -344,6 +347,9 @@ memcol=peak_dev_MiB
 				continue
 			fi
 			[ "$side" = dstk ] && dstk_kv "$tmp/$p.json" "$tmp/$p.kv"
+			# the same model on both sides: PyTorch's parameter count is dstk's
+			[ "$side" != dstk ] && [ "$(kv "$tmp/$p.kv" params)" != "${nparams[$n]}" ] &&
+				echo "# note: $p: PyTorch's model has $(kv "$tmp/$p.kv" params) parameters, dstk's ${nparams[$n]}"
 			tps=$(tps_of "$p")
 			if [ "$device" = cuda ]; then
 				mem=$(cat "$tmp/$p.mem" 2>/dev/null || echo -)
