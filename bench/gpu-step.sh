@@ -25,8 +25,9 @@
 #                 has its own timeout (ds-train 120 s, eager 120 s, compile
 #                 180 s), cut to what is left, and a part that would start
 #                 with under 15 s left is skipped and listed as such.  Parts
-#                 run in order of worth: dstk 124M, 350M, eager 124M, 350M,
-#                 compile 124M, 350M, then eager fp32 where dstk fell back
+#                 run in order of worth: dstk and eager 350M, dstk and eager
+#                 124M, compile 350M, 124M, then eager fp32 where dstk fell
+#                 back (the last model named is the target's, run first)
 #   --peak-tflops MFU reference instead of the measured ceiling
 #   --dry-run     check the plumbing without a GPU: dstk on --device cpu and
 #                 PyTorch on the CPU (where `import torch` works) on gpt-test
@@ -251,7 +252,8 @@ fi
 
 data=$top/share/data/devils-dictionary.txt
 fallback=0
-for n in "${names[@]}"; do
+dstk_part() { # model
+	local n=$1
 	dprec[$n]=$prec
 	ds_config "$prec" "$tmp/$n.ds.json"
 	part "dstk-$n" 120 "$dstrain" --device "$device" -c "$tmp/$n.ds.json" -m "${mjson[$n]}" --data "$data" \
@@ -267,21 +269,26 @@ for n in "${names[@]}"; do
 		part "dstk-$n" 120 "$dstrain" --device "$device" -c "$tmp/$n.ds.json" -m "${mjson[$n]}" --data "$data" \
 			--train-iters $((warmup + steps)) --metrics-json "$tmp/dstk-$n.json"
 	fi
-done
-
+}
 torch_part() { # name model mode precision timeout
 	read -r L C NH V T <<<"${shape[$2]}"
 	part "$1" "$5" env PYTHONUNBUFFERED=1 "$py" "$top/bench/gpu-step-torch.py" --layers "$L" --hidden "$C" \
 		--heads "$NH" --vocab "$V" --batch "$batch" --seq "$T" --warmup "$warmup" --steps "$steps" \
 		--mode "$3" --precision "$4" --device "$device"
 }
-rows=() # part names of the table, in order of the table
-for n in "${names[@]}"; do rows+=("dstk-$n"); done
+# in order of worth, the target's model (the last) first: dstk and torch
+# eager per model, then torch.compile (its compile takes tens of seconds),
+# then the fp32 eager rows of a fallback; the table keeps the models' order
+order=()
+for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[i]}"); done
+for n in "${order[@]}"; do
+	dstk_part "$n"
+	[ $torch_ok = 1 ] && torch_part "eager-$n" "$n" eager "$prec" 120
+done
 if [ $torch_ok = 1 ]; then
-	for n in "${names[@]}"; do torch_part "eager-$n" "$n" eager "$prec" 120; done
-	for n in "${names[@]}"; do torch_part "compile-$n" "$n" compile "$prec" 180; done
+	for n in "${order[@]}"; do torch_part "compile-$n" "$n" compile "$prec" 180; done
 	if [ $fallback = 1 ]; then
-		for n in "${names[@]}"; do
+		for n in "${order[@]}"; do
 			[ "${dprec[$n]}" = fp32 ] && torch_part "eager32-$n" "$n" eager fp32 120
 		done
 	fi
