@@ -11,6 +11,8 @@
  * Not a test: it asserts nothing.  Without a device it says so and exits 0.
  *
  * Usage: bench/cuda-kernels [reps]   (default 10)
+ *        bench/cuda-kernels ceiling [reps]   the bf16 GEMM ceiling line
+ *                                 alone (bench/gpu-step.sh's MFU reference)
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -267,8 +269,9 @@ static void run_adam(void *p)
 
 int main(int argc, char **argv)
 {
-	if (argc > 1)
-		reps = atoi(argv[1]) > 0 ? atoi(argv[1]) : reps;
+	const int only_ceiling = argc > 1 && !strcmp(argv[1], "ceiling");
+	if (argc > 1 + only_ceiling)
+		reps = atoi(argv[1 + only_ceiling]) > 0 ? atoi(argv[1 + only_ceiling]) : reps;
 	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
 		printf("cuda-kernels: no CUDA device here; nothing measured\n");
@@ -291,6 +294,10 @@ int main(int argc, char **argv)
 	const double gms = time_ms(run_gemm, &g), gtf = 2.0 * g.n * (double)g.n * g.n / gms * 1e-9;
 	printf("ceiling    bf16 GEMM %d^3 (cuBLAS)    %8.3f ms  %7.1f TFLOP/s\n", g.n, gms, gtf);
 	cudaFree(g.A); cudaFree(g.B); cudaFree(g.C);
+	if (only_ceiling) {
+		ds_cuda_blas_destroy(blas);
+		return 0;
+	}
 	struct copy_arg cp = { NULL, NULL, (size_t)1 << 30 };
 	cp.a = dalloc(cp.n);
 	cp.b = dalloc(cp.n);

@@ -26,8 +26,11 @@
 # The run step needs nothing from the machine but bash, tar, xz, the NVIDIA
 # driver, the CUDA runtime and cuBLAS under /usr/local/cuda, and NCCL (there
 # or inside PyTorch's wheels: nvidia/nccl/lib); it says which one it used.
+# bench/gpu-step.sh (GPT-2 124M and 350M training steps, ds-train --device
+# cuda next to PyTorch eager and torch.compile: tokens/s, MFU, peak device
+# memory) runs after the tests, within about 4 minutes, into gpu-step.txt.
 # At most 8 output files (the device tool's limit): facts.txt, closure.txt,
-# unit.tap, gpu-tests.tap, bench.txt, smoke.txt.
+# unit.tap, gpu-tests.tap, smoke.txt, gpu-step.txt, bench.txt.
 set -u -o pipefail
 stage=
 
@@ -179,14 +182,18 @@ run() {
 			ds-train -m share/models/gpt-test.json --data share/data/devils-dictionary.txt --train-iters 4 2>&1
 		echo "exit $? (mpirun -np 2)"
 	} >"$out/smoke.txt" 2>&1
+	# bench/gpu-step.sh keeps to its 240 s budget (each part has its own
+	# timeout); 300 s here is the backstop should the script itself hang
+	timeout -k 10 300 bash bench/gpu-step.sh >"$out/gpu-step.txt" 2>&1
+	echo "exit $? (bench/gpu-step.sh)" >>"$out/gpu-step.txt"
 	{
-		[ -x build-gpu/bench/gpu-step ] && timeout 900 build-gpu/bench/gpu-step 2>&1
 		[ -x build-gpu/bench/cuda-kernels ] && timeout 300 build-gpu/bench/cuda-kernels 2>&1
 		OMP_NUM_THREADS=$(nproc) timeout 300 build-gpu/bench/gpt-step gpt2 5 2>&1
 	} >"$out/bench.txt" 2>&1
 	echo "gpu-run.sh: raw output in $out:"
 	ls -l "$out"
 	grep -h -E '^(not ok|closure|# exit)' "$out"/*.t* "$out/closure.txt" 2>/dev/null
+	sed -n '/^model /,/^# bench wall time/p' "$out/gpu-step.txt" 2>/dev/null
 	return $rc
 }
 

@@ -58,6 +58,13 @@ TESTS += tests/cli/bounded.bats
 endif
 EXTRA_DIST += tests/cli/bounded.bats
 
+## bench/gpu-step.sh without a GPU: its dry run, the bf16 refusal's fp32
+## fallback and the per-part timeout (issue 18; the figures need a GPU)
+if HAVE_BATS
+TESTS += tests/cli/gpu-step.bats
+endif
+EXTRA_DIST += tests/cli/gpu-step.bats
+
 ## The layer rule (DESIGN.md "Layers"): no module includes one above it;
 ## and libds never prints, exits or aborts (STYLE rule 4).
 TESTS += tests/layers.sh tests/quiet.sh
