@@ -68,6 +68,13 @@ train() {
 	)
 }
 
+# trained: the run just made exited 0, else the test fails with its exit
+# status and the end of its stderr (a crash's own words: a CUDA error, the
+# emulation's "host access of emulated device memory")
+trained() {
+	[ "$status" -eq 0 ] || fail "exit $status: $(tail -n 5 <<<"$stderr")"
+}
+
 # the loss of step S (1-based) of the run in DIR: its CSV's rows are keyed
 # by the samples before the step, 8 per step here
 loss_of() { awk -F, -v s="$2" '$1 == (s - 1) * 8 { print $2 }' "$1/csv/run/Train_Samples_train_loss.csv"; }
@@ -90,30 +97,39 @@ same_losses() {
 }
 
 @test "gpu: ${DS_GPU_TRAIN_ITERS:-20} steps of the dropout model on --device cuda give the cpu losses within 1e-5" {
-	run -0 --separate-stderr train cpu cfg.json --train-iters "$ITERS" --device cpu
-	run -0 --separate-stderr train cuda cfg.json --train-iters "$ITERS" --device cuda
+	run --separate-stderr train cpu cfg.json --train-iters "$ITERS" --device cpu
+	trained
+	run --separate-stderr train cuda cfg.json --train-iters "$ITERS" --device cuda
+	trained
 	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
-	run -0 same_losses cpu cuda "$ITERS"
+	run same_losses cpu cuda "$ITERS"
+	[ "$status" -eq 0 ] || fail "cpu and cuda losses differ by more than 1e-5 relative: $output"
 }
 
 @test "gpu: ZeRO stage 3 at one rank on --device cuda gives the cpu losses within 1e-5" {
-	run -0 --separate-stderr train cpu z3.json --train-iters "$ITERS" --device cpu
-	run -0 --separate-stderr train cuda z3.json --train-iters "$ITERS" --device cuda
+	run --separate-stderr train cpu z3.json --train-iters "$ITERS" --device cpu
+	trained
+	run --separate-stderr train cuda z3.json --train-iters "$ITERS" --device cuda
+	trained
 	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
-	run -0 same_losses cpu cuda "$ITERS"
+	run same_losses cpu cuda "$ITERS"
+	[ "$status" -eq 0 ] || fail "cpu and cuda losses differ by more than 1e-5 relative: $output"
 }
 
 @test "gpu: a checkpoint saved on cuda half-way resumes on cpu, and the other way round, with the next step's loss" {
-	run -0 train straight cfg.json --train-iters "$ITERS" --device cpu
+	run --separate-stderr train straight cfg.json --train-iters "$ITERS" --device cpu
+	trained
 	want=$(loss_of straight $((HALF + 1)))
 	[ -n "$want" ] || fail "no step-$((HALF + 1)) loss in the uninterrupted run"
 	for pair in "cuda cpu" "cpu cuda"; do
 		read -r from to <<<"$pair"
 		dir=$from-$to
-		run -0 train "$dir" cfg.json --train-iters "$ITERS" --device "$from" --save ck --exit-interval "$HALF"
+		run --separate-stderr train "$dir" cfg.json --train-iters "$ITERS" --device "$from" --save ck --exit-interval "$HALF"
+		trained
 		[ "$(cat "$dir/ck/latest")" = "global_step$HALF" ] || fail "$from: latest is $(cat "$dir/ck/latest")"
 		rm -rf "$dir/csv"
-		run -0 --separate-stderr train "$dir" cfg.json --train-iters "$ITERS" --device "$to" --save ck --load auto
+		run --separate-stderr train "$dir" cfg.json --train-iters "$ITERS" --device "$to" --save ck --load auto
+		trained
 		assert_output --partial "step $((HALF + 1))/$ITERS"
 		[[ "$stderr" == *"device $to (--device)"* ]] || fail "$to: no device line: $stderr"
 		got=$(loss_of "$dir" $((HALF + 1)))
