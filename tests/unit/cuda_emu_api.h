@@ -1,7 +1,9 @@
 /* cuda_emu_api.h - the C side of the CUDA emulation (cuda_emu.h): what a
  * test program written in C needs to drive kernels/cuda's launchers when
- * they were compiled by g++ with -DDS_CUDA_EMU.  "Device" memory is host
- * memory there, so the tests pass malloc'ed buffers to the launchers.
+ * they were compiled by g++ with -DDS_CUDA_EMU.  Device memory there
+ * (cudaMalloc, ds_cuda_malloc) is unreachable from host code outside the
+ * emulated calls (cuda_emu.h); kernels also read and write host memory, so
+ * a test may pass malloc'ed buffers to the launchers.
  */
 #ifndef DS_TESTS_CUDA_EMU_API_H
 #define DS_TESTS_CUDA_EMU_API_H
