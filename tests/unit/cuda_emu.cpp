@@ -269,6 +269,8 @@ namespace {
 
 pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 std::map<uintptr_t, size_t> dev_regions;   /* base -> length (whole pages) */
+std::map<uintptr_t, size_t> pinned;        /* cudaMallocHost: base -> bytes */
+bool strict_args;
 int dev_depth;                              /* emulated calls in progress */
 struct sigaction dev_old_segv;
 size_t dev_page;
@@ -404,6 +406,61 @@ cudaError_t ds_emu_dev_free(void *p)
 	}
 	pthread_mutex_unlock(&dev_mu);
 	return e;
+}
+
+cudaError_t ds_emu_host_alloc(void **p, size_t n)
+{
+	*p = malloc(n ? n : 1);
+	if (!*p)
+		return E.err = cudaErrorMemoryAllocation;
+	pthread_mutex_lock(&dev_mu);
+	pinned[(uintptr_t)*p] = n ? n : 1;
+	pthread_mutex_unlock(&dev_mu);
+	return cudaSuccess;
+}
+
+cudaError_t ds_emu_host_free(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	pthread_mutex_lock(&dev_mu);
+	size_t gone = pinned.erase((uintptr_t)p);
+	pthread_mutex_unlock(&dev_mu);
+	if (!gone) {
+		fprintf(stderr, "cuda_emu: cudaFreeHost of %p, which cudaMallocHost did not return\n", p);
+		E.failures++;
+		return E.err = cudaErrorInvalidValue;
+	}
+	free(p);
+	return cudaSuccess;
+}
+
+extern "C" void ds_emu_strict_args(int on) { strict_args = on != 0; }
+
+/* p inside (or just past the end of) a region of m */
+static bool in_regions(const std::map<uintptr_t, size_t> &m, uintptr_t p)
+{
+	auto it = m.upper_bound(p);
+	if (it == m.begin())
+		return false;
+	--it;
+	return p <= it->first + it->second;
+}
+
+void ds_emu_check_arg(const char *kernel, int i, const void *p)
+{
+	if (!strict_args || !p)
+		return;
+	pthread_mutex_lock(&dev_mu);
+	bool ok = in_regions(dev_regions, (uintptr_t)p) || in_regions(pinned, (uintptr_t)p);
+	pthread_mutex_unlock(&dev_mu);
+	if (ok)
+		return;
+	fprintf(stderr, "cuda_emu: launch of %s: argument %d (%p) is neither device memory nor pinned host memory, "
+		"which a GPU cannot read\n", kernel, i + 1, p);
+	fflush(stderr);
+	signal(SIGABRT, SIG_DFL);
+	abort();
 }
 
 cudaError_t ds_emu_copy(void *d, const void *src, size_t n)

@@ -14,7 +14,9 @@
  * for those, on buffers a test malloc'ed; cudaMalloc'ed memory is mmap'd
  * pages that ASan does not watch), the tensor cores' own rounding, inline
  * PTX (none is used).  Device memory is kept unreachable from the host
- * outside the emulated calls (the runtime API below).
+ * outside the emulated calls (the runtime API below), and on request
+ * (ds_emu_strict_args) a launch's pointer arguments must be device or
+ * pinned memory.
  * Test-only code: never part of libds.
  */
 #ifndef DS_TESTS_CUDA_EMU_H
@@ -104,9 +106,27 @@ void ds_emu_slot_put(unsigned long long v);
 unsigned long long ds_emu_slot_get(unsigned t, unsigned mask);
 void ds_emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* With ds_emu_strict_args(1) (cuda_emu_api.h) every pointer argument of a
+ * launch must point into device memory or pinned host memory, as on a GPU;
+ * pointers inside structs passed by value are not looked at. */
+void ds_emu_check_arg(const char *kernel, int i, const void *p);
+template <class T> static inline void ds_emu_arg(const char *kernel, int i, const T &a)
+{
+	if constexpr (std::is_pointer<T>::value)
+		ds_emu_check_arg(kernel, i, (const void *)a);
+}
+template <class... A> static inline int ds_emu_args(const char *kernel, const A &...a)
+{
+	int i = 0;
+	(ds_emu_arg(kernel, i++, a), ...);
+	return 0;
+}
+
+/* (the arguments are evaluated twice: for the check, and by the lambda) */
 #define DS_CUDA_LAUNCH(k, g, b, sh, st, ...)                                                               \
-	ds_emu_launch(#k, (const void *)(k), dim3(g), dim3(b), (size_t)(sh), (cudaStream_t)(st),             \
-		      [=]() { (k)(__VA_ARGS__); })
+	(ds_emu_args(#k, __VA_ARGS__),                                                                      \
+	 ds_emu_launch(#k, (const void *)(k), dim3(g), dim3(b), (size_t)(sh), (cudaStream_t)(st),            \
+		       [=]() { (k)(__VA_ARGS__); }))
 #define DS_CUDA_DYN_SHARED(T, name) T *name = reinterpret_cast<T *>(ds_emu_dyn_smem())
 
 /* ---- runtime API -------------------------------------------------------
@@ -119,6 +139,8 @@ void ds_emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * Pinned host memory (cudaMallocHost) is ordinary host memory. */
 cudaError_t ds_emu_dev_alloc(void **p, size_t n);
 cudaError_t ds_emu_dev_free(void *p);
+cudaError_t ds_emu_host_alloc(void **p, size_t n);
+cudaError_t ds_emu_host_free(void *p);
 cudaError_t ds_emu_copy(void *d, const void *src, size_t n);
 cudaError_t ds_emu_set(void *d, int v, size_t n);
 /* an emulated call's span (nested calls counted): every device allocation
@@ -197,16 +219,8 @@ static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 }
 static inline cudaError_t cudaMalloc(void **p, size_t n) { return cudaMallocAsync(p, n, (cudaStream_t)0); }
 static inline cudaError_t cudaFree(void *p) { return cudaFreeAsync(p, (cudaStream_t)0); }
-static inline cudaError_t cudaMallocHost(void **p, size_t n)
-{
-	*p = malloc(n ? n : 1);
-	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-static inline cudaError_t cudaFreeHost(void *p)
-{
-	free(p);
-	return cudaSuccess;
-}
+static inline cudaError_t cudaMallocHost(void **p, size_t n) { return ds_emu_host_alloc(p, n); }
+static inline cudaError_t cudaFreeHost(void *p) { return ds_emu_host_free(p); }
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F *fn, enum cudaFuncAttribute a, int v)
 {
 	(void)a;

@@ -30,6 +30,14 @@ void ds_emu_set_order(enum ds_emu_order o);
 long ds_emu_launches(void);
 long ds_emu_failures(void);
 
+/* on: every pointer argument of a kernel launch must point into device
+ * memory (cudaMalloc) or pinned host memory (cudaMallocHost), else the
+ * emulation says which kernel and argument and aborts, as a GPU would
+ * fault on a pageable host address.  Off by default: the unit tests hand
+ * kernels their own malloc'ed buffers; tests/unit/ds-train-emu turns it
+ * on. */
+void ds_emu_strict_args(int on);
+
 /* The cuBLAS emulation: the compute type of the last GEMM call (the value
  * of cublasComputeType_t), and GEMM calls made. */
 int ds_emu_blas_last_compute(void);

@@ -87,6 +87,39 @@ static void emu_read_none(void *p)
 	(void)*(volatile char *)p;
 }
 
+/* kernels in strict mode: handed host memory, the launch aborts naming
+ * it; handed device memory, it runs */
+static void emu_strict_host(void *p)
+{
+	(void)p;
+	float out[4];
+	unsigned bal[2];
+	ds_emu_strict_args(1);
+	ds_emu_selftest_shfl(out, bal);
+}
+static void emu_strict_dev(void *p)
+{
+	(void)p;
+	float *out = NULL;
+	unsigned *bal = NULL;
+	ds_emu_strict_args(1);
+	if (ds_cuda_malloc((void **)&out, 4 * sizeof(float)) || ds_cuda_host_alloc((void **)&bal, 2 * sizeof(unsigned)) ||
+	    ds_emu_selftest_shfl(out, bal))
+		_exit(3);
+	_exit(bal[0] == 0xaaaaaaaau ? 0 : 4);   /* pinned: the host reads it */
+}
+
+static void test_emu_strict_args(void **state)
+{
+	(void)state;
+	char err[512];
+	assert_int_equal(emu_child(emu_strict_host, NULL, err, sizeof err), SIGABRT);
+	assert_non_null(strstr(err, "launch of shfl_k: argument 1"));
+	assert_non_null(strstr(err, "is neither device memory nor pinned host memory"));
+	assert_int_equal(emu_child(emu_strict_dev, NULL, err, sizeof err), 0);
+	assert_string_equal(err, "");
+}
+
 /* device memory: reachable by copies and kernels, not by host code (which
  * dies naming it), while other faults stay plain SIGSEGVs */
 static void test_emu_device_memory(void **state)
@@ -128,4 +161,4 @@ static void test_emu_device_memory(void **state)
 
 #define DS_EMU_SELF_CASES                                                                                  \
 	cmocka_unit_test(test_emu_warp), cmocka_unit_test(test_emu_race), cmocka_unit_test(test_emu_refuses), \
-		cmocka_unit_test(test_emu_device_memory)
+		cmocka_unit_test(test_emu_device_memory), cmocka_unit_test(test_emu_strict_args)
