@@ -71,6 +71,15 @@ DS_EMU_FLAGS = -std=c++17 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I$(top_srcdir
 	-I$(top_srcdir)/tests/unit $(BLAS_CFLAGS) $(filter -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS))
 EXTRA_DIST += $(DS_EMU_SRC) $(DS_EMU_HDR)
 if HAVE_CUDA
+## (the objects need no cmocka: tests/unit/ds-train-emu, lib/driver/train.mk,
+## links them too)
+CLEANFILES += $(DS_EMU_OBJ)
+tests/unit/emu/%.$(OBJEXT): $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(DS_CUDA_HDR) $(DS_EMU_HDR))
+	@$(MKDIR_P) tests/unit/emu
+	$(AM_V_GEN)$(CXX) $(DS_EMU_FLAGS) -x c++ -DDS_CUDA_EMU -c $< -o $@
+tests/unit/emu/%.$(OBJEXT): $(srcdir)/tests/unit/%.cpp $(addprefix $(srcdir)/,$(DS_CUDA_HDR) $(DS_EMU_HDR))
+	@$(MKDIR_P) tests/unit/emu
+	$(AM_V_GEN)$(CXX) $(DS_EMU_FLAGS) -c $< -o $@
 if HAVE_CMOCKA
 check_PROGRAMS += tests/unit/test_kernels_cuda tests/unit/test_kernels_cuda_emu
 TESTS += tests/unit/test_kernels_cuda tests/unit/test_kernels_cuda_emu
@@ -81,12 +90,5 @@ tests_unit_test_kernels_cuda_emu_SOURCES = tests/unit/test_kernels_cuda_emu.c te
 tests_unit_test_kernels_cuda_emu_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_kernels_cuda_emu_LDADD = $(DS_EMU_OBJ) $(DS_LDADD) $(CMOCKA_LIBS) -lstdc++
 EXTRA_tests_unit_test_kernels_cuda_emu_DEPENDENCIES = $(DS_EMU_OBJ)
-CLEANFILES += $(DS_EMU_OBJ)
-tests/unit/emu/%.$(OBJEXT): $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(DS_CUDA_HDR) $(DS_EMU_HDR))
-	@$(MKDIR_P) tests/unit/emu
-	$(AM_V_GEN)$(CXX) $(DS_EMU_FLAGS) -x c++ -DDS_CUDA_EMU -c $< -o $@
-tests/unit/emu/%.$(OBJEXT): $(srcdir)/tests/unit/%.cpp $(addprefix $(srcdir)/,$(DS_CUDA_HDR) $(DS_EMU_HDR))
-	@$(MKDIR_P) tests/unit/emu
-	$(AM_V_GEN)$(CXX) $(DS_EMU_FLAGS) -c $< -o $@
 endif
 endif

@@ -1,7 +1,8 @@
 /* rt_cuda.cu - the CUDA runtime calls of ds_cuda.h, so that libds code
  * reaches devices, streams, memory and copies without a CUDA header.  Under
  * -DDS_CUDA_EMU (the unit tests) they are tests/unit/cuda_emu.h's host
- * versions: one device, memory from malloc, copies by memcpy.
+ * versions: one device, device memory that only the emulated calls can
+ * reach, pinned memory from malloc, copies by memmove.
  */
 #include "cuda/cuda_port.h"
 

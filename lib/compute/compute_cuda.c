@@ -8,8 +8,9 @@
  * linked, so a cpu run never maps it.  test_compute_cuda_emu (the model)
  * and test_engine_cuda_emu
  * (the engine's buffers, norm, clipping and optimizers) run it over the
- * host emulation of CUDA (where device memory is host memory) against
- * the cpu backend.
+ * host emulation of CUDA (where host code that touches device memory
+ * aborts, as a GPU would fault) against the cpu backend, and
+ * tests/cli/ds-train-cuda-emu.sh runs tests/gpu/train.bats there.
  *
  * Covered: fp32 training of dense models on one tensor-parallel rank, with
  * the engine's step (Adam/AdamW, SGD, Lamb) on the device.

@@ -9,6 +9,19 @@ tools_ds_train_SOURCES = tools/ds-train.c tools/cli.c tools/cli.h
 tools_ds_train_LDADD = $(DS_LDADD)
 dist_man1_MANS += share/man/ds-train.1
 
+## ds-train over the host emulation of CUDA (kernels/local.mk's DS_EMU_OBJ,
+## linked before libds as the emulated unit tests do, and gpu_count_emu.c
+## for the device count): one emulated device, device memory unreachable
+## from host code.  Never installed; tests/cli/ds-train-cuda-emu.sh runs
+## tests/gpu/train.bats with it.
+if HAVE_CUDA
+check_PROGRAMS += tests/unit/ds-train-emu
+tests_unit_ds_train_emu_SOURCES = tools/ds-train.c tools/cli.c tools/cli.h tests/unit/gpu_count_emu.c
+tests_unit_ds_train_emu_LDADD = $(DS_EMU_OBJ) $(DS_LDADD) -lstdc++
+EXTRA_tests_unit_ds_train_emu_DEPENDENCIES = $(DS_EMU_OBJ)
+endif
+EXTRA_DIST += tests/unit/gpu_count_emu.c
+
 if HAVE_BATS
 TESTS += tests/cli/ds-train.bats tests/cli/ds-train-check.bats tests/cli/configs-real.bats tests/cli/ds-train-neox.bats
 endif
@@ -31,11 +44,12 @@ endif
 endif
 EXTRA_DIST += tests/cli/ds-train-moe.bats tests/mpi/moe.bats
 
-## the compute backend: --device, dstk.device (issue 18)
+## the compute backend: --device, dstk.device (issue 18); tests/gpu/train.bats
+## over ds-train-emu (skipped without CUDA)
 if HAVE_BATS
-TESTS += tests/cli/ds-train-device.bats
+TESTS += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh
 endif
-EXTRA_DIST += tests/cli/ds-train-device.bats
+EXTRA_DIST += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh
 
 ## fp16/bf16 training runs (issue 5)
 if HAVE_BATS

@@ -2,24 +2,43 @@
 # train.bats - ds-train --device cuda against --device cpu (issue 18): the
 # cuda backend's fp32 dense step at one rank gives the cpu backend's losses
 # within 1e-5 relative over 20 steps of the dropout test model, at ZeRO
-# stage 0 and 3, and a checkpoint saved on one device resumes on the other
-# with the uninterrupted run's step-11 loss.  Needs a CUDA device:
+# stage 0 and 3, and a checkpoint saved on one device at step 10 resumes
+# on the other with the uninterrupted run's step-11 loss.  Needs a CUDA device:
 # bench/gpu-run.sh runs it on the GPU machine; elsewhere every test skips
 # with the reason (the choice of --device cuda is checked without one by
 # tests/cli/ds-train-device.bats, the backend by the emulated unit tests).
+#
+# The same checks run without a GPU over the host emulation of CUDA
+# (tests/cli/ds-train-cuda-emu.sh), through these variables:
+#   DS_TRAIN_CUDA       the program for the --device cuda runs (default
+#                       ds-train; there tests/unit/ds-train-emu)
+#   DS_GPU_TRAIN_ITERS  steps of each run (default 20), the checkpoint at
+#                       half of them; an even number of 4 or more
+#   DS_GPU_REQUIRE=1    no device answering fails the tests instead of
+#                       skipping them
 # shellcheck disable=SC2154  # stderr: set by bats' run --separate-stderr
 load ../cli/helper
 
 setup() {
 	require_feature cuda
 	cd "$BATS_TEST_TMPDIR" || return
+	CUDA_TRAIN=${DS_TRAIN_CUDA:-ds-train}
+	ITERS=${DS_GPU_TRAIN_ITERS:-20}
+	if ! [[ $ITERS =~ ^[0-9]+$ ]] || [ "$ITERS" -lt 4 ] || [ $((ITERS % 2)) -ne 0 ]; then
+		fail "DS_GPU_TRAIN_ITERS=$ITERS: give an even number of steps, 4 or more"
+	fi
+	HALF=$((ITERS / 2))
 	MODEL="$TDATA/gpt-test-dropout.json"
 	cfg cfg.json ''
 	cfg z3.json ', "zero_optimization": {"stage": 3}'
-	local dev
-	dev=$(ds-train --check --json --deepspeed_config cfg.json --model "$MODEL" --device cuda) ||
-		fail "ds-train --check --device cuda: $dev"
-	[ "$(jq -r .device.backend <<<"$dev")" = cuda ] || skip "no CUDA device ($(jq -r .device.note <<<"$dev"))"
+	local dev why
+	dev=$("$CUDA_TRAIN" --check --json --deepspeed_config cfg.json --model "$MODEL" --device cuda) ||
+		fail "$CUDA_TRAIN --check --device cuda: $dev"
+	if [ "$(jq -r .device.backend <<<"$dev")" != cuda ]; then
+		why="no CUDA device ($(jq -r .device.note <<<"$dev"))"
+		if [ "${DS_GPU_REQUIRE:-0}" = 1 ]; then fail "$CUDA_TRAIN: $why, and DS_GPU_REQUIRE=1"; fi
+		skip "$why"
+	fi
 }
 
 # cfg FILE EXTRA: the run's config with EXTRA members (", ..." text) added;
@@ -33,15 +52,27 @@ cfg() {
 JSON
 }
 
-# train DIR CONFIG ARGS...: a run in DIR (its own csv/ and ck/)
+# train DIR CONFIG ARGS...: a run in DIR (its own csv/ and ck/), by
+# $CUDA_TRAIN when ARGS say --device cuda, else by ds-train
 train() {
-	local dir=$1 config=$2
+	local dir=$1 config=$2 prog=ds-train prev='' a
 	shift 2
+	for a in "$@"; do
+		if [ "$prev" = --device ] && [ "$a" = cuda ]; then prog=$CUDA_TRAIN; fi
+		prev=$a
+	done
 	mkdir -p "$dir" || return
 	(
 		cd "$dir" || exit 1
-		ds-train --deepspeed_config "../$config" --model "$MODEL" "$@"
+		"$prog" --deepspeed_config "../$config" --model "$MODEL" "$@"
 	)
+}
+
+# trained: the run just made exited 0, else the test fails with its exit
+# status and the end of its stderr (a crash's own words: a CUDA error, the
+# emulation's "host access of emulated device memory")
+trained() {
+	[ "$status" -eq 0 ] || fail "exit $status: $(tail -n 5 <<<"$stderr")"
 }
 
 # the loss of step S (1-based) of the run in DIR: its CSV's rows are keyed
@@ -65,34 +96,43 @@ same_losses() {
 		END { exit bad }'
 }
 
-@test "gpu: 20 steps of the dropout model on --device cuda give the cpu losses within 1e-5" {
-	run -0 --separate-stderr train cpu cfg.json --train-iters 20 --device cpu
-	run -0 --separate-stderr train cuda cfg.json --train-iters 20 --device cuda
+@test "gpu: ${DS_GPU_TRAIN_ITERS:-20} steps of the dropout model on --device cuda give the cpu losses within 1e-5" {
+	run --separate-stderr train cpu cfg.json --train-iters "$ITERS" --device cpu
+	trained
+	run --separate-stderr train cuda cfg.json --train-iters "$ITERS" --device cuda
+	trained
 	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
-	run -0 same_losses cpu cuda 20
+	run same_losses cpu cuda "$ITERS"
+	[ "$status" -eq 0 ] || fail "cpu and cuda losses differ by more than 1e-5 relative: $output"
 }
 
 @test "gpu: ZeRO stage 3 at one rank on --device cuda gives the cpu losses within 1e-5" {
-	run -0 --separate-stderr train cpu z3.json --train-iters 20 --device cpu
-	run -0 --separate-stderr train cuda z3.json --train-iters 20 --device cuda
+	run --separate-stderr train cpu z3.json --train-iters "$ITERS" --device cpu
+	trained
+	run --separate-stderr train cuda z3.json --train-iters "$ITERS" --device cuda
+	trained
 	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
-	run -0 same_losses cpu cuda 20
+	run same_losses cpu cuda "$ITERS"
+	[ "$status" -eq 0 ] || fail "cpu and cuda losses differ by more than 1e-5 relative: $output"
 }
 
-@test "gpu: a checkpoint of step 10 saved on cuda resumes on cpu, and the other way round, with the step-11 loss" {
-	run -0 train straight cfg.json --train-iters 20 --device cpu
-	want=$(loss_of straight 11)
-	[ -n "$want" ] || fail "no step-11 loss in the uninterrupted run"
+@test "gpu: a checkpoint saved on cuda half-way resumes on cpu, and the other way round, with the next step's loss" {
+	run --separate-stderr train straight cfg.json --train-iters "$ITERS" --device cpu
+	trained
+	want=$(loss_of straight $((HALF + 1)))
+	[ -n "$want" ] || fail "no step-$((HALF + 1)) loss in the uninterrupted run"
 	for pair in "cuda cpu" "cpu cuda"; do
 		read -r from to <<<"$pair"
 		dir=$from-$to
-		run -0 train "$dir" cfg.json --train-iters 20 --device "$from" --save ck --exit-interval 10
-		[ "$(cat "$dir/ck/latest")" = global_step10 ] || fail "$from: latest is $(cat "$dir/ck/latest")"
+		run --separate-stderr train "$dir" cfg.json --train-iters "$ITERS" --device "$from" --save ck --exit-interval "$HALF"
+		trained
+		[ "$(cat "$dir/ck/latest")" = "global_step$HALF" ] || fail "$from: latest is $(cat "$dir/ck/latest")"
 		rm -rf "$dir/csv"
-		run -0 --separate-stderr train "$dir" cfg.json --train-iters 20 --device "$to" --save ck --load auto
-		assert_output --partial "step 11/20"
+		run --separate-stderr train "$dir" cfg.json --train-iters "$ITERS" --device "$to" --save ck --load auto
+		trained
+		assert_output --partial "step $((HALF + 1))/$ITERS"
 		[[ "$stderr" == *"device $to (--device)"* ]] || fail "$to: no device line: $stderr"
-		got=$(loss_of "$dir" 11)
-		close "$got" "$want" || fail "saved on $from, resumed on $to: step-11 loss $got, uninterrupted $want"
+		got=$(loss_of "$dir" $((HALF + 1)))
+		close "$got" "$want" || fail "saved on $from, resumed on $to: step-$((HALF + 1)) loss $got, uninterrupted $want"
 	done
 }

@@ -1,5 +1,7 @@
 /* cublas_emu.cpp - cublas_emu.h's calls: column-major GEMMs checked as
- * cuBLAS checks them and computed by cblas_sgemm on fp32 copies. */
+ * cuBLAS checks them and computed by cblas_sgemm on fp32 copies, each
+ * inside a ds_emu_call (cuda_emu.h), the span in which emulated device
+ * memory is reachable. */
 #include "cublas_emu.h"
 
 #include <cblas.h>
@@ -157,6 +159,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 			    cublasGemmAlgo_t algo)
 {
 	(void)algo;
+	ds_emu_call call;  /* A, B and C are device memory */
 	calls++;
 	cublasStatus_t s = check(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, comp);
 	if (s != CUBLAS_STATUS_SUCCESS)
@@ -174,6 +177,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 					  cublasComputeType_t comp, cublasGemmAlgo_t algo)
 {
 	(void)algo;
+	ds_emu_call call;  /* A, B and C are device memory */
 	calls++;
 	cublasStatus_t s = check(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, comp);
 	if (s != CUBLAS_STATUS_SUCCESS)

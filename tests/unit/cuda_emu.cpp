@@ -7,16 +7,28 @@
  * has arrived, and anything else (a barrier after some threads exited, a
  * warp operation on an exited lane, mixed masks, a deadlock) stops the
  * launch with one line on stderr and cudaErrorLaunchFailure.
+ *
+ * Device memory: each cudaMalloc is its own mmap (whole pages), listed in
+ * dev_regions and kept PROT_NONE; ds_emu_enter/leave (the outermost of
+ * nested calls, any thread) make every listed region readable and writable
+ * and protect them again, adjacent regions in one mprotect.  A SIGSEGV at
+ * an address inside a listed region is a host access of device memory: the
+ * handler says so on stderr and aborts; any other SIGSEGV goes to the
+ * handler that was there before (the default: a plain crash; cmocka's in
+ * a test case).
  */
 /* _longjmp between fiber stacks: glibc's fortified longjmp would refuse */
 #undef _FORTIFY_SOURCE
 #include "cuda_emu.h"
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -252,6 +264,220 @@ bool run_block()
 
 } // namespace
 
+/* ---- device memory ------------------------------------------------------ */
+namespace {
+
+pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+std::map<uintptr_t, size_t> dev_regions;   /* base -> length (whole pages) */
+std::map<uintptr_t, size_t> pinned;        /* cudaMallocHost: base -> bytes */
+bool strict_args;
+int dev_depth;                              /* emulated calls in progress */
+struct sigaction dev_old_segv;
+size_t dev_page;
+
+/* every region to prot, adjacent ones in one call (under dev_mu) */
+void dev_protect_all(int prot)
+{
+	uintptr_t lo = 0, hi = 0;
+	for (auto &r : dev_regions) {
+		if (r.first != hi) {
+			if (hi > lo)
+				mprotect((void *)lo, hi - lo, prot);
+			lo = r.first;
+		}
+		hi = r.first + r.second;
+	}
+	if (hi > lo)
+		mprotect((void *)lo, hi - lo, prot);
+}
+
+/* the region holding address a, or nullptr (no lock: the signal handler
+ * reads the map the faulting thread was not changing) */
+const std::pair<const uintptr_t, size_t> *dev_region_of(uintptr_t a)
+{
+	auto it = dev_regions.upper_bound(a);
+	if (it == dev_regions.begin())
+		return nullptr;
+	--it;
+	return a < it->first + it->second ? &*it : nullptr;
+}
+
+void dev_segv(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	const std::pair<const uintptr_t, size_t> *r = dev_region_of(a);
+	if (!r) {
+		/* not ours: the previous handler (or the default) takes it when
+		 * the access faults again */
+		sigaction(SIGSEGV, &dev_old_segv, nullptr);
+		(void)sig;
+		(void)uc;
+		return;
+	}
+	char msg[200];
+	int n = snprintf(msg, sizeof msg,
+			 "cuda_emu: host access of emulated device memory at %p (offset %zu of the %zu-byte allocation at "
+			 "%p): only kernels, cudaMemcpy/cudaMemset and cuBLAS may touch it\n",
+			 si->si_addr, (size_t)(a - r->first), r->second, (void *)r->first);
+	if (n > 0 && write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1) < 0)
+		n = 0;
+	signal(SIGABRT, SIG_DFL);
+	abort();
+}
+
+/* (re)install the handler, under dev_mu: at each allocation and each
+ * return to PROT_NONE, since others replace it (cmocka does around every
+ * test case); what was there is where other faults go */
+void dev_arm_handler()
+{
+	if (!dev_page) {
+		dev_page = (size_t)sysconf(_SC_PAGESIZE);
+		/* an alternate stack, so that a fiber's stack overflow still
+		 * reaches the previous action rather than faulting in the handler */
+		static char alt[64 << 10];
+		stack_t ss = {};
+		ss.ss_sp = alt;
+		ss.ss_size = sizeof alt;
+		sigaltstack(&ss, nullptr);
+	}
+	struct sigaction cur;
+	if (sigaction(SIGSEGV, nullptr, &cur) || ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == dev_segv))
+		return;
+	struct sigaction sa = {};
+	sa.sa_sigaction = dev_segv;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	dev_old_segv = cur;
+	sigaction(SIGSEGV, &sa, nullptr);
+}
+
+} // namespace
+
+void ds_emu_enter(void)
+{
+	pthread_mutex_lock(&dev_mu);
+	if (dev_depth++ == 0)
+		dev_protect_all(PROT_READ | PROT_WRITE);
+	pthread_mutex_unlock(&dev_mu);
+}
+
+void ds_emu_leave(void)
+{
+	pthread_mutex_lock(&dev_mu);
+	if (--dev_depth == 0 && !dev_regions.empty()) {
+		dev_protect_all(PROT_NONE);
+		dev_arm_handler();
+	}
+	pthread_mutex_unlock(&dev_mu);
+}
+
+cudaError_t ds_emu_dev_alloc(void **p, size_t n)
+{
+	pthread_mutex_lock(&dev_mu);
+	dev_arm_handler();
+	size_t len = ((n ? n : 1) + dev_page - 1) / dev_page * dev_page;
+	void *m = mmap(nullptr, len, dev_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cudaError_t e = cudaSuccess;
+	if (m == MAP_FAILED) {
+		*p = nullptr;
+		e = E.err = cudaErrorMemoryAllocation;
+	} else {
+		dev_regions[(uintptr_t)m] = len;
+		*p = m;
+	}
+	pthread_mutex_unlock(&dev_mu);
+	return e;
+}
+
+cudaError_t ds_emu_dev_free(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	pthread_mutex_lock(&dev_mu);
+	auto it = dev_regions.find((uintptr_t)p);
+	cudaError_t e = cudaSuccess;
+	if (it == dev_regions.end()) {
+		fprintf(stderr, "cuda_emu: cudaFree of %p, which cudaMalloc did not return\n", p);
+		E.failures++;
+		e = E.err = cudaErrorInvalidValue;
+	} else {
+		munmap(p, it->second);
+		dev_regions.erase(it);
+	}
+	pthread_mutex_unlock(&dev_mu);
+	return e;
+}
+
+cudaError_t ds_emu_host_alloc(void **p, size_t n)
+{
+	*p = malloc(n ? n : 1);
+	if (!*p)
+		return E.err = cudaErrorMemoryAllocation;
+	pthread_mutex_lock(&dev_mu);
+	pinned[(uintptr_t)*p] = n ? n : 1;
+	pthread_mutex_unlock(&dev_mu);
+	return cudaSuccess;
+}
+
+cudaError_t ds_emu_host_free(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	pthread_mutex_lock(&dev_mu);
+	size_t gone = pinned.erase((uintptr_t)p);
+	pthread_mutex_unlock(&dev_mu);
+	if (!gone) {
+		fprintf(stderr, "cuda_emu: cudaFreeHost of %p, which cudaMallocHost did not return\n", p);
+		E.failures++;
+		return E.err = cudaErrorInvalidValue;
+	}
+	free(p);
+	return cudaSuccess;
+}
+
+extern "C" void ds_emu_strict_args(int on) { strict_args = on != 0; }
+
+/* p inside (or just past the end of) a region of m */
+static bool in_regions(const std::map<uintptr_t, size_t> &m, uintptr_t p)
+{
+	auto it = m.upper_bound(p);
+	if (it == m.begin())
+		return false;
+	--it;
+	return p <= it->first + it->second;
+}
+
+void ds_emu_check_arg(const char *kernel, int i, const void *p)
+{
+	if (!strict_args || !p)
+		return;
+	pthread_mutex_lock(&dev_mu);
+	bool ok = in_regions(dev_regions, (uintptr_t)p) || in_regions(pinned, (uintptr_t)p);
+	pthread_mutex_unlock(&dev_mu);
+	if (ok)
+		return;
+	fprintf(stderr, "cuda_emu: launch of %s: argument %d (%p) is neither device memory nor pinned host memory, "
+		"which a GPU cannot read\n", kernel, i + 1, p);
+	fflush(stderr);
+	signal(SIGABRT, SIG_DFL);
+	abort();
+}
+
+cudaError_t ds_emu_copy(void *d, const void *src, size_t n)
+{
+	ds_emu_call c;
+	if (n)
+		memmove(d, src, n);
+	return cudaSuccess;
+}
+
+cudaError_t ds_emu_set(void *d, int v, size_t n)
+{
+	ds_emu_call c;
+	memset(d, v, n);
+	return cudaSuccess;
+}
+
 extern "C" void ds_emu_set_order(enum ds_emu_order o)
 {
 	E.order = o;
@@ -291,6 +517,7 @@ cudaError_t ds_emu_launch(const char *name, const void *fn, dim3 g, dim3 b, size
 			  const std::function<void()> &body)
 {
 	(void)stream;  /* one queue: every launch runs to completion at once */
+	ds_emu_call call;  /* the kernel may touch any device allocation */
 	E.launches++;
 	unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
 	if (!b.x || !b.y || !b.z || !g.x || !g.y || !g.z)

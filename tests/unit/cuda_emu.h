@@ -11,7 +11,12 @@
  * shuffle here also orders the lanes' shared-memory accesses, which only
  * __syncwarp/__syncthreads do on hardware), register or static
  * shared-memory limits, out-of-bounds accesses (configure --enable-asan
- * for those), the tensor cores' own rounding, inline PTX (none is used).
+ * for those, on buffers a test malloc'ed; cudaMalloc'ed memory is mmap'd
+ * pages that ASan does not watch), the tensor cores' own rounding, inline
+ * PTX (none is used).  Device memory is kept unreachable from the host
+ * outside the emulated calls (the runtime API below), and on request
+ * (ds_emu_strict_args) a launch's pointer arguments must be device or
+ * pinned memory.
  * Test-only code: never part of libds.
  */
 #ifndef DS_TESTS_CUDA_EMU_H
@@ -101,20 +106,61 @@ void ds_emu_slot_put(unsigned long long v);
 unsigned long long ds_emu_slot_get(unsigned t, unsigned mask);
 void ds_emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* With ds_emu_strict_args(1) (cuda_emu_api.h) every pointer argument of a
+ * launch must point into device memory or pinned host memory, as on a GPU;
+ * pointers inside structs passed by value are not looked at. */
+void ds_emu_check_arg(const char *kernel, int i, const void *p);
+template <class T> static inline void ds_emu_arg(const char *kernel, int i, const T &a)
+{
+	if constexpr (std::is_pointer<T>::value)
+		ds_emu_check_arg(kernel, i, (const void *)a);
+}
+template <class... A> static inline int ds_emu_args(const char *kernel, const A &...a)
+{
+	int i = 0;
+	(ds_emu_arg(kernel, i++, a), ...);
+	return 0;
+}
+
+/* (the arguments are evaluated twice: for the check, and by the lambda) */
 #define DS_CUDA_LAUNCH(k, g, b, sh, st, ...)                                                               \
-	ds_emu_launch(#k, (const void *)(k), dim3(g), dim3(b), (size_t)(sh), (cudaStream_t)(st),             \
-		      [=]() { (k)(__VA_ARGS__); })
+	(ds_emu_args(#k, __VA_ARGS__),                                                                      \
+	 ds_emu_launch(#k, (const void *)(k), dim3(g), dim3(b), (size_t)(sh), (cudaStream_t)(st),            \
+		       [=]() { (k)(__VA_ARGS__); }))
 #define DS_CUDA_DYN_SHARED(T, name) T *name = reinterpret_cast<T *>(ds_emu_dyn_smem())
 
-/* ---- runtime API (host memory stands for device memory) --------------- */
+/* ---- runtime API -------------------------------------------------------
+ * Device memory (cudaMalloc, cudaMallocAsync) is page-aligned mmap'd memory
+ * that stays PROT_NONE except while an emulated call that may touch it
+ * runs: a kernel launch, a copy or set, a cuBLAS call (cuda_emu.cpp,
+ * cublas_emu.cpp).  So host code that reads or writes device memory
+ * directly, which a GPU would not allow, dies with SIGSEGV here, and the
+ * handler names it ("host access of emulated device memory at 0x...").
+ * Pinned host memory (cudaMallocHost) is ordinary host memory. */
+cudaError_t ds_emu_dev_alloc(void **p, size_t n);
+cudaError_t ds_emu_dev_free(void *p);
+cudaError_t ds_emu_host_alloc(void **p, size_t n);
+cudaError_t ds_emu_host_free(void *p);
+cudaError_t ds_emu_copy(void *d, const void *src, size_t n);
+cudaError_t ds_emu_set(void *d, int v, size_t n);
+/* an emulated call's span (nested calls counted): every device allocation
+ * is readable and writable from the outermost enter to its leave */
+void ds_emu_enter(void);
+void ds_emu_leave(void);
+struct ds_emu_call {
+	ds_emu_call() { ds_emu_enter(); }
+	~ds_emu_call() { ds_emu_leave(); }
+	ds_emu_call(const ds_emu_call &) = delete;
+	ds_emu_call &operator=(const ds_emu_call &) = delete;
+};
+
 static inline cudaError_t cudaGetLastError(void) { return ds_emu_take_error(1); }
 static inline cudaError_t cudaPeekAtLastError(void) { return ds_emu_take_error(0); }
 static inline const char *cudaGetErrorString(cudaError_t e) { return ds_emu_error_string(e); }
 static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s)
 {
 	(void)s;
-	*p = malloc(n ? n : 1);
-	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+	return ds_emu_dev_alloc(p, n);
 }
 template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t n, cudaStream_t s)
 {
@@ -123,23 +169,24 @@ template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t n, cu
 static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
 	(void)s;
-	free(p);
-	return cudaSuccess;
+	return ds_emu_dev_free(p);
 }
 static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s)
 {
 	(void)k;
 	(void)s;
-	if (n)
-		memmove(d, src, n);
-	return cudaSuccess;
+	return ds_emu_copy(d, src, n);
+}
+static inline cudaError_t cudaMemcpy(void *d, const void *src, size_t n, enum cudaMemcpyKind k)
+{
+	return cudaMemcpyAsync(d, src, n, k, (cudaStream_t)0);
 }
 static inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t s)
 {
 	(void)s;
-	memset(d, v, n);
-	return cudaSuccess;
+	return ds_emu_set(d, v, n);
 }
+static inline cudaError_t cudaMemset(void *d, int v, size_t n) { return cudaMemsetAsync(d, v, n, (cudaStream_t)0); }
 /* one device; streams are tokens (every launch runs to completion at once) */
 enum { cudaStreamNonBlocking = 1 };
 static inline cudaError_t cudaGetDeviceCount(int *n)
@@ -172,8 +219,8 @@ static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 }
 static inline cudaError_t cudaMalloc(void **p, size_t n) { return cudaMallocAsync(p, n, (cudaStream_t)0); }
 static inline cudaError_t cudaFree(void *p) { return cudaFreeAsync(p, (cudaStream_t)0); }
-static inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMallocAsync(p, n, (cudaStream_t)0); }
-static inline cudaError_t cudaFreeHost(void *p) { return cudaFreeAsync(p, (cudaStream_t)0); }
+static inline cudaError_t cudaMallocHost(void **p, size_t n) { return ds_emu_host_alloc(p, n); }
+static inline cudaError_t cudaFreeHost(void *p) { return ds_emu_host_free(p); }
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F *fn, enum cudaFuncAttribute a, int v)
 {
 	(void)a;

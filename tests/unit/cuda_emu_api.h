@@ -1,7 +1,9 @@
 /* cuda_emu_api.h - the C side of the CUDA emulation (cuda_emu.h): what a
  * test program written in C needs to drive kernels/cuda's launchers when
- * they were compiled by g++ with -DDS_CUDA_EMU.  "Device" memory is host
- * memory there, so the tests pass malloc'ed buffers to the launchers.
+ * they were compiled by g++ with -DDS_CUDA_EMU.  Device memory there
+ * (cudaMalloc, ds_cuda_malloc) is unreachable from host code outside the
+ * emulated calls (cuda_emu.h); kernels also read and write host memory, so
+ * a test may pass malloc'ed buffers to the launchers.
  */
 #ifndef DS_TESTS_CUDA_EMU_API_H
 #define DS_TESTS_CUDA_EMU_API_H
@@ -27,6 +29,14 @@ void ds_emu_set_order(enum ds_emu_order o);
  * line to stderr naming the kernel and the block. */
 long ds_emu_launches(void);
 long ds_emu_failures(void);
+
+/* on: every pointer argument of a kernel launch must point into device
+ * memory (cudaMalloc) or pinned host memory (cudaMallocHost), else the
+ * emulation says which kernel and argument and aborts, as a GPU would
+ * fault on a pageable host address.  Off by default: the unit tests hand
+ * kernels their own malloc'ed buffers; tests/unit/ds-train-emu turns it
+ * on. */
+void ds_emu_strict_args(int on);
 
 /* The cuBLAS emulation: the compute type of the last GEMM call (the value
  * of cublasComputeType_t), and GEMM calls made. */

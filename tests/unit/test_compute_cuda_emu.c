@@ -1,7 +1,9 @@
 /* test_compute_cuda_emu.c - the cuda compute backend (lib/compute/
  * compute_cuda.c) running the fp32 test model through kernels/cuda's
  * launchers, compiled by g++ over the host emulation of CUDA
- * (tests/unit/cuda_emu.h: device memory is host memory there), against the
+ * (tests/unit/cuda_emu.h: the backend's device memory, the workspace, is
+ * unreachable from host code there; the parameters and gradients are this
+ * test's host buffers, which emulated kernels can read), against the
  * cpu backend: a few training steps of share/models/gpt-test.json and a
  * NeoX-style variant (rmsnorm, rotary, swiglu, dropout) give the cpu
  * backend's losses within 1e-5 relative, and their gradients agree; its

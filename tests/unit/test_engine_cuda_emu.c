@@ -1,6 +1,6 @@
 /* test_engine_cuda_emu.c - the training engine (lib/engine) on the cuda
  * compute backend, over the host emulation of CUDA (tests/unit/cuda_emu.h:
- * device memory is host memory there), against the engine on cpu: flat
+ * host code cannot touch device memory there), against the engine on cpu: flat
  * buffers, optimizer states and the step's arithmetic (norm, non-finite
  * check, clipping, Adam/AdamW, SGD, Lamb) through the backend's entries.
  * Several steps of share/models/gpt-test.json and of a dropout variant at

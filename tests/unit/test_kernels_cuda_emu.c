@@ -1,7 +1,8 @@
 /* test_kernels_cuda_emu.c - kernels/cuda's launchers against the CPU, on
  * the host: the .cu sources compiled by g++ over tests/unit/cuda_emu.h
  * (fibers for threads, real barriers, checked launch limits), every case in
- * three thread and block orders so that a race shows as a wrong result.
+ * three thread and block orders so that a race shows as a wrong result,
+ * on emulated device memory that host code cannot touch.
  * This checks the kernels' indexing, reductions and float math, not the
  * hardware: test_kernels_cuda runs the same cases on a GPU.
  */
@@ -11,19 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/ds_cuda.h"
 #include "cuda_emu_api.h"
 
-/* "device" memory of the emulation is host memory */
+/* emulated device memory, as test_kernels_cuda allocates and copies it on
+ * a GPU: the test's own host code cannot reach it either (cuda_emu.h) */
 static void *dmalloc(size_t n)
 {
-	void *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	memset(p, 0xff, n);   /* NaN bytes, as uninitialised device memory might hold */
+	void *p = NULL;
+	assert_int_equal(ds_cuda_malloc(&p, n ? n : 1), 0);
+	assert_int_equal(ds_cuda_memset(p, 0xff, n, NULL), 0);   /* NaN bytes, as uninitialised device memory might hold */
 	return p;
 }
-static void dfree(void *p) { free(p); }
-static void h2d(void *d, const void *h, size_t n) { memcpy(d, h, n); }
-static void d2h(void *h, const void *d, size_t n) { memcpy(h, d, n); }
+static void dfree(void *p) { assert_int_equal(ds_cuda_free(p), 0); }
+static void h2d(void *d, const void *h, size_t n) { assert_int_equal(ds_cuda_memcpy(d, h, n, NULL), 0); }
+static void d2h(void *h, const void *d, size_t n) { assert_int_equal(ds_cuda_memcpy(h, d, n, NULL), 0); }
 static void dsync(void) {}
 
 #define NORDERS 3
