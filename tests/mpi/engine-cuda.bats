@@ -7,7 +7,8 @@
 # equal the 1-rank run's and the cpu backend's at the same world size within
 # 1e-5 relative; the device buffers take the staged mpi path (the ranks
 # share the emulated device) and the comms logger sees the stage's
-# collectives.  A planted partitioning fault must break it.  Needs a build
+# collectives; DS_COMM_NCCL never and auto stage, a bad value is refused.
+# A planted partitioning fault must break it.  Needs a build
 # with CUDA (the emulation is compiled from the same .cu sources); skips
 # with the reason otherwise.
 load helper

@@ -15,7 +15,9 @@
  * must be the staged mpi one and have held pinned memory (so device
  * buffers did reach it), and the comms logger of the caller's
  * communicator must have seen the stage's collectives (all_reduce at
- * stages 0-1, reduce_scatter at 2-3, all_gather at 1-3).  Prints one line
+ * stages 0-1, reduce_scatter at 2-3, all_gather at 1-3).  First,
+ * DS_COMM_NCCL: never and auto give the staged path (auto because the
+ * ranks share the device), a value that means nothing is refused.  Prints one line
  * per failed check and "engine_cuda_check: N ranks, F failed checks".
  *
  *   engine_cuda_check MODEL [STEPS [STAGES]]
@@ -132,6 +134,36 @@ static int train(const char *model, int stage, int overlap, const struct ds_comp
 	return rc;
 }
 
+/* DS_COMM_NCCL=value: a cuda engine on c is created (want_rc 0) with the
+ * device path and reason named, or refused with want_rc naming want */
+static void nccl_env(const char *model, struct ds_comm *c, const char *value, int want_rc, const char *want_path,
+		     const char *want)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_engine_opts o;
+	struct ds_engine *e = NULL;
+	ds_engine_opts_init(&o);
+	if (ds_model_config_load(model, &o.model, &err)) {
+		CHECK(0, "%s: %s", model, err.msg);
+		return;
+	}
+	o.micro_batch = GB / GA / ds_comm_size(c);
+	o.grad_accum = GA;
+	o.compute = &ds_compute_cuda;
+	setenv("DS_COMM_NCCL", value, 1);
+	int rc = ds_engine_create(&e, &o, c, &err);
+	unsetenv("DS_COMM_NCCL");
+	const struct ds_comm *dc = e ? ds_engine_dev_comm(e) : NULL;
+	if (want_rc)
+		CHECK(rc == want_rc && strstr(err.msg, want), "DS_COMM_NCCL=%s: %d '%s', want %d with '%s'", value, rc,
+		      err.msg, want_rc, want);
+	else
+		CHECK(rc == 0 && dc && !strcmp(ds_comm_backend(dc), want_path) && strstr(ds_comm_devpath_why(dc), want),
+		      "DS_COMM_NCCL=%s: %d '%s', path %s (%s), want %s (%s)", value, rc, err.msg,
+		      dc ? ds_comm_backend(dc) : "none", dc ? ds_comm_devpath_why(dc) : "", want_path, want);
+	ds_engine_destroy(e);
+}
+
 static void same(const char *what, const char *vs, int stage, int overlap, int s, double got, double want)
 {
 	const double rel = fabs(got - want) / (fabs(want) > 0 ? fabs(want) : 1);
@@ -168,6 +200,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine_cuda_check: %d ranks: the global batch of %d (x%d accumulation) needs 1, 2 or 4\n",
 			W, GB, GA);
 		return 2;
+	}
+	/* the device path's choice: a value that means nothing is refused in
+	 * one line; never stages, as auto does where ranks share a device */
+	if (getenv("DS_COMM_NCCL")) {
+		fprintf(stderr, "engine_cuda_check: run without DS_COMM_NCCL (it sets it itself)\n");
+		return 2;
+	}
+	nccl_env(model, c, "sometimes", DS_EINVAL, "", "DS_COMM_NCCL=sometimes: must be never, auto or require");
+	if (W > 1) {
+		nccl_env(model, c, "never", 0, "mpi", "NCCL not asked for");
+		nccl_env(model, c, "auto", 0, "mpi", "ranks 0 and 1 share device");
 	}
 	struct run one;
 	const int ref = train(model, 0, 0, &ds_compute_cuda, self, steps, &one);
