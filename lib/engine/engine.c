@@ -850,6 +850,10 @@ static int check_backend(const struct ds_engine_opts *opts, struct ds_comm *comm
 		what = "a 16-bit communication_data_type";
 	if (!what && ds_comm_size(comm) > 1 && !ops->comm_devmem)
 		what = "more than one rank (it cannot hand its buffers to the communicator)";
+	/* the 16-bit reductions' casts and scaling (hrecast, cast_prescale,
+	 * pack_inplace) run on the host, over buffers a device backend holds */
+	if (!what && ds_comm_size(comm) > 1 && opts->half != DS_HALF_NONE)
+		what = "fp16/bf16 at more than one rank (the 16-bit reductions run on the host)";
 	if (what)
 		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend does not run %s; use --device cpu", ops->name,
 				  what);
@@ -874,6 +878,9 @@ static int attach_devmem(struct ds_engine *e, struct ds_err *err)
 	int prefer = DS_COMM_NCCL_AUTO;
 	if (e->ops->host || !e->ops->comm_devmem)
 		return 0;
+	if (e->par)   /* (refused by check_backend: uncovered) */
+		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend with tensor or pipeline parallelism: its "
+				  "groups have no device path; use --device cpu", e->ops->name);
 	if (v && *v) {
 		if (!strcmp(v, "never"))
 			prefer = DS_COMM_NCCL_NEVER;

@@ -17,7 +17,8 @@
  * communicator must have seen the stage's collectives (all_reduce at
  * stages 0-1, reduce_scatter at 2-3, all_gather at 1-3).  First,
  * DS_COMM_NCCL: never and auto give the staged path (auto because the
- * ranks share the device), a value that means nothing is refused.  Prints one line
+ * ranks share the device), a value that means nothing is refused; and
+ * fp16/bf16 on cuda at more than one rank is refused in one line.  Prints one line
  * per failed check and "engine_cuda_check: N ranks, F failed checks".
  *
  *   engine_cuda_check MODEL [STEPS [STAGES]]
@@ -164,6 +165,28 @@ static void nccl_env(const char *model, struct ds_comm *c, const char *value, in
 	ds_engine_destroy(e);
 }
 
+/* fp16/bf16 on a device backend at more than one rank: refused in one line
+ * (the 16-bit reductions' casts run on the host) */
+static void half_refused(const char *model, struct ds_comm *c)
+{
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_engine_opts o;
+	struct ds_engine *e = NULL;
+	ds_engine_opts_init(&o);
+	if (ds_model_config_load(model, &o.model, &err)) {
+		CHECK(0, "%s: %s", model, err.msg);
+		return;
+	}
+	o.micro_batch = GB / GA / ds_comm_size(c);
+	o.grad_accum = GA;
+	o.half = DS_HALF_BF16;
+	o.compute = &ds_compute_cuda;
+	int rc = ds_engine_create(&e, &o, c, &err);
+	CHECK(rc == DS_ENOTSUP && strstr(err.msg, "fp16/bf16") && !strchr(err.msg, '\n'),
+	      "bf16 on cuda at %d ranks: %d '%s', want DS_ENOTSUP naming fp16/bf16", ds_comm_size(c), rc, err.msg);
+	ds_engine_destroy(e);
+}
+
 static void same(const char *what, const char *vs, int stage, int overlap, int s, double got, double want)
 {
 	const double rel = fabs(got - want) / (fabs(want) > 0 ? fabs(want) : 1);
@@ -211,6 +234,7 @@ int main(int argc, char **argv)
 	if (W > 1) {
 		nccl_env(model, c, "never", 0, "mpi", "NCCL not asked for");
 		nccl_env(model, c, "auto", 0, "mpi", "ranks 0 and 1 share device");
+		half_refused(model, c);
 	}
 	struct run one;
 	const int ref = train(model, 0, 0, &ds_compute_cuda, self, steps, &one);
