@@ -3,7 +3,8 @@
 # cuda backend's fp32 dense step at one rank gives the cpu backend's losses
 # within 1e-5 relative over 20 steps of the dropout test model, at ZeRO
 # stage 0 and 3, and a checkpoint saved on one device resumes on the other
-# with the uninterrupted run's step-11 loss.  Needs a CUDA device:
+# with the uninterrupted run's step-11 loss; ZeRO stages 0-3 at 2 ranks
+# sharing the GPU give the 1-rank GPU losses.  Needs a CUDA device:
 # bench/gpu-run.sh runs it on the GPU machine; elsewhere every test skips
 # with the reason (the choice of --device cuda is checked without one by
 # tests/cli/ds-train-device.bats, the backend by the emulated unit tests).
