@@ -18,7 +18,7 @@ MODEL_DROPOUT="$TDATA/gpt-test-dropout.json"
 setup() {
 	require_feature mpi
 	require_feature cuda
-	[ -x "$DS_BUILDDIR/tests/mpi/engine_cuda_check" ] || skip "tests/mpi/engine_cuda_check not built (make check builds it)"
+	[ -x "$DS_BUILDDIR/tests/mpi/engine_cuda_check" ] || skip "tests/mpi/engine_cuda_check not built (make check builds it where cmocka is)"
 }
 
 @test "emulated cuda at 2 ranks, ZeRO 0-3, overlap_comm off and on: the 1-rank and the cpu losses and norms" {
