@@ -199,7 +199,7 @@ int main(int argc, char **argv)
 	struct ds_err err = DS_ERR_INIT;
 	struct ds_comm *c = NULL, *self = NULL;
 	if (argc < 2) {
-		fprintf(stderr, "usage: engine_cuda_check MODEL [STEPS]\n");
+		fprintf(stderr, "usage: engine_cuda_check MODEL [STEPS [STAGES]]\n");
 		return 2;
 	}
 	const char *model = argv[1];
