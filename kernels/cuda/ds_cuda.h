@@ -57,6 +57,10 @@ int ds_cuda_host_free(void *p);
  * memory (then the call returns when the host buffer may be reused). */
 int ds_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream);
 int ds_cuda_memset(void *p, int value, size_t bytes, void *stream);
+/* The PCI bus id of device dev ("0000:3b:00.0"), unique on its host, in
+ * buf (n bytes, NUL-terminated; "" on failure): how the communicator
+ * tells ranks on one GPU from ranks on their own. */
+int ds_cuda_device_pci_id(int dev, char *buf, int n);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
  */
 #include "cuda/cuda_port.h"
 
+#include <stdio.h>
+
 extern "C" int ds_cuda_device_count(int *n)
 {
 	*n = 0;
@@ -68,4 +70,19 @@ extern "C" int ds_cuda_memset(void *p, int value, size_t bytes, void *stream)
 	if (!bytes)
 		return 0;
 	return (int)cudaMemsetAsync(p, value, bytes, (cudaStream_t)stream);
+}
+
+extern "C" int ds_cuda_device_pci_id(int dev, char *buf, int n)
+{
+	if (n > 0)
+		buf[0] = '\0';
+#ifdef DS_CUDA_EMU
+	/* the emulation's one device: every process of a host shares it, as
+	 * ranks on one GPU do */
+	if (n > 0)
+		snprintf(buf, (size_t)n, "emu:%d", dev);
+	return 0;
+#else
+	return (int)cudaDeviceGetPCIBusId(buf, n, dev);
+#endif
 }

@@ -12,7 +12,9 @@
  *         as the engine called them (the oracle every other backend is
  *         held to);
  *   cuda  compute_cuda.c, kernels/cuda's launchers (built with CUDA): fp32
- *         dense models and the engine's fp32 dense step on one rank,
+ *         dense models and the engine's fp32 dense step, on one rank or
+ *         data-parallel over many (ZeRO 0-3, collectives on its buffers
+ *         through lib/comm's device path: comm_devmem below),
  *         checked over the host emulation of CUDA only (never on a GPU);
  *         in ds_compute_all, so --device cuda selects it for what it
  *         covers; auto stays cpu until it has run on a GPU
@@ -46,6 +48,7 @@ struct ds_compute_needs {
 };
 
 struct ds_optim;   /* optim/optim.h */
+struct ds_comm_devmem;   /* comm/comm.h */
 
 struct ds_compute_ops {
 	const char *name;   /* "cpu", "cuda" */
@@ -181,6 +184,15 @@ struct ds_compute_ops {
 			    const struct ds_range *ranges, int nranges, double *sums, struct ds_err *err);
 	int (*lamb_apply)(struct ds_optim *o, float *p, const struct ds_range *ranges, int nranges, const double *sums,
 			  struct ds_err *err);
+
+	/* ---- collectives on its buffers (lib/comm) ----
+	 * Fill dm (comm.h's struct ds_comm_devmem, zeroed by the caller) with
+	 * this process's device, stream, synchronous copies, pinned host
+	 * memory, is_dev (true for memory alloc() returned, offsets into it
+	 * included) and the device's name, for ds_comm_set_devmem; after
+	 * init().  0 or DS_E*.  NULL on a host backend (its buffers are host
+	 * memory: the host collectives take them as they are). */
+	int (*comm_devmem)(struct ds_comm_devmem *dm, struct ds_err *err);
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;

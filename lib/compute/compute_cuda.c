@@ -3,8 +3,12 @@
  *
  * Built only with CUDA, and in ds_compute_all[] there: --device cuda
  * chooses it (auto does not: it has never run on a GPU).  The engine runs
- * a device backend on one rank only (its collectives' device path is not
- * wired).  cuBLAS is loaded by kernels/cuda/gemm_cuda.cu at init(), not
+ * it on one rank or data-parallel over many: comm_devmem hands the
+ * communicator (lib/comm's device path: NCCL, or MPI staged through
+ * pinned memory) this backend's copies, pinned memory, stream and an
+ * is_dev that knows its allocations; tests/mpi/engine_cuda_check runs
+ * ZeRO 0-3 at 2 and 4 ranks over the emulation against the 1-rank run and
+ * the cpu backend.  cuBLAS is loaded by kernels/cuda/gemm_cuda.cu at init(), not
  * linked, so a cpu run never maps it.  test_compute_cuda_emu (the model)
  * and test_engine_cuda_emu
  * (the engine's buffers, norm, clipping and optimizers) run it over the
@@ -12,8 +16,9 @@
  * aborts, as a GPU would fault) against the cpu backend, and
  * tests/cli/ds-train-cuda-emu.sh runs tests/gpu/train.bats there.
  *
- * Covered: fp32 training of dense models on one tensor-parallel rank, with
- * the engine's step (Adam/AdamW, SGD, Lamb) on the device.
+ * Covered: fp32 training of dense models on one tensor-parallel rank
+ * (any number of data-parallel ones), with the engine's step (Adam/AdamW,
+ * SGD, Lamb) on the device.
  * Not yet (each entry sets an error that check() reports as DS_ENOTSUP):
  * the vocabulary-parallel embedding and loss, the row-parallel bias and
  * attention dropout keyed from another rank's first head (tensor
@@ -25,8 +30,10 @@
 #include "compute/compute.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"   /* struct ds_comm_devmem */
 #include "common/gpt_math.h"   /* ds_act_gated */
 #include "cuda/attn_cuda.h"
 #include "cuda/ds_cuda.h"
@@ -101,15 +108,43 @@ static int cu_check(struct ds_err *err)
 	return ds_err_set(err, DS_EIO, "cuda backend: %s: %s", g.what, ds_cuda_strerror(rc));
 }
 
-/* ---- buffers ---- */
+/* ---- buffers ----
+ * Every live allocation is listed (base, bytes), so that is_dev (the
+ * communicator's, cu_comm_devmem) can tell the backend's memory, and
+ * offsets into it, from host memory by address alone: the emulation's
+ * device memory is host memory, and a real device's pointers need no
+ * driver call this way.  A handful of flat buffers and the model's
+ * workspace: a linear scan. */
+static struct live { const char *p; size_t n; } *live;
+static size_t nlive, caplive;
+
 static void *cu_alloc(size_t bytes)
 {
 	void *p = NULL;
+	if (nlive == caplive) {
+		size_t cap = caplive ? 2 * caplive : 64;
+		struct live *l = realloc(live, cap * sizeof *l);
+		if (!l)
+			return NULL;
+		live = l;
+		caplive = cap;
+	}
 	if (ds_cuda_malloc(&p, bytes ? bytes : 1))
 		return NULL;
+	live[nlive++] = (struct live){ p, bytes ? bytes : 1 };
 	return p;
 }
-static void cu_free(void *p) { note(ds_cuda_free(p), "cudaFree"); }
+static void cu_free(void *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < nlive; i++)
+		if (live[i].p == p) {
+			live[i] = live[--nlive];
+			break;
+		}
+	note(ds_cuda_free(p), "cudaFree");
+}
 static void cu_zero(void *p, size_t bytes) { note(ds_cuda_memset(p, 0, bytes, g.stream), "zero"); }
 static void cu_copy(void *dst, const void *src, size_t bytes) { note(ds_cuda_memcpy(dst, src, bytes, g.stream), "copy"); }
 static void cu_to_host(void *host, const void *src, size_t bytes)
@@ -463,6 +498,60 @@ static int cu_lamb_apply(struct ds_optim *o, float *p, const struct ds_range *ra
 	return 0;
 }
 
+/* ---- the communicator's device path (comm.h, "Device buffers") ----
+ * Its copies are synchronous and come after the work the stream holds; a
+ * failure is kept for check() as the entries' are, and returned nonzero
+ * so that the collective fails at once. */
+static int dm_copy(void *dst, const void *src, size_t n, const char *what)
+{
+	int rc = ds_cuda_memcpy(dst, src, n, g.stream);
+	if (!rc)
+		rc = ds_cuda_stream_sync(g.stream);
+	note(rc, what);
+	return rc;
+}
+static int dm_to_host(void *h, const void *d, size_t n, void *ctx) { (void)ctx; return dm_copy(h, d, n, "collective: copy to host"); }
+static int dm_to_dev(void *d, const void *h, size_t n, void *ctx) { (void)ctx; return dm_copy(d, h, n, "collective: copy to device"); }
+static int dm_dev_copy(void *d, const void *s, size_t n, void *ctx) { (void)ctx; return dm_copy(d, s, n, "collective: device copy"); }
+static void *dm_host_alloc(size_t n, void *ctx)
+{
+	void *p = NULL;
+	(void)ctx;
+	return ds_cuda_host_alloc(&p, n) ? NULL : p;
+}
+static void dm_host_free(void *p, void *ctx)
+{
+	(void)ctx;
+	note(ds_cuda_host_free(p), "collective: freeing pinned memory");
+}
+static int dm_is_dev(const void *p, void *ctx)
+{
+	const char *c = p;
+	(void)ctx;
+	for (size_t i = 0; i < nlive; i++)
+		if (c >= live[i].p && c < live[i].p + live[i].n)
+			return 1;
+	return 0;
+}
+
+static int cu_comm_devmem(struct ds_comm_devmem *dm, struct ds_err *err)
+{
+	if (!g.blas)
+		return ds_err_set(err, DS_EINVAL, "cuda backend: comm_devmem before init");
+	dm->device = g.device;
+	dm->stream = g.stream;
+	dm->to_host = dm_to_host;
+	dm->to_dev = dm_to_dev;
+	dm->dev_copy = dm_dev_copy;
+	dm->host_alloc = dm_host_alloc;
+	dm->host_free = dm_host_free;
+	dm->is_dev = dm_is_dev;
+	dm->ctx = NULL;
+	/* "" (then "cuda:<device>" stands for it) when the id cannot be had */
+	(void)ds_cuda_device_pci_id(g.device, dm->dev_id, (int)sizeof dm->dev_id);
+	return 0;
+}
+
 const struct ds_compute_ops ds_compute_cuda = {
 	.name = "cuda",
 	.host = 0,
@@ -517,4 +606,5 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.optim_step = cu_optim_step,
 	.lamb_partial = cu_lamb_partial,
 	.lamb_apply = cu_lamb_apply,
+	.comm_devmem = cu_comm_devmem,
 };

@@ -402,6 +402,9 @@ static int set_up(struct run *r, struct ds_err *err)
 		s->train_iters = (long long)(r->dd.train.count / (uint64_t)s->tb) > 0
 					 ? (long long)(r->dd.train.count / (uint64_t)s->tb) : 1;
 	DS_TRY(ds_engine_create(&r->e, &s->eng, r->comm, err));
+	if (r->rank == 0 && ds_engine_dev_comm(r->e) && ds_comm_size(r->comm) > 1)
+		ds_log_info("device buffers between ranks over %s: %s", ds_comm_backend(ds_engine_dev_comm(r->e)),
+			    ds_comm_devpath_why(ds_engine_dev_comm(r->e)));
 	DS_TRY(resume(r->o, r->e, s, &r->st, r->comm, &r->resumed, err));
 
 	/* monitors, rank 0 only */

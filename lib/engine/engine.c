@@ -79,6 +79,11 @@ struct ds_engine {
 	 * work on them directly; check_backend refuses those elsewhere) */
 	const struct ds_compute_ops *ops;
 	struct ds_comm *comm;   /* ZeRO's: the data-parallel group (the world without 3D parallelism) */
+	/* a backend whose memory is not the host's: the engine's own copy of
+	 * the caller's communicator (comm and world point to it), with the
+	 * backend's memory registered (attach_devmem), destroyed with the
+	 * engine; NULL otherwise */
+	struct ds_comm *dcomm;
 	int rank, W, T;         /* data-parallel rank and size */
 	struct ds_gpt *model;
 	struct ds_gpt_ws *ws;   /* wss[0] */
@@ -820,8 +825,10 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 }
 
 /* A backend whose memory is not the host's runs the engine's fp32 dense
- * path on one rank; everything else is refused here, in one line, before
- * anything is allocated. */
+ * path, on one rank or data-parallel over many (ZeRO 0-3, overlap_comm:
+ * its buffers travel by the communicator's device path, attach_devmem);
+ * everything else is refused here, in one line, before anything is
+ * allocated. */
 void ds_engine_compute_needs(const struct ds_engine_opts *opts, struct ds_compute_needs *needs)
 {
 	*needs = (struct ds_compute_needs){
@@ -841,12 +848,53 @@ static int check_backend(const struct ds_engine_opts *opts, struct ds_comm *comm
 	const char *what = ops->uncovered(&needs);
 	if (!what && opts->comm_half != DS_HALF_NONE)
 		what = "a 16-bit communication_data_type";
-	if (!what && ds_comm_size(comm) > 1)
-		what = "more than one rank (the device path of the collectives is not wired to the engine yet)";
+	if (!what && ds_comm_size(comm) > 1 && !ops->comm_devmem)
+		what = "more than one rank (it cannot hand its buffers to the communicator)";
+	/* the 16-bit reductions' casts and scaling (hrecast, cast_prescale,
+	 * pack_inplace) run on the host, over buffers a device backend holds */
+	if (!what && ds_comm_size(comm) > 1 && opts->half != DS_HALF_NONE)
+		what = "fp16/bf16 at more than one rank (the 16-bit reductions run on the host)";
 	if (what)
 		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend does not run %s; use --device cpu", ops->name,
 				  what);
 	return 0;
+}
+
+/* A device backend's collectives: the engine passes its flat buffers
+ * (the backend's memory) to the communicator as they are, so it works on
+ * its own copy of the caller's communicator (ds_comm_split: same ranks,
+ * same order; its collectives reach the caller's comms logger) with the
+ * backend's memory registered.  Device buffers then go to NCCL where every
+ * rank has a GPU of its own, else to the host backend staged through
+ * pinned memory (ranks sharing a GPU, no NCCL); the engine's host values
+ * (the norm's sums, the loss, Lamb's partial norms) stay on the host
+ * backend.  DS_COMM_NCCL=never|auto|require in the environment (default
+ * auto) forces the choice (comm.h's prefer_nccl).  After build_model: the
+ * backend is bound to its device and has its stream. */
+static int attach_devmem(struct ds_engine *e, struct ds_err *err)
+{
+	struct ds_comm_devmem dm;
+	const char *v = getenv("DS_COMM_NCCL");
+	int prefer = DS_COMM_NCCL_AUTO;
+	if (e->ops->host || !e->ops->comm_devmem)
+		return 0;
+	if (e->par)   /* (refused by check_backend: uncovered) */
+		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend with tensor or pipeline parallelism: its "
+				  "groups have no device path; use --device cpu", e->ops->name);
+	if (v && *v) {
+		if (!strcmp(v, "never"))
+			prefer = DS_COMM_NCCL_NEVER;
+		else if (!strcmp(v, "require"))
+			prefer = DS_COMM_NCCL_REQUIRE;
+		else if (strcmp(v, "auto"))
+			return ds_err_set(err, DS_EINVAL, "DS_COMM_NCCL=%s: must be never, auto or require (or unset: auto)",
+					  v);
+	}
+	memset(&dm, 0, sizeof dm);
+	DS_TRY(e->ops->comm_devmem(&dm, err));
+	DS_TRY(ds_comm_split(e->comm, 0, e->rank, &e->dcomm, err));
+	e->comm = e->world = e->dcomm;
+	return ds_comm_set_devmem(e->dcomm, &dm, prefer, err);
 }
 
 /* Precision and reduction modes, the rank, and the test-only faults (top
@@ -1325,7 +1373,8 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 		return ds_err_set(err, DS_ENOMEM, "out of memory creating the engine");
 	set_modes(e, opts, comm);
 	if ((rc = check_opts(opts, err)) < 0 || (rc = check_backend(opts, comm, err)) < 0 ||
-	    (rc = set_layout(e, err)) < 0 || (rc = build_model(e, err)) < 0 || (rc = lay_out(e, &maxshard, err)) < 0 ||
+	    (rc = set_layout(e, err)) < 0 || (rc = build_model(e, err)) < 0 || (rc = attach_devmem(e, err)) < 0 ||
+	    (rc = lay_out(e, &maxshard, err)) < 0 ||
 	    (rc = count_ranges(e, err)) < 0)
 		goto fail;
 	/* alloc_slots runs even when alloc_flat failed, as one allocation
@@ -1417,11 +1466,13 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_comm_destroy(e->ep_comm);
 	ds_comm_destroy(e->edp_comm);
 	ds_groups_release(&e->grp);
+	ds_comm_destroy(e->dcomm);   /* its staging buffers, its NCCL communicator */
 	free(e);
 }
 
 const struct ds_gpt *ds_engine_model(const struct ds_engine *e) { return e->model; }
 const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e) { return e->ops; }
+const struct ds_comm *ds_engine_dev_comm(const struct ds_engine *e) { return e->dcomm; }
 const struct ds_topo *ds_engine_topo(const struct ds_engine *e) { return &e->topo; }
 const struct ds_gpt_part *ds_engine_part(const struct ds_engine *e) { return &e->part; }
 const int *ds_engine_stage_bounds(const struct ds_engine *e) { return e->bounds; }

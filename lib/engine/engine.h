@@ -227,6 +227,10 @@ void ds_engine_destroy(struct ds_engine *e);  /* accepts NULL */
  * the next piece is brought in, by ds_engine_params_loaded or
  * ds_engine_sync_params, or before the next step or evaluation. */
 const struct ds_compute_ops *ds_engine_compute(const struct ds_engine *e);
+/* A device backend's communicator (the engine's copy of the one it was
+ * created with, its device path set: ds_comm_backend and
+ * ds_comm_devpath_why say which and why), NULL on a host backend. */
+const struct ds_comm *ds_engine_dev_comm(const struct ds_engine *e);
 
 /* What a run of opts asks of a compute backend beyond the dense fp32
  * model (compute.h's needs): the one list that ds-train's --device choice

@@ -50,4 +50,23 @@ if HAVE_BATS
 TESTS += tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/3d.bats
 endif
 endif
+
+## The engine on the emulated cuda backend under mpirun (ZeRO 0-3 over the
+## communicator's device path) against the cpu backend and the 1-rank run;
+## tests/mpi/engine-cuda.bats skips, saying why, without CUDA (the
+## emulation's objects are built where cmocka is, kernels/local.mk).
+if HAVE_MPI
+if HAVE_CUDA
+if HAVE_CMOCKA
+check_PROGRAMS += tests/mpi/engine_cuda_check
+tests_mpi_engine_cuda_check_SOURCES = tests/mpi/engine_cuda_check.c
+tests_mpi_engine_cuda_check_LDADD = $(DS_EMU_OBJ) $(DS_LDADD) -lstdc++
+EXTRA_tests_mpi_engine_cuda_check_DEPENDENCIES = $(DS_EMU_OBJ)
+endif
+endif
+if HAVE_BATS
+TESTS += tests/mpi/engine-cuda.bats
+endif
+endif
+EXTRA_DIST += tests/mpi/engine_cuda_check.c tests/mpi/engine-cuda.bats
 EXTRA_DIST += tests/data/pipe_schedule.txt tests/data/pipe_partition.txt tests/mpi/3d.bats tests/data/neox-test-dropout.json tests/mpi/train.bats tests/mpi/ckpt.bats tests/mpi/watchdog.bats tests/mpi/train_helper.bash tests/data/gpt-test-dropout.json

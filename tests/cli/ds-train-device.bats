@@ -3,8 +3,9 @@
 # backend the model runs on (issue 18).  On this GPU-less machine cpu and
 # auto train with the losses of no flag (auto stays cpu even where a device
 # answers: the cuda backend has not run on a GPU yet); cuda is refused in
-# one line with the exit code of its reason (3: built without CUDA; 1: no
-# device answers) before anything is written.  Where a device answers the
+# one line with the exit code of its reason (3: built without CUDA or for
+# what the backend does not cover; 1: no device answers) before anything is
+# written, at one rank as at many (tests/mpi/train.bats runs 2).  Where a device answers the
 # refusal tests skip: tests/gpu/train.bats runs --device cuda there.
 # shellcheck disable=SC2154  # stderr: set by bats' run --separate-stderr
 load helper
@@ -82,6 +83,36 @@ skip_if_device() {
 	[[ "$stderr" == *"$want"* ]] || fail "$stderr"
 	[ -z "$output" ] || fail "stdout: $output"
 	[ ! -e ck ] && [ ! -e csv ] && [ ! -e m.json ] || fail "files written: $(ls)"
+}
+
+# what the cuda backend does not cover is exit 3 before any device is
+# asked for, on any machine: one error line naming it (a build without
+# CUDA says that first); under a launcher's local rank as at one rank
+@test "--device cuda with MoE or a 1-bit optimizer: one line, exit 3, nothing written, with or without a launcher's local rank" {
+	local moe="is not on the cuda backend yet" onebit="is not on the cuda backend yet"
+	if ds_has cuda; then
+		moe="a Mixture-of-Experts model $moe"
+		onebit="a 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb) $onebit"
+	else
+		moe=$(cuda_refusal) onebit=$(cuda_refusal)
+	fi
+	cfg onebit.json ', "zero_optimization": {"stage": 0}'
+	sed -i 's/"type": "AdamW"/"type": "OneBitAdam"/' onebit.json
+	local lr envs
+	for lr in "" 1; do
+		envs=()
+		[ -n "$lr" ] && envs=("OMPI_COMM_WORLD_LOCAL_RANK=$lr")
+		run -3 --separate-stderr env "${envs[@]}" \
+			ds-train --deepspeed_config cfg.json --model "$TDATA/gpt-test-moe.json" --train-iters 4 --device cuda --save ck
+		[ "${#stderr_lines[@]}" -eq 1 ] || fail "MoE: expected one line: $stderr"
+		[[ "$stderr" == *"ds-train: --device cuda: $moe"* ]] || fail "MoE: $stderr"
+		run -3 --separate-stderr env "${envs[@]}" \
+			ds-train --deepspeed_config onebit.json --model "$MODEL" --train-iters 4 --device cuda --save ck
+		# (after DeepSpeed's warning that OneBitAdam is verified under fp16)
+		[ "$(grep -c '^ds-train: ' <<<"$stderr")" -eq 1 ] || fail "1-bit: expected one error line: $stderr"
+		[[ "$stderr" == *"ds-train: --device cuda: $onebit"* ]] || fail "1-bit: $stderr"
+		[ ! -e ck ] && [ ! -e csv ] || fail "files written: $(ls)"
+	done
 }
 
 @test "dstk.device \"cuda\": refused naming the file and key; --device cpu overrides it" {
