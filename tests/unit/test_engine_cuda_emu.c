@@ -410,6 +410,39 @@ static void test_state_moves(void **st)
 	}
 }
 
+/* the same in bf16: the loaded master weights reach the 16-bit copy on
+ * the device (ds_engine_params_loaded: half_pack there), so the next loss
+ * is the source run's within the 16-bit spread (TIGHT), not an untrained
+ * copy's (4e-3 away) */
+static void test_state_moves_bf16(void **st)
+{
+	(void)st;
+	const char *model = DS_TEST_SRC("tests/data/gpt-test-dropout.json");
+	for (int dir = 0; dir < 2; dir++) {
+		struct ds_engine_opts oc, og;
+		opts_half(&oc, model, 0, DS_HALF_BF16, DS_BF16_MM_FP32, &ds_compute_cpu);
+		opts_half(&og, model, 0, DS_HALF_BF16, DS_BF16_MM_AUTO, &ds_compute_cuda);
+		struct ds_engine *from = mk(dir ? &oc : &og), *to = mk(dir ? &og : &oc);
+		const int T = oc.model.seq_length, V = oc.model.vocab_size;
+		int32_t *tok = malloc(sizeof(int32_t) * GA * MB * (size_t)(T + 1));
+		assert_non_null(tok);
+		struct ds_engine_step r0, r1;
+		for (int s = 0; s < 3; s++)
+			step(from, tok, T, V, s, 1e-2, &r0);
+		copy_state(to, from);
+		for (int s = 3; s < 5; s++) {
+			step(from, tok, T, V, s, 1e-2, &r0);
+			step(to, tok, T, V, s, 1e-2, &r1);
+			fprintf(stderr, "# bf16 %s -> %s: step %d loss %.8f, %.8f\n", dir ? "cpu" : "cuda",
+				dir ? "cuda" : "cpu", s, r0.loss, r1.loss);
+			within("resumed loss", s, r1.loss, r0.loss, TIGHT);
+		}
+		free(tok);
+		ds_engine_destroy(from);
+		ds_engine_destroy(to);
+	}
+}
+
 /* what the device path does not cover is refused before anything runs */
 static void test_refused(void **st)
 {
@@ -441,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_fp16),
 		cmocka_unit_test(test_nonfinite),
 		cmocka_unit_test(test_half_fp32_accum),
+		cmocka_unit_test(test_state_moves_bf16),
 		cmocka_unit_test(test_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
