@@ -82,6 +82,17 @@ struct ds_compute_ops {
 	void (*half_round)(int kind, float *x, size_t n);
 	void (*half_pack)(int kind, uint16_t *dst, const float *src, size_t n);
 	void (*half_unpack)(int kind, float *dst, const uint16_t *src, size_t n);
+	/* the engine's 16-bit gradients: acc (16-bit, kind) = acc + g, added in
+	 * fp32 and rounded once (its hadd) */
+	void (*half_add)(int kind, uint16_t *acc, const float *g, int64_t n);
+	/* p (16-bit, n) in place: widen from `from`; unless f is 1, round to
+	 * `cast` (DS_HALF_NONE: no rounding), times f, round to `cast` again;
+	 * pack as `to`; nothing when from == to and f is 1 (its hrecast: the
+	 * 16-bit reduction's pre- and postscale) */
+	void (*half_recast)(uint16_t *p, int64_t n, int from, int cast, float f, int to);
+	/* acc[0..n) += g, then rounded to kind (DS_HALF_NONE: kept fp32): a
+	 * 16-bit model's micro-step gradients held in fp32 (accumulate_half) */
+	void (*accumulate)(int kind, float *acc, const float *g, int64_t n);
 
 	/* ---- matrix products ----
 	 * gemm: C (M,N) = alpha op(A) op(B) + beta C, cblas_sgemm's row-major

@@ -48,6 +48,55 @@ static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 	ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
 }
 
+/* ---- the engine's 16-bit gradients: lib/engine/engine.c's loops as the
+ * engine ran them before these entries, in chunks of HCH elements widened
+ * on the stack (no fp32 copy of the gradients) ---- */
+#define HCH 2048
+
+static void cpu_half_add(int kind, uint16_t *acc, const float *g, int64_t n)
+{
+	const enum ds_half_kind k = (enum ds_half_kind)kind;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (int64_t c = 0; c < n; c += HCH) {
+		float t[HCH];
+		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
+		ds_half_unpack_n(k, t, acc + c, m);
+		for (size_t i = 0; i < m; i++)
+			t[i] += g[c + (int64_t)i];
+		ds_half_pack_n(k, acc + c, t, m);
+	}
+}
+
+static void cpu_half_recast(uint16_t *p, int64_t n, int from_, int cast_, float f, int to_)
+{
+	const enum ds_half_kind from = (enum ds_half_kind)from_, cast = (enum ds_half_kind)cast_,
+				to = (enum ds_half_kind)to_;
+	if (from == to && f == 1.0f)
+		return;
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (int64_t c = 0; c < n; c += HCH) {
+		float t[HCH];
+		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
+		ds_half_unpack_n(from, t, p + c, m);
+		if (f != 1.0f) {
+			ds_half_round_n(cast, t, m);
+			for (size_t i = 0; i < m; i++)
+				t[i] *= f;
+			ds_half_round_n(cast, t, m);
+		}
+		ds_half_pack_n(to, p + c, t, m);
+	}
+}
+
+static void cpu_accumulate(int kind, float *acc, const float *g, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		acc[i] += g[i];
+	if (kind != DS_HALF_NONE)
+		ds_half_round_n((enum ds_half_kind)kind, acc, (size_t)n);
+}
+
 /* C of every entry of bt (M rows of N at ldc) rounded to bf16 values: the
  * pass DS_GEMM_BF16_CR asks for where the product did not round as it
  * stored (the same bits: rounding is element-wise) */
@@ -167,6 +216,9 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.half_round = cpu_half_round,
 	.half_pack = cpu_half_pack,
 	.half_unpack = cpu_half_unpack,
+	.half_add = cpu_half_add,
+	.half_recast = cpu_half_recast,
+	.accumulate = cpu_accumulate,
 	.gemm = cpu_gemm,
 	.gemm_keep_b = cpu_gemm_keep_b,
 	.head16 = cpu_head16,

@@ -16,14 +16,30 @@
  * aborts, as a GPU would fault) against the cpu backend, and
  * tests/cli/ds-train-cuda-emu.sh runs tests/gpu/train.bats there.
  *
- * Covered: fp32 training of dense models on one tensor-parallel rank
- * (any number of data-parallel ones), with the engine's step (Adam/AdamW,
- * SGD, Lamb) on the device.
+ * Covered: fp32, fp16 and bf16 training of dense models on one
+ * tensor-parallel rank (fp32 also over many data-parallel ones; 16-bit
+ * runs on one rank: their reductions' casts are host code), with the
+ * engine's step (Adam/AdamW, SGD, Lamb) on
+ * the device.  A 16-bit run keeps the CPU path's numerics contract: the
+ * 16-bit parameter copy, activations rounded as the kernels write them
+ * (the plain kernel, then the rounding launcher: the same bits), 16-bit
+ * gradients accumulated in fp32 and rounded once (half_add), the overflow
+ * check in sumsq's non-finite flag, all on device buffers; the loss scaler
+ * itself is the engine's host arithmetic on one flag per step.  Products:
+ * bf16 modes round A and B to bf16 and run cuBLAS with fp32 accumulation
+ * on the tensor cores (ds_cuda_gemm_rounded), for every shape (the cpu
+ * path only where it has a bf16 GEMM); fp16 runs keep the CPU's fp32
+ * products (pedantic fp32, no TF32), not fp16 inputs on the tensor cores:
+ * not every input is an fp16 value on the CPU path (the attention
+ * probabilities after dropout's 1/(1-p) are not rounded before their
+ * product), so packing them to fp16 would round once more than the cpu
+ * does (seen on the emulation: the dropout model's first loss moved by
+ * 9e-7, the model without dropout not at all).
  * Not yet (each entry sets an error that check() reports as DS_ENOTSUP):
  * the vocabulary-parallel embedding and loss, the row-parallel bias and
  * attention dropout keyed from another rank's first head (tensor
  * parallelism), and bf16 logits kept in 16 bits (head16 says no, so the
- * model never asks).  The entries return nothing: a launcher's failure is
+ * model takes the fp32 row chunks of the head, rounded like the cpu's).  The entries return nothing: a launcher's failure is
  * kept (the first one) and check() reports it after synchronising.  A
  * process drives one device, so the state is the process's.
  */
@@ -67,8 +83,8 @@ static void notsup(const char *what)
 	note(-1, what);
 }
 
-/* what the device path runs: dense fp32 models on one tensor-parallel and
- * pipeline rank, with the dense optimizers in memory */
+/* what the device path runs: dense models (fp32, fp16, bf16) on one
+ * tensor-parallel and pipeline rank, with the dense optimizers in memory */
 static const char *cu_uncovered(const struct ds_compute_needs *n)
 {
 	return n->moe ? "a Mixture-of-Experts model"
@@ -76,7 +92,6 @@ static const char *cu_uncovered(const struct ds_compute_needs *n)
 	       : n->nvme ? "NVMe offload (ZeRO-Infinity)"
 	       : n->tp > 1 ? "tensor parallelism"
 	       : n->pp > 1 ? "pipeline parallelism"
-	       : n->half ? "fp16/bf16 training (16-bit activations)"
 		       : NULL;
 }
 
@@ -174,6 +189,20 @@ static void cu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
 static void cu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 {
 	note(ds_cuda_half_unpack((enum ds_half_kind)kind, dst, src, (int64_t)n, g.stream), "half_unpack");
+}
+
+static void cu_half_add(int kind, uint16_t *acc, const float *gr, int64_t n)
+{
+	note(ds_cuda_hadd((enum ds_half_kind)kind, acc, gr, n, g.stream), "half_add");
+}
+static void cu_half_recast(uint16_t *p, int64_t n, int from, int cast, float f, int to)
+{
+	note(ds_cuda_hrecast(p, n, (enum ds_half_kind)from, (enum ds_half_kind)cast, f, (enum ds_half_kind)to, g.stream),
+	     "half_recast");
+}
+static void cu_accumulate(int kind, float *acc, const float *gr, int64_t n)
+{
+	note(ds_cuda_accumulate((enum ds_half_kind)kind, acc, gr, n, g.stream), "accumulate");
 }
 
 /* ---- matrix products: fp32 (pedantic, no TF32) or the CPU's bf16 contract ---- */
@@ -568,6 +597,9 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.half_round = cu_half_round,
 	.half_pack = cu_half_pack,
 	.half_unpack = cu_half_unpack,
+	.half_add = cu_half_add,
+	.half_recast = cu_half_recast,
+	.accumulate = cu_accumulate,
 	.gemm = cu_gemm,
 	.gemm_keep_b = cu_gemm_keep_b,
 	.head16 = cu_head16,

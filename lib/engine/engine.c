@@ -351,47 +351,11 @@ static void cast_prescale(const struct ds_engine *e, float *g, uint16_t *h, int6
 }
 
 /* ---- 16-bit gradients (e->g16) -----------------------------------------
- * Chunks of HCH elements widened on the stack, so that no fp32 copy of the
- * gradients exists. */
-
-/* acc[0..n) (16-bit, kind k) = acc + g, added in fp32 and rounded once (as
- * accumulate_half does for fp32-held gradients) */
-static void hadd(enum ds_half_kind k, uint16_t *acc, const float *g, int64_t n)
-{
-#pragma omp parallel for schedule(static) if (n > 65536)
-	for (int64_t c = 0; c < n; c += HCH) {
-		float t[HCH];
-		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
-		ds_half_unpack_n(k, t, acc + c, m);
-		for (size_t i = 0; i < m; i++)
-			t[i] += g[c + (int64_t)i];
-		ds_half_pack_n(k, acc + c, t, m);
-	}
-}
-
-/* p[0..n) in place: widen from `from`; unless f is 1, round to `cast`
- * (DS_HALF_NONE: fp32, no rounding), multiply by f and round to `cast`
- * again; pack as `to`.  The 16-bit reduction's pre- and postscale and
- * casts: DeepSpeed casts to the communication type, then scales there. */
-static void hrecast(uint16_t *p, int64_t n, enum ds_half_kind from, enum ds_half_kind cast, float f,
-		    enum ds_half_kind to)
-{
-	if (from == to && f == 1.0f)
-		return;
-#pragma omp parallel for schedule(static) if (n > 65536)
-	for (int64_t c = 0; c < n; c += HCH) {
-		float t[HCH];
-		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
-		ds_half_unpack_n(from, t, p + c, m);
-		if (f != 1.0f) {
-			ds_half_round_n(cast, t, m);
-			for (size_t i = 0; i < m; i++)
-				t[i] *= f;
-			ds_half_round_n(cast, t, m);
-		}
-		ds_half_pack_n(to, p + c, t, m);
-	}
-}
+ * The backend's half_add (added in fp32, rounded once, as accumulate_half
+ * does for fp32-held gradients) and half_recast (the 16-bit reduction's
+ * pre- and postscale and casts: DeepSpeed casts to the communication
+ * type, then scales there) work on them in place, so that no fp32 copy of
+ * the gradients exists. */
 
 /* 16-bit gradients h[0..n) widened to fp32 in the first gradient slot
  * (maxpad elements, free between the backward and the next one): how the
@@ -399,7 +363,7 @@ static void hrecast(uint16_t *p, int64_t n, enum ds_half_kind from, enum ds_half
 static const float *hwiden(const struct ds_engine *e, const uint16_t *h, int64_t n)
 {
 	float *out = e->gs[0].buf;
-	ds_half_unpack_n(e->half, out, h, (size_t)n);
+	e->ops->half_unpack(e->half, out, h, (size_t)n);
 	return out;
 }
 
@@ -411,14 +375,14 @@ static void gstage_finish(struct ds_engine *e)
 		return;
 	int64_t off = e->bk[e->gstage_b].off, n = e->bk[e->gstage_b].n;
 	e->ops->scale(e->gstage, n, e->grad_post);
-	ds_half_pack_n(e->half, e->gh + off, e->gstage, (size_t)n);
+	e->ops->half_pack(e->half, e->gh + off, e->gstage, (size_t)n);
 	e->gstage_b = -1;
 }
 
 /* ... and widen bucket b into gstage, prescaled in fp32 */
 static void gstage_load(struct ds_engine *e, int b, int64_t off, int64_t n)
 {
-	ds_half_unpack_n(e->half, e->gstage, e->gh + off, (size_t)n);
+	e->ops->half_unpack(e->half, e->gstage, e->gh + off, (size_t)n);
 	e->ops->scale(e->gstage, n, e->grad_pre);
 	e->gstage_b = b;
 }
@@ -429,7 +393,7 @@ static int start_bucket(struct ds_engine *e, int b, struct ds_err *err)
 	struct ds_comm *comm = e->bk[b].comm;
 	e->breq[b].done = 0;
 	if (e->g16 && e->chalf) {  /* in place, in the 16-bit communication type */
-		hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
+		e->ops->half_recast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
 		DS_TRY(ds_comm_iallreduce(comm, e->gh + off, (size_t)n, e->cdtype, DS_SUM, &e->breq[b].req, err));
 	} else if (e->g16) {  /* fp32 through gstage: one bucket in flight at a time */
 		if (e->gstage_b >= 0) {
@@ -468,7 +432,7 @@ static int buckets_after(struct ds_engine *e, int s)
 static void add_owned(struct ds_engine *e, const struct seg *sg, const float *rv)
 {
 	if (e->g16) {
-		hadd(e->half, sg->h_own, rv, sg->shard);
+		e->ops->half_add(e->half, sg->h_own, rv, sg->shard);
 		return;
 	}
 	e->ops->add(sg->g_own, sg->g_own, rv, sg->shard, 0);
@@ -561,7 +525,7 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
  * before the segment's pass.  In backward every segment's gradients go to
  * a zeroed gs[] slot; the post hook rounds them to 16 bits (this
  * micro-step's 16-bit gradient) and adds them to the held gradients:
- * 16-bit ones (gh, hadd: widened, added in fp32, rounded once) or, when
+ * 16-bit ones (gh, the backend's half_add: widened, added in fp32, rounded once) or, when
  * accumulation is in fp32, fp32 ones (accumulate_half). */
 
 /* widen a gathered (stage 3) or resident 16-bit segment into its slot (a
@@ -575,7 +539,7 @@ static int expand_seg(struct ds_engine *e, struct slot *sl)
 		DS_TRY(ds_offload_param_get(e->off, sl->seg, &b, &e->herr));
 		src = b;
 	}
-	ds_half_unpack_n(e->half, sl->buf, src, (size_t)sg->padded);
+	e->ops->half_unpack(e->half, sl->buf, src, (size_t)sg->padded);
 	if (sg->pfull && sg->pnv)
 		ds_offload_param_put(e->off, sl->seg);
 	return 0;
@@ -591,21 +555,17 @@ static void refresh_half(struct ds_engine *e)
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		if (sg->mfull)
-			ds_half_pack_n(e->half, e->p16 + sg->hoff, e->params + sg->poff, (size_t)sg->padded);
+			e->ops->half_pack(e->half, e->p16 + sg->hoff, e->params + sg->poff, (size_t)sg->padded);
 		else
-			ds_half_pack_n(e->half, e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0), e->params + sg->poff,
-				       (size_t)sg->shard);
+			e->ops->half_pack(e->half, e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0), e->params + sg->poff,
+					  (size_t)sg->shard);
 	}
 }
 
 /* add a micro-step's 16-bit gradients g[0..n) to the held acc[0..n) */
 static void accumulate_half(const struct ds_engine *e, float *acc, const float *g, int64_t n)
 {
-#pragma omp parallel for simd schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		acc[i] += g[i];
-	if (!e->o.grad_accum_fp32)
-		ds_half_round_n(e->half, acc, (size_t)n);
+	e->ops->accumulate(e->o.grad_accum_fp32 ? DS_HALF_NONE : e->half, acc, g, n);
 }
 
 static int next_seg(const struct ds_engine *e, int s, int phase)
@@ -703,10 +663,10 @@ static int seg_post(void *ctx, int s, int phase)
 		if (!gl)
 			return ds_err_set(&e->herr, DS_EINVAL, "engine: segment %d closed without gradients", s);
 		if (e->half)
-			ds_half_round_n(e->half, gl->buf, (size_t)sg->padded);
+			e->ops->half_round(e->half, gl->buf, (size_t)sg->padded);
 		if (sg->gfull) {  /* mixed precision: into the held gradients */
 			if (e->g16)
-				hadd(e->half, e->gh + sg->goff, gl->buf, sg->padded);
+				e->ops->half_add(e->half, e->gh + sg->goff, gl->buf, sg->padded);
 			else
 				accumulate_half(e, e->grads + sg->goff, gl->buf, sg->padded);
 			gl->seg = -1;
@@ -1567,21 +1527,21 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 		/* as for fp32 models: the 16-bit reduction still scales by 1/f
 		 * and f in 16 bits (a no-op unless f != 1); an fp32 one is skipped */
 		if (e->chalf && e->grad_pre != 1.0f) {
-			hrecast(e->gh, e->gtotal, e->half, e->chalf, e->grad_pre, e->chalf);
-			hrecast(e->gh, e->gtotal, e->chalf, e->chalf, e->grad_post, e->half);
+			e->ops->half_recast(e->gh, e->gtotal, e->half, e->chalf, e->grad_pre, e->chalf);
+			e->ops->half_recast(e->gh, e->gtotal, e->chalf, e->chalf, e->grad_post, e->half);
 		}
 		return 0;
 	}
 	if (e->o.zero_stage >= 2) {
 		DS_TRY(finish_all(e, err));
 		for (int s = 0; s < e->nseg; s++)
-			hrecast(e->seg[s].h_own, e->seg[s].shard, e->half, e->chalf, e->grad_post, e->half);
+			e->ops->half_recast(e->seg[s].h_own, e->seg[s].shard, e->half, e->chalf, e->grad_post, e->half);
 		return 0;
 	}
 	if (e->overlap) {
 		DS_TRY(drain_buckets(e, err));
 		if (e->chalf)
-			hrecast(e->gh, e->total, e->chalf, e->chalf, e->grad_post, e->half);
+			e->ops->half_recast(e->gh, e->total, e->chalf, e->chalf, e->grad_post, e->half);
 		else
 			gstage_finish(e);
 		return 0;
@@ -1589,7 +1549,7 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 	for (int b = 0; b < e->nbk; b++) {
 		const int64_t off = e->bk[b].off, n = e->bk[b].n;
 		if (e->chalf)
-			hrecast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
+			e->ops->half_recast(e->gh + off, n, e->half, e->chalf, e->grad_pre, e->chalf);
 		else
 			gstage_load(e, b, off, n);
 		red_begin(e);
@@ -1600,7 +1560,7 @@ static int reduce_grads_16(struct ds_engine *e, struct ds_err *err)
 		red_end(e);
 		DS_TRY(rc);
 		if (e->chalf)
-			hrecast(e->gh + off, n, e->chalf, e->chalf, e->grad_post, e->half);
+			e->ops->half_recast(e->gh + off, n, e->chalf, e->chalf, e->grad_post, e->half);
 		else
 			gstage_finish(e);
 	}
@@ -1869,9 +1829,11 @@ static void inject_inf(struct ds_engine *e, int64_t step)
 {
 	if (!(e->inject_step > 0 && step >= e->inject_step && step < e->inject_step + e->inject_n && e->rank == 0))
 		return;
-	if (e->g16) {
+	if (e->g16) {   /* packed here, written into the backend's memory */
 		const float inf = INFINITY;
-		ds_half_pack_n(e->half, e->gh, &inf, 1);
+		uint16_t h;
+		ds_half_pack_n(e->half, &h, &inf, 1);
+		e->ops->from_host(e->gh, &h, sizeof h);
 	} else {
 		const float inf = INFINITY;
 		e->ops->from_host(e->grads, &inf, sizeof inf);

@@ -2,9 +2,11 @@
 # ds-train-cuda-emu.sh - tests/gpu/train.bats without a GPU: its --device
 # cuda runs made by tests/unit/ds-train-emu (ds-train over the host
 # emulation of CUDA, lib/driver/train.mk), against ds-train --device cpu,
-# with the same 1e-5 relative bound, so every CI run trains the cuda
-# backend end to end (dropout, AdamW, clipping, ZeRO-3, checkpoints across
-# devices) on emulated device memory that host code cannot touch.
+# with the same bounds (1e-5 relative in fp32, 1e-2 in fp16/bf16, the
+# loss scale equal), so every CI run trains the cuda backend end to end
+# (dropout, AdamW, clipping, ZeRO-3, checkpoints across devices, fp16 and
+# bf16 with the loss scaler and injected overflows) on emulated device
+# memory that host code cannot touch.
 # Emulated kernels are slow (about 6 s a step of the test model on 2
 # cores, against 20 steps a run on a GPU): DS_GPU_TRAIN_ITERS steps a run
 # here (default 6, the checkpoint at 3).  A device not answering fails
