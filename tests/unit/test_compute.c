@@ -281,8 +281,14 @@ static void test_cpu_table_complete(void **st)
 	const size_t off = offsetof(struct ds_compute_ops, init);
 	const size_t n = (sizeof(struct ds_compute_ops) - off) / sizeof(fn);
 	assert_true(n >= 40);
+	/* comm_devmem is a device backend's only: host memory needs no
+	 * registering with the communicator */
+	const size_t devmem = offsetof(struct ds_compute_ops, comm_devmem);
+	assert_null(ds_compute_cpu.comm_devmem);
 	for (size_t i = 0; i < n; i++) {
 		fn f;
+		if (off + i * sizeof f == devmem)
+			continue;
 		memcpy(&f, (const char *)&ds_compute_cpu + off + i * sizeof f, sizeof f);
 		if (!f)
 			fail_msg("ds_compute_cpu: entry %zu after init is NULL", i);
