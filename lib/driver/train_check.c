@@ -178,8 +178,10 @@ static void device_table(FILE *out, const struct ds_train_setup *s, const struct
 			ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
 	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "comm_staging", m->pinned_staging,
 		ds_fmt_bytes((double)m->pinned_staging, h, sizeof h), ds_engine_mem_place_name(DS_MEM_PINNED),
-		m->dp > 1 ? "the MPI staged path's buffers (ranks sharing a GPU, or no NCCL; at most: NCCL stages nothing)"
-			  : "nothing crosses ranks");
+		m->dp <= 1		  ? "nothing crosses ranks"
+		: s->eng.overlap_comm ? "the MPI staged path's buffers where NCCL is not used (ranks sharing a GPU); "
+					"at most, one per call in flight (overlap_comm)"
+				      : "the MPI staged path's buffers where NCCL is not used (ranks sharing a GPU)");
 	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "device_total", m->device_total,
 		ds_fmt_bytes((double)m->device_total, h, sizeof h), "device",
 		"what the backend allocates on the device per rank (ds-train reports the real figure)");
