@@ -15,6 +15,13 @@
  * host emulation of CUDA (where host code that touches device memory
  * aborts, as a GPU would fault) against the cpu backend, and
  * tests/cli/ds-train-cuda-emu.sh runs tests/gpu/train.bats there.
+ * Memory: alloc counts what it holds (mem_held) and mem_info answers
+ * cudaMemGetInfo, so ds-train checks the memory plan's device rows
+ * (engine/estimate.h, ds_engine_mem_place) against the device before
+ * training and reports the real bytes after; tests/cli/
+ * ds-train-check-cuda.bats and tests/mpi/engine-cuda.bats hold them equal
+ * over the emulation.  Its own buffers (the loss rows, the sums) are
+ * ds_cuda_malloc's directly and not in the plan.
  *
  * Covered: fp32, fp16 and bf16 training of dense models on one
  * tensor-parallel rank (fp32 also over many data-parallel ones; 16-bit
