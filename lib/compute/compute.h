@@ -204,6 +204,15 @@ struct ds_compute_ops {
 	 * init().  0 or DS_E*.  NULL on a host backend (its buffers are host
 	 * memory: the host collectives take them as they are). */
 	int (*comm_devmem)(struct ds_comm_devmem *dm, struct ds_err *err);
+
+	/* ---- the backend's memory ----
+	 * mem_info: its free and total bytes now (cuda: cudaMemGetInfo; cpu:
+	 * the host's, sysconf): 0, or a DS_E* code.  mem_held: what alloc
+	 * holds now and its high-water mark since the last reset (reset
+	 * nonzero restarts it at the bytes held now; cpu: util/mem.h's
+	 * allocator), the device side of the memory plan's check */
+	int (*mem_info)(size_t *free_bytes, size_t *total_bytes, struct ds_err *err);
+	void (*mem_held)(size_t *held, size_t *peak, int reset);
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;

@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/gpt_kernels.h"
@@ -200,6 +201,24 @@ static int cpu_optim_step(struct ds_optim *o, float *p, const float *g, float gr
 	return ds_optim_step(o, p, g, grad_mul, NULL, 0, err);
 }
 
+/* host memory: what the machine has free and in all (sysconf), and what
+ * libds's allocator holds (util/mem.h; reset restarts its peak) */
+static int cpu_mem_info(size_t *free_bytes, size_t *total_bytes, struct ds_err *err)
+{
+	const long pg = sysconf(_SC_PAGESIZE), av = sysconf(_SC_AVPHYS_PAGES), ph = sysconf(_SC_PHYS_PAGES);
+	(void)err;
+	*free_bytes = pg > 0 && av > 0 ? (size_t)av * (size_t)pg : 0;
+	*total_bytes = pg > 0 && ph > 0 ? (size_t)ph * (size_t)pg : 0;
+	return 0;
+}
+static void cpu_mem_held(size_t *held, size_t *peak, int reset)
+{
+	if (reset)
+		ds_mem_peak_reset();
+	*held = ds_mem_held();
+	*peak = ds_mem_peak();
+}
+
 const struct ds_compute_ops ds_compute_cpu = {
 	.name = "cpu",
 	.host = 1,
@@ -257,4 +276,6 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.optim_step = cpu_optim_step,
 	.lamb_partial = ds_lamb_partial_norms,
 	.lamb_apply = ds_lamb_apply,
+	.mem_info = cpu_mem_info,
+	.mem_held = cpu_mem_held,
 };

@@ -15,6 +15,13 @@
  * host emulation of CUDA (where host code that touches device memory
  * aborts, as a GPU would fault) against the cpu backend, and
  * tests/cli/ds-train-cuda-emu.sh runs tests/gpu/train.bats there.
+ * Memory: alloc counts what it holds (mem_held) and mem_info answers
+ * cudaMemGetInfo, so ds-train checks the memory plan's device rows
+ * (engine/estimate.h, ds_engine_mem_place) against the device before
+ * training and reports the real bytes after; tests/cli/
+ * ds-train-check-cuda.bats and tests/mpi/engine-cuda.bats hold them equal
+ * over the emulation.  Its own buffers (the loss rows, the sums) are
+ * ds_cuda_malloc's directly and not in the plan.
  *
  * Covered: fp32, fp16 and bf16 training of dense models on one
  * tensor-parallel rank (fp32 also over many data-parallel ones; 16-bit
@@ -132,6 +139,9 @@ static int cu_check(struct ds_err *err)
  * workspace: a linear scan. */
 static struct live { const char *p; size_t n; } *live;
 static size_t nlive, caplive;
+/* the bytes alloc was asked for and holds, and their high-water mark (the
+ * memory plan's device rows count these) */
+static size_t dheld, dpeak;
 
 static void *cu_alloc(size_t bytes)
 {
@@ -147,6 +157,9 @@ static void *cu_alloc(size_t bytes)
 	if (ds_cuda_malloc(&p, bytes ? bytes : 1))
 		return NULL;
 	live[nlive++] = (struct live){ p, bytes ? bytes : 1 };
+	dheld += bytes ? bytes : 1;
+	if (dheld > dpeak)
+		dpeak = dheld;
 	return p;
 }
 static void cu_free(void *p)
@@ -155,6 +168,7 @@ static void cu_free(void *p)
 		return;
 	for (size_t i = 0; i < nlive; i++)
 		if (live[i].p == p) {
+			dheld -= live[i].n;
 			live[i] = live[--nlive];
 			break;
 		}
@@ -581,6 +595,20 @@ static int cu_comm_devmem(struct ds_comm_devmem *dm, struct ds_err *err)
 	return 0;
 }
 
+static int cu_mem_info(size_t *free_bytes, size_t *total_bytes, struct ds_err *err)
+{
+	*free_bytes = *total_bytes = 0;
+	int rc = ds_cuda_mem_info(free_bytes, total_bytes);
+	return rc ? ds_err_set(err, DS_EIO, "cuda backend: cudaMemGetInfo: %s", ds_cuda_strerror(rc)) : 0;
+}
+static void cu_mem_held(size_t *held, size_t *peak, int reset)
+{
+	if (reset)
+		dpeak = dheld;
+	*held = dheld;
+	*peak = dpeak;
+}
+
 const struct ds_compute_ops ds_compute_cuda = {
 	.name = "cuda",
 	.host = 0,
@@ -639,4 +667,6 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.lamb_partial = cu_lamb_partial,
 	.lamb_apply = cu_lamb_apply,
 	.comm_devmem = cu_comm_devmem,
+	.mem_info = cu_mem_info,
+	.mem_held = cu_mem_held,
 };

@@ -11,6 +11,9 @@
  *   params P*(2|4), grads P*(2|4), optimizer P*(16|8); stage >= 1 divides the
  *   optimizer by W, >= 2 also the grads, 3 also the params; plus the
  *   activations ds_gpt_activation_bytes(micro batch) and the overhead.
+ * A cuda trial set (the config's dstk.device "cuda"): the estimator's
+ * device total (ds_engine_mem_place) against the free memory of device 0
+ * shared by the ranks of a node per device, unless --mem-per-rank.
  */
 #ifndef DS_DRIVER_AUTOTUNE_H
 #define DS_DRIVER_AUTOTUNE_H

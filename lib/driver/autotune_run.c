@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "compute/compute.h"
 #include "config/config.h"
 #include "config/model.h"
 #include "driver/autotune.h"
@@ -250,6 +251,14 @@ static void add_mb(int *v, int *n, int cap, int m)
  * what the trial's stage offloads out and counts the swap buffers; the
  * formula drops its optimizer term (states and fp32 master) for the
  * buffer_count x sub_group_size fp32 buffers. */
+/* The trials run on a device: the config's dstk.device is cuda (ds-train
+ * then puts the plan's model states and activations there). */
+static int trials_on_device(const struct ds_config *c)
+{
+	const char *d = ds_config_values(c)->dstk.device;
+	return d && ds_device_parse(d) == DS_DEVICE_CUDA;
+}
+
 static void trial_bytes(const struct ds_config *c, const struct ds_model_config *mc, double P, int formula,
 			int half, int ckpt, int stage, int mb, int gas, int W, double *out)
 {
@@ -280,7 +289,10 @@ static void trial_bytes(const struct ds_config *c, const struct ds_model_config 
 	/* a model the trainer cannot build fails its trial anyway; keep the formula for it */
 	struct ds_err ignored = DS_ERR_INIT;
 	if (!formula && ds_engine_mem_estimate(&eo, W, &m, &ignored) == 0) {
-		*out = (double)m.total + DS_AUTOTUNE_MEM_OVERHEAD;
+		/* a cuda trial set (dstk.device cuda): what the plan puts on the
+		 * device, against the device's memory (find_budget) */
+		ds_engine_mem_place(&m, &eo, trials_on_device(c));
+		*out = (double)(m.device ? m.device_total : m.total) + DS_AUTOTUNE_MEM_OVERHEAD;
 		return;
 	}
 	double states = ds_autotune_model_state_bytes(P, half, stage, W);
@@ -453,13 +465,36 @@ static uint64_t env_u64(const char *name)
 	return end != s ? v : 0;
 }
 
-static void find_budget(struct ds_autotune_res *r, const struct ds_autotune_opts *o, int nodes)
+/* The memory per rank the trials are pruned against: the host's
+ * (ds_engine_mem_budget), or for a cuda trial set (trials_on_device) the
+ * free memory of device 0 split over the ranks of a node that share a
+ * device; --mem-per-rank overrides either.  Where no device answers here
+ * the host's budget stands, and the log says so. */
+static void find_budget(struct ds_autotune_res *r, const struct ds_autotune_opts *o, int nodes,
+			const struct ds_config *c)
 {
 	int per_node = (r->np + nodes - 1) / nodes;
 	uint64_t tpn = env_u64("SLURM_NTASKS_PER_NODE");
 	if (getenv("SLURM_JOB_ID") && tpn > 0)
 		per_node = (int)tpn;
 	r->budget = ds_engine_mem_budget(per_node, o->mem_per_rank, r->budget_from, sizeof(r->budget_from));
+	if (!trials_on_device(c) || o->mem_per_rank)
+		return;
+	struct ds_compute_env env;
+	struct ds_err e = DS_ERR_INIT;
+	size_t fr = 0, tot = 0;
+	ds_compute_probe(&env, DS_DEVICE_CUDA);
+	if (!env.cuda || env.device_count < 1 || !env.cuda->mem_info || env.cuda->init(0, &e) < 0 ||
+	    env.cuda->mem_info(&fr, &tot, &e) < 0 || !fr) {
+		ds_log_warn("ds-autotune: dstk.device cuda, but no device answers here (%s): the trials are pruned against "
+			    "the host's memory; --mem-per-rank sets the device's", e.msg[0] ? e.msg
+			    : env.why_none[0] ? env.why_none : "no cuda backend in this build");
+		return;
+	}
+	const int share = (per_node + env.device_count - 1) / env.device_count;
+	r->budget = (uint64_t)fr / (uint64_t)(share > 0 ? share : 1);
+	snprintf(r->budget_from, sizeof(r->budget_from), "free memory of cuda device 0 / %d rank%s", share,
+		 share == 1 ? "" : "s");
 }
 
 static int split_launcher(struct ctx *x, const char *s)
@@ -870,7 +905,7 @@ int ds_autotune_run(const struct ds_autotune_opts *o, struct ds_autotune_res *r,
 		split_launcher(&x, o->launcher);
 	else
 		default_launcher(&x, r->np, nodes);
-	find_budget(r, o, nodes);
+	find_budget(r, o, nodes, c);
 	/* other "auto" keys */
 	if ((rc = ds_config_load_string(&empty, "{\"train_micro_batch_size_per_gpu\": 1}", "defaults", &co, err)) < 0)
 		goto out;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "compute/compute.h"
 #include "cpu/ceiling.h"
 #include "cpu/gemm_bf16.h"
@@ -147,32 +148,46 @@ static int evaluate(struct ds_engine *e, const struct ds_train_setup *s, const s
 	return 0;
 }
 
+enum { NM = 7 };   /* report_memory's figures per rank */
+
 /* After the run, every rank: what libds's allocator held after setup and
  * at its peak during the loop, and the peak RSS, gathered to rank 0, which
  * prints the maxima over ranks next to the estimate (stdout) and, when
  * js is given, returns them per rank for --metrics-json. */
 static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, const struct ds_engine *e,
-			 size_t held_setup, const struct ds_monitor_out *mo, json_t **js, struct ds_err *err)
+			 size_t held_setup, size_t dev_held_setup, const struct ds_monitor_out *mo, json_t **js,
+			 struct ds_err *err)
 {
 	struct ds_engine_mem m;
 	const int W = s->W;
-	double mine[4] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss(),
-			   (double)ds_engine_state_bytes(e) }, mx[4] = { 0, 0, 0, 0 };
+	const struct ds_compute_ops *cx = s->eng.compute;
+	const int dev = cx && !cx->host && cx->mem_held;
+	size_t dheld = 0, dpeak = 0;
+	if (dev)
+		cx->mem_held(&dheld, &dpeak, 0);
+	/* a device run: what its alloc held after setup and at its peak, and
+	 * the communicator's pinned staging pool (the plan's device and pinned
+	 * rows) */
+	const struct ds_comm *dc = ds_engine_dev_comm(e);
+	double mine[NM] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss(),
+			    (double)ds_engine_state_bytes(e), (double)dev_held_setup, (double)dpeak,
+			    dc ? (double)ds_comm_pinned_bytes(dc) : 0 }, mx[NM] = { 0 };
 	DS_TRY(ds_engine_mem_estimate(&s->eng, W, &m, err));
-	double *all = malloc(sizeof(double) * 4 * (size_t)W);
+	ds_engine_mem_place(&m, &s->eng, dev);
+	double *all = malloc(sizeof(double) * NM * (size_t)W);
 	if (!all)
 		return ds_err_set(err, DS_ENOMEM, "out of memory");
 	int rc = 0;
 	if (W > 1)
-		rc = ds_comm_allgather(comm, mine, all, 4, DS_F64, err);
+		rc = ds_comm_allgather(comm, mine, all, NM, DS_F64, err);
 	else
 		memcpy(all, mine, sizeof mine);
 	if (rc < 0 || s->rank != 0)
 		goto out;
 	for (int r = 0; r < W; r++)
-		for (int k = 0; k < 4; k++)
-			if (all[4 * r + k] > mx[k])
-				mx[k] = all[4 * r + k];
+		for (int k = 0; k < NM; k++)
+			if (all[NM * r + k] > mx[k])
+				mx[k] = all[NM * r + k];
 	/* model_state: the engine's own count of its parameter, gradient and
 	 * optimizer-state buffers (the same on every rank of a pipeline
 	 * stage; the estimate is the largest stage's) */
@@ -180,17 +195,41 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 			    "alloc_peak %.0f | peak_rss %.0f | alloc/estimate %.4f | model_state %.0f | "
 			    "model_state_estimate %zu", W, W > 1 ? "s" : "", m.total, mx[0], mx[1], mx[2],
 			    m.total ? mx[0] / (double)m.total : 0.0, mx[3], m.model_state);
+	/* the device side (its alloc against the plan's device rows; the host
+	 * figures above then hold the host rows: the estimate's total minus
+	 * the device's) */
+	if (dev)
+		ds_monitor_out_line(mo, "device memory per rank (bytes, max over %d rank%s) | device_estimate %zu | "
+				    "device_alloc_setup %.0f | device_alloc_peak %.0f | device/estimate %.4f | "
+				    "host_estimate %zu | host/estimate %.4f | pinned %.0f | pinned_estimate %zu",
+				    W, W > 1 ? "s" : "", m.device_total, mx[4], mx[5],
+				    m.device_total ? mx[4] / (double)m.device_total : 0.0, m.host_total - m.pinned_staging,
+				    m.host_total - m.pinned_staging ? mx[0] / (double)(m.host_total - m.pinned_staging) : 0.0,
+				    mx[6], m.pinned_staging);
 	if (js) {
 		json_t *est = json_object(), *a[3] = { json_array(), json_array(), json_array() };
 		for (int c = 0; est && c < DS_MEM_NCAT; c++)
 			json_object_set_new(est, ds_engine_mem_cat_name(c), json_integer((json_int_t)m.bytes[c]));
 		for (int r = 0; r < W; r++)
 			for (int k = 0; k < 3; k++)
-				json_array_append_new(a[k], json_integer((json_int_t)all[4 * r + k]));
+				json_array_append_new(a[k], json_integer((json_int_t)all[NM * r + k]));
 		*js = json_pack("{s:i,s:i,s:I,s:o,s:I,s:o,s:o,s:o}", "world_size", W, "zero_stage", m.stage,
 				"estimate_bytes", (json_int_t)m.total, "estimate", est, "model_state_bytes",
 				(json_int_t)mx[3], "alloc_setup_bytes", a[0], "alloc_peak_bytes", a[1],
 				"peak_rss_bytes", a[2]);
+		if (*js && dev) {
+			json_t *d[3] = { json_array(), json_array(), json_array() };
+			for (int r = 0; r < W; r++)
+				for (int k = 0; k < 3; k++)
+					json_array_append_new(d[k], json_integer((json_int_t)all[NM * r + 4 + k]));
+			json_object_set_new(*js, "device_estimate_bytes", json_integer((json_int_t)m.device_total));
+			json_object_set_new(*js, "host_estimate_bytes",
+					    json_integer((json_int_t)(m.host_total - m.pinned_staging)));
+			json_object_set_new(*js, "pinned_estimate_bytes", json_integer((json_int_t)m.pinned_staging));
+			json_object_set_new(*js, "device_alloc_setup_bytes", d[0]);
+			json_object_set_new(*js, "device_alloc_peak_bytes", d[1]);
+			json_object_set_new(*js, "pinned_bytes", d[2]);
+		}
 		if (!*js)
 			rc = ds_err_set(err, DS_ENOMEM, "out of memory");
 	}
@@ -333,6 +372,7 @@ struct run {
 	struct ds_count_totals ct;        /* model flops per step */
 	double peak;                      /* sgemm ceiling per rank, GFLOP/s */
 	size_t held_setup;                /* bytes allocated when the loop starts */
+	size_t dev_held_setup;            /* ... on the device (a device backend's alloc) */
 	long long log_every;
 	int bar;                          /* rank 0 draws the progress bar */
 	int fp16;
@@ -357,6 +397,46 @@ struct loop {
 	double swap_iobusy;               /* ... seconds some read or write was */
 };
 
+/* A device backend's memory plan (estimate.h, ds_engine_mem_place)
+ * against the free memory of this rank's device (mem_info after binding
+ * it; the ranks of a node that share one device, local ranks equal
+ * modulo the device count, split it): 0, or DS_ENOMEM naming the plan's
+ * row at which the running device total crossed it, the sizes, and what
+ * lowers it.  A cpu run, or a backend without mem_info: 0. */
+static int device_fit(const struct ds_train_setup *s, int W, struct ds_err *err)
+{
+	const struct ds_compute_ops *cx = s->eng.compute;
+	struct ds_engine_mem m;
+	size_t fr = 0, tot = 0, sum = 0;
+	char a[32], b[32], c[32], d[32];
+	if (!cx || cx->host || !cx->mem_info)
+		return 0;
+	DS_TRY(cx->init(s->eng.device, err));
+	DS_TRY(cx->mem_info(&fr, &tot, err));
+	struct ds_compute_env env;
+	ds_compute_probe(&env, s->device_kind);
+	const int per_node = ds_train_ranks_per_node(W), nd = env.device_count > 0 ? env.device_count : 1;
+	const int share = (per_node + nd - 1) / nd;
+	const size_t mine = fr / (size_t)(share > 0 ? share : 1);
+	if (ds_engine_mem_estimate(&s->eng, W, &m, err) < 0)
+		return 0;   /* the engine says what is wrong with the setup itself */
+	ds_engine_mem_place(&m, &s->eng, 1);
+	int row = ds_engine_mem_device_fit(&m, mine, &sum);
+	if (!row)
+		return 0;
+	char sharing[64] = "";
+	if (share > 1)
+		snprintf(sharing, sizeof sharing, " (its share of %s: %d ranks use this device)",
+			 ds_fmt_bytes((double)fr, d, sizeof d), share);
+	return ds_err_set(err, DS_ENOMEM, "device memory: the memory plan's %s row (%s) brings the device total to "
+			  "%zu bytes (%s) per rank, past the %zu bytes (%s) free on %s device %d of %s%s; use a higher "
+			  "ZeRO stage (zero_optimization.stage), a smaller micro batch (train_micro_batch_size_per_gpu) or "
+			  "activation checkpointing (ds-train --check shows the plan)",
+			  ds_engine_mem_cat_name(row - 1), ds_fmt_bytes((double)m.bytes[row - 1], a, sizeof a), sum,
+			  ds_fmt_bytes((double)sum, b, sizeof b), mine, ds_fmt_bytes((double)mine, c, sizeof c), cx->name,
+			  s->eng.device, ds_fmt_bytes((double)tot, d, sizeof d), sharing);
+}
+
 /* Config, data, engine, checkpoint, monitors and the model's flops per
  * step.  Returns 0 or DS_E*. */
 static int set_up(struct run *r, struct ds_err *err)
@@ -372,6 +452,18 @@ static int set_up(struct run *r, struct ds_err *err)
 		int ok = ds_train_device(s, s->device_why, sizeof s->device_why, &mine) == 0;
 		if (r->W > 1 && !ds_comm_agree(r->comm, ok, err))
 			return ok ? ds_err_set(err, DS_EINVAL, "another rank cannot use its compute device (its error says why)")
+				  : ds_err_set(err, mine.code, "%s", mine.msg);
+		if (!ok)
+			return ds_err_set(err, mine.code, "%s", mine.msg);
+	}
+	/* a device run: its memory plan against the device's free memory,
+	 * before anything is allocated (one rank's misfit stops them all) */
+	{
+		struct ds_err mine = DS_ERR_INIT;
+		int ok = device_fit(s, r->W, &mine) == 0;
+		if (r->W > 1 && !ds_comm_agree(r->comm, ok, err))
+			return ok ? ds_err_set(err, DS_ENOMEM, "another rank's device memory does not hold the memory plan "
+					       "(its error says why)")
 				  : ds_err_set(err, mine.code, "%s", mine.msg);
 		if (!ok)
 			return ds_err_set(err, mine.code, "%s", mine.msg);
@@ -485,6 +577,10 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 	 * from here the peak measures the training loop */
 	r->held_setup = ds_mem_held();
 	ds_mem_peak_reset();
+	if (s->eng.compute && s->eng.compute->mem_held) {
+		size_t pk;
+		s->eng.compute->mem_held(&r->dev_held_setup, &pk, 1);
+	}
 	r->log_every = r->o->log_interval ? r->o->log_interval : s->steps_per_print;
 	r->bar = r->rank == 0 && r->mo && r->mo->progress;
 	r->fp16 = s->eng.half == DS_HALF_FP16;
@@ -765,7 +861,7 @@ static int finish(struct run *r, const struct loop *lp, struct ds_train_result *
 	if (r->rank == 0)
 		log_drawn(&r->dd, r->st.consumed);
 	DS_TRY(ds_train_commlog_summary(r->clog, r->mo, err));
-	DS_TRY(report_memory(r->comm, s, r->e, r->held_setup, r->mo, js ? &memj : NULL, err));
+	DS_TRY(report_memory(r->comm, s, r->e, r->held_setup, r->dev_held_setup, r->mo, js ? &memj : NULL, err));
 	if (js) {
 		struct ds_monitor_metrics_info mi = { s->start_profile_step, s->end_profile_step, (int)s->ga, s->tb,
 						      r->rank, NULL, memj };

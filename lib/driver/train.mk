@@ -47,9 +47,9 @@ EXTRA_DIST += tests/cli/ds-train-moe.bats tests/mpi/moe.bats
 ## the compute backend: --device, dstk.device (issue 18); tests/gpu/train.bats
 ## over ds-train-emu (skipped without CUDA)
 if HAVE_BATS
-TESTS += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh
+TESTS += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh tests/cli/ds-train-check-cuda.bats
 endif
-EXTRA_DIST += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh
+EXTRA_DIST += tests/cli/ds-train-device.bats tests/cli/ds-train-cuda-emu.sh tests/cli/ds-train-check-cuda.bats
 
 ## fp16/bf16 training runs (issue 5)
 if HAVE_BATS

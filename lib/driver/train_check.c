@@ -140,6 +140,16 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 	json_object_set_new(j, "nvme_bytes", json_integer((json_int_t)m->nvme_bytes));
 	json_object_set_new(j, "nvme_optimizer_bytes", json_integer((json_int_t)m->nvme_opt_bytes));
 	json_object_set_new(j, "nvme_param_bytes", json_integer((json_int_t)m->nvme_param_bytes));
+	if (m->device) {   /* where each row lives, and the totals of each memory */
+		json_t *w = json_object();
+		for (int c = 0; w && c < DS_MEM_NCAT; c++)
+			json_object_set_new(w, ds_engine_mem_cat_name(c), json_string(ds_engine_mem_place_name(m->place[c])));
+		json_object_set_new(j, "where", w);
+		json_object_set_new(j, "comm_staging_pinned_bytes", json_integer((json_int_t)m->pinned_staging));
+		json_object_set_new(j, "device_bytes", json_integer((json_int_t)m->device_total));
+		json_object_set_new(j, "host_bytes", json_integer((json_int_t)m->host_total));
+		json_object_set_new(j, "pinned_host_bytes", json_integer((json_int_t)m->pinned_total));
+	}
 	if (s->unimplemented[0])
 		json_object_set_new(j, "note", json_string(s->unimplemented));
 	struct moe_facts f;
@@ -153,6 +163,35 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 						       "all_to_all_bytes_per_step", f.a2a_msg,
 						       "all_to_all_sent_bytes_per_step", f.a2a_sent));
 	return j;
+}
+
+/* A device plan's rows (--device cuda): each category with where it lives,
+ * the communicator's pinned staging, and per-rank totals of device memory
+ * and host memory (pinned named separately). */
+static void device_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
+{
+	char h[32], note[160];
+	fprintf(out, "# %-18s %14s %11s  %-11s  %s\n", "category", "bytes", "size", "where", "holds");
+	for (int c = 0; c < DS_MEM_NCAT; c++)
+		fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],
+			ds_fmt_bytes((double)m->bytes[c], h, sizeof h), ds_engine_mem_place_name(m->place[c]),
+			ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
+	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "comm_staging", m->pinned_staging,
+		ds_fmt_bytes((double)m->pinned_staging, h, sizeof h), ds_engine_mem_place_name(DS_MEM_PINNED),
+		m->dp <= 1		  ? "nothing crosses ranks"
+		: s->eng.overlap_comm ? "the MPI staged path's buffers where NCCL is not used (ranks sharing a GPU); "
+					"at most, one per call in flight (overlap_comm)"
+				      : "the MPI staged path's buffers where NCCL is not used (ranks sharing a GPU)");
+	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "device_total", m->device_total,
+		ds_fmt_bytes((double)m->device_total, h, sizeof h), "device",
+		"what the backend allocates on the device per rank (ds-train reports the real figure)");
+	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "host_total", m->host_total,
+		ds_fmt_bytes((double)m->host_total, h, sizeof h), "host",
+		"host memory per rank, pinned included");
+	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "pinned_total", m->pinned_total,
+		ds_fmt_bytes((double)m->pinned_total, h, sizeof h), "pinned host", "of host_total, page-locked");
+	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "total", m->total + m->pinned_staging,
+		ds_fmt_bytes((double)(m->total + m->pinned_staging), h, sizeof h), "", "device_total + host_total");
 }
 
 static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
@@ -186,12 +225,17 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 			"micro-step), %s of it sent to other ranks\n", ds_fmt_bytes(f.a2a_msg, a, sizeof a),
 			ds_fmt_bytes(f.a2a_sent, b, sizeof b));
 	}
-	fprintf(out, "# %-18s %14s %11s  %s\n", "category", "bytes", "size", "holds");
-	for (int c = 0; c < DS_MEM_NCAT; c++)
-		fprintf(out, "%-20s %14zu %11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],
-			ds_fmt_bytes((double)m->bytes[c], h, sizeof h), ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
-	fprintf(out, "%-20s %14zu %11s  %s\n", "total", m->total, ds_fmt_bytes((double)m->total, h, sizeof h),
-		"what libds allocates per rank (ds-train reports the real figure)");
+	if (m->device) {
+		device_table(out, s, m);
+	} else {
+		fprintf(out, "# %-18s %14s %11s  %s\n", "category", "bytes", "size", "holds");
+		for (int c = 0; c < DS_MEM_NCAT; c++)
+			fprintf(out, "%-20s %14zu %11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],
+				ds_fmt_bytes((double)m->bytes[c], h, sizeof h),
+				ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
+		fprintf(out, "%-20s %14zu %11s  %s\n", "total", m->total, ds_fmt_bytes((double)m->total, h, sizeof h),
+			"what libds allocates per rank (ds-train reports the real figure)");
+	}
 	fprintf(out, "# model states (parameters + gradients + optimizer states): %zu bytes (%s) per rank\n",
 		m->model_state, ds_fmt_bytes((double)m->model_state, h, sizeof h));
 	/* ZeRO-Infinity: the swap files are not host memory; where they go is
@@ -216,7 +260,13 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 	 * already; say so rather than pretend something moved */
 	const char *od = ds_config_values(s->cfg)->zero_optimization.offload_optimizer.device,
 		   *pd = ds_config_values(s->cfg)->zero_optimization.offload_param.device;
-	if ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu")))
+	if (m->device && ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu"))))
+		fprintf(out, "# offload %s to cpu: the cuda backend does not move them to host memory yet; they are "
+			"counted on the device above\n",
+			od && !strcmp(od, "cpu") ? (pd && !strcmp(pd, "cpu") ? "of optimizer states and parameters"
+									: "of optimizer states")
+						 : "of parameters");
+	else if ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu")))
 		fprintf(out, "# offload %s to cpu: on this CPU build every row above is already host memory; "
 			"nothing moves and no device memory is saved\n",
 			od && !strcmp(od, "cpu") ? (pd && !strcmp(pd, "cpu") ? "of optimizer states and parameters"
@@ -266,6 +316,11 @@ int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *
 		have = 1;
 		if (ds_engine_mem_estimate(&s.eng, W, &m, &why) < 0)
 			have = 0;
+		/* a device run's plan: where its rows would be, also on a machine
+		 * without the device (asked cuda; auto where it chose one) */
+		else
+			ds_engine_mem_place(&m, &s.eng,
+					    s.device_kind == DS_DEVICE_CUDA || (drc == 0 && s.eng.compute && !s.eng.compute->host));
 	}
 	ds_log_init(0, lvl, 0);
 	if (o->json) {

@@ -1194,6 +1194,34 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	return ok && e->breq && e->seg_done && e->bk;
 }
 
+/* alloc_flat's or alloc_slots's failure as the memory plan's row
+ * (engine/estimate.h's categories) whose buffer did not come: the first
+ * one missing in the plan's order; DS_ENOMEM. */
+static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
+{
+	const char *row = "communication", *what = "a gather, widening or reduction buffer";
+	size_t bytes = (size_t)e->maxpad * sizeof(float);
+	if (e->half && !e->p16) {
+		row = "parameters", what = "the 16-bit model copy", bytes = (size_t)e->htotal * sizeof(uint16_t);
+	} else if (!e->params) {
+		row = e->half ? "optimizer_states" : "parameters";
+		what = e->half ? "the fp32 master weights" : "the flat fp32 parameters";
+		bytes = (size_t)e->ptotal * sizeof(float);
+	} else if (!e->grads && !e->gh) {
+		row = "gradients", what = "the flat gradients";
+		bytes = (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
+	} else if (!e->scratch) {
+		what = "the reduce-scatter scratch", bytes = (size_t)maxshard * sizeof(float);
+	} else if (!e->in || !e->tg || !e->opt || !e->lamb_sums) {
+		return ds_err_set(err, DS_ENOMEM, "out of host memory for the memory plan's other row (the micro-batch's "
+				  "tokens, the optimizer table) for %lld parameters", (long long)e->total);
+	}
+	return ds_err_set(err, DS_ENOMEM, "out of %s memory for the memory plan's %s row: %s (%zu bytes) for %lld "
+			  "parameters; ds-train --check shows the plan: a higher ZeRO stage shards it over the ranks, a "
+			  "smaller micro batch or activation checkpointing leaves more room", e->ops->name, row, what, bytes,
+			  (long long)e->total);
+}
+
 /* Parameters [lo, hi) of the model's flat order into dst (the backend's
  * memory): in place on a host backend, else through host memory */
 static int init_params(struct ds_engine *e, float *dst, int64_t lo, int64_t hi, struct ds_err *err)
@@ -1219,8 +1247,9 @@ static int create_dev_optim(struct ds_engine *e, struct ds_optim **o, size_t n, 
 	for (int k = 0; k < (*o)->nstates; k++) {
 		const size_t b = (n ? n : 1) * sizeof(float);
 		if (!((*o)->states[k] = e->ops->alloc(b)))
-			return ds_err_set(err, DS_ENOMEM, "optimizer: out of %s memory for %s (%zu floats)", e->ops->name,
-					  (*o)->state_names[k], n);
+			return ds_err_set(err, DS_ENOMEM, "out of %s memory for the memory plan's optimizer_states row: "
+					  "%s of %zu floats (%zu bytes); ds-train --check shows the plan: a higher ZeRO "
+					  "stage shards the states over the ranks", e->ops->name, (*o)->state_names[k], n, b);
 		e->ops->zero((*o)->states[k], b);
 	}
 	return 0;
@@ -1341,7 +1370,7 @@ int ds_engine_create(struct ds_engine **out, const struct ds_engine_opts *opts, 
 	 * pass that is checked once */
 	int flat_ok = alloc_flat(e, maxshard), slots_ok = alloc_slots(e, maxshard);
 	if (!flat_ok || !slots_ok) {
-		rc = ds_err_set(err, DS_ENOMEM, "out of memory for %lld parameters", (long long)e->total);
+		rc = oom_row(e, maxshard, err);
 		goto fail;
 	}
 	for (int s = 0; s < e->nseg; s++)

@@ -11,6 +11,7 @@
 #include "engine/offload.h"
 #include "engine/pipe.h"
 #include "engine/schedule.h"
+#include "comm/comm.h"
 #include "model/gpt.h"
 #include "model/pipe.h"
 #include "optim/onebit.h"
@@ -149,7 +150,7 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	const enum ds_half_kind chalf = comm_kind(o);
 	const int64_t align = (int64_t)W * 16;
 	const int ns = optim_states(&o->optim);
-	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0;
+	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0, maxseg = 0;
 	size_t optim = 0;
 
 	m->stage = o->zero_stage;
@@ -198,6 +199,8 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 		gtotal += gfull ? padded : shard;
 		if (shard > maxshard)
 			maxshard = shard;
+		if (padded > maxseg)
+			maxseg = padded;
 		if ((!pfull || !gfull || half) && padded > maxpad)
 			maxpad = padded;
 		int64_t un = unv[s];  /* the range this rank's optimizer updates */
@@ -266,12 +269,78 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		m->total += m->bytes[c];
+	/* the staged path's pinned pool (ds_engine_mem_place counts it for a
+	 * device plan): its largest call on device buffers, the bucket
+	 * allreduce (stages 0-1), the gradient reduce-scatter (stages 2-3) and
+	 * the allgather of the updated slices (stages >= 1); one pinned buffer
+	 * per call in flight with overlap_comm (every bucket at stages 0-1, the
+	 * 4 gradient slots at stages 2-3, + a parameter prefetch at stage 3) */
+	if (W > 1) {
+		const int64_t bk = o->reduce_bucket_size > 0 && o->reduce_bucket_size < m->padded ? o->reduce_bucket_size
+												    : m->padded;
+		size_t big = 0, nb = (size_t)((m->padded + bk - 1) / bk);
+		size_t ar = ds_comm_staged_bytes(DS_COMM_ALLREDUCE, (size_t)bk, DS_F32, W),
+		       rs = ds_comm_staged_bytes(DS_COMM_REDUCE_SCATTER, (size_t)maxshard, DS_F32, W),
+		       ag = ds_comm_staged_bytes(DS_COMM_ALLGATHER, (size_t)(maxseg / W), DS_F32, W);
+		const int ovl = o->overlap_comm && pp == 1;
+		if (!zg)
+			big = ar;
+		else if (rs > big)
+			big = rs;
+		if (o->zero_stage >= 1 && ag > big)
+			big = ag;
+		m->pinned_staging = big * (!ovl ? 1 : !zg ? (nb ? nb : 1) : zp ? 5 : 4);
+	}
 out:
 	free(nm);
 	free(unv);
 	free(pst);
 	ds_gpt_destroy(model);
 	return rc;
+}
+
+static const char *const place_names[] = { "host", "device", "pinned host" };
+
+const char *ds_engine_mem_place_name(int place)
+{
+	return place >= 0 && place <= DS_MEM_PINNED ? place_names[place] : "?";
+}
+
+void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o, int device)
+{
+	(void)o;
+	m->device = device != 0;
+	m->device_total = m->host_total = m->pinned_total = 0;
+	for (int c = 0; c < DS_MEM_NCAT; c++) {
+		m->place[c] = !device ? DS_MEM_HOST
+			      : c == DS_MEM_OTHER ? DS_MEM_HOST : c == DS_MEM_SWAP ? DS_MEM_PINNED : DS_MEM_DEVICE;
+		if (m->place[c] == DS_MEM_DEVICE)
+			m->device_total += m->bytes[c];
+		else
+			m->host_total += m->bytes[c];
+		if (m->place[c] == DS_MEM_PINNED)
+			m->pinned_total += m->bytes[c];
+	}
+	if (!device)
+		m->pinned_staging = 0;
+	m->host_total += m->pinned_staging;
+	m->pinned_total += m->pinned_staging;
+}
+
+int ds_engine_mem_device_fit(const struct ds_engine_mem *m, size_t free_bytes, size_t *sum)
+{
+	size_t t = 0;
+	for (int c = 0; c < DS_MEM_NCAT; c++) {
+		if (m->place[c] != DS_MEM_DEVICE)
+			continue;
+		t += m->bytes[c];
+		if (t > free_bytes) {
+			*sum = t;
+			return c + 1;
+		}
+	}
+	*sum = t;
+	return 0;
 }
 
 const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct ds_engine_opts *o, int cat,

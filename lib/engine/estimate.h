@@ -84,7 +84,36 @@ struct ds_engine_mem {
 	int nsub_groups;
 	int nseg_offloaded;          /* segments whose parameter slices are in swap files */
 	int64_t param_buffer;        /* elements per parameter swap buffer (0: none) */
+	/* Where each row lives (ds_engine_mem_place; all host until then:
+	 * the cpu plan) */
+	int device;                  /* 1: a device backend's plan (--device cuda) */
+	int place[DS_MEM_NCAT];      /* enum ds_mem_place of each category */
+	size_t pinned_staging;       /* the communicator's pinned staging (staged MPI path, W > 1) */
+	size_t device_total;         /* the rows on the device */
+	size_t host_total;           /* the rows in host memory, pinned included */
+	size_t pinned_total;         /* of host_total, pinned (swap buffers, comm staging) */
 };
+
+enum ds_mem_place { DS_MEM_HOST = 0, DS_MEM_DEVICE, DS_MEM_PINNED };
+
+/* A device backend's plan (device nonzero; o is the estimate's options):
+ * the engine's flat buffers, the fp32 master, the optimizer states, its
+ * slots and the model's workspace (parameters, gradients,
+ * optimizer_states, communication, activations) are the backend's alloc,
+ * so device memory; the token rows and optimizer headers (other) stay in
+ * host memory, the swap buffers are pinned, and with W > 1 the
+ * communicator's staged path (MPI through pinned host memory, where NCCL
+ * cannot be used) holds pinned_staging: one buffer of the largest
+ * collective the step makes on device buffers (ds_comm_staged_bytes), one
+ * per call in flight with overlap_comm.  device 0 leaves every row host
+ * memory (the cpu plan) and only sets the totals. */
+void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o, int device);
+const char *ds_engine_mem_place_name(int place);   /* "device", "host", "pinned host" */
+
+/* A device plan against free device bytes: 0 when it fits, else the first
+ * category (in table order) at which the running device total crosses
+ * free_bytes, + 1; *sum gets the running total there. */
+int ds_engine_mem_device_fit(const struct ds_engine_mem *m, size_t free_bytes, size_t *sum);
 
 /* Estimate what ds_engine_create(o) on a communicator of W ranks (and
  * ds-train's batch buffer of grad_accum x micro_batch rows of T+1 tokens)

@@ -540,7 +540,9 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->bytes = layout(&d, NULL, NULL, &saved);
 	ws->mem = ws->ops->alloc(ws->bytes);
 	if (!ws->la || !ws->gs || !ws->mem || (hp && !ws->ckpt && !ws->ha)) {
-		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of memory for %zu bytes of activations", ws->bytes);
+		int rc = ds_err_set(err, DS_ENOMEM, "model workspace: out of %s memory for the memory plan's activations "
+				    "row (%zu bytes); a smaller micro batch or activation checkpointing needs less",
+				    ws->ops->name, ws->bytes);
 		ds_gpt_ws_destroy(ws);
 		return rc;
 	}

@@ -137,6 +137,22 @@ cfg_with() {
 		if (d != want) { print $1 ": " d " bytes less, want " want; bad = 1 } } END { exit bad }' "$R.m/summary.csv" "$R.n/summary.csv"
 }
 
+# dstk.device cuda: each trial is pruned by the plan's device total, so by
+# the host rows less than the cpu trial set's: the "other" row of token
+# rows and optimizer headers, 2 x mb x 32 x 4 + mb x 33 x 4 bytes at gas 1
+# plus 4 headers of 256 bytes (ds-train --check's other row: 2064 at
+# micro batch 2 and gas 2 = 512 + 528 + 1024)
+@test "ds-autotune: a cuda trial set prunes by the device total of each trial's plan" {
+	command -v jq >/dev/null || skip "jq not installed"
+	cu=$(cfg_with '. + {"dstk": {"device": "cuda"}}')
+	run -1 --separate-stderr ds-autotune -c "$CFG" -m "$MODEL" --results-dir "$R.m" --mem-per-rank 1M
+	run -1 --separate-stderr ds-autotune -c "$cu" -m "$MODEL" --results-dir "$R.c" --mem-per-rank 1M
+	# shellcheck disable=SC2016  # awk's fields
+	run -0 awk -F, 'NR == FNR { m[$1] = $6; next } FNR > 1 { d = m[$1] - $6; want = 388 * $3 + 1024; n++
+		if (d != want) { print $1 ": " d " bytes less, want " want; bad = 1 } } END { exit bad || n != 12 }' \
+		"$R.m/summary.csv" "$R.c/summary.csv"
+}
+
 # 10 s: the other trials (well under a second alone) must not time out on a loaded 2-core machine
 @test "ds-autotune: a hanging trial is killed at --trial-timeout, reported, and the search goes on" {
 	DS_AUTOTUNE_FAIL_TRIAL=1:hang run -0 --separate-stderr \

@@ -8,17 +8,57 @@
 # 1e-5 relative; the device buffers take the staged mpi path (the ranks
 # share the emulated device) and the comms logger sees the stage's
 # collectives; DS_COMM_NCCL never and auto stage, a bad value is refused.
-# A planted partitioning fault must break it.  Needs a build
+# The memory plan's device, host and pinned bytes hold at 2 ranks over
+# ds-train-emu.  A planted partitioning fault must break it.  Needs a build
 # with CUDA (the emulation is compiled from the same .cu sources); skips
 # with the reason otherwise.
 load helper
 
 MODEL_DROPOUT="$TDATA/gpt-test-dropout.json"
+field() { awk -v k="$2" 'BEGIN { RS = " [|] " } index($0, k " ") == 1 { print substr($0, length(k) + 2) + 0 }' <<<"$1"; }
 
 setup() {
 	require_feature mpi
 	require_feature cuda
 	[ -x "$DS_BUILDDIR/tests/mpi/engine_cuda_check" ] || skip "tests/mpi/engine_cuda_check not built (make check builds it where cmocka is)"
+}
+
+# the memory plan of a --device cuda run (ds-train --check's device_total,
+# host_total less comm_staging, comm_staging) against what ds-train over
+# the emulation (tests/unit/ds-train-emu) allocates at 2 ranks sharing the
+# emulated GPU: the backend's device bytes and the host allocator's byte
+# for byte, and the staged mpi path's pinned pool equal to the plan's one
+# buffer of the largest collective without overlap_comm, at most the
+# plan's one per call in flight with it
+@test "emulated cuda at 2 ranks, ZeRO 0-3: device, host and pinned bytes as the memory plan says" {
+	local emu=$DS_BUILDDIR/tests/unit/ds-train-emu st ov line dev host pin
+	[ -x "$emu" ] || fail "$emu is missing: make check builds it on a CUDA build"
+	for st in 0 1 2 3; do
+		for ov in false true; do
+			[ "$ov" = true ] && [ "$st" -ne 3 ] && continue
+			printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": %d, "overlap_comm": %s}}' \
+				"$st" "$ov" >"$BATS_TEST_TMPDIR/z.json"
+			run -0 ds-train --check --world-size 2 --deepspeed_config "$BATS_TEST_TMPDIR/z.json" \
+				--model "$SHARE/models/gpt-test.json" --device cuda
+			dev=$(awk '$1 == "device_total" { print $2 }' <<<"$output")
+			pin=$(awk '$1 == "comm_staging" { print $2 }' <<<"$output")
+			host=$(($(awk '$1 == "host_total" { print $2 }' <<<"$output") - pin))
+			[ "$pin" -gt 0 ] || fail "stage $st: no pinned staging in the plan: $output"
+			DS_MPIRUN_TIMEOUT=300 run -0 --separate-stderr mpirun_n 2 "$emu" --deepspeed_config "$BATS_TEST_TMPDIR/z.json" \
+				--model "$SHARE/models/gpt-test.json" --device cuda --train-iters 1 --peak-gflops 1
+			line=$(grep '^device memory per rank' <<<"$output") || fail "stage $st: no device memory line: $output"
+			[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "stage $st overlap $ov: device $line, plan $dev"
+			[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "stage $st overlap $ov: device peak $line"
+			[ "$(field "$line" host_estimate)" -eq "$host" ] || fail "stage $st overlap $ov: host plan $line, --check $host"
+			[ "$(field "$(grep '^memory per rank' <<<"$output")" alloc_setup)" -eq "$host" ] || fail "stage $st: host bytes"
+			if [ "$ov" = false ]; then
+				[ "$(field "$line" pinned)" -eq "$pin" ] || fail "stage $st: pinned $line, plan $pin"
+			else
+				[ "$(field "$line" pinned)" -gt 0 ] && [ "$(field "$line" pinned)" -le "$pin" ] ||
+					fail "stage $st overlap: pinned $line above the plan's $pin"
+			fi
+		done
+	done
 }
 
 @test "emulated cuda at 2 ranks, ZeRO 0-3, overlap_comm off and on: the 1-rank and the cpu losses and norms" {

@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -371,11 +372,41 @@ void ds_emu_leave(void)
 	pthread_mutex_unlock(&dev_mu);
 }
 
+/* Device memory's size (cudaMemGetInfo's total): DS_EMU_DEVICE_MEM
+ * bytes when set (the free memory starts there), else 2 GiB with 1 GiB
+ * free (taken by "other processes"), so that a test can make the device
+ * small.  dev_held: the pages cudaMalloc holds. */
+static size_t dev_held;
+static void dev_size(size_t *total, size_t *avail)
+{
+	const char *e = getenv("DS_EMU_DEVICE_MEM");
+	unsigned long long v = e && *e ? strtoull(e, nullptr, 0) : 0;
+	*total = v ? (size_t)v : (size_t)1 << 31;
+	*avail = v ? (size_t)v : (size_t)1 << 30;
+}
+
+cudaError_t ds_emu_mem_info(size_t *f, size_t *t)
+{
+	size_t avail;
+	pthread_mutex_lock(&dev_mu);
+	dev_size(t, &avail);
+	*f = avail > dev_held ? avail - dev_held : 0;
+	pthread_mutex_unlock(&dev_mu);
+	return cudaSuccess;
+}
+
 cudaError_t ds_emu_dev_alloc(void **p, size_t n)
 {
 	pthread_mutex_lock(&dev_mu);
 	dev_arm_handler();
-	size_t len = ((n ? n : 1) + dev_page - 1) / dev_page * dev_page;
+	size_t len = ((n ? n : 1) + dev_page - 1) / dev_page * dev_page, total, avail;
+	dev_size(&total, &avail);
+	if (dev_held + len > avail) {
+		*p = nullptr;
+		E.err = cudaErrorMemoryAllocation;
+		pthread_mutex_unlock(&dev_mu);
+		return cudaErrorMemoryAllocation;
+	}
 	void *m = mmap(nullptr, len, dev_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	cudaError_t e = cudaSuccess;
 	if (m == MAP_FAILED) {
@@ -383,6 +414,7 @@ cudaError_t ds_emu_dev_alloc(void **p, size_t n)
 		e = E.err = cudaErrorMemoryAllocation;
 	} else {
 		dev_regions[(uintptr_t)m] = len;
+		dev_held += len;
 		*p = m;
 	}
 	pthread_mutex_unlock(&dev_mu);
@@ -402,6 +434,7 @@ cudaError_t ds_emu_dev_free(void *p)
 		e = E.err = cudaErrorInvalidValue;
 	} else {
 		munmap(p, it->second);
+		dev_held -= it->second;
 		dev_regions.erase(it);
 	}
 	pthread_mutex_unlock(&dev_mu);

@@ -195,12 +195,12 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
 	return cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
-static inline cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
-{
-	*f = (size_t)1 << 30;
-	*t = (size_t)1 << 31;
-	return cudaSuccess;
-}
+/* the emulated device's memory: DS_EMU_DEVICE_MEM bytes (default 2 GiB,
+ * of which 1 GiB is taken by others: free starts at 1 GiB), free less what
+ * cudaMalloc holds; a cudaMalloc past it fails with
+ * cudaErrorMemoryAllocation, as a full GPU does (cuda_emu.cpp) */
+cudaError_t ds_emu_mem_info(size_t *f, size_t *t);
+static inline cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { return ds_emu_mem_info(f, t); }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
 	(void)flags;

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# ds-train --check --device cuda: the memory plan of a device run (issue 18).
+# Every build: each row says where it lives and the per-rank device, host
+# and pinned totals, with byte counts computed by hand for the test model
+# (118528 parameters: wte 256x64, wpe 32x64, 2 layers of 49984, the final
+# norm 128; 4 segments, the largest a layer); the cpu plan keeps its table.
+# A CUDA build (tests/unit/ds-train-emu: ds-train over the host emulation
+# of CUDA) also holds the plan to what the backend really allocates on the
+# device and the allocator on the host, and runs out of device memory on
+# an emulated device made small (DS_EMU_DEVICE_MEM).
+# shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
+load helper
+
+P=118528
+EMU=${DS_BUILDDIR}/tests/unit/ds-train-emu
+
+setup() {
+	cd "$BATS_TEST_TMPDIR" || return 1
+	MODEL="$SHARE/models/gpt-test.json"
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}' >c.json
+}
+
+# row NAME: the bytes column of a plan row; where NAME: its place column
+# (after the size's number and unit)
+row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
+where() { awk -v k="$1" '$1 == k { print $5 ($6 == "host" ? " host" : "") }' <<<"$output"; }
+field() { awk -v k="$2" 'BEGIN { RS = " [|] " } index($0, k " ") == 1 { print substr($0, length(k) + 2) + 0 }' <<<"$1"; }
+
+need_emu() {
+	ds_has cuda || skip "built without CUDA (no emulated ds-train)"
+	[ -x "$EMU" ] || fail "$EMU is missing: make check builds it on a CUDA build"
+}
+
+@test "--check --device cuda: every row's place and bytes, device and host totals per rank (hand-computed)" {
+	run -0 ds-train --check --deepspeed_config c.json --model "$MODEL" --device cuda
+	[ "$(row parameters)" -eq $((4 * P)) ] || fail "parameters: $(row parameters)"
+	[ "$(row gradients)" -eq $((4 * P)) ] || fail "gradients: $(row gradients)"
+	[ "$(row optimizer_states)" -eq $((8 * P)) ] || fail "optimizer_states: $(row optimizer_states)"
+	[ "$(row communication)" -eq $((4 * 49984)) ] || fail "communication: $(row communication)"
+	for c in parameters gradients optimizer_states communication activations; do
+		[ "$(where $c)" = device ] || fail "$c is not on the device: $(where $c)"
+	done
+	[ "$(where other)" = host ] || fail "other: $(where other)"
+	[ "$(where swap_buffers)" = "pinned host" ] || fail "swap_buffers: $(where swap_buffers)"
+	[ "$(row comm_staging)" -eq 0 ] || fail "one rank stages nothing: $(row comm_staging)"
+	act=$(row activations) other=$(row other)
+	[ "$(row device_total)" -eq $((16 * P + 4 * 49984 + act)) ] || fail "device_total: $output"
+	[ "$(row host_total)" -eq "$other" ] || fail "host_total: $output"
+	[ "$(row pinned_total)" -eq 0 ] || fail "pinned_total: $output"
+	# the same engine buffers as the cpu plan's, whose table is unchanged
+	dev=$output
+	run -0 ds-train --check --deepspeed_config c.json --model "$MODEL" --device cpu
+	for c in parameters gradients optimizer_states communication activations other; do
+		[ "$(row $c)" = "$(awk -v k=$c '$1 == k { print $2 }' <<<"$dev")" ] || fail "$c differs from the cpu plan"
+	done
+	[ "$(row total)" -eq $((16 * P + 4 * 49984 + act + other)) ] || fail "cpu total: $output"
+	[ -z "$(row device_total)" ] || fail "the cpu plan has a device row: $output"
+	refute_output --partial "pinned host"
+	assert_line --regexp '^# category +bytes +size +holds$'
+}
+
+@test "--check --json --device cuda: where each row lives and the device, host and pinned bytes" {
+	command -v jq >/dev/null || skip "jq not installed"
+	run -0 ds-train --check --json --deepspeed_config c.json --model "$MODEL" --device cuda
+	jq -e --argjson p "$P" '.memory.where.parameters == "device" and .memory.where.activations == "device" and
+		.memory.where.other == "host" and .memory.where.swap_buffers == "pinned host" and
+		.memory.device_bytes == .memory.bytes_per_rank.parameters + .memory.bytes_per_rank.gradients +
+			.memory.bytes_per_rank.optimizer_states + .memory.bytes_per_rank.communication +
+			.memory.bytes_per_rank.activations and
+		.memory.bytes_per_rank.optimizer_states == 8 * $p and
+		.memory.host_bytes == .memory.bytes_per_rank.other and .memory.pinned_host_bytes == 0 and
+		.memory.comm_staging_pinned_bytes == 0' <<<"$output" >/dev/null || fail "$output"
+	run -0 ds-train --check --json --deepspeed_config c.json --model "$MODEL" --device cpu
+	jq -e '.memory | has("where") or has("device_bytes") | not' <<<"$output" >/dev/null || fail "cpu JSON has device keys"
+}
+
+# the staged MPI path's pinned buffers at 2 ranks, by hand: stage 0 stages
+# the one bucket's allreduce (the whole 118528-element buffer, 474112 bytes,
+# grown to the next 64 KiB step: 524288); stage 2 the reduce-scatter of the
+# largest shard (49984 / 2 = 24992 elements, input and block: 3 x 24992 x 4
+# = 299904 bytes -> 327680), larger than the allgather of the updated slices
+# (2 x 24992 x 4 = 199936 -> 262144); overlap_comm at stage 2 keeps 4 in flight
+@test "--check --device cuda at 2 ranks: the pinned staging of the largest collective (hand-computed)" {
+	local st ov want
+	for st in 0 2; do
+		for ov in false true; do
+			printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": %d, "overlap_comm": %s}}' \
+				"$st" "$ov" >z.json
+			run -0 ds-train --check --world-size 2 --deepspeed_config z.json --model "$MODEL" --device cuda
+			want=524288
+			[ "$st" -eq 2 ] && want=327680
+			[ "$st" -eq 2 ] && [ "$ov" = true ] && want=$((4 * 327680))
+			[ "$st" -eq 0 ] && [ "$ov" = true ] && want=524288   # one bucket in flight
+			[ "$(row comm_staging)" -eq "$want" ] || fail "stage $st overlap $ov: comm_staging $(row comm_staging), want $want"
+			[ "$(row pinned_total)" -eq "$want" ] || fail "stage $st overlap $ov: pinned_total"
+			[ "$(row host_total)" -eq $(($(row other) + want)) ] || fail "stage $st overlap $ov: host_total"
+		done
+	done
+}
+
+@test "emulated device: the backend allocates the plan's device rows byte for byte, the host its host rows" {
+	need_emu
+	local cfg
+	# (fp32: a 16-bit run on the emulated device stops in the model's
+	# 16-bit head, lib/model/gpt.c's head_forward reading device memory)
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "activation_checkpointing": {"number_checkpoints": 1}}' >k.json
+	for cfg in c.json k.json; do
+		run -0 ds-train --check --deepspeed_config "$cfg" --model "$MODEL" --device cuda
+		dev=$(row device_total) host=$(row host_total)
+		[ "$dev" -gt 0 ] && [ "$host" -gt 0 ] || fail "$cfg: no totals: $output"
+		run -0 --separate-stderr "$EMU" --deepspeed_config "$cfg" --model "$MODEL" --device cuda --train-iters 2 \
+			--peak-gflops 1
+		line=$(grep '^device memory per rank' <<<"$output") || fail "$cfg: no device memory line: $output"
+		[ "$(field "$line" device_estimate)" -eq "$dev" ] || fail "$cfg: run's plan differs from --check's: $line"
+		[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "$cfg: device allocation $line, plan $dev"
+		[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "$cfg: device peak $line, plan $dev"
+		[ "$(field "$line" host_estimate)" -eq "$host" ] || fail "$cfg: host plan $line, --check $host"
+		hl=$(grep '^memory per rank' <<<"$output") || fail "$cfg: no memory line"
+		[ "$(field "$hl" alloc_setup)" -eq "$host" ] || fail "$cfg: host allocation $hl, plan $host"
+	done
+}
+
+# 2000000 free bytes: parameters, gradients and optimizer states (16 x P =
+# 1896448) fit, the communication row (4 x 49984) brings it to 2096384
+@test "emulated device too small for the plan: one line naming the row, the sizes and what to do, exit 1, nothing trained" {
+	need_emu
+	DS_EMU_DEVICE_MEM=2000000 run -1 --separate-stderr "$EMU" --deepspeed_config c.json --model "$MODEL" --device cuda \
+		--train-iters 2 --save ck
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one line: $stderr"
+	[[ "$stderr" == *"memory plan's communication row"* ]] || fail "row: $stderr"
+	[[ "$stderr" == *"2096384 bytes"* && "$stderr" == *"past the 2000000 bytes"* ]] || fail "sizes: $stderr"
+	[[ "$stderr" == *"ZeRO stage"* && "$stderr" == *"micro batch"* && "$stderr" == *"activation checkpointing"* ]] ||
+		fail "what to do: $stderr"
+	[ -z "$output" ] || fail "stdout: $output"
+	[ ! -e ck ] || fail "a checkpoint was written"
+	# a device with room for the plan trains
+	DS_EMU_DEVICE_MEM=$((64 << 20)) run -0 --separate-stderr "$EMU" --deepspeed_config c.json --model "$MODEL" \
+		--device cuda --train-iters 1
+}
+
+# free memory of exactly the plan's device total passes the check, and the
+# emulation's page-granular cudaMalloc then runs out inside the engine
+@test "emulated device allocation failing at run time names the plan row it belongs to" {
+	need_emu
+	run -0 ds-train --check --deepspeed_config c.json --model "$MODEL" --device cuda
+	dev=$(row device_total)
+	DS_EMU_DEVICE_MEM=$dev run -1 --separate-stderr "$EMU" --deepspeed_config c.json --model "$MODEL" --device cuda \
+		--train-iters 1
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one line: $stderr"
+	[[ "$stderr" =~ out\ of\ cuda\ memory\ for\ the\ memory\ plan\'s\ (parameters|gradients|optimizer_states|communication)\ row ]] ||
+		fail "no plan row named: $stderr"
+}
