@@ -8,7 +8,8 @@
  * pinned memory) this backend's copies, pinned memory, stream and an
  * is_dev that knows its allocations; tests/mpi/engine_cuda_check runs
  * ZeRO 0-3 at 2 and 4 ranks over the emulation against the 1-rank run and
- * the cpu backend.  cuBLAS is loaded by kernels/cuda/gemm_cuda.cu at init(), not
+ * the cpu backend, in fp32, bf16, fp16 and fp32 with a 16-bit
+ * communication_data_type.  cuBLAS is loaded by kernels/cuda/gemm_cuda.cu at init(), not
  * linked, so a cpu run never maps it.  test_compute_cuda_emu (the model)
  * and test_engine_cuda_emu
  * (the engine's buffers, norm, clipping and optimizers) run it over the
@@ -24,8 +25,9 @@
  * ds_cuda_malloc's directly and not in the plan.
  *
  * Covered: fp32, fp16 and bf16 training of dense models on one
- * tensor-parallel rank (fp32 also over many data-parallel ones; 16-bit
- * runs on one rank: their reductions' casts are host code), with the
+ * tensor-parallel rank, on one or many data-parallel ones (the 16-bit
+ * reductions' casts and scaling through half_round/half_pack/half_unpack/
+ * half_recast, on device buffers), with the
  * engine's step (Adam/AdamW, SGD, Lamb) on
  * the device.  A 16-bit run keeps the CPU path's numerics contract: the
  * 16-bit parameter copy, activations rounded as the kernels write them

@@ -318,36 +318,18 @@ static int progress(struct ds_engine *e)
 	return 0;
 }
 
-/* 16-bit work in chunks of HCH elements widened on the stack */
-#define HCH 2048
-
-/* pack g[0..n) as kind k into the same memory, 2 bytes per element from
- * its start: chunk by chunk in order, so that every element is read before
- * its bytes are overwritten (hence no threads) */
-static void pack_inplace(enum ds_half_kind k, float *g, int64_t n)
-{
-	for (int64_t c = 0; c < n; c += HCH) {
-		float t[HCH];
-		size_t m = (size_t)(n - c < HCH ? n - c : HCH);
-		memcpy(t, g + c, m * sizeof(float));
-		ds_half_pack_n(k, (uint16_t *)(void *)g + c, t, m);
-	}
-}
-
 /* communication_data_type 16-bit: cast g[0..n) to the 16-bit type, apply
  * the prescale factor there (DeepSpeed casts first, then scales the
- * 16-bit tensor) and pack the result into h (which may be g itself); g is
- * clobbered */
+ * 16-bit tensor) and pack the result into h (a buffer of its own: the
+ * backend's half_pack does not work in place); g is clobbered.  Every
+ * step is a backend entry, so g and h may be device memory. */
 static void cast_prescale(const struct ds_engine *e, float *g, uint16_t *h, int64_t n)
 {
 	if (e->grad_pre != 1.0f) {
-		ds_half_round_n(e->chalf, g, (size_t)n);
+		e->ops->half_round(e->chalf, g, (size_t)n);
 		e->ops->scale(g, n, e->grad_pre);
 	}
-	if ((void *)h == (void *)g)
-		pack_inplace(e->chalf, g, n);
-	else
-		ds_half_pack_n(e->chalf, h, g, (size_t)n);
+	e->ops->half_pack(e->chalf, h, g, (size_t)n);
 }
 
 /* ---- 16-bit gradients (e->g16) -----------------------------------------
@@ -444,7 +426,7 @@ static int finish_slot(struct ds_engine *e, struct slot *gl, struct ds_err *err)
 	const struct seg *sg = &e->seg[gl->seg];
 	DS_TRY(red_wait(e, &gl->req, &gl->done, err));
 	if (e->chalf)  /* back to fp32 */
-		ds_half_unpack_n(e->chalf, gl->recv, gl->c16 + e->maxpad, (size_t)sg->shard);
+		e->ops->half_unpack(e->chalf, gl->recv, gl->c16 + e->maxpad, (size_t)sg->shard);
 	add_owned(e, sg, gl->recv);
 	gl->reducing = 0;
 	gl->seg = -1;
@@ -702,7 +684,7 @@ static int seg_post(void *ctx, int s, int phase)
 			red_end(e);
 			DS_TRY(rc);
 			if (e->chalf)
-				ds_half_unpack_n(e->chalf, e->scratch, gl->c16 + e->maxpad, (size_t)sg->shard);
+				e->ops->half_unpack(e->chalf, e->scratch, gl->c16 + e->maxpad, (size_t)sg->shard);
 			add_owned(e, sg, e->scratch);
 			gl->seg = -1;
 		}
@@ -784,11 +766,12 @@ static int check_opts(const struct ds_engine_opts *opts, struct ds_err *err)
 	return 0;
 }
 
-/* A backend whose memory is not the host's runs the engine's fp32 dense
- * path, on one rank or data-parallel over many (ZeRO 0-3, overlap_comm:
- * its buffers travel by the communicator's device path, attach_devmem);
- * everything else is refused here, in one line, before anything is
- * allocated. */
+/* A backend whose memory is not the host's runs the engine's dense path
+ * (fp32, fp16, bf16, any communication_data_type), on one rank or
+ * data-parallel over many (ZeRO 0-3, overlap_comm: its buffers travel by
+ * the communicator's device path, attach_devmem; the 16-bit casts and
+ * scaling around the reductions are backend entries); everything else is
+ * refused here, in one line, before anything is allocated. */
 void ds_engine_compute_needs(const struct ds_engine_opts *opts, struct ds_compute_needs *needs)
 {
 	*needs = (struct ds_compute_needs){
@@ -806,14 +789,8 @@ static int check_backend(const struct ds_engine_opts *opts, struct ds_comm *comm
 	struct ds_compute_needs needs;
 	ds_engine_compute_needs(opts, &needs);
 	const char *what = ops->uncovered(&needs);
-	if (!what && opts->comm_half != DS_HALF_NONE)
-		what = "a 16-bit communication_data_type";
 	if (!what && ds_comm_size(comm) > 1 && !ops->comm_devmem)
 		what = "more than one rank (it cannot hand its buffers to the communicator)";
-	/* the 16-bit reductions' casts and scaling (hrecast, cast_prescale,
-	 * pack_inplace) run on the host, over buffers a device backend holds */
-	if (!what && ds_comm_size(comm) > 1 && opts->half != DS_HALF_NONE)
-		what = "fp16/bf16 at more than one rank (the 16-bit reductions run on the host)";
 	if (what)
 		return ds_err_set(err, DS_ENOTSUP, "engine: the %s backend does not run %s; use --device cpu", ops->name,
 				  what);
@@ -1335,7 +1312,9 @@ static int refresh(struct ds_engine *e, struct ds_err *err)
 /* The 16-bit model copy from the fp32 parameters; a whole 16-bit segment
  * over a partitioned master (stages 1-2) also gets the other ranks'
  * slices, initialised here in fp32 (init is a pure function of the
- * element) and rounded, as gather_half would bring. */
+ * element) and rounded, as gather_half would bring: on the backend's
+ * memory, through its entries (init_params goes through host memory on a
+ * device backend). */
 static int init_half(struct ds_engine *e, struct ds_err *err)
 {
 	DS_TRY(refresh(e, err));
@@ -1344,10 +1323,10 @@ static int init_half(struct ds_engine *e, struct ds_err *err)
 		if (sg->mfull || !sg->pfull)
 			continue;
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
-		float *tmp = e->ps[0].buf;
-		memset(tmp, 0, (size_t)sg->padded * sizeof(float));
-		ds_gpt_init(e->model, e->o.seed, tmp, ms->offset, ms->offset + sg->numel);
-		ds_half_pack_n(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
+		float *tmp = e->ps[0].buf;   /* the backend's memory */
+		e->ops->zero(tmp, (size_t)sg->padded * sizeof(float));
+		DS_TRY(init_params(e, tmp, ms->offset, ms->offset + sg->numel, err));
+		e->ops->half_pack(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
 	}
 	return 0;
 }
@@ -1501,12 +1480,12 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 		/* nothing to sum, but DeepSpeed still casts to the communication
 		 * type, scales by 1/f and f there, and casts back */
 		if (e->chalf) {
-			ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+			e->ops->half_round(e->chalf, e->grads, (size_t)e->gtotal);
 			if (e->grad_pre != 1.0f) {
 				e->ops->scale(e->grads, e->gtotal, e->grad_pre);
-				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+				e->ops->half_round(e->chalf, e->grads, (size_t)e->gtotal);
 				e->ops->scale(e->grads, e->gtotal, e->grad_post);
-				ds_half_round_n(e->chalf, e->grads, (size_t)e->gtotal);
+				e->ops->half_round(e->chalf, e->grads, (size_t)e->gtotal);
 			}
 		}
 		return 0;
@@ -1521,7 +1500,7 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 	if (e->overlap) {
 		DS_TRY(drain_buckets(e, err));
 		if (e->chalf)
-			ds_half_unpack_n(e->chalf, e->grads, e->c16, (size_t)e->total);
+			e->ops->half_unpack(e->chalf, e->grads, e->c16, (size_t)e->total);
 	} else {
 		if (!e->chalf)
 			e->ops->scale(e->grads, e->total, e->grad_pre);
@@ -1537,13 +1516,13 @@ static int reduce_grads(struct ds_engine *e, struct ds_err *err)
 			red_end(e);
 			DS_TRY(rc);
 			if (e->chalf)
-				ds_half_unpack_n(e->chalf, e->grads + off, e->c16 + off, (size_t)n);
+				e->ops->half_unpack(e->chalf, e->grads + off, e->c16 + off, (size_t)n);
 		}
 	}
 	e->ops->scale(e->grads, e->total, e->grad_post);
 	/* communication_data_type 16-bit: the postscale happened in that type */
 	if (e->chalf && e->grad_post != 1.0f)
-		ds_half_round_n(e->chalf, e->grads, (size_t)e->total);
+		e->ops->half_round(e->chalf, e->grads, (size_t)e->total);
 	return 0;
 }
 

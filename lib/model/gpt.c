@@ -1252,11 +1252,11 @@ static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		 * added in the unchunked kernel's order */
 		const int64_t n = N - r0 < ws->hrows ? N - r0 : ws->hrows;
 		head_rows(m, ws, ws->hchunk, r0, n, head);
-		if (targets && !vpar) {
-			const double cs = ws->ops->xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
-			if (!ws->ops->host)   /* the rows are the device's: its own sum of the chunk */
-				*sum += cs;
-			for (int64_t i = 0; ws->ops->host && i < n; i++)
+		if (targets && !vpar && !ws->ops->host) {   /* the chunk's sum (lse, hchunk are the device's) */
+			*sum += ws->ops->xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
+		} else if (targets && !vpar) {
+			ws->ops->xent_forward(ws->lse + r0, ws->hchunk, targets + r0, n, V, Vp);
+			for (int64_t i = 0; i < n; i++)
 				*sum += (double)ws->lse[r0 + i] - (double)ws->hchunk[i * Vp + targets[r0 + i]];
 		} else if (vpar) {
 			vp_first(m, ws, ws->hchunk, targets, r0, n, N);

@@ -8,6 +8,13 @@
 # 1e-5 relative; the device buffers take the staged mpi path (the ranks
 # share the emulated device) and the comms logger sees the stage's
 # collectives; DS_COMM_NCCL never and auto stage, a bad value is refused.
+# bf16 (2 ranks, ZeRO 0 and 3) and fp16 (2 ranks, ZeRO 2, an inf injected
+# at step 3) train the same way (a subset: an emulated step takes seconds;
+# tests/gpu/train.bats runs ZeRO 0-3 in both on a GPU): the losses and norms within
+# 16-bit tolerances (engine_cuda_check.c), the skipped steps, overflows and
+# the fp16 loss scale exactly the cpu backend's and the 1-rank run's at
+# every step; so does an fp32 model with communication_data_type bf16
+# (ZeRO 2).
 # The memory plan's device, host and pinned bytes hold at 2 ranks over
 # ds-train-emu.  A planted partitioning fault must break it.  Needs a build
 # with CUDA (the emulation is compiled from the same .cu sources); skips
@@ -75,6 +82,30 @@ setup() {
 	assert_output --partial "device path mpi"
 	assert_output --partial "4 ranks, 0 failed checks"
 	[ "$(grep -c '^stage [03] overlap [01]: ' <<<"$output")" -eq 4 ] || fail "not every configuration ran: $output"
+}
+
+@test "emulated cuda bf16 at 2 ranks, ZeRO 0 and 3, overlap_comm off and on: the 1-rank and the cpu losses and norms" {
+	DS_MPIRUN_TIMEOUT=900 run mpirun_n 2 "$DS_BUILDDIR/tests/mpi/engine_cuda_check" "$MODEL_DROPOUT" 2 03 bf16
+	assert_success
+	assert_output --partial "device path mpi"
+	assert_output --partial "2 ranks, 0 failed checks"
+	[ "$(grep -c '^stage [03] overlap [01]: ' <<<"$output")" -eq 4 ] || fail "not every configuration ran: $output"
+}
+
+@test "emulated cuda fp16 at 2 ranks, ZeRO 2, an inf at step 3: the cpu's skips and loss scale" {
+	DS_MPIRUN_TIMEOUT=900 run mpirun_n 2 -x DS_TEST_INJECT_INF_STEP=3 "$DS_BUILDDIR/tests/mpi/engine_cuda_check" \
+		"$MODEL_DROPOUT" 4 2 fp16
+	assert_success
+	assert_output --partial "device path mpi"
+	assert_output --partial "2 ranks, 0 failed checks"
+	[ "$(grep -c '^stage 2 overlap [01]: ' <<<"$output")" -eq 2 ] || fail "not every configuration ran: $output"
+}
+
+@test "emulated cuda fp32 with communication_data_type bf16 at 2 ranks, ZeRO 2: the 1-rank and the cpu losses" {
+	DS_MPIRUN_TIMEOUT=900 run mpirun_n 2 "$DS_BUILDDIR/tests/mpi/engine_cuda_check" "$MODEL_DROPOUT" 2 2 cdt-bf16
+	assert_success
+	assert_output --partial "2 ranks, 0 failed checks"
+	[ "$(grep -c '^stage 2 overlap [01]: ' <<<"$output")" -eq 2 ] || fail "not every configuration ran: $output"
 }
 
 @test "emulated cuda at 2 ranks: a planted partitioning fault leaves the 1-rank losses" {
