@@ -13,7 +13,7 @@ lib/config: util
 lib/comm: util cpu
 kernels: util cpu common cuda
 lib/app: util
-lib/compute: util app cpu common cuda optim
+lib/compute: util app comm cpu common cuda optim
 lib/model: util config cpu common compute
 lib/optim: util cpu common
 lib/engine: util config comm cpu common compute model optim io
