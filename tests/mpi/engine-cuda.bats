@@ -108,6 +108,18 @@ setup() {
 	[ "$(grep -c '^stage 2 overlap [01]: ' <<<"$output")" -eq 2 ] || fail "not every configuration ran: $output"
 }
 
+@test "ds-train --device cuda at 2 ranks: a bad DS_COMM_NCCL is one line per rank naming the choices, exit 2" {
+	local emu=$DS_BUILDDIR/tests/unit/ds-train-emu
+	[ -x "$emu" ] || fail "$emu is missing: make check builds it on a CUDA build"
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}' \
+		>"$BATS_TEST_TMPDIR/z.json"
+	run -2 --separate-stderr mpirun_n 2 -x DS_COMM_NCCL=bogus "$emu" --deepspeed_config "$BATS_TEST_TMPDIR/z.json" \
+		--model "$SHARE/models/gpt-test.json" --device cuda --train-iters 1
+	[ "$(grep -c '^ds-train: DS_COMM_NCCL=bogus: must be never, auto or require (or unset: auto)$' <<<"$stderr")" -eq 2 ] ||
+		fail "not one line per rank: $stderr"
+	[ -z "$output" ] || fail "stdout: $output"
+}
+
 @test "emulated cuda at 2 ranks: a planted partitioning fault leaves the 1-rank losses" {
 	DS_MPIRUN_TIMEOUT=900 run mpirun_n 2 -x DS_TEST_FAULT_SHARD_SHIFT=1 "$DS_BUILDDIR/tests/mpi/engine_cuda_check" "$MODEL_DROPOUT" 2 1
 	assert_failure
