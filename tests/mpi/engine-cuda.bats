@@ -19,6 +19,7 @@
 # ds-train-emu.  A planted partitioning fault must break it.  Needs a build
 # with CUDA (the emulation is compiled from the same .cu sources); skips
 # with the reason otherwise.
+# shellcheck disable=SC2154  # stderr: set by bats' run --separate-stderr
 load helper
 
 MODEL_DROPOUT="$TDATA/gpt-test-dropout.json"
