@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "app/blas_core.h"
 
 int ds_cli_version(const char *tool)
 {
@@ -37,6 +38,11 @@ int ds_cli_fail(const char *tool, const struct ds_err *err)
 {
 	fprintf(stderr, "%s: %s\n", tool, err->msg[0] ? err->msg : ds_status_name(err->code));
 	return err->code < 0 ? ds_exit_code(err->code) : 1;
+}
+
+void ds_cli_blas_core(char **argv)
+{
+	(void)ds_blas_core_reexec(argv);   /* a failed exec is reported by ds_blas_core_note */
 }
 
 void ds_cli_normalize_args(int argc, char **argv)

@@ -4,6 +4,7 @@
  * helpers write to stdout/stderr, because they are exactly what a main()
  * would otherwise repeat.  A tool uses them like this:
  *
+ *	ds_cli_blas_core(argv);                   // OpenBLAS's kernels (first)
  *	ds_cli_normalize_args(argc, argv);        // --foo_bar -> --foo-bar
  *	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
  *		switch (c) {
@@ -21,6 +22,13 @@
 #define DS_TOOLS_CLI_H
 
 #include "util/err.h"
+
+/* First in every main(): when the loaded OpenBLAS fell back to its SSE3
+ * Prescott kernels on a CPU it does not know, run this program again with
+ * OPENBLAS_CORETYPE naming the kernel set cpuid allows (app/blas_core.h);
+ * a user's OPENBLAS_CORETYPE is kept.  Returns when nothing was needed or
+ * the exec failed (the run then says so in its log and ds-report). */
+void ds_cli_blas_core(char **argv);
 
 /* Print "TOOL (dstk) VERSION" and "features: ..." to stdout; returns 0. */
 int ds_cli_version(const char *tool);

@@ -81,6 +81,7 @@ int main(int argc, char **argv)
 	uint64_t u;
 	double d;
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	ds_cli_normalize_args(argc, argv);
 	while ((c = getopt_long(argc, argv, "c:m:qh", longopts, NULL)) != -1) {
 		switch (c) {

@@ -84,6 +84,7 @@ int main(int argc, char **argv)
 	struct ds_err err = DS_ERR_INIT;
 	int c, quiet = 0, rc;
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	ds_cli_normalize_args(argc, argv);
 	while ((c = getopt_long(argc, argv, "t:f:o:d:qh", longopts, NULL)) != -1) {
 		switch (c) {

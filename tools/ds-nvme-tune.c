@@ -99,6 +99,7 @@ int main(int argc, char **argv)
 	int c, json = 0, quiet = 0, gpu = 0, gds = 0, rc;
 	uint64_t u;
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	ds_cli_normalize_args(argc, argv);
 	while ((c = getopt_long(argc, argv, "d:o:vqh", longopts, NULL)) != -1) {
 		switch (c) {

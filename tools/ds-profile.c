@@ -105,6 +105,7 @@ int main(int argc, char **argv)
 	uint64_t u;
 	int c;
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	ds_cli_normalize_args(argc, argv);
 	while ((c = getopt_long(argc, argv, "m:b:s:d:k:o:h", longopts, NULL)) != -1) {
 		switch (c) {

@@ -71,6 +71,7 @@ int main(int argc, char **argv)
 	struct ds_err err = DS_ERR_INIT;
 	int c;
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	o.color = parse_color("auto");
 	o.shm_override = getenv("DS_REPORT_SHM_BYTES");
 	ds_cli_normalize_args(argc, argv);

@@ -234,6 +234,7 @@ int main(int argc, char **argv)
 	const char *conf[64];
 	struct ds_neox nx = { 0 };
 
+	ds_cli_blas_core(argv);   /* first: may run this program again (cli.h) */
 	ds_train_opts_init(&o);
 	ds_cli_normalize_args(argc, argv);
 	while ((c = getopt_long(argc, argv, "c:m:h", longopts, NULL)) != -1) {

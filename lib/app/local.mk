@@ -5,6 +5,7 @@ noinst_LIBRARIES += lib/app/libds_app.a
 lib_app_libds_app_a_SOURCES = \
 	lib/app/app.c lib/app/app.h \
 	lib/app/sysinfo.c lib/app/sysinfo.h \
+	lib/app/blas_core.c lib/app/blas_core.h \
 	lib/app/gpu.h lib/app/mpiver.h
 if HAVE_CUDA
 lib_app_libds_app_a_SOURCES += lib/app/gpu_cuda.c lib/app/gpu_count_cuda.c

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <omp.h>
 #include <cblas.h>
+#include "app/blas_core.h"
 #include <csv.h>
 #include <hdf5.h>
 #include <jansson.h>
@@ -137,6 +138,20 @@ static void rows_openmp_blas(struct ds_report *r, const struct ds_sysinfo *si)
 		add(r, DS_REPORT_FEATURE, "blas", "%s", openblas_get_config());
 	else
 		add(r, DS_REPORT_FEATURE, "blas", "%s (core %s)", openblas_get_config(), openblas_get_corename());
+
+	{   /* OpenBLAS's Prescott fallback, replaced by the tools or not (app/blas_core.h) */
+		struct ds_report_row *b = &r->row[r->n - 1];
+		char bn[sizeof b->warning];
+		int k = ds_blas_core_note(bn, sizeof bn);
+		if (k == 1) {   /* the same facts as the log line, split into why and what was done */
+			snprintf(b->reason, sizeof b->reason, "OpenBLAS chose its %s kernels: it does not know this CPU",
+				 getenv(DS_BLAS_CORE_FROM_ENV));
+			snprintf(b->fix, sizeof b->fix, "none needed: dstk's tools run it with OPENBLAS_CORETYPE=%s, "
+				 "the best set cpuid allows (set OPENBLAS_CORETYPE to choose)", getenv("OPENBLAS_CORETYPE"));
+		}
+		else if (k == 2)
+			snprintf(b->warning, sizeof b->warning, "%s", bn);
+	}
 
 	w = add(r, DS_REPORT_FEATURE, "blas_threads", "%s, %d threads (configure linked: %s)",
 		pname, openblas_get_num_threads(), DS_BLAS_THREADING);

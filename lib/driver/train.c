@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/blas_core.h"
 #include "comm/comm.h"
 #include "compute/compute.h"
 #include "cpu/ceiling.h"
@@ -555,6 +556,14 @@ static int start_loop(struct run *r, struct loop *lp, struct ds_err *err)
 		    (unsigned long long)(r->dd.valid_ds ? r->dd.valid.count : r->dd.valid.count), r->peak,
 		    ds_fmt_bytes((double)ds_engine_state_bytes(r->e), bytes, sizeof bytes));
 	ds_log_info("%s", s->device_why);   /* the compute backend (chosen in set_up, before any output) */
+	{   /* OpenBLAS's kernels, when dstk chose them or they are the slow fallback (app/blas_core.h) */
+		char bn[512];
+		int k = ds_blas_core_note(bn, sizeof bn);
+		if (k == 1)
+			ds_log_info("blas: %s", bn);
+		else if (k == 2)
+			ds_log_warn("blas: %s", bn);
+	}
 	if (s->model.moe.enabled) {   /* MoE: the layers, and a rank's share with expert parallelism */
 		int ep = ds_gpt_ep(ds_engine_model(r->e), NULL);
 		ds_log_info("MoE: %d layers with experts, top-%d, capacity factor %g, drop_tokens %s, ep_size %d%s",

@@ -10,6 +10,7 @@
 #include "unit.h"
 #include "app/app.h"
 #include "app/sysinfo.h"
+#include "app/blas_core.h"
 #include "cli.h"
 #include "driver/report.h"
 
@@ -136,6 +137,62 @@ static void test_cpu_flags(void **state)
 	assert_int_equal(ds_sysinfo_cpu_has("avx9000", &err), DS_EINVAL);
 }
 
+/* OpenBLAS's kernel-set names by hand from the feature sets (OpenBLAS's
+ * dynamic.c: Sandybridge AVX, Haswell/Zen AVX2+FMA, SkylakeX AVX-512
+ * F/BW/DQ/VL, Cooperlake + AVX512_BF16), and the rule that only the
+ * Prescott fallback of a DYNAMIC_ARCH build without OPENBLAS_CORETYPE is
+ * replaced. */
+static void test_blas_core(void **state)
+{
+	struct ds_blas_cpu sse = { 0 }, avx = { .avx = 1 }, hsw = { .avx = 1, .avx2_fma = 1 };
+	struct ds_blas_cpu zen = { .avx = 1, .avx2_fma = 1, .amd = 1 };
+	struct ds_blas_cpu skx = { .avx = 1, .avx2_fma = 1, .avx512 = 1 };
+	struct ds_blas_cpu cpl = { .avx = 1, .avx2_fma = 1, .avx512 = 1, .avx512_bf16 = 1 };
+	struct ds_blas_cpu zen4 = { .avx = 1, .avx2_fma = 1, .avx512 = 1, .avx512_bf16 = 1, .amd = 1 };
+	const char *dyn = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY USE_OPENMP Prescott MAX_THREADS=64";
+
+	assert_null(ds_blas_core_for(&sse));
+	assert_string_equal(ds_blas_core_for(&avx), "Sandybridge");
+	assert_string_equal(ds_blas_core_for(&hsw), "Haswell");
+	assert_string_equal(ds_blas_core_for(&zen), "Zen");
+	assert_string_equal(ds_blas_core_for(&skx), "SkylakeX");
+	assert_string_equal(ds_blas_core_for(&cpl), "Cooperlake");
+	assert_string_equal(ds_blas_core_for(&zen4), "Cooperlake");
+
+	assert_string_equal(ds_blas_core_decide(dyn, "Prescott", NULL, "Cooperlake"), "Cooperlake");
+	assert_string_equal(ds_blas_core_decide(dyn, "PRESCOTT", "", "Zen"), "Zen");
+	assert_null(ds_blas_core_decide(dyn, "Prescott", "Prescott", "Cooperlake"));   /* the user's */
+	assert_null(ds_blas_core_decide(dyn, "Prescott", "Haswell", "Cooperlake"));
+	assert_null(ds_blas_core_decide(dyn, "Haswell", NULL, "Cooperlake"));   /* OpenBLAS chose it */
+	assert_null(ds_blas_core_decide(dyn, "Zen", NULL, "Cooperlake"));
+	assert_null(ds_blas_core_decide(dyn, "Prescott", NULL, NULL));   /* SSE only: Prescott is right */
+	assert_null(ds_blas_core_decide("OpenBLAS 0.3.21 NO_LAPACKE USE_OPENMP Prescott", "Prescott", NULL,
+					"Cooperlake"));   /* one core compiled in: the variable is ignored */
+	assert_null(ds_blas_core_decide(NULL, NULL, NULL, NULL));
+
+	/* this CPU's set agrees with /proc/cpuinfo's flags */
+	struct ds_blas_cpu me;
+	ds_blas_cpu_get(&me);
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[8192];
+	int found = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "flags", 5)) {
+			found = 1;
+			break;
+		}
+	if (f)
+		fclose(f);
+	if (!found)
+		return;
+	line[strcspn(line, "\n")] = ' ';
+#define FLAG(x) (strstr(line, " " x " ") != NULL)
+	assert_int_equal(me.avx2_fma, FLAG("avx2") && FLAG("fma"));
+	assert_int_equal(me.avx512, FLAG("avx512f") && FLAG("avx512bw") && FLAG("avx512dq") && FLAG("avx512vl"));
+	assert_int_equal(me.avx512_bf16, me.avx512 && FLAG("avx512_bf16"));
+#undef FLAG
+}
+
 static void test_report_rows(void **state)
 {
 	static const char *const feats[] = { "openmp", "blas", "blas_threads", "mpi", "hdf5_parallel",
@@ -223,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_app_has),
 		cmocka_unit_test(test_app_require),
 		cmocka_unit_test(test_cpu_flags),
+		cmocka_unit_test(test_blas_core),
 		cmocka_unit_test(test_report_rows),
 		cmocka_unit_test(test_report_json),
 	};
