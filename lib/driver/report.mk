@@ -21,6 +21,6 @@ tests_unit_test_report_LDADD = $(DS_LDADD) $(CUBLAS_LIBS) $(CMOCKA_LIBS)
 endif
 
 if HAVE_BATS
-TESTS += tests/cli/ds-report.bats
+TESTS += tests/cli/ds-report.bats tests/cli/blas-core.bats
 endif
-EXTRA_DIST += tests/cli/ds-report.bats
+EXTRA_DIST += tests/cli/ds-report.bats tests/cli/blas-core.bats
