@@ -38,6 +38,7 @@
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/ceiling.h"
+#include "app/blas_core.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/timer.h"
@@ -175,6 +176,7 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 
 int main(int argc, char **argv)
 {
+	(void)ds_blas_core_reexec(argv);   /* OpenBLAS's Prescott fallback replaced, as the tools do */
 	int reps = argc > 1 ? atoi(argv[1]) : 5;
 	const char *which = argc > 2 ? argv[2] : "all";
 	if (reps < 1 || (strcmp(which, "all") && strcmp(which, "tiny") && strcmp(which, "gpt2") &&
@@ -224,6 +226,9 @@ int main(int argc, char **argv)
 	ds_gemm_bf16_plan(DS_BF16_MM_AUTO, plan, sizeof plan);
 	printf("# bf16-gemm: %d threads, best of %d (%s), variants interleaved\n", omp_get_max_threads(), reps,
 	       omp_get_max_threads() == 1 ? "thread CPU time" : "wall time");
+	char bnote[512];
+	printf("# blas: %s, core %s%s%s\n", openblas_get_config(), openblas_get_corename(),
+	       ds_blas_core_note(bnote, sizeof bnote) ? "; " : "", bnote);
 	printf("# oneDNN: %s\n# kernel: %s\n# auto: %s\n", ds_gemm_bf16_onednn_describe(),
 	       have[KN] ? "dstk's AVX512_BF16 kernel (vdpbf16ps)" : why, plan);
 	printf("# sgemm_ceiling_gflops (1024^3, start) %.1f\n", ceil0);

@@ -32,6 +32,7 @@
 #include <cblas.h>
 
 #include "cpu/ceiling.h"
+#include "app/blas_core.h"
 #include "model/count.h"
 #include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
@@ -119,6 +120,7 @@ static int cmp_dbl(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+	(void)ds_blas_core_reexec(argv);   /* OpenBLAS's Prescott fallback replaced, as the tools do */
 	int L = 12, C = 768, NH = 12, V = 50304, B = 4, T = 64, steps = 5, ckpt = 0, a = 1;
 	if (argc > 1 && !strcmp(argv[1], "tiny")) {
 		L = 6; C = 384; NH = 6; V = 256; B = 8; T = 128; a = 2;
@@ -233,6 +235,9 @@ int main(int argc, char **argv)
 	char cpu[128];
 	cpu_model(cpu, sizeof cpu);
 	printf("# cpu: %s; load average %.2f at the start, %.2f at the end\n", cpu, load0, loadavg());
+	char bnote[512];
+	printf("# blas: %s, core %s%s%s\n", openblas_get_config(), openblas_get_corename(),
+	       ds_blas_core_note(bnote, sizeof bnote) ? "; " : "", bnote);
 	printf("sgemm_ceiling_gflops %.1f\n", ceil_gf);
 	if (mm < 1e30)
 		printf("matmul_only_step_ms %.2f\n", 1e3 * mm);
