@@ -311,10 +311,15 @@ int main(int argc, char **argv)
 		return ds_config_print_keys(stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	if (o.nconf && ds_train_opts_neox(&o, &nx, &err) < 0)
 		return ds_cli_fail(TOOL, &err);
+	char *piped[2];   /* --deepspeed_config <(jq ...): read once, it is read more than once */
+	if (ds_train_opts_read_pipes(&o, piped, &err) < 0)
+		return ds_cli_fail(TOOL, &err);
 	if (o.check)
 		rc = ds_train_check_run(&o, stdout, &err) < 0 ? ds_cli_fail(TOOL, &err) : 0;
 	else
 		rc = train(&o);
 	ds_neox_release(&nx);
+	free(piped[0]);
+	free(piped[1]);
 	return rc;
 }

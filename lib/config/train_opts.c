@@ -1,5 +1,8 @@
 /* train_opts.c - ds-train's options: defaults and the --check run. */
+#include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -165,16 +168,16 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 	/* the model first: "auto" ZeRO bucket sizes follow its hidden size;
 	 * a bad model is reported after the DeepSpeed config's errors */
 	if (o->model_json)
-		mod = o->conf_name;
-	int mrc = o->model_json ? ds_model_config_load_string(o->model_json, o->conf_name, &m, &merr)
+		mod = o->model_name ? o->model_name : o->conf_name;
+	int mrc = o->model_json ? ds_model_config_load_string(o->model_json, mod, &m, &merr)
 				: ds_model_config_load(mod, &m, &merr);
 	a.hidden_size = mrc == 0 ? m.hidden_size : 0;
 	if (a.train_iters < 0 && o->train_iters > 0)
 		a.train_iters = o->train_iters;
 	if (o->deepspeed_json)
-		cfg = o->conf_name;
+		cfg = o->deepspeed_name ? o->deepspeed_name : o->conf_name;
 	if (o->deepspeed_json)
-		DS_TRY(ds_config_load_string(&c, o->deepspeed_json, o->conf_name, &co, err));
+		DS_TRY(ds_config_load_string(&c, o->deepspeed_json, cfg, &co, err));
 	else
 		DS_TRY(ds_config_load_file(&c, cfg, &co, err));
 	if (mrc < 0) {
@@ -271,4 +274,70 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 out:
 	ds_config_destroy(c);
 	return rc;
+}
+
+/* the whole of a non-regular file, NUL-terminated, in *out; 0, or DS_EIO /
+ * DS_EINVAL naming path */
+static int read_once(const char *path, char **out, struct ds_err *err)
+{
+	const size_t max = 64u << 20;
+	size_t n = 0, cap = 1 << 16;
+	char *buf = malloc(cap);
+	FILE *f = fopen(path, "rb");
+	*out = NULL;
+	if (!f || !buf) {
+		int e = errno;
+		free(buf);
+		if (f)
+			fclose(f);
+		return ds_err_set(err, f ? DS_ENOMEM : DS_EIO, "%s: %s", path, f ? "out of memory" : strerror(e));
+	}
+	for (;;) {
+		if (n + 1 >= cap) {
+			char *nb = cap < max ? realloc(buf, cap * 2) : NULL;
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				return cap < max ? ds_err_set(err, DS_ENOMEM, "%s: out of memory", path)
+						 : ds_err_set(err, DS_EINVAL, "%s: over 64 MiB: not a config", path);
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		size_t k = fread(buf + n, 1, cap - 1 - n, f);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	int bad = ferror(f), e = errno;
+	fclose(f);
+	if (bad) {
+		free(buf);
+		return ds_err_set(err, DS_EIO, "%s: read: %s", path, strerror(e));
+	}
+	buf[n] = '\0';
+	*out = buf;
+	return 0;
+}
+
+static int is_pipe(const char *path)
+{
+	struct stat st;
+	return path && stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+int ds_train_opts_read_pipes(struct ds_train_opts *o, char *keep[2], struct ds_err *err)
+{
+	keep[0] = keep[1] = NULL;
+	if (is_pipe(o->deepspeed_config) && !o->deepspeed_json) {
+		DS_TRY(read_once(o->deepspeed_config, &keep[0], err));
+		o->deepspeed_json = keep[0];
+		o->deepspeed_name = o->deepspeed_config;
+	}
+	if (is_pipe(o->model) && !o->model_json) {
+		DS_TRY(read_once(o->model, &keep[1], err));
+		o->model_json = keep[1];
+		o->model_name = o->model;
+	}
+	return 0;
 }

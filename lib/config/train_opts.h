@@ -53,12 +53,21 @@ struct ds_train_opts {
 	int nconf;
 	const char *deepspeed_json, *model_json;  /* config texts instead of the files (NULL: the files) */
 	const char *conf_name;                    /* what the texts are called in messages */
+	const char *deepspeed_name, *model_name;  /* the same per text (NULL: conf_name), for a pipe read once */
 	char **conf_lines;                        /* what became of each NeoX parameter, for --check */
 	int conf_nlines;
 };
 
 /* Fill o with the defaults above. */
 void ds_train_opts_init(struct ds_train_opts *o);
+
+/* --deepspeed_config and --model that are not regular files (a pipe, a
+ * shell's <(jq ... cfg.json)) can be read only once, and a run reads its
+ * configs more than once: read each such one now into *keep[0] (the
+ * DeepSpeed config) and *keep[1] (the model), set o's texts and names, and
+ * release with free().  0; DS_EIO naming the path when one cannot be read,
+ * DS_EINVAL when it is over 64 MiB. */
+int ds_train_opts_read_pipes(struct ds_train_opts *o, char *keep[2], struct ds_err *err);
 
 /* --conf: read o->conf (GPT-NeoX YAML, lib/config/neox.h) and set o's
  * config texts and the run flags the files give that the command line

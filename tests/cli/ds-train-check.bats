@@ -485,3 +485,26 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 	refute_output --partial "# offload"
 	[ "$(echo "$output" | grep '^total ')" = "$with" ]
 }
+
+@test "configs from pipes (<(jq ...), /dev/stdin) are read once and mean what the files mean" {
+	cd "$BATS_TEST_TMPDIR" || return
+	printf '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "steps_per_print": 1,\n "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}\n' > cfg.json
+	run -0 ds-train --check --deepspeed_config cfg.json "${MODEL_ARGS[@]}"
+	want=$(printf '%s\n' "$output" | grep -E '^(train_batch_size|gradient_accumulation_steps|optimizer.params.lr) ')
+	[ -n "$want" ] || fail "no effective-config rows: $output"
+	# a pipe: before, the second read of the config found it empty
+	run -0 --separate-stderr ds-train --check --deepspeed_config <(cat cfg.json) --model <(cat "$SHARE/models/gpt-test.json")
+	assert_equal "$(printf '%s\n' "$output" | grep -E '^(train_batch_size|gradient_accumulation_steps|optimizer.params.lr) ')" "$want"
+	# a training run from standard input gives the file's losses
+	run -0 ds-train --deepspeed_config cfg.json "${MODEL_ARGS[@]}" --train-iters 2
+	file=$(printf '%s\n' "$output" | grep '^step ' | cut -d'|' -f1-5)
+	run -0 ds-train --deepspeed_config /dev/stdin "${MODEL_ARGS[@]}" --train-iters 2 < <(cat cfg.json)
+	assert_equal "$(printf '%s\n' "$output" | grep '^step ' | cut -d'|' -f1-5)" "$file"
+	# errors in a piped config still name it and the key
+	run -2 --separate-stderr ds-train --check --deepspeed_config <(echo '{"no_such_key_xyz": 1}') "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
+	[[ "$stderr" == *"/dev/fd/"*"no_such_key_xyz"* ]] || fail "stderr does not name the pipe and the key: $stderr"
+	# an unreadable pipe path is one line, exit 2
+	run -2 --separate-stderr ds-train --check --deepspeed_config /dev/null/x "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
+}
