@@ -338,8 +338,14 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, con
 }
 
 /* the fewest logit rows mixed precision's head works on at once (16-bit
- * logits are unpacked hrows at a time into backward scratch) */
+ * logits are unpacked hrows at a time into backward scratch), and the
+ * scratch it may take beyond the backward buffers it borrows to reach
+ * HEAD_MIN_BYTES of rows: each chunk's products read the whole (V, C)
+ * head and read and write its gradient, so GPT-2's 50304-row vocabulary
+ * in 46-row chunks (micro batch 4 x 64) cost a bf16 step on sgemm ~15%
+ * (bench/gpt-step gpt2) */
 #define HEAD_MIN_ROWS 8
+#define HEAD_MIN_BYTES ((int64_t)32 << 20)
 
 /* Carve the workspace out of base (NULL: only measure); returns bytes and,
  * in *saved, those of what forward keeps for backward (the layer inputs,
@@ -425,8 +431,10 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	TAKE(w->datty, N * Cq);
 	TAKE(w->dfch, N * d->F2);
 	TAKE(w->dfcact, N * d->F);
-	if (d->half && d->head) {   /* the head's fp32 rows: that span, grown to HEAD_MIN_ROWS rows if short */
-		int64_t fl = (int64_t)(off - r0) / 4, want = (N < HEAD_MIN_ROWS ? N : HEAD_MIN_ROWS) * d->Vp;
+	if (d->half && d->head) {   /* the head's fp32 rows: that span, grown to the rows above if short */
+		int64_t rows = HEAD_MIN_BYTES / 4 / (d->Vp > 0 ? d->Vp : 1);
+		rows = rows > HEAD_MIN_ROWS ? rows : HEAD_MIN_ROWS;
+		int64_t fl = (int64_t)(off - r0) / 4, want = (N < rows ? N : rows) * d->Vp;
 		if (fl < want)
 			TAKE(dummy, want - fl);
 		w->hrows = (int64_t)(off - r0) / 4 / d->Vp;
