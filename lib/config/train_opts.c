@@ -48,6 +48,7 @@ int ds_train_opts_neox(struct ds_train_opts *o, struct ds_neox *nx, struct ds_er
 	o->deepspeed_json = ds;
 	o->model_json = mo;
 	o->conf_name = nx->name;
+	o->deepspeed_name = o->model_name = nx->name;
 	o->conf_lines = nx->lines;
 	o->conf_nlines = nx->nlines;
 	/* the files' run flags, where the command line gave none */
@@ -168,14 +169,14 @@ int ds_train_check_extra(const struct ds_train_opts *o, FILE *out, json_t *extra
 	/* the model first: "auto" ZeRO bucket sizes follow its hidden size;
 	 * a bad model is reported after the DeepSpeed config's errors */
 	if (o->model_json)
-		mod = o->model_name ? o->model_name : o->conf_name;
+		mod = o->model_name;
 	int mrc = o->model_json ? ds_model_config_load_string(o->model_json, mod, &m, &merr)
 				: ds_model_config_load(mod, &m, &merr);
 	a.hidden_size = mrc == 0 ? m.hidden_size : 0;
 	if (a.train_iters < 0 && o->train_iters > 0)
 		a.train_iters = o->train_iters;
 	if (o->deepspeed_json)
-		cfg = o->deepspeed_name ? o->deepspeed_name : o->conf_name;
+		cfg = o->deepspeed_name;
 	if (o->deepspeed_json)
 		DS_TRY(ds_config_load_string(&c, o->deepspeed_json, cfg, &co, err));
 	else

@@ -52,8 +52,8 @@ struct ds_train_opts {
 	const char **conf;
 	int nconf;
 	const char *deepspeed_json, *model_json;  /* config texts instead of the files (NULL: the files) */
-	const char *conf_name;                    /* what the texts are called in messages */
-	const char *deepspeed_name, *model_name;  /* the same per text (NULL: conf_name), for a pipe read once */
+	const char *conf_name;                    /* the NeoX files, named in messages and --check */
+	const char *deepspeed_name, *model_name;  /* what each text is called in messages (--conf: conf_name) */
 	char **conf_lines;                        /* what became of each NeoX parameter, for --check */
 	int conf_nlines;
 };

@@ -341,12 +341,11 @@ static int setup_once(struct ds_train_setup *s, const struct ds_train_opts *o, c
 	 * model is reported below, after the DeepSpeed config's errors */
 	struct ds_err scratch = DS_ERR_INIT;
 	if (o->model_json)
-		mpath = o->model_name ? o->model_name : o->conf_name;
+		mpath = o->model_name;
 	if ((o->model_json ? ds_model_config_load_string(o->model_json, mpath, &s->model, &scratch)
 			   : ds_model_config_load(mpath, &s->model, &scratch)) == 0)
 		s->autos.hidden_size = s->model.hidden_size;
-	if ((rc = o->deepspeed_json ? ds_config_load_string(&s->cfg, o->deepspeed_json,
-								    o->deepspeed_name ? o->deepspeed_name : o->conf_name, &co, err)
+	if ((rc = o->deepspeed_json ? ds_config_load_string(&s->cfg, o->deepspeed_json, o->deepspeed_name, &co, err)
 				    : ds_config_load_file(&s->cfg, cpath, &co, err)) < 0)
 		return rc;
 	if ((rc = o->model_json ? ds_model_config_load_string(o->model_json, mpath, &s->model, err)
