@@ -504,7 +504,11 @@ mem_row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$2"; }
 	run -2 --separate-stderr ds-train --check --deepspeed_config <(echo '{"no_such_key_xyz": 1}') "${MODEL_ARGS[@]}"
 	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
 	[[ "$stderr" == *"/dev/fd/"*"no_such_key_xyz"* ]] || fail "stderr does not name the pipe and the key: $stderr"
-	# an unreadable pipe path is one line, exit 2
+	# a path that is not there is still one line, exit 2
 	run -2 --separate-stderr ds-train --check --deepspeed_config /dev/null/x "${MODEL_ARGS[@]}"
 	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
+	# a pipe that never ends is cut at 64 MiB: one line naming it, exit 2 (no hang, no huge buffer)
+	run -2 --separate-stderr ds-train --check --deepspeed_config /dev/zero "${MODEL_ARGS[@]}"
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one stderr line, got: $stderr"
+	[[ "$stderr" == *"/dev/zero: over 64 MiB"* ]] || fail "stderr does not name the endless input: $stderr"
 }
