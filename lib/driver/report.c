@@ -148,9 +148,9 @@ static void rows_openmp_blas(struct ds_report *r, const struct ds_sysinfo *si)
 				 getenv(DS_BLAS_CORE_FROM_ENV));
 			snprintf(b->fix, sizeof b->fix, "none needed: dstk's tools run it with OPENBLAS_CORETYPE=%s, "
 				 "the best set cpuid allows (set OPENBLAS_CORETYPE to choose)", getenv("OPENBLAS_CORETYPE"));
-		}
-		else if (k == 2)
+		} else if (k == 2) {
 			snprintf(b->warning, sizeof b->warning, "%s", bn);
+		}
 	}
 
 	w = add(r, DS_REPORT_FEATURE, "blas_threads", "%s, %d threads (configure linked: %s)",

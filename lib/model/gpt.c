@@ -342,8 +342,8 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, con
  * scratch it may take beyond the backward buffers it borrows to reach
  * HEAD_MIN_BYTES of rows: each chunk's products read the whole (V, C)
  * head and read and write its gradient, so GPT-2's 50304-row vocabulary
- * in 46-row chunks (micro batch 4 x 64) cost a bf16 step on sgemm ~15%
- * (bench/gpt-step gpt2) */
+ * in 46-row chunks (micro batch 4 x 64) cost a bf16 step on sgemm about
+ * a tenth (bench/gpt-step gpt2) */
 #define HEAD_MIN_ROWS 8
 #define HEAD_MIN_BYTES ((int64_t)32 << 20)
 
