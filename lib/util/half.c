@@ -8,6 +8,9 @@
 #include "util/half.h"
 
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 uint16_t ds_fp32_to_fp16(float f) { return ds_f32_to_f16_rne(f); }
 float ds_fp16_to_fp32(uint16_t h) { return ds_f16_to_f32_exact(h); }
@@ -52,33 +55,73 @@ HALF_CLONES static void bf16_round_blk(float *x, size_t n)
 		x[i] = ds_bf16_to_f32_exact(to_bf16(x[i]));
 }
 
-void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n)
+HALF_CLONES static void fp16_pack_blk(uint16_t *dst, const float *src, size_t n)
 {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
+#pragma omp simd
 	for (size_t i = 0; i < n; i++)
-		dst[i] = ds_fp32_to_fp16(src[i]);
+		dst[i] = ds_f32_to_f16_rne(src[i]);
 }
 
-void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n)
+static void fp16_unpack_blk(float *dst, const uint16_t *src, size_t n)
 {
-#pragma omp parallel for if (n > 65536) schedule(static)
 	for (size_t i = 0; i < n; i++)
-		dst[i] = ds_fp16_to_fp32(src[i]);
+		dst[i] = ds_f16_to_f32_exact(src[i]);
 }
 
-void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
+HALF_CLONES static void fp16_round_blk(float *x, size_t n)
 {
-#pragma omp parallel for if (n > 65536) schedule(static)
-	for (size_t b = 0; b < n; b += BLK)
-		bf16_pack_blk(dst + b, src + b, n - b < BLK ? n - b : BLK);
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		x[i] = ds_f16_to_f32_exact(ds_f32_to_f16_rne(x[i]));
 }
 
-void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n)
+/* Shared out among the threads only when the loop is long enough to pay
+ * for a parallel region (PAR elements) and no region is open: a call from
+ * inside one (a row of a batched product's C, a chunk of the engine's
+ * gradients) or a short one runs on the calling thread and opens no region
+ * at all.  An "if" clause is not enough: a region with the clause false
+ * still builds a team, and libgomp allocates and frees one for every
+ * nested region, which is what bf16 steps spent a tenth of their
+ * non-matrix time on (2026-12-02: round_c's per-row calls). */
+#define PAR 65536
+
+static int serial(size_t n)
 {
-#pragma omp parallel for if (n > 65536) schedule(static)
-	for (size_t b = 0; b < n; b += BLK)
-		bf16_unpack_blk(dst + b, src + b, n - b < BLK ? n - b : BLK);
+#ifdef _OPENMP
+	return n <= PAR || omp_in_parallel();
+#else
+	(void)n;
+	return 1;
+#endif
 }
+
+/* FN(dst + b, src + b, len) over [0, n) in blocks of BLK */
+#define BULK(FN, dst, src, n)                                                                                     \
+	do {                                                                                                          \
+		if (serial(n)) {                                                                                      \
+			for (size_t b_ = 0; b_ < (n); b_ += BLK)                                                      \
+				FN((dst) + b_, (src) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                          \
+		} else {                                                                                              \
+			_Pragma("omp parallel for schedule(static)") for (size_t b_ = 0; b_ < (n); b_ += BLK)        \
+				FN((dst) + b_, (src) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                          \
+		}                                                                                                     \
+	} while (0)
+
+#define BULK1(FN, x, n)                                                                                           \
+	do {                                                                                                          \
+		if (serial(n)) {                                                                                      \
+			for (size_t b_ = 0; b_ < (n); b_ += BLK)                                                      \
+				FN((x) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                                        \
+		} else {                                                                                              \
+			_Pragma("omp parallel for schedule(static)") for (size_t b_ = 0; b_ < (n); b_ += BLK)        \
+				FN((x) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                                        \
+		}                                                                                                     \
+	} while (0)
+
+void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n) { BULK(fp16_pack_blk, dst, src, n); }
+void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n) { BULK(fp16_unpack_blk, dst, src, n); }
+void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n) { BULK(bf16_pack_blk, dst, src, n); }
+void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n) { BULK(bf16_unpack_blk, dst, src, n); }
 
 const char *ds_half_name(enum ds_half_kind k)
 {
@@ -87,15 +130,10 @@ const char *ds_half_name(enum ds_half_kind k)
 
 void ds_half_round_n(enum ds_half_kind k, float *x, size_t n)
 {
-	if (k == DS_HALF_FP16) {
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-		for (size_t i = 0; i < n; i++)
-			x[i] = ds_fp16_to_fp32(ds_fp32_to_fp16(x[i]));
-	} else if (k == DS_HALF_BF16) {
-#pragma omp parallel for if (n > 65536) schedule(static)
-		for (size_t b = 0; b < n; b += BLK)
-			bf16_round_blk(x + b, n - b < BLK ? n - b : BLK);
-	}
+	if (k == DS_HALF_FP16)
+		BULK1(fp16_round_blk, x, n);
+	else if (k == DS_HALF_BF16)
+		BULK1(bf16_round_blk, x, n);
 }
 
 void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t n)

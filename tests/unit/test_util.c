@@ -5,6 +5,7 @@
 #include "unit.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,6 +248,49 @@ static void test_bf16_bulk(void **state)
 	free(u); free(x); free(y); free(h);
 }
 
+/* The bulk conversions called from inside a parallel region (a row of a
+ * batched product's C, a chunk of the engine's gradients) run on the
+ * calling thread: each thread's slice, long enough to be shared out at top
+ * level, gets the bits the scalar conversions give, in both formats and
+ * every direction; so do short calls. */
+static void test_half_bulk_nested(void **state)
+{
+	(void)state;
+	enum { N = 2 * 70001 };
+	float *x = malloc(sizeof(float) * N), *r = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+	uint16_t *h = malloc(sizeof(uint16_t) * N);
+	assert_non_null(x); assert_non_null(r); assert_non_null(b); assert_non_null(h);
+	uint32_t seed = 777u;
+	for (int i = 0; i < N; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		uint32_t u = (seed & 0x8fffffffu) + 0x30000000u;   /* finite, across both formats' ranges */
+		memcpy(&x[i], &u, sizeof u);
+	}
+	for (int k = DS_HALF_FP16; k <= DS_HALF_BF16; k++) {
+		const enum ds_half_kind kind = (enum ds_half_kind)k;
+		int bad = 0;
+		memcpy(r, x, sizeof(float) * N);
+#pragma omp parallel num_threads(2) reduction(+ : bad)
+		{
+			const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+			const size_t len = (size_t)N / (size_t)nt, o = (size_t)t * len;
+			ds_half_pack_n(kind, h + o, x + o, len);
+			ds_half_unpack_n(kind, b + o, h + o, len);
+			ds_half_round_n(kind, r + o, len);
+			ds_half_round_n(kind, r + o, 5);   /* a short call: rounding twice changes nothing */
+			for (size_t i = o; i < o + len; i++) {
+				const uint16_t want = kind == DS_HALF_FP16 ? ds_fp32_to_fp16(x[i]) : ds_fp32_to_bf16(x[i]);
+				const float back = kind == DS_HALF_FP16 ? ds_fp16_to_fp32(want) : ds_bf16_to_fp32(want);
+				bad += h[i] != want || memcmp(&b[i], &back, sizeof back) || memcmp(&r[i], &back, sizeof back);
+			}
+		}
+		if (bad)
+			fail_msg("%s: %d of %d elements differ from the scalar conversions inside a parallel region",
+				 ds_half_name(kind), bad, N);
+	}
+	free(x); free(r); free(b); free(h);
+}
+
 static void test_parse_and_errors(void **state)
 {
 	uint64_t v;
@@ -306,6 +350,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_bits),
 		cmocka_unit_test(test_bf16_bulk),
 		cmocka_unit_test(test_half_round_n),
+		cmocka_unit_test(test_half_bulk_nested),
 		cmocka_unit_test(test_parse_and_errors),
 		cmocka_unit_test(test_alloc_accounting),
 	};
