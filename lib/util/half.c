@@ -48,11 +48,12 @@ HALF_CLONES static void bf16_unpack_blk(float *dst, const uint16_t *src, size_t 
 		dst[i] = ds_bf16_to_f32_exact(src[i]);
 }
 
-HALF_CLONES static void bf16_round_blk(float *x, size_t n)
+/* the round blocks take dst == src (element-wise, so in place is safe) */
+HALF_CLONES static void bf16_round_blk(float *dst, const float *src, size_t n)
 {
 #pragma omp simd
 	for (size_t i = 0; i < n; i++)
-		x[i] = ds_bf16_to_f32_exact(to_bf16(x[i]));
+		dst[i] = ds_bf16_to_f32_exact(to_bf16(src[i]));
 }
 
 HALF_CLONES static void fp16_pack_blk(uint16_t *dst, const float *src, size_t n)
@@ -68,11 +69,11 @@ static void fp16_unpack_blk(float *dst, const uint16_t *src, size_t n)
 		dst[i] = ds_f16_to_f32_exact(src[i]);
 }
 
-HALF_CLONES static void fp16_round_blk(float *x, size_t n)
+HALF_CLONES static void fp16_round_blk(float *dst, const float *src, size_t n)
 {
 #pragma omp simd
 	for (size_t i = 0; i < n; i++)
-		x[i] = ds_f16_to_f32_exact(ds_f32_to_f16_rne(x[i]));
+		dst[i] = ds_f16_to_f32_exact(ds_f32_to_f16_rne(src[i]));
 }
 
 /* Shared out among the threads only when the loop is long enough to pay
@@ -81,8 +82,8 @@ HALF_CLONES static void fp16_round_blk(float *x, size_t n)
  * gradients) or a short one runs on the calling thread and opens no region
  * at all.  An "if" clause is not enough: a region with the clause false
  * still builds a team, and libgomp allocates and frees one for every
- * nested region, which is what bf16 steps spent a tenth of their
- * non-matrix time on (2026-12-02: round_c's per-row calls). */
+ * nested region: more than half of what a bf16 step on sgemm cost beyond
+ * the fp32 step (2026-12-02, bench/gpt-step tiny: round_c's per-row calls). */
 #define PAR 65536
 
 static int serial(size_t n)
@@ -107,17 +108,6 @@ static int serial(size_t n)
 		}                                                                                                     \
 	} while (0)
 
-#define BULK1(FN, x, n)                                                                                           \
-	do {                                                                                                          \
-		if (serial(n)) {                                                                                      \
-			for (size_t b_ = 0; b_ < (n); b_ += BLK)                                                      \
-				FN((x) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                                        \
-		} else {                                                                                              \
-			_Pragma("omp parallel for schedule(static)") for (size_t b_ = 0; b_ < (n); b_ += BLK)        \
-				FN((x) + b_, (n) - b_ < BLK ? (n) - b_ : BLK);                                        \
-		}                                                                                                     \
-	} while (0)
-
 void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n) { BULK(fp16_pack_blk, dst, src, n); }
 void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n) { BULK(fp16_unpack_blk, dst, src, n); }
 void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n) { BULK(bf16_pack_blk, dst, src, n); }
@@ -131,9 +121,9 @@ const char *ds_half_name(enum ds_half_kind k)
 void ds_half_round_n(enum ds_half_kind k, float *x, size_t n)
 {
 	if (k == DS_HALF_FP16)
-		BULK1(fp16_round_blk, x, n);
+		BULK(fp16_round_blk, x, x, n);
 	else if (k == DS_HALF_BF16)
-		BULK1(bf16_round_blk, x, n);
+		BULK(bf16_round_blk, x, x, n);
 }
 
 void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t n)
