@@ -213,6 +213,12 @@ struct ds_compute_ops {
 	 * allocator), the device side of the memory plan's check */
 	int (*mem_info)(size_t *free_bytes, size_t *total_bytes, struct ds_err *err);
 	void (*mem_held)(size_t *held, size_t *peak, int reset);
+	/* Host memory the device copies to and from directly (cuda:
+	 * cudaMallocHost, page-locked; cpu: libds's allocator, its memory is
+	 * the host's already): what ZeRO-Offload keeps on the host.  NULL when
+	 * out of memory; not counted by mem_held (the caller counts it). */
+	void *(*pinned_alloc)(size_t bytes);
+	void (*pinned_free)(void *p);
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;

@@ -278,4 +278,6 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.lamb_apply = ds_lamb_apply,
 	.mem_info = cpu_mem_info,
 	.mem_held = cpu_mem_held,
+	.pinned_alloc = cpu_alloc,
+	.pinned_free = cpu_free,
 };

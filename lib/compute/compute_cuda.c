@@ -603,6 +603,13 @@ static int cu_mem_info(size_t *free_bytes, size_t *total_bytes, struct ds_err *e
 	int rc = ds_cuda_mem_info(free_bytes, total_bytes);
 	return rc ? ds_err_set(err, DS_EIO, "cuda backend: cudaMemGetInfo: %s", ds_cuda_strerror(rc)) : 0;
 }
+/* page-locked host memory (ZeRO-Offload's master, states and staging) */
+static void *cu_pinned_alloc(size_t bytes)
+{
+	void *p = NULL;
+	return ds_cuda_host_alloc(&p, bytes) ? NULL : p;
+}
+static void cu_pinned_free(void *p) { note(ds_cuda_host_free(p), "freeing pinned memory"); }
 static void cu_mem_held(size_t *held, size_t *peak, int reset)
 {
 	if (reset)
@@ -671,4 +678,6 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.comm_devmem = cu_comm_devmem,
 	.mem_info = cu_mem_info,
 	.mem_held = cu_mem_held,
+	.pinned_alloc = cu_pinned_alloc,
+	.pinned_free = cu_pinned_free,
 };

@@ -167,12 +167,12 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 	if (dev)
 		cx->mem_held(&dheld, &dpeak, 0);
 	/* a device run: what its alloc held after setup and at its peak, and
-	 * the communicator's pinned staging pool (the plan's device and pinned
-	 * rows) */
+	 * the pinned host memory of the communicator's staging pool and of
+	 * ZeRO-Offload (the plan's device and pinned rows) */
 	const struct ds_comm *dc = ds_engine_dev_comm(e);
 	double mine[NM] = { (double)held_setup, (double)ds_mem_peak(), (double)ds_mem_peak_rss(),
 			    (double)ds_engine_state_bytes(e), (double)dev_held_setup, (double)dpeak,
-			    dc ? (double)ds_comm_pinned_bytes(dc) : 0 }, mx[NM] = { 0 };
+			    (dc ? (double)ds_comm_pinned_bytes(dc) : 0) + (double)ds_engine_pinned_bytes(e) }, mx[NM] = { 0 };
 	DS_TRY(ds_engine_mem_estimate(&s->eng, W, &m, err));
 	ds_engine_mem_place(&m, &s->eng, dev);
 	double *all = malloc(sizeof(double) * NM * (size_t)W);
@@ -204,9 +204,9 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 				    "device_alloc_setup %.0f | device_alloc_peak %.0f | device/estimate %.4f | "
 				    "host_estimate %zu | host/estimate %.4f | pinned %.0f | pinned_estimate %zu",
 				    W, W > 1 ? "s" : "", m.device_total, mx[4], mx[5],
-				    m.device_total ? mx[4] / (double)m.device_total : 0.0, m.host_total - m.pinned_staging,
-				    m.host_total - m.pinned_staging ? mx[0] / (double)(m.host_total - m.pinned_staging) : 0.0,
-				    mx[6], m.pinned_staging);
+				    m.device_total ? mx[4] / (double)m.device_total : 0.0, m.host_total - m.pinned_total,
+				    m.host_total - m.pinned_total ? mx[0] / (double)(m.host_total - m.pinned_total) : 0.0,
+				    mx[6], m.pinned_total);
 	if (js) {
 		json_t *est = json_object(), *a[3] = { json_array(), json_array(), json_array() };
 		for (int c = 0; est && c < DS_MEM_NCAT; c++)
@@ -225,8 +225,8 @@ static int report_memory(struct ds_comm *comm, const struct ds_train_setup *s, c
 					json_array_append_new(d[k], json_integer((json_int_t)all[NM * r + 4 + k]));
 			json_object_set_new(*js, "device_estimate_bytes", json_integer((json_int_t)m.device_total));
 			json_object_set_new(*js, "host_estimate_bytes",
-					    json_integer((json_int_t)(m.host_total - m.pinned_staging)));
-			json_object_set_new(*js, "pinned_estimate_bytes", json_integer((json_int_t)m.pinned_staging));
+					    json_integer((json_int_t)(m.host_total - m.pinned_total)));
+			json_object_set_new(*js, "pinned_estimate_bytes", json_integer((json_int_t)m.pinned_total));
 			json_object_set_new(*js, "device_alloc_setup_bytes", d[0]);
 			json_object_set_new(*js, "device_alloc_peak_bytes", d[1]);
 			json_object_set_new(*js, "pinned_bytes", d[2]);

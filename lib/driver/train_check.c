@@ -260,18 +260,20 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 	 * already; say so rather than pretend something moved */
 	const char *od = ds_config_values(s->cfg)->zero_optimization.offload_optimizer.device,
 		   *pd = ds_config_values(s->cfg)->zero_optimization.offload_param.device;
-	if (m->device && ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu"))))
-		fprintf(out, "# offload %s to cpu: the cuda backend does not move them to host memory yet; they are "
-			"counted on the device above\n",
-			od && !strcmp(od, "cpu") ? (pd && !strcmp(pd, "cpu") ? "of optimizer states and parameters"
-									: "of optimizer states")
-						 : "of parameters");
-	else if ((od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu")))
+	const int ocpu = od && !strcmp(od, "cpu"), pcpu = pd && !strcmp(pd, "cpu");
+	if (m->device && ocpu && m->offloaded)
+		fprintf(out, "# offload of optimizer states to cpu (ZeRO-Offload): optimizer_states is pinned host "
+			"memory and the optimizer step runs on the host\n");
+	else if (m->device && ocpu)
+		fprintf(out, "# offload of optimizer states to cpu: ZeRO stage %d has no partitioned optimizer; "
+			"DeepSpeed offloads from stage 1 on, so nothing moves\n", m->stage);
+	if (m->device && pcpu)
+		fprintf(out, "# offload of parameters to cpu: the cuda backend does not keep parameters in host "
+			"memory yet; they are counted on the device above\n");
+	if (!m->device && (ocpu || pcpu))
 		fprintf(out, "# offload %s to cpu: on this CPU build every row above is already host memory; "
 			"nothing moves and no device memory is saved\n",
-			od && !strcmp(od, "cpu") ? (pd && !strcmp(pd, "cpu") ? "of optimizer states and parameters"
-									: "of optimizer states")
-						 : "of parameters");
+			ocpu ? (pcpu ? "of optimizer states and parameters" : "of optimizer states") : "of parameters");
 }
 
 int ds_train_check_run(const struct ds_train_opts *o, FILE *out, struct ds_err *err)

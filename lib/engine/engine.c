@@ -59,6 +59,7 @@ struct seg {
 	int64_t poff, goff;  /* first element in e->params / e->grads */
 	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
+	float *m_step;         /* ZeRO-Offload (hstep): the host values the optimizer steps, [u0, u0 + un) */
 	float *g_own;          /* grads of the owned W-slice */
 	uint16_t *h_upd, *h_own;  /* the same in e->gh (16-bit gradients; g_upd, g_own NULL) */
 	struct ds_comm *comm;   /* the data-parallel group it is sharded and reduced over: the world, or
@@ -201,6 +202,18 @@ struct ds_engine {
 	float *ck_host;
 	int64_t ck_cap;
 	int ck_write;
+	/* ZeRO-Offload on a device backend (hstep: offload.cpu, stage >= 1, a
+	 * backend whose memory is not the host's): the optimizer states live
+	 * in its pinned host memory and the step runs on the host through
+	 * ds_compute_cpu; a 16-bit run's master (params) is pinned host memory
+	 * too, an fp32 run copies the ranges it updates into hmaster (its
+	 * params are the model on the device); hg / hh carry one segment's
+	 * gradient (fp32 / 16-bit) and 16-bit copy over.  pinned: the bytes of
+	 * all of these; hextra: of hmaster, hg and hh */
+	int hstep;
+	float *hmaster, *hg;
+	uint16_t *hh;
+	size_t pinned, hextra;
 };
 
 /* a device backend's checkpoint pieces (after the checkpoint accessors) */
@@ -534,7 +547,17 @@ static void refresh_half(struct ds_engine *e)
 {
 	if (!e->half)
 		return;
-	for (int s = 0; s < e->nseg; s++) {
+	/* ZeRO-Offload: the master is host memory; pack there, send 16 bits */
+	for (int s = 0; e->hstep && s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		const int64_t n = sg->mfull ? sg->padded : sg->shard;
+		if (!n)
+			continue;
+		ds_compute_cpu.half_pack(e->half, e->hh, e->params + sg->poff, (size_t)n);
+		e->ops->from_host(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh,
+				  (size_t)n * sizeof(uint16_t));
+	}
+	for (int s = 0; !e->hstep && s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		if (sg->mfull)
 			e->ops->half_pack(e->half, e->p16 + sg->hoff, e->params + sg->poff, (size_t)sg->padded);
@@ -854,6 +877,7 @@ static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, st
 	e->scaler = opts->scaler;
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
+	e->hstep = opts->offload.cpu && opts->zero_stage >= 1 && !e->ops->host;
 }
 
 /* 3D parallelism: the layout, and with tp * pp > 1 its process groups;
@@ -1086,14 +1110,52 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 	return 0;
 }
 
+/* ZeRO-Offload: the backend's pinned host memory, counted */
+static void *pin_alloc(struct ds_engine *e, size_t bytes)
+{
+	void *p = e->ops->pinned_alloc(bytes ? bytes : 1);
+	if (p)
+		e->pinned += bytes ? bytes : 1;
+	return p;
+}
+
+/* ZeRO-Offload's staging (hstep): one segment's gradient in fp32, its
+ * 16-bit form (16-bit runs: gradients and the 16-bit copy travel in it),
+ * and an fp32 run's host copy of every update range.  1 when allocated. */
+static int alloc_host_step(struct ds_engine *e)
+{
+	int64_t sum = 0, mx = 1;
+	for (int s = 0; s < e->nseg; s++) {
+		const struct seg *sg = &e->seg[s];
+		const int64_t un = seg_sharded(e, sg) ? sg->shard : sg->padded;
+		sum += un;
+		if (un > mx)
+			mx = un;
+	}
+	const size_t p0 = e->pinned;
+	e->hg = pin_alloc(e, (size_t)mx * sizeof(float));
+	if (e->half)
+		e->hh = pin_alloc(e, (size_t)mx * sizeof(uint16_t));
+	else
+		e->hmaster = pin_alloc(e, (size_t)(sum ? sum : 1) * sizeof(float));
+	e->hextra = e->pinned - p0;
+	return e->hg && (e->half ? e->hh != NULL : e->hmaster != NULL);
+}
+
 /* The flat buffers: parameters, gradients (fp32, or 16-bit), the
  * reduce-scatter scratch, one micro-batch's inputs and targets, the
- * optimizer table and Lamb's partial sums.  Returns 1 when all were
- * allocated, else 0 (the caller reports it). */
+ * optimizer table and Lamb's partial sums (ZeRO-Offload: a 16-bit run's
+ * master in pinned host memory, and the host step's staging).  Returns 1
+ * when all were allocated, else 0 (the caller reports it). */
 static int alloc_flat(struct ds_engine *e, int64_t maxshard)
 {
 	const struct ds_engine_opts *opts = &e->o;
-	e->params = e->ops->alloc((size_t)e->ptotal * sizeof(float));
+	if (e->hstep && !alloc_host_step(e))
+		return 0;
+	if (e->hstep && e->half)
+		e->params = pin_alloc(e, (size_t)e->ptotal * sizeof(float));
+	else
+		e->params = e->ops->alloc((size_t)e->ptotal * sizeof(float));
 	if (e->g16)
 		e->gh = e->ops->alloc((size_t)e->gtotal * sizeof(uint16_t));
 	else
@@ -1178,6 +1240,11 @@ static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
 {
 	const char *row = "communication", *what = "a gather, widening or reduction buffer";
 	size_t bytes = (size_t)e->maxpad * sizeof(float);
+	if (e->hstep && (!e->hg || (!e->hh && !e->hmaster) || (e->half && !e->params)))
+		return ds_err_set(err, DS_ENOMEM, "out of pinned host memory for the memory plan's optimizer_states row "
+				  "(ZeRO-Offload: %s) for %lld parameters; ds-train --check shows the plan: a higher ZeRO "
+				  "stage shards it over the ranks", !e->hg || (!e->hh && !e->hmaster) ? "the step's staging"
+				  : "the fp32 master weights", (long long)e->total);
 	if (e->half && !e->p16) {
 		row = "parameters", what = "the 16-bit model copy", bytes = (size_t)e->htotal * sizeof(uint16_t);
 	} else if (!e->params) {
@@ -1200,10 +1267,11 @@ static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
 }
 
 /* Parameters [lo, hi) of the model's flat order into dst (the backend's
- * memory): in place on a host backend, else through host memory */
-static int init_params(struct ds_engine *e, float *dst, int64_t lo, int64_t hi, struct ds_err *err)
+ * memory, or host memory when on_host): in place on a host backend or in
+ * host memory, else through host memory */
+static int init_params(struct ds_engine *e, float *dst, int on_host, int64_t lo, int64_t hi, struct ds_err *err)
 {
-	if (e->ops->host) {
+	if (e->ops->host || on_host) {
 		ds_gpt_init(e->model, e->o.seed, dst, lo, hi);
 		return 0;
 	}
@@ -1216,18 +1284,23 @@ static int init_params(struct ds_engine *e, float *dst, int64_t lo, int64_t hi, 
 	return 0;
 }
 
-/* An optimizer of n elements whose states are the backend's memory,
- * zeroed (ds_optim_create's sizes: an empty range still gets one element) */
+/* An optimizer of n elements whose states are the backend's memory (or,
+ * ZeRO-Offload, its pinned host memory), zeroed (ds_optim_create's sizes:
+ * an empty range still gets one element) */
 static int create_dev_optim(struct ds_engine *e, struct ds_optim **o, size_t n, struct ds_err *err)
 {
 	DS_TRY(ds_optim_create_bare(o, &e->o.optim, n, err));
 	for (int k = 0; k < (*o)->nstates; k++) {
 		const size_t b = (n ? n : 1) * sizeof(float);
-		if (!((*o)->states[k] = e->ops->alloc(b)))
+		if (!((*o)->states[k] = e->hstep ? pin_alloc(e, b) : e->ops->alloc(b)))
 			return ds_err_set(err, DS_ENOMEM, "out of %s memory for the memory plan's optimizer_states row: "
 					  "%s of %zu floats (%zu bytes); ds-train --check shows the plan: a higher ZeRO "
-					  "stage shards the states over the ranks", e->ops->name, (*o)->state_names[k], n, b);
-		e->ops->zero((*o)->states[k], b);
+					  "stage shards the states over the ranks", e->hstep ? "pinned host" : e->ops->name,
+					  (*o)->state_names[k], n, b);
+		if (e->hstep)
+			memset((*o)->states[k], 0, b);
+		else
+			e->ops->zero((*o)->states[k], b);
 	}
 	return 0;
 }
@@ -1244,13 +1317,14 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	if (sg->mnv) {
 		/* in a swap file: engine/offload.c writes its initial values */
 	} else if (sg->mfull) {
-		DS_TRY(init_params(e, e->params + sg->poff, ms->offset, ms->offset + sg->numel, err));
+		DS_TRY(init_params(e, e->params + sg->poff, e->hstep && e->half, ms->offset, ms->offset + sg->numel, err));
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
 		if (hi > sg->numel)
 			hi = sg->numel;
 		if (hi > lo)
-			DS_TRY(init_params(e, e->params + sg->poff, ms->offset + lo, ms->offset + hi, err));
+			DS_TRY(init_params(e, e->params + sg->poff, e->hstep && e->half, ms->offset + lo, ms->offset + hi,
+					   err));
 	}
 	sg->u0 = seg_sharded(e, sg) ? (int64_t)sg->grank * sg->shard : 0;
 	if (seg_sharded(e, sg) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
@@ -1262,6 +1336,18 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	sg->g_own = e->grads ? e->grads + go : NULL;
 	sg->h_upd = e->gh ? e->gh + gu : NULL;
 	sg->h_own = e->gh ? e->gh + go : NULL;
+	/* ZeRO-Offload: a 16-bit run steps its pinned master in place, an fp32
+	 * run a host copy of its update range */
+	if (e->hstep && e->half) {
+		sg->m_step = sg->p_upd;
+	} else if (e->hstep) {
+		int64_t at = 0;
+		for (int k = 0; k < s; k++)
+			at += e->seg[k].un;
+		sg->m_step = e->hmaster + at;
+		if (sg->un)
+			e->ops->to_host(sg->m_step, sg->p_upd, (size_t)sg->un * sizeof(float));
+	}
 	/* offloaded states live in swap files, not in the optimizer; the
 	 * 1-bit optimizers keep one for the whole model */
 	if (!ds_optim_is_onebit(opts->optim.type) && e->ops->host)
@@ -1325,7 +1411,7 @@ static int init_half(struct ds_engine *e, struct ds_err *err)
 		const struct ds_gpt_segment *ms = ds_gpt_segment(e->model, s);
 		float *tmp = e->ps[0].buf;   /* the backend's memory */
 		e->ops->zero(tmp, (size_t)sg->padded * sizeof(float));
-		DS_TRY(init_params(e, tmp, ms->offset, ms->offset + sg->numel, err));
+		DS_TRY(init_params(e, tmp, 0, ms->offset, ms->offset + sg->numel, err));
 		e->ops->half_pack(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
 	}
 	return 0;
@@ -1389,7 +1475,8 @@ void ds_engine_destroy(struct ds_engine *e)
 	const struct ds_compute_ops *ops = e->ops ? e->ops : &ds_compute_cpu;
 	for (int s = 0; e->seg && s < e->nseg; s++) {
 		for (int k = 0; e->opt && e->opt[s] && !ops->host && k < e->opt[s]->nstates; k++) {
-			ops->free(e->opt[s]->states[k]);   /* the backend's memory, not ds_free's */
+			/* the backend's memory (or its pinned host memory), not ds_free's */
+			(e->hstep ? ops->pinned_free : ops->free)(e->opt[s]->states[k]);
 			e->opt[s]->states[k] = NULL;
 		}
 		if (e->opt)
@@ -1403,7 +1490,12 @@ void ds_engine_destroy(struct ds_engine *e)
 	free(e->seg);
 	free(e->lamb_sums);
 	free(e->ck_host);
-	ops->free(e->params);
+	(e->hstep && e->half ? ops->pinned_free : ops->free)(e->params);
+	if (e->hstep) {
+		ops->pinned_free(e->hg);
+		ops->pinned_free(e->hh);
+		ops->pinned_free(e->hmaster);
+	}
 	ops->free(e->grads);
 	ops->free(e->gh);
 	ops->free(e->gstage);
@@ -1622,17 +1714,44 @@ static double owned_sumsq(const struct ds_engine *e, int *nonfinite)
 	return acc[0];
 }
 
+/* The gradient of segment sg's update range where the step runs: on the
+ * backend (16-bit ones widened), or with ZeRO-Offload brought to the host
+ * (16-bit ones as they are, half the bytes, and widened there). */
+static const float *step_grad(struct ds_engine *e, const struct seg *sg)
+{
+	if (!e->hstep)
+		return e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
+	if (e->g16) {
+		e->ops->to_host(e->hh, sg->h_upd, (size_t)sg->un * sizeof(uint16_t));
+		ds_compute_cpu.half_unpack(e->half, e->hg, e->hh, (size_t)sg->un);
+	} else {
+		e->ops->to_host(e->hg, sg->g_upd, (size_t)sg->un * sizeof(float));
+	}
+	return e->hg;
+}
+
+/* ZeRO-Offload: an fp32 run's stepped range back into the model on the
+ * device (a 16-bit run's goes as its 16-bit copy: refresh_half) */
+static void step_put(struct ds_engine *e, const struct seg *sg)
+{
+	if (e->hstep && !e->half && sg->un)
+		e->ops->from_host(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
+}
+
 static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
 {
 	if (e->ob)
 		return ds_engine_onebit_step(e->ob, e->params, e->grads, e->gh, grad_mul, err);
+	/* where the step runs: the backend, or (ZeRO-Offload) the host */
+	const struct ds_compute_ops *so = e->hstep ? &ds_compute_cpu : e->ops;
 	if (e->o.optim.type != DS_OPTIM_LAMB) {
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
-			const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
-			DS_TRY(e->ops->optim_step(e->opt[s], sg->p_upd, g, grad_mul, err));
+			const float *g = step_grad(e, sg);
+			DS_TRY(so->optim_step(e->opt[s], e->hstep ? sg->m_step : sg->p_upd, g, grad_mul, err));
+			step_put(e, sg);
 		}
-		return 0;
+		return e->hstep ? e->ops->check(err) : 0;
 	}
 	/* Lamb: per-tensor norms may span ranks, so sum partial norms first */
 	int nt = ds_gpt_num_tensors(e->model);
@@ -1643,8 +1762,9 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		double *sums = sg->nlamb <= 64 ? local : calloc(2 * (size_t)sg->nlamb, sizeof(double));
 		if (!sums)
 			return ds_err_set(err, DS_ENOMEM, "out of memory");
-		const float *g = e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
-		int rc = e->ops->lamb_partial(e->opt[s], sg->p_upd, g, grad_mul, sg->lamb, sg->nlamb, sums, err);
+		const float *g = step_grad(e, sg);
+		int rc = so->lamb_partial(e->opt[s], e->hstep ? sg->m_step : sg->p_upd, g, grad_mul, sg->lamb, sg->nlamb,
+					  sums, err);
 		for (int k = 0; rc == 0 && k < sg->nlamb; k++) {
 			e->lamb_sums[2 * sg->lamb_tensor[k]] += sums[2 * k];
 			e->lamb_sums[2 * sg->lamb_tensor[k] + 1] += sums[2 * k + 1];
@@ -1676,12 +1796,13 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 			sums[2 * k] = e->lamb_sums[2 * sg->lamb_tensor[k]];
 			sums[2 * k + 1] = e->lamb_sums[2 * sg->lamb_tensor[k] + 1];
 		}
-		int rc = e->ops->lamb_apply(e->opt[s], sg->p_upd, sg->lamb, sg->nlamb, sums, err);
+		int rc = so->lamb_apply(e->opt[s], e->hstep ? sg->m_step : sg->p_upd, sg->lamb, sg->nlamb, sums, err);
 		if (sums != local)
 			free(sums);
 		DS_TRY(rc);
+		step_put(e, sg);
 	}
-	return 0;
+	return e->hstep ? e->ops->check(err) : 0;
 }
 
 /* Allgather a padded segment of W equal shards at base (rank r's shard at
@@ -1755,11 +1876,24 @@ static int gather_half(struct ds_engine *e, struct ds_err *err)
 	return 0;
 }
 
+/* ZeRO-Offload, fp32: the host copy of each update range from the model
+ * on the device (after a load wrote the device's) */
+static int pull_master(struct ds_engine *e, struct ds_err *err)
+{
+	if (!e->hstep || e->half)
+		return 0;
+	for (int s = 0; s < e->nseg; s++)
+		if (e->seg[s].un)
+			e->ops->to_host(e->seg[s].m_step, e->seg[s].p_upd, (size_t)e->seg[s].un * sizeof(float));
+	return e->ops->check(err);
+}
+
 int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err)
 {
 	if (e->off)  /* the last piece a load wrote goes to its swap files */
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
 	ck_done(e);   /* ... or to the backend's memory */
+	DS_TRY(pull_master(e, err));
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
 }
@@ -1769,6 +1903,7 @@ int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err)
 	if (e->off)
 		DS_TRY(ds_offload_ckpt_flush(e->off, err));
 	ck_done(e);
+	DS_TRY(pull_master(e, err));
 	DS_TRY(gather_params(e, err));
 	DS_TRY(refresh(e, err));
 	return e->half ? gather_half(e, err) : 0;
@@ -2157,6 +2292,9 @@ static float *slot_raw(struct ds_engine *e, int i, int k, int64_t *b, int64_t *e
 
 static int nslots(const struct ds_engine *e) { return 1 + ds_engine_num_states(e); }
 
+/* slot k is host memory (ZeRO-Offload: the states, a 16-bit run's master) */
+static int slot_on_host(const struct ds_engine *e, int k) { return e->hstep && (k > 0 || e->half); }
+
 /* the current piece back into the backend's memory (when it was written) */
 static void ck_unstage(struct ds_engine *e)
 {
@@ -2166,7 +2304,9 @@ static void ck_unstage(struct ds_engine *e)
 	for (int k = 0; k < nslots(e); k++) {
 		int64_t b, en;
 		float *d = slot_raw(e, e->ck_i, k, &b, &en);
-		if (d && en > b)
+		if (d && en > b && slot_on_host(e, k))
+			memcpy(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
+		else if (d && en > b)
 			e->ops->from_host(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
 	}
 	e->ck_write = 0;
@@ -2185,7 +2325,9 @@ static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err)
 	for (int k = 0; k < nslots(e); k++) {
 		int64_t b, en;
 		const float *d = slot_raw(e, i, k, &b, &en);
-		if (d && en > b)
+		if (d && en > b && slot_on_host(e, k))
+			memcpy(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
+		else if (d && en > b)
 			e->ops->to_host(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
 	}
 	e->ck_write = writing;
@@ -2360,8 +2502,10 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 			b += (size_t)e->opt[s]->nstates * (size_t)(e->seg[s].un ? e->seg[s].un : 1) * sizeof(float);
 	if (e->ob)
 		b += ds_onebit_state_bytes(ds_engine_onebit_optim(e->ob));
-	return b;
+	return b + e->hextra;   /* ZeRO-Offload's host copy and staging */
 }
+
+size_t ds_engine_pinned_bytes(const struct ds_engine *e) { return e->pinned; }
 
 size_t ds_engine_activation_bytes(const struct ds_engine *e)
 {

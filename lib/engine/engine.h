@@ -90,7 +90,8 @@
 #include "util/half.h"
 
 /* ZeRO-Infinity: offload_optimizer / offload_param device "nvme", with
- * DeepSpeed's meanings (engine/offload.h says what goes where). */
+ * DeepSpeed's meanings (engine/offload.h says what goes where), and
+ * ZeRO-Offload's offload_optimizer device "cpu" (cpu below). */
 struct ds_engine_offload {
 	int optimizer;              /* stages 1-3: optimizer states (and a 16-bit run's fp32 master) on NVMe */
 	int param;                  /* stage 3: parameter slices on NVMe */
@@ -104,6 +105,16 @@ struct ds_engine_offload {
 	int64_t param_buffer_size;  /* elements per parameter swap buffer */
 	int64_t max_in_cpu;         /* parameter elements kept in memory (the first segments') */
 	struct ds_aio_opts aio;     /* the config's "aio" section */
+	/* ZeRO-Offload: offload_optimizer.device "cpu" at stages 1-3.  On a
+	 * device backend the optimizer states (and a 16-bit run's fp32 master
+	 * weights; an fp32 run keeps an fp32 copy of the ranges it updates)
+	 * live in the backend's pinned host memory and the optimizer step runs
+	 * on the host with the cpu backend's SIMD loops: each segment's
+	 * gradient comes over, is stepped, and its new values go back (a
+	 * 16-bit run's as its 16-bit copy, packed on the host: half the
+	 * bytes).  A host backend's memory is the host's already: nothing
+	 * changes there. */
+	int cpu;
 };
 
 struct ds_compute_ops;
@@ -354,13 +365,16 @@ int ds_engine_sync_params(struct ds_engine *e, struct ds_err *err);
 int ds_engine_params_loaded(struct ds_engine *e, struct ds_err *err);
 
 /* Bytes of model state this rank holds in memory (params, grads,
- * optimizer states; not what lives in swap files) and of
- * activations/workspace. */
+ * optimizer states, ZeRO-Offload's host copy and staging; not what lives
+ * in swap files) and of activations/workspace. */
 size_t ds_engine_state_bytes(const struct ds_engine *e);
 size_t ds_engine_activation_bytes(const struct ds_engine *e);
 /* ZeRO-Infinity: the host buffers between the swap files and the compute
  * (pinned on a GPU build) and the bytes of this rank's swap files. */
 size_t ds_engine_swap_buffer_bytes(const struct ds_engine *e);
 uint64_t ds_engine_nvme_bytes(const struct ds_engine *e);
+/* ZeRO-Offload on a device backend: the pinned host bytes the engine
+ * holds (optimizer states, the master, the step's staging); 0 otherwise. */
+size_t ds_engine_pinned_bytes(const struct ds_engine *e);
 
 #endif

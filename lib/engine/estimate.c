@@ -150,7 +150,7 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	const enum ds_half_kind chalf = comm_kind(o);
 	const int64_t align = (int64_t)W * 16;
 	const int ns = optim_states(&o->optim);
-	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0, maxseg = 0;
+	int64_t mtotal = 0, htotal = 0, gtotal = 0, maxshard = 0, maxpad = 0, maxseg = 0, usum = 0, umax = 1;
 	size_t optim = 0;
 
 	m->stage = o->zero_stage;
@@ -204,6 +204,9 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 		if ((!pfull || !gfull || half) && padded > maxpad)
 			maxpad = padded;
 		int64_t un = unv[s];  /* the range this rank's optimizer updates */
+		usum += un;
+		if (un > umax)
+			umax = un;
 		if (!o->offload.optimizer)  /* else its states are in swap files */
 			optim += (size_t)ns * (size_t)(un ? un : 1) * F32;
 	}
@@ -217,6 +220,13 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->bytes[DS_MEM_PARAMS] = half ? (size_t)htotal * sizeof(uint16_t) : (size_t)mtotal * F32;
 	m->bytes[DS_MEM_GRADS] = (size_t)gtotal * (g16 ? sizeof(uint16_t) : F32);
 	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
+	m->optim_host = m->bytes[DS_MEM_OPTIM];
+	/* ZeRO-Offload on a device (engine.c alloc_host_step): an fp32 run's
+	 * host copy of its update ranges (at least one element), one
+	 * segment's gradient in fp32 and a 16-bit run's 16-bit staging */
+	if (o->offload.cpu && o->zero_stage >= 1)
+		m->offload_extra = (half ? 0 : (size_t)(usum ? usum : 1) * F32) + (size_t)umax * F32 +
+				   (half ? (size_t)umax * sizeof(uint16_t) : 0);
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
 	 * keeps reductions in flight: 4 gradient slots, each with a receive
@@ -308,12 +318,19 @@ const char *ds_engine_mem_place_name(int place)
 
 void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o, int device)
 {
-	(void)o;
 	m->device = device != 0;
 	m->device_total = m->host_total = m->pinned_total = 0;
+	/* ZeRO-Offload: the row moves to pinned host memory with its extra */
+	m->offloaded = device && o->offload.cpu && o->zero_stage >= 1;
+	m->bytes[DS_MEM_OPTIM] = m->optim_host + (m->offloaded ? m->offload_extra : 0);
+	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
+	m->total = 0;
+	for (int c = 0; c < DS_MEM_NCAT; c++)
+		m->total += m->bytes[c];
 	for (int c = 0; c < DS_MEM_NCAT; c++) {
 		m->place[c] = !device ? DS_MEM_HOST
-			      : c == DS_MEM_OTHER ? DS_MEM_HOST : c == DS_MEM_SWAP ? DS_MEM_PINNED : DS_MEM_DEVICE;
+			      : c == DS_MEM_OTHER ? DS_MEM_HOST
+			      : c == DS_MEM_SWAP || (c == DS_MEM_OPTIM && m->offloaded) ? DS_MEM_PINNED : DS_MEM_DEVICE;
 		if (m->place[c] == DS_MEM_DEVICE)
 			m->device_total += m->bytes[c];
 		else
@@ -391,6 +408,11 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		if (o->offload.optimizer) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, "; in swap files (offload_optimizer nvme)");
+		}
+		if (m->offloaded) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "%s + the step's gradient staging; ZeRO-Offload: the step runs on the host",
+				 o->half != DS_HALF_NONE ? "" : " + their fp32 host copy");
 		}
 		break;
 	case DS_MEM_COMM:

@@ -91,7 +91,14 @@ struct ds_engine_mem {
 	size_t pinned_staging;       /* the communicator's pinned staging (staged MPI path, W > 1) */
 	size_t device_total;         /* the rows on the device */
 	size_t host_total;           /* the rows in host memory, pinned included */
-	size_t pinned_total;         /* of host_total, pinned (swap buffers, comm staging) */
+	size_t pinned_total;         /* of host_total, pinned (swap buffers, comm staging, ZeRO-Offload's row) */
+	/* ZeRO-Offload (offload.cpu, stages 1-3): the optimizer_states row of
+	 * the host plan, and what a device plan adds to it (an fp32 run's host
+	 * copy of its update ranges, one segment's gradient staging in fp32
+	 * and a 16-bit run's in 16 bits), all pinned host memory there;
+	 * offloaded: the device plan moved it */
+	size_t optim_host, offload_extra;
+	int offloaded;
 };
 
 enum ds_mem_place { DS_MEM_HOST = 0, DS_MEM_DEVICE, DS_MEM_PINNED };
@@ -105,8 +112,10 @@ enum ds_mem_place { DS_MEM_HOST = 0, DS_MEM_DEVICE, DS_MEM_PINNED };
  * communicator's staged path (MPI through pinned host memory, where NCCL
  * cannot be used) holds pinned_staging: one buffer of the largest
  * collective the step makes on device buffers (ds_comm_staged_bytes), one
- * per call in flight with overlap_comm.  device 0 leaves every row host
- * memory (the cpu plan) and only sets the totals. */
+ * per call in flight with overlap_comm.  ZeRO-Offload (o->offload.cpu,
+ * stages 1-3) moves optimizer_states to pinned host memory and adds its
+ * host copy and staging to the row (offload_extra).  device 0 leaves
+ * every row host memory (the cpu plan) and only sets the totals. */
 void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o, int device);
 const char *ds_engine_mem_place_name(int place);   /* "device", "host", "pinned host" */
 
