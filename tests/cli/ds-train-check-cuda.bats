@@ -150,3 +150,90 @@ need_emu() {
 	[[ "$stderr" =~ out\ of\ cuda\ memory\ for\ the\ memory\ plan\'s\ (parameters|gradients|optimizer_states|communication)\ row ]] ||
 		fail "no plan row named: $stderr"
 }
+
+# ZeRO-Offload (offload_optimizer.device cpu, stages 1-3) by hand: the
+# optimizer_states row leaves the device for pinned host memory with what
+# the host step adds: fp32 runs 2 Adam states (8P) + a host copy of the
+# updated ranges (4P) + one segment's gradient staging (the largest, a
+# layer of 49984: 4 x 49984); bf16 runs 2 states + the fp32 master (12P)
+# + the staging in fp32 and in 16 bits (6 x 49984), their parameters (2P,
+# the bf16 copy) staying on the device
+@test "--check --device cuda with offload_optimizer cpu: optimizer_states in pinned host memory (hand-computed)" {
+	local dt opt par half want
+	for dt in fp32 bf16; do
+		if [ $dt = fp32 ]; then
+			opt=$((12 * P + 4 * 49984)) par=$((4 * P)) half=''
+		else
+			opt=$((12 * P + 6 * 49984)) par=$((2 * P)) half=', "bf16": {"enabled": true}'
+		fi
+		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}%s}' \
+			"$half" >o.json
+		run -0 ds-train --check --deepspeed_config o.json --model "$MODEL" --device cuda
+		[ "$(row optimizer_states)" -eq "$opt" ] || fail "$dt: optimizer_states $(row optimizer_states), want $opt"
+		[ "$(where optimizer_states)" = "pinned host" ] || fail "$dt: optimizer_states on $(where optimizer_states)"
+		[ "$(row parameters)" -eq "$par" ] || fail "$dt: parameters $(row parameters)"
+		[ "$(where parameters)" = device ] || fail "$dt: parameters on $(where parameters)"
+		[ "$(row pinned_total)" -eq "$opt" ] || fail "$dt: pinned_total: $output"
+		[ "$(row host_total)" -eq $(($(row other) + opt)) ] || fail "$dt: host_total: $output"
+		assert_line --partial "ZeRO-Offload: the step runs on the host"
+		# the cpu plan: nothing moves, the row is the states (and master) alone
+		run -0 ds-train --check --deepspeed_config o.json --model "$MODEL" --device cpu
+		want=$((8 * P))
+		[ $dt = bf16 ] && want=$((12 * P))
+		[ "$(row optimizer_states)" -eq "$want" ] || fail "$dt: cpu optimizer_states $(row optimizer_states), want $want"
+		assert_line --partial "nothing moves and no device memory is saved"
+	done
+	# stage 0 has no ZeRO optimizer to offload from: nothing moves
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}' >o0.json
+	run -0 ds-train --check --deepspeed_config o0.json --model "$MODEL" --device cuda
+	[ "$(where optimizer_states)" = device ] || fail "stage 0: optimizer_states on $(where optimizer_states)"
+}
+
+# the emulated run allocates the offloaded plan: on the device its device
+# rows, in pinned host memory its optimizer_states row, byte for byte; its
+# losses are the run without offload's (the host step is the cpu
+# backend's Adam on the same gradients)
+@test "emulated device, offload_optimizer cpu: device and pinned allocations equal the plan; the losses of the run without offload" {
+	need_emu
+	local dt half dev pin host line hl off plain full room
+	for dt in fp32 bf16; do
+		half=''
+		[ $dt = bf16 ] && half=', "bf16": {"enabled": true}'
+		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}%s}' \
+			"$half" >o.json
+		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}%s}' "$half" >n.json
+		run -0 ds-train --check --deepspeed_config o.json --model "$MODEL" --device cuda
+		dev=$(row device_total) pin=$(row pinned_total) host=$(row host_total)
+		run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" --device cuda --train-iters 4 \
+			--log-interval 1 --peak-gflops 1
+		line=$(grep '^device memory per rank' <<<"$output") || fail "$dt: no device memory line: $output"
+		[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "$dt: device allocation $line, plan $dev"
+		[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "$dt: device peak $line, plan $dev"
+		[ "$(field "$line" pinned)" -eq "$pin" ] || fail "$dt: pinned $line, plan $pin"
+		[ "$(field "$line" pinned_estimate)" -eq "$pin" ] || fail "$dt: pinned estimate $line, --check $pin"
+		hl=$(grep '^memory per rank' <<<"$output") || fail "$dt: no memory line"
+		[ "$(field "$hl" alloc_setup)" -eq $((host - pin)) ] || fail "$dt: host allocation $hl, plan $((host - pin))"
+		off=$(grep -o 'loss [0-9.]*' <<<"$output")
+		[ "$(wc -l <<<"$off")" -eq 4 ] || fail "$dt: expected 4 losses: $output"
+		run -0 --separate-stderr "$EMU" --deepspeed_config n.json --model "$MODEL" --device cuda --train-iters 4 \
+			--log-interval 1 --peak-gflops 1
+		plain=$(grep -o 'loss [0-9.]*' <<<"$output")
+		paste <(awk '{ print $2 }' <<<"$off") <(awk '{ print $2 }' <<<"$plain") |
+			awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "loss " $1 " vs " $2; bad = 1 } } END { exit bad }' ||
+			fail "$dt: offloaded losses differ from the run without offload"
+	done
+	# (bf16, the last configs) a device with room for the offloaded plan
+	# but not the plain one: without offload one line naming the row that
+	# crossed, exit 1; with it the run trains
+	run -0 ds-train --check --deepspeed_config n.json --model "$MODEL" --device cuda
+	full=$(row device_total)
+	run -0 ds-train --check --deepspeed_config o.json --model "$MODEL" --device cuda
+	# (halfway: the emulation's cudaMalloc rounds each buffer to pages)
+	[ "$(row device_total)" -lt "$full" ] || fail "offload saves no device memory: $(row device_total) vs $full"
+	room=$((($(row device_total) + full) / 2))
+	DS_EMU_DEVICE_MEM=$room run -1 --separate-stderr "$EMU" --deepspeed_config n.json --model "$MODEL" \
+		--device cuda --train-iters 1
+	[[ "$stderr" == *"memory plan's"* ]] || fail "no plan row named: $stderr"
+	DS_EMU_DEVICE_MEM=$room run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" \
+		--device cuda --train-iters 1
+}

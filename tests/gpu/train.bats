@@ -9,7 +9,8 @@
 # runs give the cpu losses within the 16-bit tolerance of the CPU suite
 # (1e-2 relative, tests/cli/ds-train-mixed.bats), the same loss scale at
 # every step, and that suite's fp16 overflow injection and bf16
-# non-finite steps behave as on cpu.  Needs a CUDA device:
+# non-finite steps behave as on cpu; ZeRO-Offload (offload_optimizer cpu)
+# gives the cpu losses with less device memory.  Needs a CUDA device:
 # bench/gpu-run.sh runs it on the GPU machine; elsewhere every test skips
 # with the reason (the choice of --device cuda is checked without one by
 # tests/cli/ds-train-device.bats, the backend by the emulated unit tests).
@@ -140,6 +141,31 @@ same_col() {
 	[[ "$stderr" == *'device cuda (--device): GPU '* ]] || fail "no cuda device line: $stderr"
 	run same_losses cpu cuda "$ITERS"
 	[ "$status" -eq 0 ] || fail "cpu and cuda losses differ by more than 1e-5 relative: $output"
+}
+
+# ZeRO-Offload: the states (and bf16's master) in pinned host memory, the
+# step on the host: the cpu losses as without offload (fp32 1e-5, bf16
+# the 16-bit tolerance), the pinned bytes reported, and the device
+# holding less than the same run without offload
+@test "gpu: ZeRO-Offload (offload_optimizer cpu) on --device cuda, fp32 stage 2 and bf16 stage 1: the cpu losses, less device memory" {
+	local dt z tol line pin dev0 extra
+	for dt in fp32 bf16; do
+		z=2 tol=1e-5 extra=''
+		[ $dt = bf16 ] && z=1 tol=1e-2 extra=', "bf16": {"enabled": true}'
+		cfg off-$dt.json ", \"zero_optimization\": {\"stage\": $z, \"offload_optimizer\": {\"device\": \"cpu\"}}$extra"
+		cfg on-$dt.json ", \"zero_optimization\": {\"stage\": $z}$extra"
+		run -0 --separate-stderr train cpu-$dt off-$dt.json --train-iters "$ITERS" --device cpu
+		run -0 --separate-stderr train plain-$dt on-$dt.json --train-iters "$ITERS" --device cuda
+		dev0=$(grep '^device memory per rank' <<<"$output" | grep -o 'device_alloc_peak [0-9]*' | awk '{ print $2 }')
+		run -0 --separate-stderr train cuda-$dt off-$dt.json --train-iters "$ITERS" --device cuda
+		line=$(grep '^device memory per rank' <<<"$output") || fail "$dt: no device memory line: $output"
+		pin=$(grep -o '| pinned [0-9]*' <<<"$line" | awk '{ print $3 }')
+		[ "${pin:-0}" -gt 0 ] || fail "$dt: nothing pinned: $line"
+		[ "$(grep -o 'device_alloc_peak [0-9]*' <<<"$line" | awk '{ print $2 }')" -lt "$dev0" ] ||
+			fail "$dt: offload saved no device memory: $line (without: $dev0)"
+		run same_losses cpu-$dt cuda-$dt "$ITERS" "$tol"
+		[ "$status" -eq 0 ] || fail "$dt: offloaded cuda and cpu losses differ by more than $tol relative: $output"
+	done
 }
 
 @test "gpu: a checkpoint saved on cuda half-way resumes on cpu, and the other way round, with the next step's loss" {

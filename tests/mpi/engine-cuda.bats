@@ -69,6 +69,52 @@ setup() {
 	done
 }
 
+# ZeRO-Offload at 2 ranks (offload_optimizer.device cpu): each rank's
+# optimizer_states row (its half of the states, and of a bf16 run's
+# master, with the host step's staging) in pinned host memory, the device
+# holding exactly the plan's device rows; the pinned bytes are the plan's
+# row plus the staged path's pool (fp32: exactly the plan's; bf16 reduces
+# in 16 bits, so its pool stays under the plan's fp32 bound); each step's
+# loss is the run without offload's within 1e-5 (its gradients are the
+# same, and the host step is the cpu backend's)
+@test "emulated cuda at 2 ranks, offload_optimizer cpu, fp32 ZeRO 2 and bf16 ZeRO 3: the plan's bytes, the losses without offload" {
+	local emu=$DS_BUILDDIR/tests/unit/ds-train-emu st dt half line dev pin opt off plain o
+	[ -x "$emu" ] || fail "$emu is missing: make check builds it on a CUDA build"
+	for st in 2 3; do
+		dt=fp32 half=''
+		[ "$st" -eq 3 ] && dt=bf16 half=', "bf16": {"enabled": true}'
+		for o in cpu none; do
+			printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": %d, "offload_optimizer": {"device": "%s"}}%s}' \
+				"$st" "$o" "$half" >"$BATS_TEST_TMPDIR/$o.json"
+		done
+		run -0 ds-train --check --world-size 2 --deepspeed_config "$BATS_TEST_TMPDIR/cpu.json" \
+			--model "$SHARE/models/gpt-test.json" --device cuda
+		dev=$(awk '$1 == "device_total" { print $2 }' <<<"$output")
+		pin=$(awk '$1 == "comm_staging" { print $2 }' <<<"$output")
+		opt=$(awk '$1 == "optimizer_states" { print $2 }' <<<"$output")
+		[ "$(awk '$1 == "optimizer_states" { print $5, $6 }' <<<"$output")" = "pinned host" ] || fail "$dt: $output"
+		DS_MPIRUN_TIMEOUT=300 run -0 --separate-stderr mpirun_n 2 "$emu" --deepspeed_config "$BATS_TEST_TMPDIR/cpu.json" \
+			--model "$SHARE/models/gpt-test.json" --device cuda --train-iters 3 --log-interval 1 --peak-gflops 1
+		line=$(grep '^device memory per rank' <<<"$output") || fail "$dt: no device memory line: $output"
+		[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "$dt: device $line, plan $dev"
+		[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "$dt: device peak $line, plan $dev"
+		if [ "$dt" = fp32 ]; then
+			[ "$(field "$line" pinned)" -eq $((opt + pin)) ] || fail "$dt: pinned $line, plan $opt + $pin"
+		else
+			[ "$(field "$line" pinned)" -gt "$opt" ] && [ "$(field "$line" pinned)" -le $((opt + pin)) ] ||
+				fail "$dt: pinned $line, plan $opt + at most $pin"
+		fi
+		off=$(grep -o 'loss [0-9.]*' <<<"$output" | awk '{ print $2 }')
+		[ "$(wc -l <<<"$off")" -eq 3 ] || fail "$dt: expected 3 losses: $output"
+		DS_MPIRUN_TIMEOUT=300 run -0 --separate-stderr mpirun_n 2 "$emu" --deepspeed_config "$BATS_TEST_TMPDIR/none.json" \
+			--model "$SHARE/models/gpt-test.json" --device cuda --train-iters 3 --log-interval 1 --peak-gflops 1
+		plain=$(grep -o 'loss [0-9.]*' <<<"$output" | awk '{ print $2 }')
+		paste <(echo "$off") <(echo "$plain") |
+			awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "loss " $1 " vs " $2; bad = 1 } } END { exit bad }' ||
+			fail "$dt: offloaded losses differ from the run without offload: $off / $plain"
+	done
+}
+
 @test "emulated cuda at 2 ranks, ZeRO 0-3, overlap_comm off and on: the 1-rank and the cpu losses and norms" {
 	DS_MPIRUN_TIMEOUT=900 run mpirun_n 2 "$DS_BUILDDIR/tests/mpi/engine_cuda_check" "$MODEL_DROPOUT" 3
 	assert_success

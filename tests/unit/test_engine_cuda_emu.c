@@ -23,6 +23,7 @@
 #include "config/model.h"
 #include "cuda_emu_api.h"
 #include "engine/engine.h"
+#include "engine/estimate.h"
 #include "model/gpt.h"
 
 static struct ds_comm *comm;
@@ -443,6 +444,110 @@ static void test_state_moves_bf16(void **st)
 	}
 }
 
+/* ---- ZeRO-Offload (offload.cpu: offload_optimizer.device "cpu") ----
+ * On the device backend the optimizer states, and a 16-bit run's fp32
+ * master, leave the device for pinned host memory and the step runs there
+ * with the cpu backend's loops.  Checked: the device holds exactly the
+ * optimizer_states row less than the same engine without offload (for
+ * Adam at least the 8 bytes per parameter of its two states), the
+ * engine's pinned bytes are that row plus the staging the plan names; the
+ * losses and norms are the cpu engine's (1e-5 in fp32, TIGHT in bf16 where
+ * both make fp32 products) and the non-offloaded device run's; a
+ * checkpoint's pieces come from and go to the host copies (the state moves
+ * to cpu and back with the same next loss). */
+static void offload_case(const char *model, int stage, enum ds_optim_type opt, enum ds_half_kind half, int steps)
+{
+	struct ds_engine_opts oc, og, on;
+	struct ds_err err = DS_ERR_INIT;
+	if (half) {
+		opts_half(&oc, model, stage, half, DS_BF16_MM_FP32, &ds_compute_cpu);
+		opts_half(&og, model, stage, half, DS_BF16_MM_AUTO, &ds_compute_cuda);
+		opts_half(&on, model, stage, half, DS_BF16_MM_AUTO, &ds_compute_cuda);
+		oc.optim.type = og.optim.type = on.optim.type = opt;
+	} else {
+		opts_for(&oc, model, stage, opt, &ds_compute_cpu);
+		opts_for(&og, model, stage, opt, &ds_compute_cuda);
+		opts_for(&on, model, stage, opt, &ds_compute_cuda);
+	}
+	oc.offload.cpu = og.offload.cpu = 1;   /* (nothing moves on cpu) */
+	size_t h0, h1, h2, pk;
+	ds_compute_cuda.mem_held(&h0, &pk, 0);
+	struct ds_engine *n = mk(&on);
+	ds_compute_cuda.mem_held(&h1, &pk, 0);
+	struct ds_engine *g = mk(&og), *c = mk(&oc);
+	ds_compute_cuda.mem_held(&h2, &pk, 0);
+	assert_int_equal(ds_engine_pinned_bytes(n), 0);
+	assert_int_equal(ds_engine_pinned_bytes(c), 0);
+	struct ds_engine_mem m;
+	assert_int_equal(ds_engine_mem_estimate(&og, 1, &m, &err), 0);
+	ds_engine_mem_place(&m, &og, 1);
+	const size_t moved = (h1 - h0) - (h2 - h1);
+	int64_t P = 0;
+	for (int i = 0; i < ds_gpt_num_tensors(ds_engine_model(g)); i++)
+		P += ds_gpt_tensor(ds_engine_model(g), i)->numel;
+	fprintf(stderr, "# offload %s stage %d %s: device %zu -> %zu bytes (moved %zu), pinned %zu, P %lld\n",
+		half ? ds_half_name(half) : "fp32", stage, ds_optim_type_name(opt), h1 - h0, h2 - h1, moved,
+		ds_engine_pinned_bytes(g), (long long)P);
+	assert_true(m.offloaded);
+	assert_int_equal(m.place[DS_MEM_OPTIM], DS_MEM_PINNED);
+	assert_int_equal(moved, m.optim_host);
+	if (opt != DS_OPTIM_SGD)   /* two fp32 states per parameter (+ the master) */
+		assert_true(moved >= (size_t)P * 4 * (half ? 3 : 2));
+	assert_int_equal(ds_engine_pinned_bytes(g), m.bytes[DS_MEM_OPTIM]);
+	assert_int_equal(m.bytes[DS_MEM_OPTIM], m.optim_host + m.offload_extra);
+	assert_int_equal(m.device_total, h2 - h1);
+	const int T = oc.model.seq_length, V = oc.model.vocab_size;
+	int32_t *tok = malloc(sizeof(int32_t) * GA * MB * (size_t)(T + 1));
+	assert_non_null(tok);
+	const double tol = half ? TIGHT : 1e-5, ntol = half ? TIGHT_NORM : 1e-5;
+	struct ds_engine_step rc, rg, rn;
+	for (int s = 0; s < steps; s++) {
+		step_any(c, tok, T, V, s, 1e-2, &rc);
+		step_any(g, tok, T, V, s, 1e-2, &rg);
+		step_any(n, tok, T, V, s, 1e-2, &rn);
+		fprintf(stderr, "# offload step %d: loss cpu %.8f cuda+offload %.8f cuda %.8f\n", s, rc.loss, rg.loss,
+			rn.loss);
+		within("loss", s, rg.loss, rc.loss, tol);
+		within("grad norm", s, rg.grad_norm, rc.grad_norm, ntol);
+		within("loss (against cuda without offload)", s, rg.loss, rn.loss, tol);
+	}
+	/* the offloaded state to cpu and on: the same next loss */
+	struct ds_engine *to = mk(&oc);
+	copy_state(to, g);
+	step_any(g, tok, T, V, steps, 1e-2, &rg);
+	step_any(to, tok, T, V, steps, 1e-2, &rc);
+	within("resumed loss (offloaded cuda -> cpu)", steps, rc.loss, rg.loss, tol);
+	/* and a cpu state into the offloaded engine (its host copies) */
+	copy_state(g, c);
+	for (int s = steps; s < steps + 2; s++) {
+		step_any(c, tok, T, V, s, 1e-2, &rc);
+		step_any(g, tok, T, V, s, 1e-2, &rg);
+		within("resumed loss (cpu -> offloaded cuda)", s, rg.loss, rc.loss, tol);
+	}
+	assert_int_equal(ds_emu_failures(), 0);
+	free(tok);
+	ds_engine_destroy(to);
+	ds_engine_destroy(c);
+	ds_engine_destroy(g);
+	ds_engine_destroy(n);
+	size_t h3;
+	ds_compute_cuda.mem_held(&h3, &pk, 0);
+	assert_int_equal(h3, h0);
+}
+
+static void test_offload_fp32(void **st)
+{
+	(void)st;
+	offload_case(DS_TEST_SRC("tests/data/gpt-test-dropout.json"), 2, DS_OPTIM_ADAMW, DS_HALF_NONE, 3);
+	offload_case(DS_TEST_SRC("share/models/gpt-test.json"), 1, DS_OPTIM_LAMB, DS_HALF_NONE, 2);
+}
+
+static void test_offload_bf16(void **st)
+{
+	(void)st;
+	offload_case(DS_TEST_SRC("share/models/gpt-test.json"), 3, DS_OPTIM_ADAMW, DS_HALF_BF16, 3);
+}
+
 /* what the device path does not cover is refused before anything runs */
 static void test_refused(void **st)
 {
@@ -504,6 +609,8 @@ int main(void)
 		cmocka_unit_test(test_state_moves_bf16),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_comm_half),
+		cmocka_unit_test(test_offload_fp32),
+		cmocka_unit_test(test_offload_bf16),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
