@@ -73,6 +73,12 @@ struct ds_compute_ops {
 	void (*copy)(void *dst, const void *src, size_t bytes);     /* within the backend's memory */
 	void (*to_host)(void *host, const void *src, size_t bytes);
 	void (*from_host)(void *dst, const void *host, size_t bytes);
+	/* the same, queued after the work the backend holds and returning at
+	 * once: host (pinned_alloc's memory) is read or written until check()
+	 * returns and must be left alone until then (cpu: done when it
+	 * returns) */
+	void (*to_host_async)(void *host, const void *src, size_t bytes);
+	void (*from_host_async)(void *dst, const void *host, size_t bytes);
 
 	/* x (rows, ld): columns [col0, col1) of every row write v (the
 	 * logits' padding columns) */

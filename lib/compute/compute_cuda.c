@@ -188,6 +188,15 @@ static void cu_from_host(void *dst, const void *host, size_t bytes)
 	note(ds_cuda_memcpy(dst, host, bytes, g.stream), "copy from host");
 	note(ds_cuda_stream_sync(g.stream), "copy from host");   /* the caller may reuse host at once */
 }
+/* (the caller waits with cu_check before it touches host) */
+static void cu_to_host_async(void *host, const void *src, size_t bytes)
+{
+	note(ds_cuda_memcpy(host, src, bytes, g.stream), "copy to host");
+}
+static void cu_from_host_async(void *dst, const void *host, size_t bytes)
+{
+	note(ds_cuda_memcpy(dst, host, bytes, g.stream), "copy from host");
+}
 static void cu_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v)
 {
 	note(ds_cuda_fill_cols(x, rows, ld, col0, col1, v, g.stream), "fill_cols");
@@ -630,6 +639,8 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.copy = cu_copy,
 	.to_host = cu_to_host,
 	.from_host = cu_from_host,
+	.to_host_async = cu_to_host_async,
+	.from_host_async = cu_from_host_async,
 	.fill_cols = cu_fill_cols,
 	.half_round = cu_half_round,
 	.half_pack = cu_half_pack,

@@ -207,12 +207,14 @@ struct ds_engine {
 	 * in its pinned host memory and the step runs on the host through
 	 * ds_compute_cpu; a 16-bit run's master (params) is pinned host memory
 	 * too, an fp32 run copies the ranges it updates into hmaster (its
-	 * params are the model on the device); hg / hh carry one segment's
-	 * gradient (fp32 / 16-bit) and 16-bit copy over.  pinned: the bytes of
-	 * all of these; hextra: of hmaster, hg and hh */
-	int hstep;
-	float *hmaster, *hg;
-	uint16_t *hh;
+	 * params are the model on the device); hg / hh carry a segment's
+	 * gradient (fp32 / 16-bit) and 16-bit copy over, two of each that
+	 * travel (the copies of one segment run while the host steps the
+	 * next: host_step).  hsent: the step sent the 16-bit copy already.
+	 * pinned: the bytes of all of these; hextra: of hmaster, hg and hh */
+	int hstep, hstage_ok, hsent;
+	float *hmaster, *hg[2];
+	uint16_t *hh[2];
 	size_t pinned, hextra;
 };
 
@@ -547,14 +549,19 @@ static void refresh_half(struct ds_engine *e)
 {
 	if (!e->half)
 		return;
-	/* ZeRO-Offload: the master is host memory; pack there, send 16 bits */
+	/* ZeRO-Offload: the master is host memory; pack there, send 16 bits
+	 * (after a step host_step sent them already) */
+	if (e->hsent) {
+		e->hsent = 0;
+		return;
+	}
 	for (int s = 0; e->hstep && s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		const int64_t n = sg->mfull ? sg->padded : sg->shard;
 		if (!n)
 			continue;
-		ds_compute_cpu.half_pack(e->half, e->hh, e->params + sg->poff, (size_t)n);
-		e->ops->from_host(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh,
+		ds_compute_cpu.half_pack(e->half, e->hh[0], e->params + sg->poff, (size_t)n);
+		e->ops->from_host(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh[0],
 				  (size_t)n * sizeof(uint16_t));
 	}
 	for (int s = 0; !e->hstep && s < e->nseg; s++) {
@@ -1119,9 +1126,10 @@ static void *pin_alloc(struct ds_engine *e, size_t bytes)
 	return p;
 }
 
-/* ZeRO-Offload's staging (hstep): one segment's gradient in fp32, its
- * 16-bit form (16-bit runs: gradients and the 16-bit copy travel in it),
- * and an fp32 run's host copy of every update range.  1 when allocated. */
+/* ZeRO-Offload's staging (hstep): a segment's gradient in fp32 (two when
+ * it travels in fp32), two of its 16-bit form (16-bit runs: gradients and
+ * the 16-bit copy travel in them), and an fp32 run's host copy of every
+ * update range.  1 when allocated. */
 static int alloc_host_step(struct ds_engine *e)
 {
 	int64_t sum = 0, mx = 1;
@@ -1133,13 +1141,15 @@ static int alloc_host_step(struct ds_engine *e)
 			mx = un;
 	}
 	const size_t p0 = e->pinned;
-	e->hg = pin_alloc(e, (size_t)mx * sizeof(float));
-	if (e->half)
-		e->hh = pin_alloc(e, (size_t)mx * sizeof(uint16_t));
-	else
-		e->hmaster = pin_alloc(e, (size_t)(sum ? sum : 1) * sizeof(float));
+	int ok = 1;
+	for (int k = 0; k < (e->g16 ? 1 : 2); k++)
+		ok &= (e->hg[k] = pin_alloc(e, (size_t)mx * sizeof(float))) != NULL;
+	for (int k = 0; k < (e->half ? 2 : 0); k++)
+		ok &= (e->hh[k] = pin_alloc(e, (size_t)mx * sizeof(uint16_t))) != NULL;
+	if (!e->half)
+		ok &= (e->hmaster = pin_alloc(e, (size_t)(sum ? sum : 1) * sizeof(float))) != NULL;
 	e->hextra = e->pinned - p0;
-	return e->hg && (e->half ? e->hh != NULL : e->hmaster != NULL);
+	return e->hstage_ok = ok;
 }
 
 /* The flat buffers: parameters, gradients (fp32, or 16-bit), the
@@ -1240,10 +1250,10 @@ static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
 {
 	const char *row = "communication", *what = "a gather, widening or reduction buffer";
 	size_t bytes = (size_t)e->maxpad * sizeof(float);
-	if (e->hstep && (!e->hg || (!e->hh && !e->hmaster) || (e->half && !e->params)))
+	if (e->hstep && (!e->hstage_ok || (e->half && !e->params)))
 		return ds_err_set(err, DS_ENOMEM, "out of pinned host memory for the memory plan's optimizer_states row "
 				  "(ZeRO-Offload: %s) for %lld parameters; ds-train --check shows the plan: a higher ZeRO "
-				  "stage shards it over the ranks", !e->hg || (!e->hh && !e->hmaster) ? "the step's staging"
+				  "stage shards it over the ranks", !e->hstage_ok ? "the step's staging"
 				  : "the fp32 master weights", (long long)e->total);
 	if (e->half && !e->p16) {
 		row = "parameters", what = "the 16-bit model copy", bytes = (size_t)e->htotal * sizeof(uint16_t);
@@ -1492,8 +1502,10 @@ void ds_engine_destroy(struct ds_engine *e)
 	free(e->ck_host);
 	(e->hstep && e->half ? ops->pinned_free : ops->free)(e->params);
 	if (e->hstep) {
-		ops->pinned_free(e->hg);
-		ops->pinned_free(e->hh);
+		for (int k = 0; k < 2; k++) {
+			ops->pinned_free(e->hg[k]);
+			ops->pinned_free(e->hh[k]);
+		}
 		ops->pinned_free(e->hmaster);
 	}
 	ops->free(e->grads);
@@ -1722,12 +1734,12 @@ static const float *step_grad(struct ds_engine *e, const struct seg *sg)
 	if (!e->hstep)
 		return e->g16 ? hwiden(e, sg->h_upd, sg->un) : sg->g_upd;
 	if (e->g16) {
-		e->ops->to_host(e->hh, sg->h_upd, (size_t)sg->un * sizeof(uint16_t));
-		ds_compute_cpu.half_unpack(e->half, e->hg, e->hh, (size_t)sg->un);
+		e->ops->to_host(e->hh[0], sg->h_upd, (size_t)sg->un * sizeof(uint16_t));
+		ds_compute_cpu.half_unpack(e->half, e->hg[0], e->hh[0], (size_t)sg->un);
 	} else {
-		e->ops->to_host(e->hg, sg->g_upd, (size_t)sg->un * sizeof(float));
+		e->ops->to_host(e->hg[0], sg->g_upd, (size_t)sg->un * sizeof(float));
 	}
-	return e->hg;
+	return e->hg[0];
 }
 
 /* ZeRO-Offload: an fp32 run's stepped range back into the model on the
@@ -1738,20 +1750,70 @@ static void step_put(struct ds_engine *e, const struct seg *sg)
 		e->ops->from_host(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
 }
 
+/* ZeRO-Offload: segment s's gradient on its way to staging buffer s & 1
+ * (16-bit gradients as they are) */
+static void grad_over_async(struct ds_engine *e, int s)
+{
+	const struct seg *sg = &e->seg[s];
+	if (!sg->un)
+		return;
+	if (e->g16)
+		e->ops->to_host_async(e->hh[s & 1], sg->h_upd, (size_t)sg->un * sizeof(uint16_t));
+	else
+		e->ops->to_host_async(e->hg[s & 1], sg->g_upd, (size_t)sg->un * sizeof(float));
+}
+
+/* ZeRO-Offload's step of Adam/AdamW/SGD: segment by segment on the host,
+ * with the copies in flight while it steps.  At segment s the backend's
+ * queue has brought s's gradient over and taken s-1's result (check);
+ * s+1's gradient is queued into the other buffer, s is widened (16-bit)
+ * and stepped with the cpu backend's loops, and its result queued back:
+ * an fp32 run's range from its host copy, a 16-bit run's as its 16-bit
+ * copy packed into the buffer its gradient came in (refresh_half then
+ * has nothing to send).  Lamb's two phases step one segment at a time
+ * (optimizer_step). */
+static int host_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
+{
+	if (e->nseg)
+		grad_over_async(e, 0);
+	for (int s = 0; s < e->nseg; s++) {
+		struct seg *sg = &e->seg[s];
+		const size_t n = (size_t)sg->un;
+		DS_TRY(e->ops->check(err));
+		if (s + 1 < e->nseg)
+			grad_over_async(e, s + 1);
+		float *g = e->hg[e->g16 ? 0 : s & 1];
+		if (e->g16 && n)
+			ds_compute_cpu.half_unpack(e->half, g, e->hh[s & 1], n);
+		DS_TRY(ds_compute_cpu.optim_step(e->opt[s], sg->m_step, g, grad_mul, err));
+		if (!n)
+			continue;
+		if (!e->half) {
+			e->ops->from_host_async(sg->p_upd, sg->m_step, n * sizeof(float));
+		} else {   /* (a 16-bit run's update range is its master: n = mfull ? padded : shard) */
+			ds_compute_cpu.half_pack(e->half, e->hh[s & 1], sg->m_step, n);
+			e->ops->from_host_async(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh[s & 1],
+						n * sizeof(uint16_t));
+		}
+	}
+	e->hsent = e->half != DS_HALF_NONE;
+	return e->ops->check(err);
+}
+
 static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
 {
 	if (e->ob)
 		return ds_engine_onebit_step(e->ob, e->params, e->grads, e->gh, grad_mul, err);
-	/* where the step runs: the backend, or (ZeRO-Offload) the host */
+	if (e->hstep && e->o.optim.type != DS_OPTIM_LAMB)
+		return host_step(e, grad_mul, err);
+	/* where the step runs: the backend, or (ZeRO-Offload's Lamb) the host */
 	const struct ds_compute_ops *so = e->hstep ? &ds_compute_cpu : e->ops;
 	if (e->o.optim.type != DS_OPTIM_LAMB) {
 		for (int s = 0; s < e->nseg; s++) {
 			struct seg *sg = &e->seg[s];
-			const float *g = step_grad(e, sg);
-			DS_TRY(so->optim_step(e->opt[s], e->hstep ? sg->m_step : sg->p_upd, g, grad_mul, err));
-			step_put(e, sg);
+			DS_TRY(so->optim_step(e->opt[s], sg->p_upd, step_grad(e, sg), grad_mul, err));
 		}
-		return e->hstep ? e->ops->check(err) : 0;
+		return 0;
 	}
 	/* Lamb: per-tensor norms may span ranks, so sum partial norms first */
 	int nt = ds_gpt_num_tensors(e->model);

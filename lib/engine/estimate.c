@@ -222,11 +222,12 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->bytes[DS_MEM_OPTIM] = optim + (half ? (size_t)mtotal * F32 : 0);
 	m->optim_host = m->bytes[DS_MEM_OPTIM];
 	/* ZeRO-Offload on a device (engine.c alloc_host_step): an fp32 run's
-	 * host copy of its update ranges (at least one element), one
-	 * segment's gradient in fp32 and a 16-bit run's 16-bit staging */
+	 * host copy of its update ranges (at least one element), a segment's
+	 * gradient in fp32 (two where it travels in fp32: one in flight while
+	 * the other is stepped) and a 16-bit run's two 16-bit buffers */
 	if (o->offload.cpu && o->zero_stage >= 1)
-		m->offload_extra = (half ? 0 : (size_t)(usum ? usum : 1) * F32) + (size_t)umax * F32 +
-				   (half ? (size_t)umax * sizeof(uint16_t) : 0);
+		m->offload_extra = (half ? 0 : (size_t)(usum ? usum : 1) * F32) + (size_t)(g16 ? 1 : 2) * (size_t)umax * F32 +
+				   (half ? 2 * (size_t)umax * sizeof(uint16_t) : 0);
 	/* reduce-scatter scratch (every stage), 3 parameter gather/prefetch
 	 * slots (stage 3), 2 gradient gather slots (stages 2-3); overlap_comm
 	 * keeps reductions in flight: 4 gradient slots, each with a receive

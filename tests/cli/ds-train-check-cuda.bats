@@ -154,17 +154,18 @@ need_emu() {
 # ZeRO-Offload (offload_optimizer.device cpu, stages 1-3) by hand: the
 # optimizer_states row leaves the device for pinned host memory with what
 # the host step adds: fp32 runs 2 Adam states (8P) + a host copy of the
-# updated ranges (4P) + one segment's gradient staging (the largest, a
-# layer of 49984: 4 x 49984); bf16 runs 2 states + the fp32 master (12P)
-# + the staging in fp32 and in 16 bits (6 x 49984), their parameters (2P,
-# the bf16 copy) staying on the device
+# updated ranges (4P) + two fp32 gradient buffers of the largest segment
+# (a layer of 49984: one in flight while the other is stepped, 8 x 49984);
+# bf16 runs 2 states + the fp32 master (12P) + one fp32 buffer (4 x 49984)
+# and two bf16 ones (4 x 49984), their parameters (2P, the bf16 copy)
+# staying on the device
 @test "--check --device cuda with offload_optimizer cpu: optimizer_states in pinned host memory (hand-computed)" {
 	local dt opt par half want
 	for dt in fp32 bf16; do
 		if [ $dt = fp32 ]; then
-			opt=$((12 * P + 4 * 49984)) par=$((4 * P)) half=''
+			opt=$((12 * P + 8 * 49984)) par=$((4 * P)) half=''
 		else
-			opt=$((12 * P + 6 * 49984)) par=$((2 * P)) half=', "bf16": {"enabled": true}'
+			opt=$((12 * P + 8 * 49984)) par=$((2 * P)) half=', "bf16": {"enabled": true}'
 		fi
 		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}%s}' \
 			"$half" >o.json

@@ -312,6 +312,50 @@ static void test_cuda_table_complete(void **st)
 	}
 }
 
+/* ZeRO-Offload's copies: pinned host memory (not counted as device
+ * memory) to the device and back through the queued copies, complete
+ * once check() has returned; a device buffer the host must not touch */
+static void test_pinned_async_copies(void **st)
+{
+	(void)st;
+	struct ds_err err = DS_ERR_INIT;
+	enum { N = 3000 };
+	assert_int_equal(ds_compute_cuda.init(0, &err), 0);
+	size_t h0, h1, pk;
+	ds_compute_cuda.mem_held(&h0, &pk, 0);
+	float *h = ds_compute_cuda.pinned_alloc(N * sizeof(float));
+	uint16_t *h16 = ds_compute_cuda.pinned_alloc(N * sizeof(uint16_t));
+	ds_compute_cuda.mem_held(&h1, &pk, 0);
+	assert_non_null(h);
+	assert_non_null(h16);
+	assert_int_equal(h1, h0);   /* host memory, not the device's */
+	float *d = ds_compute_cuda.alloc(N * sizeof(float));
+	uint16_t *d16 = ds_compute_cuda.alloc(N * sizeof(uint16_t));
+	assert_non_null(d);
+	for (int i = 0; i < N; i++) {
+		h[i] = (float)i * 0.25f - 7;
+		h16[i] = (uint16_t)(i * 7);
+	}
+	ds_compute_cuda.from_host_async(d, h, N * sizeof(float));
+	ds_compute_cuda.from_host_async(d16, h16, N * sizeof(uint16_t));
+	assert_int_equal(ds_compute_cuda.check(&err), 0);
+	memset(h, 0, N * sizeof(float));
+	memset(h16, 0, N * sizeof(uint16_t));
+	ds_compute_cuda.scale(d, N, 2.0f);   /* queued work before the copy back */
+	ds_compute_cuda.to_host_async(h, d, N * sizeof(float));
+	ds_compute_cuda.to_host_async(h16, d16, N * sizeof(uint16_t));
+	assert_int_equal(ds_compute_cuda.check(&err), 0);
+	for (int i = 0; i < N; i++) {
+		if (h[i] != ((float)i * 0.25f - 7) * 2.0f || h16[i] != (uint16_t)(i * 7))
+			fail_msg("element %d: %g, %u", i, (double)h[i], (unsigned)h16[i]);
+	}
+	ds_compute_cuda.free(d);
+	ds_compute_cuda.free(d16);
+	ds_compute_cuda.pinned_free(h);
+	ds_compute_cuda.pinned_free(h16);
+	assert_int_equal(ds_emu_failures(), 0);
+}
+
 /* what the backend does not run yet is reported by check(), once */
 static void test_not_supported(void **st)
 {
@@ -430,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_rounding_entries),
 		cmocka_unit_test(test_half_grad_entries),
 		cmocka_unit_test(test_cuda_table_complete),
+		cmocka_unit_test(test_pinned_async_copies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
