@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compute/compute.h"
 #include "model/count.h"
 #include "driver/profile.h"
 #include "driver/profile_run.h"
@@ -42,6 +43,8 @@ static void usage(FILE *f)
 		"      --iters=N            --measure: timed iterations (default: 3)\n"
 		"      --checkpointing      --measure with activation checkpointing (backward\n"
 		"                           counted as 3 x forward: recompute_fwd_factor 1)\n"
+		"      --device=D           --measure on cpu, cuda (this rank's GPU, MFU against\n"
+		"                           cuBLAS's fp32 GEMM) or auto (default, as ds-train's)\n"
 		"      --tensor-model-parallel-size=N  gpt: one rank's figures of Megatron's\n"
 		"                           tensor parallelism over N ranks, model parallel size\n"
 		"                           N x the stages (DeepSpeed's per-GPU view)\n"
@@ -61,7 +64,7 @@ static void usage(FILE *f)
 }
 
 enum { O_DETAILED = 256, O_JSON, O_CSV, O_VERSION, O_CONV, O_MLM, O_MEASURE, O_WARMUP, O_ITERS, O_CKPT, O_TP, O_PP,
-       O_STAGE, O_PART };
+       O_STAGE, O_PART, O_DEVICE };
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, 'm' },
@@ -76,6 +79,7 @@ static const struct option longopts[] = {
 	{ "warmup", required_argument, NULL, O_WARMUP },
 	{ "iters", required_argument, NULL, O_ITERS },
 	{ "checkpointing", no_argument, NULL, O_CKPT },
+	{ "device", required_argument, NULL, O_DEVICE },
 	{ "tensor-model-parallel-size", required_argument, NULL, O_TP },
 	{ "pipeline-model-parallel-size", required_argument, NULL, O_PP },
 	{ "pipe-stage", required_argument, NULL, O_STAGE },
@@ -124,6 +128,10 @@ int main(int argc, char **argv)
 		case O_DETAILED: o.detailed = 1; break;
 		case O_MEASURE: o.measure = 1; break;
 		case O_CKPT: o.checkpointing = 1; break;
+		case O_DEVICE:
+			if ((o.device = ds_device_parse(optarg)) < 0)
+				return ds_cli_usage_error(TOOL, "--device '%s': expected cpu, cuda or auto", optarg);
+			break;
 		case O_TP: if (num(optarg, 1, 65536, "--tensor-model-parallel-size", &u)) return 2; o.tp = (int)u; break;
 		case O_PP: if (num(optarg, 1, 65536, "--pipeline-model-parallel-size", &u)) return 2; o.pp = (int)u; break;
 		case O_STAGE: if (num(optarg, 0, 65535, "--pipe-stage", &u)) return 2; o.stage = (int)u; break;

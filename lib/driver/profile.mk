@@ -19,7 +19,17 @@ tests_unit_test_profile_CFLAGS = $(AM_CFLAGS) $(CMOCKA_CFLAGS)
 tests_unit_test_profile_LDADD = $(DS_LDADD) $(CMOCKA_LIBS)
 endif
 
-if HAVE_BATS
-TESTS += tests/cli/ds-profile.bats
+## ds-profile over the host emulation of CUDA (as tests/unit/ds-train-emu,
+## lib/driver/train.mk): --measure --device cuda checked without a GPU by
+## tests/cli/ds-profile-cuda.bats.  Never installed.
+if HAVE_CUDA
+check_PROGRAMS += tests/unit/ds-profile-emu
+tests_unit_ds_profile_emu_SOURCES = tools/ds-profile.c tools/cli.c tools/cli.h tests/unit/gpu_count_emu.c
+tests_unit_ds_profile_emu_LDADD = $(DS_EMU_OBJ) $(DS_LDADD) -lstdc++
+EXTRA_tests_unit_ds_profile_emu_DEPENDENCIES = $(DS_EMU_OBJ)
 endif
-EXTRA_DIST += tests/cli/ds-profile.bats
+
+if HAVE_BATS
+TESTS += tests/cli/ds-profile.bats tests/cli/ds-profile-cuda.bats
+endif
+EXTRA_DIST += tests/cli/ds-profile.bats tests/cli/ds-profile-cuda.bats tests/gpu/profile.bats

@@ -78,7 +78,7 @@ int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile
 		e.micro_batch = o->batch;
 	}
 	if (o->measure) {
-		struct ds_profile_measure_opts mo = { o->warmup, o->iters, o->checkpointing };
+		struct ds_profile_measure_opts mo = { o->warmup, o->iters, o->checkpointing, o->device };
 		e.micro_batch = o->batch;
 		if ((rc = ds_profile_measure(&m, &mo, &c, &e, err)) < 0) {
 			ds_count_release(&c);

@@ -30,8 +30,9 @@ struct ds_profile_opts {
 	 * DeepSpeed's profiler reports them per GPU, with mp_size = tp x pp */
 	int tp, pp, stage;
 	const char *partition;    /* NULL: parameters */
+	int device;               /* --measure: enum ds_device_kind of compute/compute.h (2: auto) */
 };
-#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0, 0, 2, 3, 0, 1, 1, 0, NULL }
+#define DS_PROFILE_OPTS_INIT { NULL, 0, 0, -1, 1, 0, 0, 0, 0, 0, 2, 3, 0, 1, 1, 0, NULL, 2 }
 
 struct ds_profile_result {
 	int64_t params;           /* unique parameters */
@@ -46,12 +47,19 @@ int ds_profile_run(const struct ds_profile_opts *o, FILE *out, struct ds_profile
 
 /* Measure the GPT of cfg at c's batch x seq on this machine: o->warmup
  * untimed then o->iters timed forward + backward + Adam step iterations
- * (fp32, CPU).  Fills e->fwd_s, e->bwd_s, e->step_s, e->breakdown, e->recompute_fwd_factor,
- * e->peak_flops (sgemm ceiling, same run) and the latency of c's root and of each layer (segment hooks).
- * Returns 0, DS_EINVAL (bert, bad shape) or DS_ENOMEM. */
+ * (fp32) on the compute backend o->device selects as ds-train's --device
+ * does (cpu; cuda: this rank's GPU; auto: cpu until the cuda backend has
+ * run on a GPU; the choice is logged).  Fills e->fwd_s, e->bwd_s,
+ * e->step_s, e->breakdown, e->recompute_fwd_factor, e->peak_flops (the
+ * backend's fp32 GEMM ceiling, same run: sgemm on the CPU, cuBLAS on a
+ * GPU) and the latency of c's root and of each layer (segment hooks).
+ * Returns 0, DS_EINVAL (bert, bad shape), DS_ENOMEM, or
+ * ds_compute_select's codes (DS_ENOTSUP: no CUDA build, DS_EIO: no GPU
+ * answers). */
 struct ds_profile_measure_opts {
 	int warmup, iters;
 	int checkpointing;        /* recompute layers in backward: recompute_fwd_factor 1 */
+	int device;               /* enum ds_device_kind */
 };
 int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profile_measure_opts *o,
 		       struct ds_count *c, struct ds_profile_engine *e, struct ds_err *err);

@@ -116,7 +116,9 @@ tiny_model() {
 	# each layer was timed through the segment hooks: no collapse, a latency each
 	assert_line --regexp '^      \(0\): GPTBlock\($'
 	assert_line --regexp '^      \(1\): GPTBlock\($'
-	run -0 ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --warmup 0 --iters 1 --json
+	run -0 --separate-stderr ds-profile --model "$BATS_TEST_TMPDIR/tiny.json" -b 2 -s 32 --measure --warmup 0 --iters 1 --json
+	# the backend it ran on, said on stderr (auto: cpu, as ds-train's)
+	[[ "$stderr" == *"--measure: device auto: cpu"* ]] || fail "no device line: $stderr"
 	printf '%s' "$output" | jq -e '.summary.fwd_latency_s > 0 and .summary.bwd_latency_s > 0 and .summary.mfu > 0' || fail "a latency or mfu missing"
 	# and it is the quotient of the two rates the summary reports
 	printf '%s' "$output" | jq -e '.summary | (.mfu - .flops_per_s / .sgemm_flops_per_s) | fabs < 1e-9' || fail "mfu is not flops_per_s / sgemm_flops_per_s"
