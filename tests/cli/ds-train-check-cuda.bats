@@ -193,12 +193,14 @@ need_emu() {
 # the emulated run allocates the offloaded plan: on the device its device
 # rows, in pinned host memory its optimizer_states row, byte for byte; its
 # losses are the run without offload's (the host step is the cpu
-# backend's Adam on the same gradients)
-@test "emulated device, offload_optimizer cpu: device and pinned allocations equal the plan; the losses of the run without offload" {
+# backend's Adam on the same gradients), in fp32, fp16 (the loss scaler's
+# unscaling reaching the host step) and bf16
+@test "emulated device, offload_optimizer cpu: device and pinned allocations equal the plan; the losses of the run without offload (fp32, fp16, bf16)" {
 	need_emu
 	local dt half dev pin host line hl off plain full room
-	for dt in fp32 bf16; do
+	for dt in fp32 fp16 bf16; do
 		half=''
+		[ $dt = fp16 ] && half=', "fp16": {"enabled": true, "initial_scale_power": 8}'
 		[ $dt = bf16 ] && half=', "bf16": {"enabled": true}'
 		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}%s}' \
 			"$half" >o.json
@@ -237,4 +239,36 @@ need_emu() {
 	[[ "$stderr" == *"memory plan's"* ]] || fail "no plan row named: $stderr"
 	DS_EMU_DEVICE_MEM=$room run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" \
 		--device cuda --train-iters 1
+}
+
+# a checkpoint of an offloaded device run (the states and master read from
+# pinned host memory) resumes on cpu without offload, and a cpu run's on
+# the device with offload (written into the host copies), each with the
+# step-3 and step-4 losses of the uninterrupted run (step 4 shows the
+# first update made from what was loaded)
+@test "emulated device, offload_optimizer cpu: checkpoints resume on cpu without offload and back, with the next loss" {
+	need_emu
+	local want w4
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' >o.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}' >n.json
+	loss_at() { sed -n "s/^step $1\\/4 .*| loss \\([0-9.]*\\) .*/\\1/p" <<<"$output"; }
+	near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * b) }'; }
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1
+	want=$(loss_at 3) w4=$(loss_at 4)
+	[ -n "$want" ] && [ -n "$w4" ] || fail "no step-3 or step-4 loss: $output"
+	# offloaded on the device, saved at step 2, resumed on cpu
+	run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" --device cuda --train-iters 4 \
+		--log-interval 1 --save a --exit-interval 2
+	[ "$(cat a/latest)" = global_step2 ] || fail "latest: $(cat a/latest)"
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1 \
+		--save a --load auto
+	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
+		fail "offloaded cuda -> cpu: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
+	# on cpu, saved at step 2, resumed offloaded on the device
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1 \
+		--save b --exit-interval 2
+	run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" --device cuda --train-iters 4 \
+		--log-interval 1 --save b --load auto
+	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
+		fail "cpu -> offloaded cuda: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
 }
