@@ -452,7 +452,8 @@ static void test_state_moves_bf16(void **st)
  * Adam at least the 8 bytes per parameter of its two states), the
  * engine's pinned bytes are that row plus the staging the plan names; the
  * losses and norms are the cpu engine's (1e-5 in fp32, TIGHT in bf16 where
- * both make fp32 products) and the non-offloaded device run's; a
+ * both make fp32 products; against the device run without offload:
+ * tests/cli/ds-train-check-cuda.bats); a
  * checkpoint's pieces come from and go to the host copies (the state moves
  * to cpu and back with the same next loss). */
 static void offload_case(const char *model, int stage, enum ds_optim_type opt, enum ds_half_kind half, int steps)
@@ -474,19 +475,21 @@ static void offload_case(const char *model, int stage, enum ds_optim_type opt, e
 	ds_compute_cuda.mem_held(&h0, &pk, 0);
 	struct ds_engine *n = mk(&on);
 	ds_compute_cuda.mem_held(&h1, &pk, 0);
+	assert_int_equal(ds_engine_pinned_bytes(n), 0);
+	ds_engine_destroy(n);   /* (only its device bytes are wanted) */
 	struct ds_engine *g = mk(&og), *c = mk(&oc);
 	ds_compute_cuda.mem_held(&h2, &pk, 0);
-	assert_int_equal(ds_engine_pinned_bytes(n), 0);
+	const size_t dn = h1 - h0, dg = h2 - h0;   /* each engine's device bytes */
 	assert_int_equal(ds_engine_pinned_bytes(c), 0);
 	struct ds_engine_mem m;
 	assert_int_equal(ds_engine_mem_estimate(&og, 1, &m, &err), 0);
 	ds_engine_mem_place(&m, &og, 1);
-	const size_t moved = (h1 - h0) - (h2 - h1);
+	const size_t moved = dn - dg;
 	int64_t P = 0;
 	for (int i = 0; i < ds_gpt_num_tensors(ds_engine_model(g)); i++)
 		P += ds_gpt_tensor(ds_engine_model(g), i)->numel;
 	fprintf(stderr, "# offload %s stage %d %s: device %zu -> %zu bytes (moved %zu), pinned %zu, P %lld\n",
-		half ? ds_half_name(half) : "fp32", stage, ds_optim_type_name(opt), h1 - h0, h2 - h1, moved,
+		half ? ds_half_name(half) : "fp32", stage, ds_optim_type_name(opt), dn, dg, moved,
 		ds_engine_pinned_bytes(g), (long long)P);
 	assert_true(m.offloaded);
 	assert_int_equal(m.place[DS_MEM_OPTIM], DS_MEM_PINNED);
@@ -495,21 +498,18 @@ static void offload_case(const char *model, int stage, enum ds_optim_type opt, e
 		assert_true(moved >= (size_t)P * 4 * (half ? 3 : 2));
 	assert_int_equal(ds_engine_pinned_bytes(g), m.bytes[DS_MEM_OPTIM]);
 	assert_int_equal(m.bytes[DS_MEM_OPTIM], m.optim_host + m.offload_extra);
-	assert_int_equal(m.device_total, h2 - h1);
+	assert_int_equal(m.device_total, dg);
 	const int T = oc.model.seq_length, V = oc.model.vocab_size;
 	int32_t *tok = malloc(sizeof(int32_t) * GA * MB * (size_t)(T + 1));
 	assert_non_null(tok);
 	const double tol = half ? TIGHT : 1e-5, ntol = half ? TIGHT_NORM : 1e-5;
-	struct ds_engine_step rc, rg, rn;
+	struct ds_engine_step rc, rg;
 	for (int s = 0; s < steps; s++) {
 		step_any(c, tok, T, V, s, 1e-2, &rc);
 		step_any(g, tok, T, V, s, 1e-2, &rg);
-		step_any(n, tok, T, V, s, 1e-2, &rn);
-		fprintf(stderr, "# offload step %d: loss cpu %.8f cuda+offload %.8f cuda %.8f\n", s, rc.loss, rg.loss,
-			rn.loss);
+		fprintf(stderr, "# offload step %d: loss cpu %.8f cuda+offload %.8f\n", s, rc.loss, rg.loss);
 		within("loss", s, rg.loss, rc.loss, tol);
 		within("grad norm", s, rg.grad_norm, rc.grad_norm, ntol);
-		within("loss (against cuda without offload)", s, rg.loss, rn.loss, tol);
 	}
 	/* the offloaded state to cpu and on: the same next loss */
 	struct ds_engine *to = mk(&oc);
@@ -529,7 +529,6 @@ static void offload_case(const char *model, int stage, enum ds_optim_type opt, e
 	ds_engine_destroy(to);
 	ds_engine_destroy(c);
 	ds_engine_destroy(g);
-	ds_engine_destroy(n);
 	size_t h3;
 	ds_compute_cuda.mem_held(&h3, &pk, 0);
 	assert_int_equal(h3, h0);
