@@ -15,7 +15,7 @@
 # its time and results, and every 2 minutes the files still running: a slow
 # or hung file is visible in CI output.  Nothing waits forever: a test file
 # gets DS_TEST_FILE_TIMEOUT s (600, tests/bound.sh), each make check
-# DS_CHECK_TIMEOUT s (1200) before it is stopped and its running files are
+# DS_CHECK_TIMEOUT s (1800) before it is stopped and its running files are
 # counted as failed; both times the load per core when they start
 # (bounded_scale in tests/bounded.bash; DS_TIMEOUT_SCALE sets it).  A process a test left running (its environment names
 # this build's DS_BUILDDIR) is named, stopped and counted as a failure.
@@ -97,7 +97,7 @@ leftovers() {
 # broke before running tests.
 run_check() {
 	local dir=$1 name=$2 out=check.out began=$SECONDS rc=0 p f s e pid bases=() t left all stopped=0
-	local check_timeout=$((${DS_CHECK_TIMEOUT:-1200} * $(bounded_scale)))
+	local check_timeout=$((${DS_CHECK_TIMEOUT:-1800} * $(bounded_scale)))
 	shift 2
 	for t in "$@"; do bases+=("${t%.bats}"); done
 	if [ $# -gt 0 ]; then
