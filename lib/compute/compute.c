@@ -1,5 +1,6 @@
-/* compute.c - the backend registry and the choice of backend and device
- * (compute.h).  Everything but ds_compute_probe is a pure function of its
+/* compute.c - the backend registry, the choice of backend and device
+ * (compute.h), and an optimizer whose states are a backend's memory.  The
+ * choice (everything but ds_compute_probe) is a pure function of its
  * arguments, so the unit tests play any machine on the CPU.  In builds
  * with CUDA the registry holds the cuda backend: --device cuda selects it
  * where a device answers and the run is one it covers; auto stays cpu
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "app/gpu.h"
+#include "optim/optim.h"
 
 #ifdef HAVE_CUDA
 const struct ds_compute_ops *const ds_compute_all[] = { &ds_compute_cpu, &ds_compute_cuda, NULL };
@@ -162,4 +164,35 @@ int ds_compute_select(int kind, const struct ds_compute_env *env, const struct d
 						      : e.msg;
 	snprintf(why, whysz, "device auto: cpu (%s)", because);
 	return 0;
+}
+
+int ds_compute_optim_create(const struct ds_compute_ops *ops, int pinned, struct ds_optim **o,
+			    const struct ds_optim_params *hp, size_t n, int *failed, struct ds_err *err)
+{
+	*failed = -1;
+	if (ops->host)
+		return ds_optim_create(o, hp, n, err);
+	DS_TRY(ds_optim_create_bare(o, hp, n, err));
+	const size_t b = (n ? n : 1) * sizeof(float);
+	for (int k = 0; k < (*o)->nstates; k++) {
+		if (!((*o)->states[k] = pinned ? ops->pinned_alloc(b) : ops->alloc(b))) {
+			*failed = k;
+			return DS_ENOMEM;
+		}
+		if (pinned)
+			memset((*o)->states[k], 0, b);
+		else
+			ops->zero((*o)->states[k], b);
+	}
+	return 0;
+}
+
+void ds_compute_optim_destroy(const struct ds_compute_ops *ops, int pinned, struct ds_optim *o)
+{
+	for (int k = 0; o && !ops->host && k < o->nstates; k++) {
+		/* the backend's memory, not ds_free's */
+		(pinned ? ops->pinned_free : ops->free)(o->states[k]);
+		o->states[k] = NULL;
+	}
+	ds_optim_destroy(o);
 }

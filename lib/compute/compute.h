@@ -228,6 +228,19 @@ struct ds_compute_ops {
 };
 
 extern const struct ds_compute_ops ds_compute_cpu;
+
+/* An optimizer (optim/optim.h) over n elements for backend ops: on a host
+ * backend ds_optim_create's; else its states in ops's memory, or with
+ * pinned in its pinned host memory (ZeRO-Offload), zeroed, each of at
+ * least one element as ds_optim_create's.  0; DS_ENOMEM with *failed the
+ * state that did not come (the caller names it: (*o)->state_names[k]);
+ * or ds_optim_create's errors in err.  *o, when set, goes to
+ * ds_compute_optim_destroy with the same ops and pinned. */
+struct ds_optim_params;
+int ds_compute_optim_create(const struct ds_compute_ops *ops, int pinned, struct ds_optim **o,
+			    const struct ds_optim_params *hp, size_t n, int *failed, struct ds_err *err);
+void ds_compute_optim_destroy(const struct ds_compute_ops *ops, int pinned, struct ds_optim *o);
+
 /* The cuda backend (compute_cuda.c, only in builds with CUDA): in
  * ds_compute_all there, chosen by --device cuda only (not auto, yet); the
  * emulated tests hand it to the engine (ds_engine_opts.compute) directly. */

@@ -124,32 +124,6 @@ static int pick_backend(const struct ds_profile_measure_opts *o, const struct ds
 	return 0;
 }
 
-/* An Adam optimizer over n elements with its states in the backend's memory */
-static int make_optim(const struct ds_compute_ops *ops, struct ds_optim **opt, size_t n, struct ds_err *err)
-{
-	struct ds_optim_params hp;
-	ds_optim_params_init(&hp, DS_OPTIM_ADAM);
-	if (ops->host)
-		return ds_optim_create(opt, &hp, n, err);
-	DS_TRY(ds_optim_create_bare(opt, &hp, n, err));
-	for (int k = 0; k < (*opt)->nstates; k++) {
-		if (!((*opt)->states[k] = ops->alloc(n * sizeof(float))))
-			return ds_err_set(err, DS_ENOMEM, "--measure: out of %s memory for the Adam states (%zu floats)",
-					  ops->name, n);
-		ops->zero((*opt)->states[k], n * sizeof(float));
-	}
-	return 0;
-}
-
-static void free_optim(const struct ds_compute_ops *ops, struct ds_optim *opt)
-{
-	for (int k = 0; opt && !ops->host && k < opt->nstates; k++) {
-		ops->free(opt->states[k]);
-		opt->states[k] = NULL;
-	}
-	ds_optim_destroy(opt);
-}
-
 int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profile_measure_opts *o,
 		       struct ds_count *c, struct ds_profile_engine *e, struct ds_err *err)
 {
@@ -185,8 +159,15 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 				params && grads ? "host" : ops->name, (long long)n, B, T);
 		goto out;
 	}
-	if ((rc = make_optim(ops, &opt, (size_t)n, err)) < 0)
+	struct ds_optim_params hp;
+	int failed;
+	ds_optim_params_init(&hp, DS_OPTIM_ADAM);
+	if ((rc = ds_compute_optim_create(ops, 0, &opt, &hp, (size_t)n, &failed, err)) < 0) {
+		if (failed >= 0)
+			rc = ds_err_set(err, DS_ENOMEM, "--measure: out of %s memory for the Adam states (%lld floats each)",
+					ops->name, (long long)n);
 		goto out;
+	}
 	ds_gpt_init(m, 1234, hinit, 0, n);
 	if (!ops->host)
 		ops->from_host(params, hinit, (size_t)n * sizeof(float));
@@ -248,7 +229,7 @@ int ds_profile_measure(const struct ds_model_config *cfg, const struct ds_profil
 		ops->free(params);
 		ops->free(grads);
 		params = grads = NULL;
-		free_optim(ops, opt);
+		ds_compute_optim_destroy(ops, 0, opt);
 		opt = NULL;
 		ds_gpt_ws_destroy(ws);
 		ws = NULL;
@@ -268,7 +249,7 @@ out:
 		free(hinit);
 	ops->free(params);
 	ops->free(grads);
-	free_optim(ops, opt);
+	ds_compute_optim_destroy(ops, 0, opt);
 	ds_gpt_ws_destroy(ws);
 	ds_gpt_destroy(m);
 	return rc;

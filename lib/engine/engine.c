@@ -210,9 +210,10 @@ struct ds_engine {
 	 * params are the model on the device); hg / hh carry a segment's
 	 * gradient (fp32 / 16-bit) and 16-bit copy over, two of each that
 	 * travel (the copies of one segment run while the host steps the
-	 * next: host_step).  hsent: the step sent the 16-bit copy already.
-	 * pinned: the bytes of all of these; hextra: of hmaster, hg and hh */
-	int hstep, hstage_ok, hsent;
+	 * next: host_step); the step sends every value it changes, so no
+	 * refresh follows it.  pinned: the bytes of all of these; hextra: of
+	 * hmaster, hg and hh */
+	int hstep, hstage_ok;
 	float *hmaster, *hg[2];
 	uint16_t *hh[2];
 	size_t pinned, hextra;
@@ -542,35 +543,33 @@ static int expand_seg(struct ds_engine *e, struct slot *sl)
 	return 0;
 }
 
+/* Where the 16-bit copy of the master weights segment sg holds goes in
+ * e->p16, and how many: the whole segment, or the owned slice into its
+ * place in the whole 16-bit segment (stages 1-2) or as the 16-bit slice
+ * (stage 3). */
+static uint16_t *master_p16(const struct ds_engine *e, const struct seg *sg, int64_t *n)
+{
+	*n = sg->mfull ? sg->padded : sg->shard;
+	return e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0);
+}
+
 /* the 16-bit model copy from the master weights this rank holds (after
- * init, step, load): whole segments, or the owned slice into its place in
- * the 16-bit segment (stages 1-2: gather_half completes it) */
+ * init, step, load; stages 1-2: gather_half completes it); ZeRO-Offload's
+ * master is host memory: packed there, 16 bits sent */
 static void refresh_half(struct ds_engine *e)
 {
 	if (!e->half)
 		return;
-	/* ZeRO-Offload: the master is host memory; pack there, send 16 bits
-	 * (after a step host_step sent them already) */
-	if (e->hsent) {
-		e->hsent = 0;
-		return;
-	}
-	for (int s = 0; e->hstep && s < e->nseg; s++) {
+	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
-		const int64_t n = sg->mfull ? sg->padded : sg->shard;
-		if (!n)
-			continue;
-		ds_compute_cpu.half_pack(e->half, e->hh[0], e->params + sg->poff, (size_t)n);
-		e->ops->from_host(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh[0],
-				  (size_t)n * sizeof(uint16_t));
-	}
-	for (int s = 0; !e->hstep && s < e->nseg; s++) {
-		const struct seg *sg = &e->seg[s];
-		if (sg->mfull)
-			e->ops->half_pack(e->half, e->p16 + sg->hoff, e->params + sg->poff, (size_t)sg->padded);
-		else
-			e->ops->half_pack(e->half, e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0), e->params + sg->poff,
-					  (size_t)sg->shard);
+		int64_t n;
+		uint16_t *dst = master_p16(e, sg, &n);
+		if (!e->hstep) {
+			e->ops->half_pack(e->half, dst, e->params + sg->poff, (size_t)n);
+		} else if (n) {
+			ds_compute_cpu.half_pack(e->half, e->hh[0], e->params + sg->poff, (size_t)n);
+			e->ops->from_host(dst, e->hh[0], (size_t)n * sizeof(uint16_t));
+		}
 	}
 }
 
@@ -1299,20 +1298,17 @@ static int init_params(struct ds_engine *e, float *dst, int on_host, int64_t lo,
  * an empty range still gets one element) */
 static int create_dev_optim(struct ds_engine *e, struct ds_optim **o, size_t n, struct ds_err *err)
 {
-	DS_TRY(ds_optim_create_bare(o, &e->o.optim, n, err));
-	for (int k = 0; k < (*o)->nstates; k++) {
-		const size_t b = (n ? n : 1) * sizeof(float);
-		if (!((*o)->states[k] = e->hstep ? pin_alloc(e, b) : e->ops->alloc(b)))
-			return ds_err_set(err, DS_ENOMEM, "out of %s memory for the memory plan's optimizer_states row: "
-					  "%s of %zu floats (%zu bytes); ds-train --check shows the plan: a higher ZeRO "
-					  "stage shards the states over the ranks", e->hstep ? "pinned host" : e->ops->name,
-					  (*o)->state_names[k], n, b);
-		if (e->hstep)
-			memset((*o)->states[k], 0, b);
-		else
-			e->ops->zero((*o)->states[k], b);
-	}
-	return 0;
+	int k;
+	const size_t b = (n ? n : 1) * sizeof(float);
+	int rc = ds_compute_optim_create(e->ops, e->hstep, o, &e->o.optim, n, &k, err);
+	if (rc == DS_ENOMEM && k >= 0)
+		return ds_err_set(err, DS_ENOMEM, "out of %s memory for the memory plan's optimizer_states row: "
+				  "%s of %zu floats (%zu bytes); ds-train --check shows the plan: a higher ZeRO "
+				  "stage shards the states over the ranks", e->hstep ? "pinned host" : e->ops->name,
+				  (*o)->state_names[k], n, b);
+	if (rc == 0 && e->hstep)
+		e->pinned += (size_t)(*o)->nstates * b;
+	return rc;
 }
 
 /* Segment s: initialise the parameters this rank holds (a pure function of
@@ -1484,13 +1480,8 @@ void ds_engine_destroy(struct ds_engine *e)
 	ds_offload_destroy(e->off);
 	const struct ds_compute_ops *ops = e->ops ? e->ops : &ds_compute_cpu;
 	for (int s = 0; e->seg && s < e->nseg; s++) {
-		for (int k = 0; e->opt && e->opt[s] && !ops->host && k < e->opt[s]->nstates; k++) {
-			/* the backend's memory (or its pinned host memory), not ds_free's */
-			(e->hstep ? ops->pinned_free : ops->free)(e->opt[s]->states[k]);
-			e->opt[s]->states[k] = NULL;
-		}
 		if (e->opt)
-			ds_optim_destroy(e->opt[s]);
+			ds_compute_optim_destroy(ops, e->hstep, e->opt[s]);
 		free(e->seg[s].lamb);
 		free(e->seg[s].lamb_tensor);
 		free(e->seg[s].cnt);
@@ -1742,12 +1733,23 @@ static const float *step_grad(struct ds_engine *e, const struct seg *sg)
 	return e->hg[0];
 }
 
-/* ZeRO-Offload: an fp32 run's stepped range back into the model on the
- * device (a 16-bit run's goes as its 16-bit copy: refresh_half) */
-static void step_put(struct ds_engine *e, const struct seg *sg)
+/* ZeRO-Offload: segment sg's stepped range back to the device through
+ * staging buffer b, queued (async) or not: an fp32 run's into its model, a
+ * 16-bit run's as its 16-bit copy packed on the host (its update range is
+ * its master: un = master_p16's n) */
+static void step_put(struct ds_engine *e, const struct seg *sg, int b, int async)
 {
-	if (e->hstep && !e->half && sg->un)
-		e->ops->from_host(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
+	void (*put)(void *, const void *, size_t) = async ? e->ops->from_host_async : e->ops->from_host;
+	int64_t n;
+	if (!sg->un)
+		return;
+	if (!e->half) {
+		put(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
+		return;
+	}
+	uint16_t *dst = master_p16(e, sg, &n);
+	ds_compute_cpu.half_pack(e->half, e->hh[b], sg->m_step, (size_t)n);
+	put(dst, e->hh[b], (size_t)n * sizeof(uint16_t));
 }
 
 /* ZeRO-Offload: segment s's gradient on its way to staging buffer s & 1
@@ -1769,9 +1771,8 @@ static void grad_over_async(struct ds_engine *e, int s)
  * s+1's gradient is queued into the other buffer, s is widened (16-bit)
  * and stepped with the cpu backend's loops, and its result queued back:
  * an fp32 run's range from its host copy, a 16-bit run's as its 16-bit
- * copy packed into the buffer its gradient came in (refresh_half then
- * has nothing to send).  Lamb's two phases step one segment at a time
- * (optimizer_step). */
+ * copy packed into the buffer its gradient came in.  Lamb's two phases
+ * step one segment at a time (optimizer_step). */
 static int host_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
 {
 	if (e->nseg)
@@ -1786,17 +1787,8 @@ static int host_step(struct ds_engine *e, float grad_mul, struct ds_err *err)
 		if (e->g16 && n)
 			ds_compute_cpu.half_unpack(e->half, g, e->hh[s & 1], n);
 		DS_TRY(ds_compute_cpu.optim_step(e->opt[s], sg->m_step, g, grad_mul, err));
-		if (!n)
-			continue;
-		if (!e->half) {
-			e->ops->from_host_async(sg->p_upd, sg->m_step, n * sizeof(float));
-		} else {   /* (a 16-bit run's update range is its master: n = mfull ? padded : shard) */
-			ds_compute_cpu.half_pack(e->half, e->hh[s & 1], sg->m_step, n);
-			e->ops->from_host_async(e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0), e->hh[s & 1],
-						n * sizeof(uint16_t));
-		}
+		step_put(e, sg, s & 1, 1);
 	}
-	e->hsent = e->half != DS_HALF_NONE;
 	return e->ops->check(err);
 }
 
@@ -1862,7 +1854,8 @@ static int optimizer_step(struct ds_engine *e, float grad_mul, struct ds_err *er
 		if (sums != local)
 			free(sums);
 		DS_TRY(rc);
-		step_put(e, sg);
+		if (e->hstep)
+			step_put(e, sg, 0, 0);
 	}
 	return e->hstep ? e->ops->check(err) : 0;
 }
@@ -2092,7 +2085,7 @@ static int update(struct ds_engine *e, const struct ds_engine_batch *in, float g
 		DS_TRY(optimizer_step(e, grad_mul, err));
 	}
 	DS_TRY(gather_params(e, err));
-	if (!e->off_opt)
+	if (!e->off_opt && !e->hstep)   /* (ZeRO-Offload's step sent its 16-bit copy) */
 		DS_TRY(refresh(e, err));
 	if (e->half)
 		DS_TRY(gather_half(e, err));
