@@ -26,6 +26,23 @@ row() { awk -v k="$1" '$1 == k { print $2 }' <<<"$output"; }
 where() { awk -v k="$1" '$1 == k { print $5 ($6 == "host" ? " host" : "") }' <<<"$output"; }
 field() { awk -v k="$2" 'BEGIN { RS = " [|] " } index($0, k " ") == 1 { print substr($0, length(k) + 2) + 0 }' <<<"$1"; }
 
+# as_planned WHAT DEV HOST PIN: the emulated run in $output planned and
+# allocated what --check says: DEV bytes on the device (after setup and
+# at its peak), HOST in host memory outside pinned memory (libds's
+# allocator), PIN pinned; prints what differs and fails otherwise
+as_planned() {
+	local line hl
+	line=$(grep '^device memory per rank' <<<"$output") || { echo "$1: no device memory line: $output"; return 1; }
+	hl=$(grep '^memory per rank' <<<"$output") || { echo "$1: no memory line: $output"; return 1; }
+	[ "$(field "$line" device_estimate)" -eq "$2" ] || { echo "$1: run's device plan differs from --check's $2: $line"; return 1; }
+	[ "$(field "$line" device_alloc_setup)" -eq "$2" ] || { echo "$1: device allocation $line, plan $2"; return 1; }
+	[ "$(field "$line" device_alloc_peak)" -eq "$2" ] || { echo "$1: device peak $line, plan $2"; return 1; }
+	[ "$(field "$line" host_estimate)" -eq "$3" ] || { echo "$1: host plan $line, --check $3"; return 1; }
+	[ "$(field "$hl" alloc_setup)" -eq "$3" ] || { echo "$1: host allocation $hl, plan $3"; return 1; }
+	[ "$(field "$line" pinned_estimate)" -eq "$4" ] || { echo "$1: pinned plan $line, --check $4"; return 1; }
+	[ "$(field "$line" pinned)" -eq "$4" ] || { echo "$1: pinned $line, plan $4"; return 1; }
+}
+
 need_emu() {
 	ds_has cuda || skip "built without CUDA (no emulated ds-train)"
 	[ -x "$EMU" ] || fail "$EMU is missing: make check builds it on a CUDA build"
@@ -100,7 +117,7 @@ need_emu() {
 
 @test "emulated device: the backend allocates the plan's device rows byte for byte, the host its host rows" {
 	need_emu
-	local cfg
+	local cfg dev host msg
 	# (fp32: a 16-bit run on the emulated device stops in the model's
 	# 16-bit head, lib/model/gpt.c's head_forward reading device memory)
 	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "activation_checkpointing": {"number_checkpoints": 1}}' >k.json
@@ -110,13 +127,8 @@ need_emu() {
 		[ "$dev" -gt 0 ] && [ "$host" -gt 0 ] || fail "$cfg: no totals: $output"
 		run -0 --separate-stderr "$EMU" --deepspeed_config "$cfg" --model "$MODEL" --device cuda --train-iters 2 \
 			--peak-gflops 1
-		line=$(grep '^device memory per rank' <<<"$output") || fail "$cfg: no device memory line: $output"
-		[ "$(field "$line" device_estimate)" -eq "$dev" ] || fail "$cfg: run's plan differs from --check's: $line"
-		[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "$cfg: device allocation $line, plan $dev"
-		[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "$cfg: device peak $line, plan $dev"
-		[ "$(field "$line" host_estimate)" -eq "$host" ] || fail "$cfg: host plan $line, --check $host"
-		hl=$(grep '^memory per rank' <<<"$output") || fail "$cfg: no memory line"
-		[ "$(field "$hl" alloc_setup)" -eq "$host" ] || fail "$cfg: host allocation $hl, plan $host"
+		# (one rank: nothing pinned)
+		msg=$(as_planned "$cfg" "$dev" "$host" 0) || fail "$msg"
 	done
 }
 
@@ -197,7 +209,7 @@ need_emu() {
 # unscaling reaching the host step) and bf16
 @test "emulated device, offload_optimizer cpu: device and pinned allocations equal the plan; the losses of the run without offload (fp32, fp16, bf16)" {
 	need_emu
-	local dt half dev pin host line hl off plain full room
+	local dt half dev pin host msg off plain full room
 	for dt in fp32 fp16 bf16; do
 		half=''
 		[ $dt = fp16 ] && half=', "fp16": {"enabled": true, "initial_scale_power": 8}'
@@ -209,13 +221,7 @@ need_emu() {
 		dev=$(row device_total) pin=$(row pinned_total) host=$(row host_total)
 		run -0 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" --device cuda --train-iters 4 \
 			--log-interval 1 --peak-gflops 1
-		line=$(grep '^device memory per rank' <<<"$output") || fail "$dt: no device memory line: $output"
-		[ "$(field "$line" device_alloc_setup)" -eq "$dev" ] || fail "$dt: device allocation $line, plan $dev"
-		[ "$(field "$line" device_alloc_peak)" -eq "$dev" ] || fail "$dt: device peak $line, plan $dev"
-		[ "$(field "$line" pinned)" -eq "$pin" ] || fail "$dt: pinned $line, plan $pin"
-		[ "$(field "$line" pinned_estimate)" -eq "$pin" ] || fail "$dt: pinned estimate $line, --check $pin"
-		hl=$(grep '^memory per rank' <<<"$output") || fail "$dt: no memory line"
-		[ "$(field "$hl" alloc_setup)" -eq $((host - pin)) ] || fail "$dt: host allocation $hl, plan $((host - pin))"
+		msg=$(as_planned "$dt" "$dev" $((host - pin)) "$pin") || fail "$msg"
 		off=$(grep -o 'loss [0-9.]*' <<<"$output")
 		[ "$(wc -l <<<"$off")" -eq 4 ] || fail "$dt: expected 4 losses: $output"
 		run -0 --separate-stderr "$EMU" --deepspeed_config n.json --model "$MODEL" --device cuda --train-iters 4 \
