@@ -228,7 +228,7 @@ HELP = {
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": "stage 3: gather full 16-bit weights when saving",
     "zero_optimization.stage3_gather_fp16_weights_on_model_save": "deprecated: stage3_gather_16bit_weights_on_model_save",
     "zero_optimization.round_robin_gradients": "stages 1-2: assign gradients to ranks round-robin",
-    "zero_optimization.offload_param.device": "stage 3: keep parameter slices in none, cpu or nvme (ZeRO-Infinity: swap files under nvme_path)",
+    "zero_optimization.offload_param.device": "stage 3: keep parameter slices in none, cpu (ZeRO-Offload: a 16-bit device run's in pinned host memory) or nvme (ZeRO-Infinity: swap files under nvme_path)",
     "zero_optimization.offload_optimizer.device": "keep optimizer states in none, cpu or nvme (stages 1-3; cpu: on --device cuda in pinned host memory, the step on the host (ZeRO-Offload); nvme: master and states in swap files, streamed per sub-group)",
     "zero_optimization.offload_optimizer.ratio": "fraction of optimizer states offloaded (< 1 only at stage 3)",
     "steps_per_print": "print the log line every this many steps (dstk default 10, DeepSpeed's documented default)",

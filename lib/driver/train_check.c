@@ -146,6 +146,7 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
 			json_object_set_new(w, ds_engine_mem_cat_name(c), json_string(ds_engine_mem_place_name(m->place[c])));
 		json_object_set_new(j, "where", w);
 		json_object_set_new(j, "comm_staging_pinned_bytes", json_integer((json_int_t)m->pinned_staging));
+		json_object_set_new(j, "params_offloaded_pinned_bytes", json_integer((json_int_t)m->params_pinned));
 		json_object_set_new(j, "device_bytes", json_integer((json_int_t)m->device_total));
 		json_object_set_new(j, "host_bytes", json_integer((json_int_t)m->host_total));
 		json_object_set_new(j, "pinned_host_bytes", json_integer((json_int_t)m->pinned_total));
@@ -170,12 +171,17 @@ static json_t *mem_json(const struct ds_train_setup *s, const struct ds_engine_m
  * and host memory (pinned named separately). */
 static void device_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
-	char h[32], note[160];
+	char h[32], note[320];
 	fprintf(out, "# %-18s %14s %11s  %-11s  %s\n", "category", "bytes", "size", "where", "holds");
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", ds_engine_mem_cat_name(c), m->bytes[c],
 			ds_fmt_bytes((double)m->bytes[c], h, sizeof h), ds_engine_mem_place_name(m->place[c]),
 			ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
+	if (m->params_pinned)
+		fprintf(out, "%-20s %14zu %11s  %-11s  %s%d segment%s at or above the persistence threshold\n",
+			"params_offloaded", m->params_pinned, ds_fmt_bytes((double)m->params_pinned, h, sizeof h),
+			ds_engine_mem_place_name(DS_MEM_PINNED), "offload_param cpu: the 16-bit parameters of the ",
+			m->nseg_param_host, m->nseg_param_host == 1 ? "" : "s");
 	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "comm_staging", m->pinned_staging,
 		ds_fmt_bytes((double)m->pinned_staging, h, sizeof h), ds_engine_mem_place_name(DS_MEM_PINNED),
 		m->dp <= 1		  ? "nothing crosses ranks"
@@ -196,7 +202,7 @@ static void device_table(FILE *out, const struct ds_train_setup *s, const struct
 
 static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds_engine_mem *m)
 {
-	char h[32], note[160];
+	char h[32], note[320];
 	if (m->tp * m->pp > 1) {
 		fprintf(out, "# memory per rank: ZeRO stage %d, world size %d = tensor %d x pipeline %d x data %d, %s, %s%s\n",
 			m->stage, m->world_size, m->tp, m->pp, m->dp, ds_optim_type_name(s->eng.optim.type),
@@ -267,9 +273,19 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 	else if (m->device && ocpu)
 		fprintf(out, "# offload of optimizer states to cpu: ZeRO stage %d has no partitioned optimizer; "
 			"DeepSpeed offloads from stage 1 on, so nothing moves\n", m->stage);
-	if (m->device && pcpu)
-		fprintf(out, "# offload of parameters to cpu: the cuda backend does not keep parameters in host "
-			"memory yet; they are counted on the device above\n");
+	if (m->device && pcpu && m->params_pinned)
+		fprintf(out, "# offload of parameters to cpu: params_offloaded is pinned host memory; each rank's "
+			"16-bit slice is copied to the device before its allgather (a whole segment on one rank: "
+			"before it is widened)\n");
+	else if (m->device && pcpu && m->stage != 3)
+		fprintf(out, "# offload of parameters to cpu: ZeRO stage %d does not partition parameters; DeepSpeed "
+			"offloads them at stage 3 only, so nothing moves\n", m->stage);
+	else if (m->device && pcpu && s->eng.half == DS_HALF_NONE)
+		fprintf(out, "# offload of parameters to cpu: an fp32 run's parameters are its master weights; the "
+			"cuda backend keeps them on the device (counted above; bf16 or fp16 moves them)\n");
+	else if (m->device && pcpu)
+		fprintf(out, "# offload of parameters to cpu: no segment reaches stage3_param_persistence_threshold; "
+			"DeepSpeed keeps such parameters on the device, so nothing moves\n");
 	if (!m->device && (ocpu || pcpu))
 		fprintf(out, "# offload %s to cpu: on this CPU build every row above is already host memory; "
 			"nothing moves and no device memory is saved\n",

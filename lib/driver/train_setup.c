@@ -187,7 +187,8 @@ static int map_precision(struct ds_train_setup *s, struct ds_err *err)
 /* ZeRO-Infinity: offload_optimizer device "nvme" at stages 1-3 (DeepSpeed:
  * stage 3; its stages 1-2 keep the states in memory), offload_param
  * device "nvme" at stage 3, and the "aio" section their swap files use;
- * ZeRO-Offload: offload_optimizer device "cpu" at stages 1-3. */
+ * ZeRO-Offload: offload_optimizer device "cpu" at stages 1-3, offload_param
+ * device "cpu" at stage 3. */
 static int64_t clamp_int(int64_t v) { return v > 1 << 30 ? 1 << 30 : v; }
 
 void ds_train_offload_opts(const struct ds_config *c, int stage, struct ds_engine_offload *o)
@@ -196,6 +197,7 @@ void ds_train_offload_opts(const struct ds_config *c, int stage, struct ds_engin
 	o->optimizer = stage >= 1 && !strcmp(v->zero_optimization.offload_optimizer.device, "nvme");
 	o->param = stage == 3 && !strcmp(v->zero_optimization.offload_param.device, "nvme");
 	o->cpu = stage >= 1 && !strcmp(v->zero_optimization.offload_optimizer.device, "cpu");
+	o->param_cpu = stage == 3 && !strcmp(v->zero_optimization.offload_param.device, "cpu");
 	o->opt_path = v->zero_optimization.offload_optimizer.nvme_path;
 	o->param_path = v->zero_optimization.offload_param.nvme_path;
 	o->sub_group_size = v->zero_optimization.sub_group_size;

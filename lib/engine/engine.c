@@ -56,6 +56,7 @@ struct seg {
 	int mfull;        /* the fp32 params (master weights) whole here: pfull, except in fp16/bf16
 			   * runs with W > 1 at stages >= 1, which keep the owned slice only */
 	int pnv, mnv;     /* ZeRO-Infinity: the parameter slice / the fp32 master live in swap files */
+	int phost;        /* offload_param cpu (hparam): its 16-bit parameters are in e->hp16, pinned */
 	int64_t poff, goff;  /* first element in e->params / e->grads */
 	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
@@ -124,6 +125,7 @@ struct ds_engine {
 				 * gradients: buf itself, packed in place, no allocation) */
 		struct ds_comm_req *req;
 		float *recv;
+		uint16_t *snd;  /* offload_param cpu at stage 3 (W > 1): the 16-bit slice sent, on the device */
 		int reducing, done;
 		long seq;
 	} ps[4], gs[5];
@@ -217,6 +219,13 @@ struct ds_engine {
 	float *hmaster, *hg[2];
 	uint16_t *hh[2];
 	size_t pinned, hextra;
+	/* offload_param cpu on a device backend in a 16-bit run (hparam,
+	 * stage 3): the phost segments' 16-bit parameters are hp16 (hptotal
+	 * elements, pinned host memory; hoff indexes it for them), sent to the
+	 * device through a slot's snd (gather_seg) or h (expand_seg) */
+	int hparam;
+	uint16_t *hp16;
+	int64_t hptotal;
 };
 
 /* a device backend's checkpoint pieces (after the checkpoint accessors) */
@@ -493,6 +502,13 @@ static void release_all(struct ds_engine *e)
 	ds_offload_param_put_all(e->off);
 }
 
+/* segment sg's 16-bit parameters (held whole or the owned slice): the
+ * backend's memory, or with offload_param cpu pinned host memory */
+static uint16_t *seg_p16(const struct ds_engine *e, const struct seg *sg)
+{
+	return (sg->phost ? e->hp16 : e->p16) + sg->hoff;
+}
+
 static int gather_seg(struct ds_engine *e, int s, int blocking)
 {
 	const struct seg *sg = &e->seg[s];
@@ -501,9 +517,15 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
 	/* the slice this rank sends: in memory, or read from its swap file
 	 * into a parameter buffer (released once the allgather is done) */
-	void *src = e->half ? (void *)(e->p16 + sg->hoff) : (void *)(e->params + sg->poff);
+	void *src = e->half ? (void *)seg_p16(e, sg) : (void *)(e->params + sg->poff);
 	if (sg->pnv)
 		DS_TRY(ds_offload_param_get(e->off, s, &src, &e->herr));
+	/* offload_param cpu: the slice crosses to the device first, queued
+	 * before the collective (which waits for the backend's queue) */
+	if (sg->phost) {
+		e->ops->from_host_async(sl->snd, src, (size_t)sg->shard * sizeof(uint16_t));
+		src = sl->snd;
+	}
 	sl->seg = s;
 	int rc;
 	if (e->half)  /* the 16-bit slices travel; expand_seg widens them */
@@ -531,11 +553,15 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 static int expand_seg(struct ds_engine *e, struct slot *sl)
 {
 	const struct seg *sg = &e->seg[sl->seg];
-	const uint16_t *src = sg->pfull ? e->p16 + sg->hoff : sl->h;
+	const uint16_t *src = sg->pfull ? seg_p16(e, sg) : sl->h;
 	if (sg->pfull && sg->pnv) {
 		void *b;
 		DS_TRY(ds_offload_param_get(e->off, sl->seg, &b, &e->herr));
 		src = b;
+	}
+	if (sg->pfull && sg->phost) {  /* offload_param cpu, one rank: the whole segment comes over */
+		e->ops->from_host_async(sl->h, src, (size_t)sg->padded * sizeof(uint16_t));
+		src = sl->h;
 	}
 	e->ops->half_unpack(e->half, sl->buf, src, (size_t)sg->padded);
 	if (sg->pfull && sg->pnv)
@@ -550,12 +576,15 @@ static int expand_seg(struct ds_engine *e, struct slot *sl)
 static uint16_t *master_p16(const struct ds_engine *e, const struct seg *sg, int64_t *n)
 {
 	*n = sg->mfull ? sg->padded : sg->shard;
-	return e->p16 + sg->hoff + (sg->mfull || !sg->pfull ? 0 : sg->u0);
+	return seg_p16(e, sg) + (sg->mfull || !sg->pfull ? 0 : sg->u0);
 }
 
 /* the 16-bit model copy from the master weights this rank holds (after
  * init, step, load; stages 1-2: gather_half completes it); ZeRO-Offload's
- * master is host memory: packed there, 16 bits sent */
+ * master is host memory: packed there, 16 bits sent; offload_param cpu's
+ * 16-bit copy is host memory: packed there from a host master, else
+ * packed on the device (in the reduce-scatter scratch, free now) and
+ * brought over */
 static void refresh_half(struct ds_engine *e)
 {
 	if (!e->half)
@@ -564,7 +593,14 @@ static void refresh_half(struct ds_engine *e)
 		const struct seg *sg = &e->seg[s];
 		int64_t n;
 		uint16_t *dst = master_p16(e, sg, &n);
-		if (!e->hstep) {
+		if (sg->phost && e->hstep) {
+			ds_compute_cpu.half_pack(e->half, dst, e->params + sg->poff, (size_t)n);
+		} else if (sg->phost) {
+			if (!n)
+				continue;
+			e->ops->half_pack(e->half, (uint16_t *)(void *)e->scratch, e->params + sg->poff, (size_t)n);
+			e->ops->to_host(dst, e->scratch, (size_t)n * sizeof(uint16_t));
+		} else if (!e->hstep) {
 			e->ops->half_pack(e->half, dst, e->params + sg->poff, (size_t)n);
 		} else if (n) {
 			ds_compute_cpu.half_pack(e->half, e->hh[0], e->params + sg->poff, (size_t)n);
@@ -884,6 +920,7 @@ static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, st
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
 	e->hstep = opts->offload.cpu && opts->zero_stage >= 1 && !e->ops->host;
+	e->hparam = opts->offload.param_cpu && opts->zero_stage == 3 && !e->ops->host && e->half != DS_HALF_NONE;
 }
 
 /* 3D parallelism: the layout, and with tp * pp > 1 its process groups;
@@ -1095,11 +1132,14 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		sg->pfull = !zp || sg->numel < opts->stage3_param_persistence_threshold;
 		sg->gfull = !zg;
 		sg->mfull = sg->pfull && !(opts->half != DS_HALF_NONE && opts->zero_stage >= 1 && sg->gW > 1);
+		/* offload_param cpu: DeepSpeed's partitioned parameters (at or
+		 * above the persistence threshold) go to pinned host memory */
+		sg->phost = e->hparam && sg->numel > 0 && sg->numel >= opts->stage3_param_persistence_threshold;
 		sg->poff = e->ptotal;
 		sg->goff = e->gtotal;
-		sg->hoff = e->htotal;
+		sg->hoff = sg->phost ? e->hptotal : e->htotal;
 		e->ptotal += sg->mnv ? 0 : sg->mfull ? sg->padded : sg->shard;
-		e->htotal += sg->pnv ? 0 : sg->pfull ? sg->padded : sg->shard;
+		*(sg->phost ? &e->hptotal : &e->htotal) += sg->pnv ? 0 : sg->pfull ? sg->padded : sg->shard;
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > *maxshard)
 			*maxshard = sg->shard;
@@ -1237,8 +1277,19 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
-	if (e->half && !(e->p16 = e->ops->alloc((size_t)e->htotal * sizeof(uint16_t))))
+	if (e->half && !(e->p16 = e->ops->alloc((size_t)(e->htotal ? e->htotal : 1) * sizeof(uint16_t))))
 		ok = 0;
+	/* offload_param cpu: the offloaded 16-bit parameters, and what carries
+	 * them over: a 16-bit send slice per gather slot (stage 3 on W > 1),
+	 * else (one rank: whole segments) a 16-bit widening source per slot */
+	if (e->hptotal) {
+		if (!(e->hp16 = pin_alloc(e, (size_t)e->hptotal * sizeof(uint16_t))))
+			ok = 0;
+		for (int k = 0; k < e->nps; k++)
+			if (zp ? !(e->ps[k].snd = e->ops->alloc((size_t)maxshard * sizeof(uint16_t)))
+			       : !e->ps[k].h && !(e->ps[k].h = e->ops->alloc((size_t)e->maxpad * sizeof(uint16_t))))
+				ok = 0;
+	}
 	return ok && e->breq && e->seg_done && e->bk;
 }
 
@@ -1254,6 +1305,11 @@ static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
 				  "(ZeRO-Offload: %s) for %lld parameters; ds-train --check shows the plan: a higher ZeRO "
 				  "stage shards it over the ranks", !e->hstage_ok ? "the step's staging"
 				  : "the fp32 master weights", (long long)e->total);
+	if (e->hptotal && !e->hp16)
+		return ds_err_set(err, DS_ENOMEM, "out of pinned host memory for the memory plan's parameters row "
+				  "(offload_param cpu: the 16-bit parameters, %zu bytes) for %lld parameters; ds-train "
+				  "--check shows the plan: more ranks shard it", (size_t)e->hptotal * sizeof(uint16_t),
+				  (long long)e->total);
 	if (e->half && !e->p16) {
 		row = "parameters", what = "the 16-bit model copy", bytes = (size_t)e->htotal * sizeof(uint16_t);
 	} else if (!e->params) {
@@ -1379,7 +1435,7 @@ static int init_offload(struct ds_engine *e, struct ds_err *err)
 						  .elem0 = ds_gpt_segment(e->model, s)->offset, .master = sg->p_upd,
 						  .g32 = sg->g_upd, .g16 = sg->h_upd, .pstore = sg->pnv };
 		if (e->half && !sg->pnv)
-			r[s].h16 = e->p16 + sg->hoff + (sg->pfull ? sg->u0 : 0);
+			r[s].h16 = seg_p16(e, sg) + (sg->pfull ? sg->u0 : 0);
 	}
 	/* the world rank names the swap directory and its errors (e->rank is
 	 * the data-parallel one, shared by a tensor x pipeline group) */
@@ -1418,7 +1474,7 @@ static int init_half(struct ds_engine *e, struct ds_err *err)
 		float *tmp = e->ps[0].buf;   /* the backend's memory */
 		e->ops->zero(tmp, (size_t)sg->padded * sizeof(float));
 		DS_TRY(init_params(e, tmp, 0, ms->offset, ms->offset + sg->numel, err));
-		e->ops->half_pack(e->half, e->p16 + sg->hoff, tmp, (size_t)sg->padded);
+		e->ops->half_pack(e->half, seg_p16(e, sg), tmp, (size_t)sg->padded);
 	}
 	return 0;
 }
@@ -1506,8 +1562,11 @@ void ds_engine_destroy(struct ds_engine *e)
 	for (int k = 0; k < 4; k++) {
 		ops->free(e->ps[k].buf);
 		ops->free(e->ps[k].h);
+		ops->free(e->ps[k].snd);
 	}
 	ops->free(e->p16);
+	if (e->hp16)
+		ops->pinned_free(e->hp16);
 	ops->free(e->c16);
 	for (int k = 0; k < 5; k++) {
 		ops->free(e->gs[k].buf);
@@ -1748,6 +1807,10 @@ static void step_put(struct ds_engine *e, const struct seg *sg, int b, int async
 		return;
 	}
 	uint16_t *dst = master_p16(e, sg, &n);
+	if (sg->phost) {   /* offload_param cpu: the 16-bit copy is host memory */
+		ds_compute_cpu.half_pack(e->half, dst, sg->m_step, (size_t)n);
+		return;
+	}
 	ds_compute_cpu.half_pack(e->half, e->hh[b], sg->m_step, (size_t)n);
 	put(dst, e->hh[b], (size_t)n * sizeof(uint16_t));
 }
@@ -1922,7 +1985,7 @@ static int gather_half(struct ds_engine *e, struct ds_err *err)
 {
 	for (int s = 0; s < e->nseg; s++) {
 		struct seg *sg = &e->seg[s];
-		uint16_t *base = e->p16 + sg->hoff;
+		uint16_t *base = seg_p16(e, sg);
 		if (sg->mfull || !sg->pfull)
 			continue;
 		DS_TRY(gather_chunked(e, sg, base, sg->shard, (int64_t)sg->grank * sg->shard, e->hdtype, sizeof(uint16_t),
@@ -2551,7 +2614,7 @@ size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
 	size_t b = (size_t)e->ptotal * sizeof(float) + (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
 	if (e->half)
-		b += (size_t)e->htotal * sizeof(uint16_t);  /* the 16-bit model copy */
+		b += (size_t)(e->htotal + e->hptotal) * sizeof(uint16_t);  /* the 16-bit model copy (offloaded too) */
 	for (int s = 0; s < e->nseg && !e->ob; s++)   /* (an empty range still allocates one element, as ds_optim_create does) */
 		if (e->opt[s]->nstates && e->opt[s]->states[0])  /* not in swap files */
 			b += (size_t)e->opt[s]->nstates * (size_t)(e->seg[s].un ? e->seg[s].un : 1) * sizeof(float);

@@ -115,6 +115,16 @@ struct ds_engine_offload {
 	 * bytes).  A host backend's memory is the host's already: nothing
 	 * changes there. */
 	int cpu;
+	/* ZeRO-Offload's offload_param.device "cpu" at stage 3.  On a device
+	 * backend in a 16-bit run the 16-bit parameters of every segment at
+	 * or above stage3_param_persistence_threshold (DeepSpeed's partitioned
+	 * ones) live in pinned host memory: each rank's slice is copied to the
+	 * device just before its allgather (a whole segment, where it is not
+	 * partitioned: on one rank, just before it is widened), and the step
+	 * writes its 16-bit copy there.  An fp32 run's parameters are its
+	 * master weights and stay on the device; a host backend moves
+	 * nothing. */
+	int param_cpu;
 };
 
 struct ds_compute_ops;

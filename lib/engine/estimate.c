@@ -196,6 +196,12 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 		m->nseg_offloaded += pst[s];
 		mtotal += !ds_offload_master_in_memory(o, pst[s]) ? 0 : mfull ? padded : shard;
 		htotal += pst[s] ? 0 : pfull ? padded : shard;
+		/* offload_param cpu: the engine's phost segments (engine.c lay_out) */
+		if (half && o->offload.param_cpu && o->zero_stage == 3 && numel > 0 &&
+		    numel >= o->stage3_param_persistence_threshold) {
+			m->param_host += (size_t)(pfull ? padded : shard) * sizeof(uint16_t);
+			m->nseg_param_host++;
+		}
 		gtotal += gfull ? padded : shard;
 		if (shard > maxshard)
 			maxshard = shard;
@@ -280,6 +286,14 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		m->total += m->bytes[c];
+	/* offload_param cpu on a device (engine.c alloc_slots): a 16-bit send
+	 * slice per gather slot at stage 3 on W > 1, else a 16-bit widening
+	 * source per parameter slot */
+	m->params_all = m->bytes[DS_MEM_PARAMS];
+	m->comm_all = m->bytes[DS_MEM_COMM];
+	if (m->param_host)
+		m->param_host_extra = zp ? 3 * (size_t)maxshard * sizeof(uint16_t)
+					 : (size_t)(2 + moe) * (size_t)maxpad * sizeof(uint16_t);
 	/* the staged path's pinned pool (ds_engine_mem_place counts it for a
 	 * device plan): its largest call on device buffers, the bucket
 	 * allreduce (stages 0-1), the gradient reduce-scatter (stages 2-3) and
@@ -324,8 +338,12 @@ void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o
 	/* ZeRO-Offload: the row moves to pinned host memory with its extra */
 	m->offloaded = device && o->offload.cpu && o->zero_stage >= 1;
 	m->bytes[DS_MEM_OPTIM] = m->optim_host + (m->offloaded ? m->offload_extra : 0);
-	m->model_state = m->bytes[DS_MEM_PARAMS] + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
-	m->total = 0;
+	/* offload_param cpu: the offloaded 16-bit parameters leave the row */
+	m->params_pinned = device ? m->param_host : 0;
+	m->bytes[DS_MEM_PARAMS] = m->params_all - m->params_pinned;
+	m->bytes[DS_MEM_COMM] = m->comm_all + (m->params_pinned ? m->param_host_extra : 0);
+	m->model_state = m->bytes[DS_MEM_PARAMS] + m->params_pinned + m->bytes[DS_MEM_GRADS] + m->bytes[DS_MEM_OPTIM];
+	m->total = m->params_pinned;
 	for (int c = 0; c < DS_MEM_NCAT; c++)
 		m->total += m->bytes[c];
 	for (int c = 0; c < DS_MEM_NCAT; c++) {
@@ -341,8 +359,8 @@ void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o
 	}
 	if (!device)
 		m->pinned_staging = 0;
-	m->host_total += m->pinned_staging;
-	m->pinned_total += m->pinned_staging;
+	m->host_total += m->pinned_staging + m->params_pinned;
+	m->pinned_total += m->pinned_staging + m->params_pinned;
 }
 
 int ds_engine_mem_device_fit(const struct ds_engine_mem *m, size_t free_bytes, size_t *sum)
@@ -379,6 +397,10 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		if (m->nseg_offloaded) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, "; %d segments' slices in swap files", m->nseg_offloaded);
+		}
+		if (m->params_pinned) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, "; %d segments in pinned host memory (params_offloaded)", m->nseg_param_host);
 		}
 		if (o->half != DS_HALF_NONE) {
 			size_t l = strlen(buf);
@@ -430,6 +452,11 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		if (grads16(o) && comm_kind(o) == DS_HALF_NONE && W > 1 && m->stage < 2) {
 			size_t l = strlen(buf);
 			snprintf(buf + l, n - l, " + an fp32 reduction bucket (communication_data_type fp32)");
+		}
+		if (m->params_pinned) {
+			size_t l = strlen(buf);
+			snprintf(buf + l, n - l, " + 16-bit %s the offloaded parameters cross in", W > 1 && m->stage >= 3
+				 ? "send slices" : "segments");
 		}
 		break;
 	case DS_MEM_ACT: {

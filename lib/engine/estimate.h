@@ -99,6 +99,14 @@ struct ds_engine_mem {
 	 * offloaded: the device plan moved it */
 	size_t optim_host, offload_extra;
 	int offloaded;
+	/* offload_param cpu (stage 3, 16-bit runs): the 16-bit parameters of
+	 * the nseg_param_host segments at or above the persistence threshold
+	 * (param_host bytes) and the device staging that carries them over
+	 * (param_host_extra, communication); params_all / comm_all: those rows
+	 * of the host plan.  params_pinned: what a device plan moved out of
+	 * the parameters row into pinned host memory (0: nothing moved) */
+	size_t params_all, comm_all, param_host, param_host_extra, params_pinned;
+	int nseg_param_host;
 };
 
 enum ds_mem_place { DS_MEM_HOST = 0, DS_MEM_DEVICE, DS_MEM_PINNED };
@@ -114,7 +122,10 @@ enum ds_mem_place { DS_MEM_HOST = 0, DS_MEM_DEVICE, DS_MEM_PINNED };
  * collective the step makes on device buffers (ds_comm_staged_bytes), one
  * per call in flight with overlap_comm.  ZeRO-Offload (o->offload.cpu,
  * stages 1-3) moves optimizer_states to pinned host memory and adds its
- * host copy and staging to the row (offload_extra).  device 0 leaves
+ * host copy and staging to the row (offload_extra); offload_param cpu
+ * (stage 3, a 16-bit run) moves param_host bytes of the parameters row to
+ * pinned host memory (params_pinned, counted in the totals) and adds
+ * param_host_extra to communication.  device 0 leaves
  * every row host memory (the cpu plan) and only sets the totals. */
 void ds_engine_mem_place(struct ds_engine_mem *m, const struct ds_engine_opts *o, int device);
 const char *ds_engine_mem_place_name(int place);   /* "device", "host", "pinned host" */

@@ -278,3 +278,107 @@ need_emu() {
 	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
 		fail "cpu -> offloaded cuda: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
 }
+
+# offload_param.device cpu (ZeRO stage 3, a 16-bit run) by hand, with
+# stage3_param_persistence_threshold 1000: the embeddings (18432) and both
+# layers (49984) reach it, the final norm (128) does not.  On one rank the
+# 16-bit parameters of those three (2 x 118400 bytes) leave the parameters
+# row (2 x 128 stay) for pinned host memory, and communication gains two
+# 16-bit widening sources of the largest segment (2 x 2 x 49984); on 2
+# ranks each holds half of them (118400) and gains three 16-bit send
+# slices of the largest shard (3 x 2 x 24992).  Where nothing moves
+# (fp32, stage 2, the default threshold, the cpu plan) a note says why.
+@test "--check --device cuda with offload_param cpu: the offloaded 16-bit parameters in pinned host memory (hand-computed)" {
+	local zo='"stage": 3, "stage3_param_persistence_threshold": 1000' ws plain_comm plain_dev off extra
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {%s}}' \
+		"$zo" >n.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {%s, "offload_param": {"device": "cpu"}}}' \
+		"$zo" >p.json
+	for ws in 1 2; do
+		run -0 ds-train --check --world-size $ws --deepspeed_config n.json --model "$MODEL" --device cuda
+		plain_comm=$(row communication) plain_dev=$(row device_total)
+		[ -z "$(row params_offloaded)" ] || fail "no offload, yet a params_offloaded row: $output"
+		run -0 ds-train --check --world-size $ws --deepspeed_config p.json --model "$MODEL" --device cuda
+		off=$((2 * 118400)) extra=$((2 * 2 * 49984))
+		[ $ws -eq 2 ] && off=118400 extra=$((3 * 2 * 24992))
+		[ "$(row params_offloaded)" -eq "$off" ] || fail "ws $ws: params_offloaded $(row params_offloaded), want $off"
+		[ "$(where params_offloaded)" = "pinned host" ] || fail "ws $ws: params_offloaded on $(where params_offloaded)"
+		[ "$(row parameters)" -eq 256 ] || fail "ws $ws: parameters $(row parameters), want 256"
+		[ "$(where parameters)" = device ] || fail "ws $ws: parameters on $(where parameters)"
+		[ "$(row communication)" -eq $((plain_comm + extra)) ] || fail "ws $ws: communication $(row communication)"
+		[ "$(row device_total)" -eq $((plain_dev - off + extra)) ] || fail "ws $ws: device_total $(row device_total)"
+		[ "$(row pinned_total)" -eq $((off + $(row comm_staging))) ] || fail "ws $ws: pinned_total: $output"
+		assert_line --partial "# offload of parameters to cpu: params_offloaded is pinned host memory"
+	done
+	if command -v jq >/dev/null; then
+		run -0 ds-train --check --json --deepspeed_config p.json --model "$MODEL" --device cuda
+		jq -e '.memory.params_offloaded_pinned_bytes == 236800 and .memory.pinned_host_bytes == 236800' \
+			<<<"$output" >/dev/null || fail "JSON: $output"
+	fi
+	# where nothing moves, the parameters stay in the row and a note says why
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_param": {"device": "cpu"}}}' \
+		"$zo" >f.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}' >s2.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}' >d.json
+	run -0 ds-train --check --deepspeed_config f.json --model "$MODEL" --device cuda
+	[ "$(row parameters)" -eq $((4 * P)) ] && [ -z "$(row params_offloaded)" ] || fail "fp32: $output"
+	assert_line --partial "an fp32 run's parameters are its master weights"
+	run -0 ds-train --check --deepspeed_config s2.json --model "$MODEL" --device cuda
+	[ "$(row parameters)" -eq $((2 * P)) ] && [ -z "$(row params_offloaded)" ] || fail "stage 2: $output"
+	assert_line --partial "ZeRO stage 2 does not partition parameters"
+	run -0 ds-train --check --deepspeed_config d.json --model "$MODEL" --device cuda
+	[ "$(row parameters)" -eq $((2 * P)) ] && [ -z "$(row params_offloaded)" ] || fail "default threshold: $output"
+	assert_line --partial "no segment reaches stage3_param_persistence_threshold"
+	run -0 ds-train --check --deepspeed_config p.json --model "$MODEL" --device cpu
+	[ "$(row parameters)" -eq $((2 * P)) ] || fail "cpu plan: $output"
+	assert_line --partial "on this CPU build every row above is already host memory"
+}
+
+# the emulated run allocates the plan with offload_param cpu (alone and
+# with offload_optimizer cpu, whose host step then writes the 16-bit copy
+# straight into host memory) byte for byte, and each step's loss is the
+# run without offload's within 1e-5 (the same 16-bit values reach the
+# model, only through pinned memory): bf16 with AdamW, fp16 with Lamb
+# (its trust ratios take the host step's synchronous path); a cpu run's
+# checkpoint resumes there with the uninterrupted run's next two losses
+# (the load's master weights packed into the host copy)
+@test "emulated device, offload_param cpu: allocations equal the plan; the losses without offload; a cpu checkpoint resumes" {
+	need_emu
+	local zo='"stage": 3, "stage3_param_persistence_threshold": 1000' dt opt half oo dev pin host msg off plain want w4
+	for dt in bf16 fp16; do
+		opt='' half=', "bf16": {"enabled": true}'
+		[ $dt = fp16 ] && opt=', "optimizer": {"type": "Lamb", "params": {"lr": 0.001}}' half=', "fp16": {"enabled": true, "initial_scale_power": 8}'
+		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s}%s%s}' "$zo" "$opt" "$half" >n.json
+		run -0 --separate-stderr "$EMU" --deepspeed_config n.json --model "$MODEL" --device cuda --train-iters 3 \
+			--log-interval 1 --peak-gflops 1
+		plain=$(grep -o 'loss [0-9.]*' <<<"$output" | awk '{ print $2 }')
+		[ "$(wc -l <<<"$plain")" -eq 3 ] || fail "$dt: expected 3 losses: $output"
+		for oo in '' ', "offload_optimizer": {"device": "cpu"}'; do
+			printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_param": {"device": "cpu"}%s}%s%s}' \
+				"$zo" "$oo" "$opt" "$half" >p.json
+			run -0 ds-train --check --deepspeed_config p.json --model "$MODEL" --device cuda
+			dev=$(row device_total) pin=$(row pinned_total) host=$(row host_total)
+			[ "$(row params_offloaded)" -gt 0 ] || fail "$dt$oo: nothing offloaded: $output"
+			run -0 --separate-stderr "$EMU" --deepspeed_config p.json --model "$MODEL" --device cuda --train-iters 3 \
+				--log-interval 1 --peak-gflops 1
+			msg=$(as_planned "$dt$oo" "$dev" $((host - pin)) "$pin") || fail "$msg"
+			off=$(grep -o 'loss [0-9.]*' <<<"$output" | awk '{ print $2 }')
+			paste <(echo "$off") <(echo "$plain") |
+				awk 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "loss " $1 " vs " $2; bad = 1 } } END { exit bad }' ||
+				fail "$dt$oo: offloaded losses differ from the run without offload: $off / $plain"
+		done
+	done
+	# (fp16 with Lamb and both offloads, the last config) saved on cpu at
+	# step 2, resumed on the emulated device
+	loss_at() { sed -n "s/^step $1\\/4 .*| loss \\([0-9.]*\\) .*/\\1/p" <<<"$output"; }
+	near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * b) }'; }
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1 \
+		--save c --exit-interval 2
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1
+	want=$(loss_at 3) w4=$(loss_at 4)
+	[ -n "$want" ] && [ -n "$w4" ] || fail "no step-3 or step-4 loss: $output"
+	run -0 --separate-stderr "$EMU" --deepspeed_config p.json --model "$MODEL" --device cuda --train-iters 4 \
+		--log-interval 1 --save c --load auto
+	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
+		fail "cpu -> offloaded cuda: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
+}

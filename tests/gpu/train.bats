@@ -9,8 +9,8 @@
 # runs give the cpu losses within the 16-bit tolerance of the CPU suite
 # (1e-2 relative, tests/cli/ds-train-mixed.bats), the same loss scale at
 # every step, and that suite's fp16 overflow injection and bf16
-# non-finite steps behave as on cpu; ZeRO-Offload (offload_optimizer cpu)
-# gives the cpu losses with less device memory.  Needs a CUDA device:
+# non-finite steps behave as on cpu; ZeRO-Offload (offload_optimizer cpu,
+# offload_param cpu) gives the cpu losses with less device memory.  Needs a CUDA device:
 # bench/gpu-run.sh runs it on the GPU machine; elsewhere every test skips
 # with the reason (the choice of --device cuda is checked without one by
 # tests/cli/ds-train-device.bats, the backend by the emulated unit tests).
@@ -168,6 +168,33 @@ same_col() {
 			fail "$dt: offload saved no device memory: $line (without: $dev0)"
 		run same_losses cpu-$dt cuda-$dt "$ITERS" "$tol"
 		[ "$status" -eq 0 ] || fail "$dt: offloaded cuda and cpu losses differ by more than $tol relative: $output"
+	done
+}
+
+# offload_param cpu at ZeRO stage 3 in bf16 (persistence threshold 1000:
+# the embeddings and both layers offloaded, 2 x 118400 bytes), with and
+# without offload_optimizer cpu: the cpu losses within the 16-bit
+# tolerance, the offloaded parameters pinned, and less device memory than
+# the same run without offload_param (it saves 236800 bytes and adds two
+# 16-bit widening sources of 99968)
+@test "gpu: offload_param cpu on --device cuda, bf16 stage 3: the cpu losses, pinned parameters, less device memory" {
+	local oo line pin dev0 k=0 zo='"stage": 3, "stage3_param_persistence_threshold": 1000'
+	[ "$CUDA_TRAIN" = ds-train ] || skip "$CUDA_TRAIN: the emulation's offload checks are ds-train-check-cuda.bats's"
+	cfg np.json ", \"zero_optimization\": {$zo}, \"bf16\": {\"enabled\": true}"
+	run -0 --separate-stderr train cpu-p np.json --train-iters "$ITERS" --device cpu
+	run -0 --separate-stderr train plain-p np.json --train-iters "$ITERS" --device cuda
+	dev0=$(grep '^device memory per rank' <<<"$output" | grep -o 'device_alloc_peak [0-9]*' | awk '{ print $2 }')
+	for oo in '' ', "offload_optimizer": {"device": "cpu"}'; do
+		cfg op.json ", \"zero_optimization\": {$zo, \"offload_param\": {\"device\": \"cpu\"}$oo}, \"bf16\": {\"enabled\": true}"
+		k=$((k + 1))
+		run -0 --separate-stderr train cuda-p$k op.json --train-iters "$ITERS" --device cuda
+		line=$(grep '^device memory per rank' <<<"$output") || fail "$oo: no device memory line: $output"
+		pin=$(grep -o '| pinned [0-9]*' <<<"$line" | awk '{ print $3 }')
+		[ "${pin:-0}" -ge 236800 ] || fail "$oo: the parameters are not pinned: $line"
+		[ "$(grep -o 'device_alloc_peak [0-9]*' <<<"$line" | awk '{ print $2 }')" -lt "$dev0" ] ||
+			fail "$oo: offload_param saved no device memory: $line (without: $dev0)"
+		run same_losses cpu-p cuda-p$k "$ITERS" 1e-2
+		[ "$status" -eq 0 ] || fail "$oo: offloaded cuda and cpu losses differ by more than 1e-2 relative: $output"
 	done
 }
 

@@ -76,23 +76,35 @@ setup() {
 # row plus the staged path's pool (fp32: exactly the plan's; bf16 reduces
 # in 16 bits, so its pool stays under the plan's fp32 bound); each step's
 # loss is the run without offload's within 1e-5 (its gradients are the
-# same, and the host step is the cpu backend's)
-@test "emulated cuda at 2 ranks, offload_optimizer cpu, fp32 ZeRO 2 and bf16 ZeRO 3: the plan's bytes, the losses without offload" {
-	local emu=$DS_BUILDDIR/tests/unit/ds-train-emu st dt half line dev pin opt off plain o
+# same, and the host step is the cpu backend's).  The bf16 ZeRO 3 run also
+# offloads its parameters (offload_param cpu, persistence threshold 1000:
+# three of the four segments), each rank's 16-bit slices pinned
+# (params_offloaded, added to the pinned bytes) and copied to the device
+# before every allgather.
+@test "emulated cuda at 2 ranks, offload_optimizer cpu, fp32 ZeRO 2 and bf16 ZeRO 3 with offload_param cpu: the plan's bytes, the losses without offload" {
+	local emu=$DS_BUILDDIR/tests/unit/ds-train-emu st dt half line dev pin opt off plain zo op hp
 	[ -x "$emu" ] || fail "$emu is missing: make check builds it on a CUDA build"
 	for st in 2 3; do
-		dt=fp32 half=''
-		[ "$st" -eq 3 ] && dt=bf16 half=', "bf16": {"enabled": true}'
-		for o in cpu none; do
-			printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": %d, "offload_optimizer": {"device": "%s"}}%s}' \
-				"$st" "$o" "$half" >"$BATS_TEST_TMPDIR/$o.json"
-		done
+		dt=fp32 half='' zo='' op=''
+		if [ "$st" -eq 3 ]; then
+			dt=bf16 half=', "bf16": {"enabled": true}' zo=', "stage3_param_persistence_threshold": 1000'
+			op=', "offload_param": {"device": "cpu"}'
+		fi
+		printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": %d, "offload_optimizer": {"device": "cpu"}%s%s}%s}' \
+			"$st" "$zo" "$op" "$half" >"$BATS_TEST_TMPDIR/cpu.json"
+		printf '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": %d%s}%s}' \
+			"$st" "$zo" "$half" >"$BATS_TEST_TMPDIR/none.json"
 		run -0 ds-train --check --world-size 2 --deepspeed_config "$BATS_TEST_TMPDIR/cpu.json" \
 			--model "$SHARE/models/gpt-test.json" --device cuda
 		dev=$(awk '$1 == "device_total" { print $2 }' <<<"$output")
 		pin=$(awk '$1 == "comm_staging" { print $2 }' <<<"$output")
 		opt=$(awk '$1 == "optimizer_states" { print $2 }' <<<"$output")
+		hp=$(awk '$1 == "params_offloaded" { print $2 }' <<<"$output")
 		[ "$(awk '$1 == "optimizer_states" { print $5, $6 }' <<<"$output")" = "pinned host" ] || fail "$dt: $output"
+		if [ "$st" -eq 3 ]; then
+			[ "$hp" = 118400 ] || fail "$dt: params_offloaded ${hp:-missing}, want 118400 (half of 3 segments' bf16): $output"
+			opt=$((opt + hp))
+		fi
 		DS_MPIRUN_TIMEOUT=300 run -0 --separate-stderr mpirun_n 2 "$emu" --deepspeed_config "$BATS_TEST_TMPDIR/cpu.json" \
 			--model "$SHARE/models/gpt-test.json" --device cuda --train-iters 3 --log-interval 1 --peak-gflops 1
 		line=$(grep '^device memory per rank' <<<"$output") || fail "$dt: no device memory line: $output"
