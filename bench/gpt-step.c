@@ -181,7 +181,8 @@ int main(int argc, char **argv)
 		tgt[i] = (i * 104729 + 1) % V;
 	}
 	for (int d = 0; d < nd; d++) {
-		struct ds_gpt_ws_opts o = { B, T, ckpt, 1, rs[d].half, rs[d].mm };
+		struct ds_gpt_ws_opts o = { .B = B, .T = T, .checkpointing = ckpt, .dropout_seed = 1, .half = rs[d].half,
+					     .bf16_matmul = rs[d].mm };
 		if (ds_gpt_ws_create(&rs[d].ws, m, &o, &err)) {
 			fprintf(stderr, "gpt-step: %s: %s\n", rs[d].name, err.msg);
 			return err.code == DS_ENOTSUP ? 3 : 1;

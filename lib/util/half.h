@@ -60,8 +60,8 @@ static inline DS_HALF_HD float ds_f16_to_f32_exact(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
 	uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-	if (e == 0x1f)
-		return ds_half_u2f(sign | 0x7f800000u | (m << 13));
+	if (e == 0x1f)  /* inf, or a nan made quiet (as IEEE 754's conversions and F16C's vcvtph2ps do) */
+		return ds_half_u2f(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
 	if (e == 0) {
 		if (m == 0)
 			return ds_half_u2f(sign);
@@ -91,6 +91,10 @@ float ds_bf16_to_fp32(uint16_t h);
 
 void ds_fp32_to_fp16_n(uint16_t *dst, const float *src, size_t n);
 void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
+/* The fp16 bulk loops' path: 2 F16C at 16 lanes (AVX-512), 1 F16C at 8
+ * (AVX), 0 the scalar functions.  Returns the path the CPU allows (the one
+ * used); force (tests: each path's bits) caps it, -1 lifts the cap. */
+int ds_half_fp16_path(int force);
 void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
 
