@@ -7,7 +7,8 @@
 # A CUDA build (tests/unit/ds-train-emu: ds-train over the host emulation
 # of CUDA) also holds the plan to what the backend really allocates on the
 # device and the allocator on the host, and runs out of device memory on
-# an emulated device made small (DS_EMU_DEVICE_MEM).
+# an emulated device made small (DS_EMU_DEVICE_MEM) and out of pinned host
+# memory (DS_EMU_PINNED_MEM).
 # shellcheck disable=SC2154  # stderr, stderr_lines: set by bats' run --separate-stderr
 load helper
 
@@ -381,4 +382,32 @@ need_emu() {
 		--log-interval 1 --save c --load auto
 	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
 		fail "cpu -> offloaded cuda: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
+}
+
+# pinned host memory that runs out (the emulation's DS_EMU_PINNED_MEM
+# caps cudaMallocHost): one line naming the plan row whose buffer did not
+# come and what it holds, exit 1, nothing trained or written
+@test "emulated pinned memory too small for an offload: one line naming the row, exit 1, nothing written" {
+	need_emu
+	local opt='"optimizer": {"type": "AdamW", "params": {"lr": 0.001}}'
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, %s, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 1000, "offload_param": {"device": "cpu"}}}' \
+		"$opt" >p.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, %s, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}' \
+		"$opt" >o.json
+	# (the offloaded parameters are 236800 bytes, the optimizer's row 12 x P)
+	DS_EMU_PINNED_MEM=200000 run -1 --separate-stderr "$EMU" --deepspeed_config p.json --model "$MODEL" --device cuda \
+		--train-iters 2 --save ck
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one line: $stderr"
+	[[ "$stderr" == *"out of pinned host memory for the memory plan's parameters row (offload_param cpu: the 16-bit parameters, 236800 bytes)"* ]] ||
+		fail "parameters row not named: $stderr"
+	[ ! -e ck ] || fail "a failed run wrote a checkpoint directory"
+	refute_output --partial "step 1/"
+	DS_EMU_PINNED_MEM=600000 run -1 --separate-stderr "$EMU" --deepspeed_config o.json --model "$MODEL" --device cuda \
+		--train-iters 2
+	[ "${#stderr_lines[@]}" -eq 1 ] || fail "expected one line: $stderr"
+	[[ "$stderr" == *"out of pinned host memory for the memory plan's optimizer_states row (ZeRO-Offload:"* ]] ||
+		fail "optimizer_states row not named: $stderr"
+	# with room for the plan's pinned total both train
+	DS_EMU_PINNED_MEM=$((236800 + 4096)) run -0 --separate-stderr "$EMU" --deepspeed_config p.json --model "$MODEL" \
+		--device cuda --train-iters 1
 }

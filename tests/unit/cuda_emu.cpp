@@ -441,13 +441,25 @@ cudaError_t ds_emu_dev_free(void *p)
 	return e;
 }
 
+/* Pinned host memory: DS_EMU_PINNED_MEM bytes when set (a cudaMallocHost
+ * past it fails with cudaErrorMemoryAllocation, as page-locking past the
+ * machine's limit does), else unlimited.  pinned_held: what it holds. */
+static size_t pinned_held;
+
 cudaError_t ds_emu_host_alloc(void **p, size_t n)
 {
-	*p = malloc(n ? n : 1);
+	const char *e = getenv("DS_EMU_PINNED_MEM");
+	const unsigned long long cap = e && *e ? strtoull(e, nullptr, 0) : 0;
+	const size_t want = n ? n : 1;
+	pthread_mutex_lock(&dev_mu);
+	const bool over = cap && pinned_held + want > cap;
+	pthread_mutex_unlock(&dev_mu);
+	*p = over ? nullptr : malloc(want);
 	if (!*p)
 		return E.err = cudaErrorMemoryAllocation;
 	pthread_mutex_lock(&dev_mu);
-	pinned[(uintptr_t)*p] = n ? n : 1;
+	pinned[(uintptr_t)*p] = want;
+	pinned_held += want;
 	pthread_mutex_unlock(&dev_mu);
 	return cudaSuccess;
 }
@@ -457,7 +469,13 @@ cudaError_t ds_emu_host_free(void *p)
 	if (!p)
 		return cudaSuccess;
 	pthread_mutex_lock(&dev_mu);
-	size_t gone = pinned.erase((uintptr_t)p);
+	auto it = pinned.find((uintptr_t)p);
+	size_t gone = 0;
+	if (it != pinned.end()) {
+		pinned_held -= it->second;
+		pinned.erase(it);
+		gone = 1;
+	}
 	pthread_mutex_unlock(&dev_mu);
 	if (!gone) {
 		fprintf(stderr, "cuda_emu: cudaFreeHost of %p, which cudaMallocHost did not return\n", p);

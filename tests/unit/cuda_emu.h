@@ -136,7 +136,8 @@ template <class... A> static inline int ds_emu_args(const char *kernel, const A 
  * cublas_emu.cpp).  So host code that reads or writes device memory
  * directly, which a GPU would not allow, dies with SIGSEGV here, and the
  * handler names it ("host access of emulated device memory at 0x...").
- * Pinned host memory (cudaMallocHost) is ordinary host memory. */
+ * Pinned host memory (cudaMallocHost) is ordinary host memory, at most
+ * DS_EMU_PINNED_MEM bytes of it when that is set (unlimited otherwise). */
 cudaError_t ds_emu_dev_alloc(void **p, size_t n);
 cudaError_t ds_emu_dev_free(void *p);
 cudaError_t ds_emu_host_alloc(void **p, size_t n);
