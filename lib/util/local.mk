@@ -26,3 +26,10 @@ endif
 check_PROGRAMS += bench/bf16-gemm
 bench_bf16_gemm_SOURCES = bench/bf16-gemm.c
 bench_bf16_gemm_LDADD = $(DS_LDADD)
+
+## Benchmark (not a test): the fp16/bf16 bulk conversions and the 16-bit
+## allreduce's sum against the scalar conversions; built by `make check`
+## or `make bench/half-bulk`, never run by it.
+check_PROGRAMS += bench/half-bulk
+bench_half_bulk_SOURCES = bench/half-bulk.c
+bench_half_bulk_LDADD = $(DS_LDADD)

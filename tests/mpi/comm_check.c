@@ -98,6 +98,33 @@ static void host_checks(struct ds_comm *c)
 	ds_comm_allreduce(c, &bh, 1, DS_BF16, DS_SUM, &err);
 	CHECK(ds_fp16_to_fp32(h) == 0.5f * n, "fp16 sum %g", ds_fp16_to_fp32(h));
 	CHECK(ds_bf16_to_fp32(bh) == 1.5f * n, "bf16 sum %g", ds_bf16_to_fp32(bh));
+	/* long 16-bit sums (the bulk conversions' chunks and tails, ties,
+	 * subnormals, overflow to inf): at 2 ranks the one sum is each
+	 * element's fp32 sum rounded once, as the scalar conversions give it */
+	if (n == 2) {
+		enum { H = 3001 };
+		static uint16_t hv[2][H], all[2][2][H];
+		for (int k = 0; k < 2; k++)
+			for (int r = 0; r < 2; r++)
+				for (int i = 0; i < H; i++) {
+					uint32_t x = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + k * 7u);
+					all[k][r][i] = (uint16_t)(x >> 9);
+					if (i % 5 == 0)   /* same magnitude on both ranks: sums that tie, cancel or overflow */
+						all[k][r][i] = (uint16_t)((all[k][0][i] & 0x7fffu) | (r ? 0x8000u & x : 0));
+				}
+		for (int k = 0; k < 2; k++) {
+			memcpy(hv[k], all[k][rank], sizeof hv[k]);
+			ds_comm_allreduce(c, hv[k], H, k ? DS_BF16 : DS_F16, DS_SUM, &err);
+		}
+		int bad = 0;
+		for (int i = 0; i < H; i++) {
+			uint16_t w16 = ds_fp32_to_fp16(ds_fp16_to_fp32(all[0][0][i]) + ds_fp16_to_fp32(all[0][1][i]));
+			uint16_t wb = ds_fp32_to_bf16(ds_bf16_to_fp32(all[1][0][i]) + ds_bf16_to_fp32(all[1][1][i]));
+			bad += hv[0][i] != w16 && !(isnan(ds_fp16_to_fp32(w16)) && isnan(ds_fp16_to_fp32(hv[0][i])));
+			bad += hv[1][i] != wb && !(isnan(ds_bf16_to_fp32(wb)) && isnan(ds_bf16_to_fp32(hv[1][i])));
+		}
+		CHECK(bad == 0, "long fp16/bf16 sums: %d elements differ from the scalar sums", bad);
+	}
 
 	/* non-blocking allreduce overlapping local work */
 	struct ds_comm_req *req;
