@@ -178,10 +178,11 @@ static void device_table(FILE *out, const struct ds_train_setup *s, const struct
 			ds_fmt_bytes((double)m->bytes[c], h, sizeof h), ds_engine_mem_place_name(m->place[c]),
 			ds_engine_mem_cat_note(m, &s->eng, c, note, sizeof note));
 	if (m->params_pinned)
-		fprintf(out, "%-20s %14zu %11s  %-11s  %s%d segment%s at or above the persistence threshold\n",
-			"params_offloaded", m->params_pinned, ds_fmt_bytes((double)m->params_pinned, h, sizeof h),
-			ds_engine_mem_place_name(DS_MEM_PINNED), "offload_param cpu: the 16-bit parameters of the ",
-			m->nseg_param_host, m->nseg_param_host == 1 ? "" : "s");
+		fprintf(out, "%-20s %14zu %11s  %-11s  offload_param cpu: the %s parameters of the %d segment%s at or "
+			"above the persistence threshold%s\n", "params_offloaded", m->params_pinned,
+			ds_fmt_bytes((double)m->params_pinned, h, sizeof h), ds_engine_mem_place_name(DS_MEM_PINNED),
+			s->eng.half != DS_HALF_NONE ? "16-bit" : "fp32", m->nseg_param_host, m->nseg_param_host == 1 ? "" : "s",
+			s->eng.half != DS_HALF_NONE ? "" : " (the host step's master: no host copy of them then)");
 	fprintf(out, "%-20s %14zu %11s  %-11s  %s\n", "comm_staging", m->pinned_staging,
 		ds_fmt_bytes((double)m->pinned_staging, h, sizeof h), ds_engine_mem_place_name(DS_MEM_PINNED),
 		m->dp <= 1		  ? "nothing crosses ranks"
@@ -275,14 +276,15 @@ static void mem_table(FILE *out, const struct ds_train_setup *s, const struct ds
 			"DeepSpeed offloads from stage 1 on, so nothing moves\n", m->stage);
 	if (m->device && pcpu && m->params_pinned)
 		fprintf(out, "# offload of parameters to cpu: params_offloaded is pinned host memory; each rank's "
-			"16-bit slice is copied to the device before its allgather (a whole segment on one rank: "
-			"before it is widened)\n");
+			"slice is copied to the device before its allgather (a whole segment on one rank: before it "
+			"is used)\n");
 	else if (m->device && pcpu && m->stage != 3)
 		fprintf(out, "# offload of parameters to cpu: ZeRO stage %d does not partition parameters; DeepSpeed "
 			"offloads them at stage 3 only, so nothing moves\n", m->stage);
-	else if (m->device && pcpu && s->eng.half == DS_HALF_NONE)
-		fprintf(out, "# offload of parameters to cpu: an fp32 run's parameters are its master weights; the "
-			"cuda backend keeps them on the device (counted above; bf16 or fp16 moves them)\n");
+	else if (m->device && pcpu && s->eng.half == DS_HALF_NONE && !ocpu)
+		fprintf(out, "# offload of parameters to cpu: an fp32 run's parameters are its master weights; they "
+			"move with offload_optimizer cpu (its host step keeps them), without it the cuda backend "
+			"keeps them on the device (counted above)\n");
 	else if (m->device && pcpu)
 		fprintf(out, "# offload of parameters to cpu: no segment reaches stage3_param_persistence_threshold; "
 			"DeepSpeed keeps such parameters on the device, so nothing moves\n");

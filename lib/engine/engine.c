@@ -56,7 +56,8 @@ struct seg {
 	int mfull;        /* the fp32 params (master weights) whole here: pfull, except in fp16/bf16
 			   * runs with W > 1 at stages >= 1, which keep the owned slice only */
 	int pnv, mnv;     /* ZeRO-Infinity: the parameter slice / the fp32 master live in swap files */
-	int phost;        /* offload_param cpu (hparam): its 16-bit parameters are in e->hp16, pinned */
+	int phost;        /* offload_param cpu (hparam): its parameters are pinned host memory, the
+			   * 16-bit ones in e->hp16 (hoff), an fp32 run's in e->hpar (poff) */
 	int64_t poff, goff;  /* first element in e->params / e->grads */
 	int64_t hoff;        /* first element in e->p16 (mixed precision) */
 	float *p_upd, *g_upd;  /* params / grads at element u0 */
@@ -125,7 +126,7 @@ struct ds_engine {
 				 * gradients: buf itself, packed in place, no allocation) */
 		struct ds_comm_req *req;
 		float *recv;
-		uint16_t *snd;  /* offload_param cpu at stage 3 (W > 1): the 16-bit slice sent, on the device */
+		void *snd;      /* offload_param cpu at stage 3 (W > 1): the slice sent, on the device */
 		int reducing, done;
 		long seq;
 	} ps[4], gs[5];
@@ -219,12 +220,16 @@ struct ds_engine {
 	float *hmaster, *hg[2];
 	uint16_t *hh[2];
 	size_t pinned, hextra;
-	/* offload_param cpu on a device backend in a 16-bit run (hparam,
-	 * stage 3): the phost segments' 16-bit parameters are hp16 (hptotal
-	 * elements, pinned host memory; hoff indexes it for them), sent to the
-	 * device through a slot's snd (gather_seg) or h (expand_seg) */
+	/* offload_param cpu on a device backend (hparam, stage 3; an fp32
+	 * run with ZeRO-Offload's host step, whose master they are): the
+	 * phost segments' parameters are pinned host memory, a 16-bit run's
+	 * 16-bit copy in hp16 (hptotal elements; hoff indexes it for them), an
+	 * fp32 run's in hpar (hptotal, poff; the host step steps them in
+	 * place), sent to the device through a slot's snd (gather_seg), h
+	 * (expand_seg) or buf (seg_pre) */
 	int hparam;
 	uint16_t *hp16;
+	float *hpar;
 	int64_t hptotal;
 };
 
@@ -509,6 +514,14 @@ static uint16_t *seg_p16(const struct ds_engine *e, const struct seg *sg)
 	return (sg->phost ? e->hp16 : e->p16) + sg->hoff;
 }
 
+/* segment sg's fp32 parameters (a 16-bit run's master weights): the
+ * backend's memory (a 16-bit ZeRO-Offload run's: pinned), or with
+ * offload_param cpu in an fp32 run pinned host memory */
+static float *seg_par(const struct ds_engine *e, const struct seg *sg)
+{
+	return (sg->phost && !e->half ? e->hpar : e->params) + sg->poff;
+}
+
 static int gather_seg(struct ds_engine *e, int s, int blocking)
 {
 	const struct seg *sg = &e->seg[s];
@@ -517,13 +530,13 @@ static int gather_seg(struct ds_engine *e, int s, int blocking)
 		return ds_err_set(&e->herr, DS_EINVAL, "engine: no free gather buffer for segment %d", s);
 	/* the slice this rank sends: in memory, or read from its swap file
 	 * into a parameter buffer (released once the allgather is done) */
-	void *src = e->half ? (void *)seg_p16(e, sg) : (void *)(e->params + sg->poff);
+	void *src = e->half ? (void *)seg_p16(e, sg) : (void *)seg_par(e, sg);
 	if (sg->pnv)
 		DS_TRY(ds_offload_param_get(e->off, s, &src, &e->herr));
 	/* offload_param cpu: the slice crosses to the device first, queued
 	 * before the collective (which waits for the backend's queue) */
 	if (sg->phost) {
-		e->ops->from_host_async(sl->snd, src, (size_t)sg->shard * sizeof(uint16_t));
+		e->ops->from_host_async(sl->snd, src, (size_t)sg->shard * (e->half ? sizeof(uint16_t) : sizeof(float)));
 		src = sl->snd;
 	}
 	sl->seg = s;
@@ -633,6 +646,15 @@ static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 		void *b;
 		DS_TRY(ds_offload_param_get(e->off, s, &b, &e->herr));
 		*params = b;
+	} else if (sg->pfull && !e->half && sg->phost) {  /* offload_param cpu, one rank: it comes over */
+		struct slot *sl = slot_of(e->ps, e->nps, s);
+		if (!sl) {
+			if (!(sl = slot_of(e->ps, e->nps, -1)))
+				return ds_err_set(&e->herr, DS_EINVAL, "engine: no free parameter buffer for segment %d", s);
+			sl->seg = s;
+			e->ops->from_host_async(sl->buf, seg_par(e, sg), (size_t)sg->padded * sizeof(float));
+		}
+		*params = sl->buf;
 	} else if (sg->pfull && !e->half) {
 		*params = e->params + sg->poff;
 	} else if (sg->pfull) {  /* resident 16-bit segment: widen it */
@@ -695,7 +717,7 @@ static int seg_post(void *ctx, int s, int phase)
 {
 	struct ds_engine *e = ctx;
 	struct seg *sg = &e->seg[s];
-	if (!sg->pfull || e->half) {
+	if (!sg->pfull || e->half || sg->phost) {
 		struct slot *sl = slot_of(e->ps, e->nps, s);
 		if (sl)
 			sl->seg = -1;
@@ -920,7 +942,8 @@ static void set_modes(struct ds_engine *e, const struct ds_engine_opts *opts, st
 	e->rank = ds_comm_rank(comm);
 	e->W = ds_comm_size(comm);
 	e->hstep = opts->offload.cpu && opts->zero_stage >= 1 && !e->ops->host;
-	e->hparam = opts->offload.param_cpu && opts->zero_stage == 3 && !e->ops->host && e->half != DS_HALF_NONE;
+	e->hparam = opts->offload.param_cpu && opts->zero_stage == 3 && !e->ops->host &&
+		    (e->half != DS_HALF_NONE || e->hstep);
 }
 
 /* 3D parallelism: the layout, and with tp * pp > 1 its process groups;
@@ -1135,15 +1158,16 @@ static int lay_out(struct ds_engine *e, int64_t *maxshard, struct ds_err *err)
 		/* offload_param cpu: DeepSpeed's partitioned parameters (at or
 		 * above the persistence threshold) go to pinned host memory */
 		sg->phost = e->hparam && sg->numel > 0 && sg->numel >= opts->stage3_param_persistence_threshold;
-		sg->poff = e->ptotal;
+		const int p32 = sg->phost && e->half == DS_HALF_NONE;   /* an fp32 run's in hpar */
+		sg->poff = p32 ? e->hptotal : e->ptotal;
 		sg->goff = e->gtotal;
-		sg->hoff = sg->phost ? e->hptotal : e->htotal;
-		e->ptotal += sg->mnv ? 0 : sg->mfull ? sg->padded : sg->shard;
-		*(sg->phost ? &e->hptotal : &e->htotal) += sg->pnv ? 0 : sg->pfull ? sg->padded : sg->shard;
+		sg->hoff = sg->phost && !p32 ? e->hptotal : e->htotal;
+		*(p32 ? &e->hptotal : &e->ptotal) += sg->mnv ? 0 : sg->mfull ? sg->padded : sg->shard;
+		*(sg->phost && !p32 ? &e->hptotal : &e->htotal) += sg->pnv ? 0 : sg->pfull ? sg->padded : sg->shard;
 		e->gtotal += sg->gfull ? sg->padded : sg->shard;
 		if (sg->shard > *maxshard)
 			*maxshard = sg->shard;
-		if ((!sg->pfull || !sg->gfull || e->half) && sg->padded > e->maxpad)
+		if ((!sg->pfull || !sg->gfull || e->half || sg->phost) && sg->padded > e->maxpad)
 			e->maxpad = sg->padded;
 	}
 	free(numel);
@@ -1175,7 +1199,7 @@ static int alloc_host_step(struct ds_engine *e)
 	for (int s = 0; s < e->nseg; s++) {
 		const struct seg *sg = &e->seg[s];
 		const int64_t un = seg_sharded(e, sg) ? sg->shard : sg->padded;
-		sum += un;
+		sum += sg->phost ? 0 : un;   /* (offload_param cpu: stepped in place) */
 		if (un > mx)
 			mx = un;
 	}
@@ -1229,7 +1253,7 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	 * the tied embedding); a 16-bit model at stages 0-2 widens at most two
 	 * segments at once (the tied embedding stays open through the head) */
 	const int moe = ds_gpt_num_dense_segments(e->model) < e->nseg;   /* an MoE layer opens two segments */
-	e->nps = zp ? 3 : e->half ? 2 + moe : 0;
+	e->nps = zp ? 3 : e->half || e->hptotal ? 2 + moe : 0;
 	for (int k = 0; k < 4; k++) {
 		e->ps[k].seg = -1;
 		if (k < e->nps && !(e->ps[k].buf = e->ops->alloc((size_t)e->maxpad * sizeof(float))))
@@ -1283,11 +1307,13 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	 * them over: a 16-bit send slice per gather slot (stage 3 on W > 1),
 	 * else (one rank: whole segments) a 16-bit widening source per slot */
 	if (e->hptotal) {
-		if (!(e->hp16 = pin_alloc(e, (size_t)e->hptotal * sizeof(uint16_t))))
+		const size_t esz = e->half ? sizeof(uint16_t) : sizeof(float);
+		if (e->half ? !(e->hp16 = pin_alloc(e, (size_t)e->hptotal * esz))
+			    : !(e->hpar = pin_alloc(e, (size_t)e->hptotal * esz)))
 			ok = 0;
 		for (int k = 0; k < e->nps; k++)
-			if (zp ? !(e->ps[k].snd = e->ops->alloc((size_t)maxshard * sizeof(uint16_t)))
-			       : !e->ps[k].h && !(e->ps[k].h = e->ops->alloc((size_t)e->maxpad * sizeof(uint16_t))))
+			if (zp ? !(e->ps[k].snd = e->ops->alloc((size_t)maxshard * esz))
+			       : e->half && !e->ps[k].h && !(e->ps[k].h = e->ops->alloc((size_t)e->maxpad * esz)))
 				ok = 0;
 	}
 	return ok && e->breq && e->seg_done && e->bk;
@@ -1305,11 +1331,11 @@ static int oom_row(struct ds_engine *e, int64_t maxshard, struct ds_err *err)
 				  "(ZeRO-Offload: %s) for %lld parameters; ds-train --check shows the plan: a higher ZeRO "
 				  "stage shards it over the ranks", !e->hstage_ok ? "the step's staging"
 				  : "the fp32 master weights", (long long)e->total);
-	if (e->hptotal && !e->hp16)
+	if (e->hptotal && !e->hp16 && !e->hpar)
 		return ds_err_set(err, DS_ENOMEM, "out of pinned host memory for the memory plan's parameters row "
-				  "(offload_param cpu: the 16-bit parameters, %zu bytes) for %lld parameters; ds-train "
-				  "--check shows the plan: more ranks shard it", (size_t)e->hptotal * sizeof(uint16_t),
-				  (long long)e->total);
+				  "(offload_param cpu: the %s parameters, %zu bytes) for %lld parameters; ds-train "
+				  "--check shows the plan: more ranks shard it", e->half ? "16-bit" : "fp32",
+				  (size_t)e->hptotal * (e->half ? sizeof(uint16_t) : sizeof(float)), (long long)e->total);
 	if (e->half && !e->p16) {
 		row = "parameters", what = "the 16-bit model copy", bytes = (size_t)e->htotal * sizeof(uint16_t);
 	} else if (!e->params) {
@@ -1379,33 +1405,35 @@ static int init_segment(struct ds_engine *e, int s, struct ds_err *err)
 	if (sg->mnv) {
 		/* in a swap file: engine/offload.c writes its initial values */
 	} else if (sg->mfull) {
-		DS_TRY(init_params(e, e->params + sg->poff, e->hstep && e->half, ms->offset, ms->offset + sg->numel, err));
+		DS_TRY(init_params(e, seg_par(e, sg), (e->hstep && e->half) || (sg->phost && !e->half), ms->offset,
+				   ms->offset + sg->numel, err));
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard, hi = lo + sg->shard;
 		if (hi > sg->numel)
 			hi = sg->numel;
 		if (hi > lo)
-			DS_TRY(init_params(e, e->params + sg->poff, e->hstep && e->half, ms->offset + lo, ms->offset + hi,
-					   err));
+			DS_TRY(init_params(e, seg_par(e, sg), (e->hstep && e->half) || (sg->phost && !e->half), ms->offset + lo,
+					   ms->offset + hi, err));
 	}
 	sg->u0 = seg_sharded(e, sg) ? (int64_t)sg->grank * sg->shard : 0;
 	if (seg_sharded(e, sg) && e->rank == 0 && env_int("DS_TEST_FAULT_SHARD_SHIFT", 0))
 		sg->u0 = 1;  /* test-only fault: see the top of this file */
 	sg->un = seg_sharded(e, sg) ? sg->shard : sg->padded;
-	sg->p_upd = sg->mnv ? NULL : e->params + sg->poff + (sg->mfull ? sg->u0 : 0);
+	sg->p_upd = sg->mnv ? NULL : seg_par(e, sg) + (sg->mfull ? sg->u0 : 0);
 	int64_t gu = sg->goff + (sg->gfull ? sg->u0 : 0), go = sg->goff + (sg->gfull ? (int64_t)sg->grank * sg->shard : 0);
 	sg->g_upd = e->grads ? e->grads + gu : NULL;
 	sg->g_own = e->grads ? e->grads + go : NULL;
 	sg->h_upd = e->gh ? e->gh + gu : NULL;
 	sg->h_own = e->gh ? e->gh + go : NULL;
 	/* ZeRO-Offload: a 16-bit run steps its pinned master in place, an fp32
-	 * run a host copy of its update range */
-	if (e->hstep && e->half) {
+	 * run a host copy of its update range (or, offloaded by offload_param
+	 * cpu, its pinned parameters in place) */
+	if (e->hstep && (e->half || sg->phost)) {
 		sg->m_step = sg->p_upd;
 	} else if (e->hstep) {
 		int64_t at = 0;
 		for (int k = 0; k < s; k++)
-			at += e->seg[k].un;
+			at += e->seg[k].phost ? 0 : e->seg[k].un;
 		sg->m_step = e->hmaster + at;
 		if (sg->un)
 			e->ops->to_host(sg->m_step, sg->p_upd, (size_t)sg->un * sizeof(float));
@@ -1567,6 +1595,8 @@ void ds_engine_destroy(struct ds_engine *e)
 	ops->free(e->p16);
 	if (e->hp16)
 		ops->pinned_free(e->hp16);
+	if (e->hpar)
+		ops->pinned_free(e->hpar);
 	ops->free(e->c16);
 	for (int k = 0; k < 5; k++) {
 		ops->free(e->gs[k].buf);
@@ -1803,7 +1833,8 @@ static void step_put(struct ds_engine *e, const struct seg *sg, int b, int async
 	if (!sg->un)
 		return;
 	if (!e->half) {
-		put(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
+		if (!sg->phost)   /* (offload_param cpu: stepped in place) */
+			put(sg->p_upd, sg->m_step, (size_t)sg->un * sizeof(float));
 		return;
 	}
 	uint16_t *dst = master_p16(e, sg, &n);
@@ -1973,7 +2004,7 @@ static int gather_params(struct ds_engine *e, struct ds_err *err)
 		struct seg *sg = &e->seg[s];
 		if (!seg_sharded(e, sg) || !sg->mfull)
 			continue;  /* whole here, or the slice is all this rank keeps */
-		DS_TRY(gather_chunked(e, sg, e->params + sg->poff, sg->shard, sg->u0, DS_F32, sizeof(float), err));
+		DS_TRY(gather_chunked(e, sg, seg_par(e, sg), sg->shard, sg->u0, DS_F32, sizeof(float), err));
 	}
 	return 0;
 }
@@ -2001,7 +2032,7 @@ static int pull_master(struct ds_engine *e, struct ds_err *err)
 	if (!e->hstep || e->half)
 		return 0;
 	for (int s = 0; s < e->nseg; s++)
-		if (e->seg[s].un)
+		if (e->seg[s].un && !e->seg[s].phost)
 			e->ops->to_host(e->seg[s].m_step, e->seg[s].p_upd, (size_t)e->seg[s].un * sizeof(float));
 	return e->ops->check(err);
 }
@@ -2410,8 +2441,12 @@ static float *slot_raw(struct ds_engine *e, int i, int k, int64_t *b, int64_t *e
 
 static int nslots(const struct ds_engine *e) { return 1 + ds_engine_num_states(e); }
 
-/* slot k is host memory (ZeRO-Offload: the states, a 16-bit run's master) */
-static int slot_on_host(const struct ds_engine *e, int k) { return e->hstep && (k > 0 || e->half); }
+/* slot k of tensor i is host memory (ZeRO-Offload: the states, a 16-bit
+ * run's master; offload_param cpu: an fp32 run's parameters) */
+static int slot_on_host(const struct ds_engine *e, int i, int k)
+{
+	return e->hstep && (k > 0 || e->half || e->seg[ds_gpt_tensor(e->model, i)->segment].phost);
+}
 
 /* the current piece back into the backend's memory (when it was written) */
 static void ck_unstage(struct ds_engine *e)
@@ -2422,7 +2457,7 @@ static void ck_unstage(struct ds_engine *e)
 	for (int k = 0; k < nslots(e); k++) {
 		int64_t b, en;
 		float *d = slot_raw(e, e->ck_i, k, &b, &en);
-		if (d && en > b && slot_on_host(e, k))
+		if (d && en > b && slot_on_host(e, e->ck_i, k))
 			memcpy(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
 		else if (d && en > b)
 			e->ops->from_host(d, e->ck_host + k * n + b, (size_t)(en - b) * sizeof(float));
@@ -2443,7 +2478,7 @@ static int ck_stage(struct ds_engine *e, int i, int writing, struct ds_err *err)
 	for (int k = 0; k < nslots(e); k++) {
 		int64_t b, en;
 		const float *d = slot_raw(e, i, k, &b, &en);
-		if (d && en > b && slot_on_host(e, k))
+		if (d && en > b && slot_on_host(e, i, k))
 			memcpy(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
 		else if (d && en > b)
 			e->ops->to_host(e->ck_host + k * n + b, d, (size_t)(en - b) * sizeof(float));
@@ -2477,7 +2512,7 @@ float *ds_engine_param(struct ds_engine *e, int i)
 {
 	const struct seg *sg;
 	int64_t a = tensor_local(e, i, &sg);
-	float *p = sg->mfull && sg->numel && !sg->mnv ? e->params + sg->poff + a : NULL;
+	float *p = sg->mfull && sg->numel && !sg->mnv ? seg_par(e, sg) + a : NULL;
 	if (e->ops->host)
 		return p;
 	return p && e->ck_i == i ? e->ck_host : NULL;
@@ -2509,11 +2544,11 @@ static float *param_range_raw(struct ds_engine *e, int i, int64_t *begin, int64_
 	if (sg->mfull) {
 		*begin = 0;
 		*end = ds_gpt_tensor(e->model, i)->numel;
-		p = e->params + sg->poff + a;
+		p = seg_par(e, sg) + a;
 	} else {
 		int64_t lo = (int64_t)sg->grank * sg->shard;
 		intersect(a, ds_gpt_tensor(e->model, i)->numel, lo, sg->shard, begin, end);
-		p = e->params + sg->poff + (a + *begin - lo);
+		p = seg_par(e, sg) + (a + *begin - lo);
 	}
 	if (piecewise(e, i) && !(e->ck_i == i && e->ck_j == 0))
 		*end = *begin;  /* in memory: whole with piece 0, empty with the others */
@@ -2613,6 +2648,8 @@ void ds_engine_set_steps(struct ds_engine *e, int64_t steps)
 size_t ds_engine_state_bytes(const struct ds_engine *e)
 {
 	size_t b = (size_t)e->ptotal * sizeof(float) + (size_t)e->gtotal * (e->g16 ? sizeof(uint16_t) : sizeof(float));
+	if (!e->half)
+		b += (size_t)e->hptotal * sizeof(float);   /* offload_param cpu's */
 	if (e->half)
 		b += (size_t)(e->htotal + e->hptotal) * sizeof(uint16_t);  /* the 16-bit model copy (offloaded too) */
 	for (int s = 0; s < e->nseg && !e->ob; s++)   /* (an empty range still allocates one element, as ds_optim_create does) */

@@ -122,8 +122,9 @@ struct ds_engine_offload {
 	 * device just before its allgather (a whole segment, where it is not
 	 * partitioned: on one rank, just before it is widened), and the step
 	 * writes its 16-bit copy there.  An fp32 run's parameters are its
-	 * master weights and stay on the device; a host backend moves
-	 * nothing. */
+	 * master weights: they move only with cpu above (the host step
+	 * updates them in place there), else stay on the device; a host
+	 * backend moves nothing. */
 	int param_cpu;
 };
 

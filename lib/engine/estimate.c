@@ -196,10 +196,12 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 		m->nseg_offloaded += pst[s];
 		mtotal += !ds_offload_master_in_memory(o, pst[s]) ? 0 : mfull ? padded : shard;
 		htotal += pst[s] ? 0 : pfull ? padded : shard;
-		/* offload_param cpu: the engine's phost segments (engine.c lay_out) */
-		if (half && o->offload.param_cpu && o->zero_stage == 3 && numel > 0 &&
-		    numel >= o->stage3_param_persistence_threshold) {
-			m->param_host += (size_t)(pfull ? padded : shard) * sizeof(uint16_t);
+		/* offload_param cpu: the engine's phost segments (engine.c
+		 * lay_out; an fp32 run's with ZeRO-Offload's host step only) */
+		const int phost = (half || o->offload.cpu) && o->offload.param_cpu && o->zero_stage == 3 && numel > 0 &&
+				  numel >= o->stage3_param_persistence_threshold;
+		if (phost) {
+			m->param_host += (size_t)(pfull ? padded : shard) * (half ? sizeof(uint16_t) : F32);
 			m->nseg_param_host++;
 		}
 		gtotal += gfull ? padded : shard;
@@ -207,10 +209,10 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 			maxshard = shard;
 		if (padded > maxseg)
 			maxseg = padded;
-		if ((!pfull || !gfull || half) && padded > maxpad)
+		if ((!pfull || !gfull || half || phost) && padded > maxpad)
 			maxpad = padded;
 		int64_t un = unv[s];  /* the range this rank's optimizer updates */
-		usum += un;
+		usum += phost && !half ? 0 : un;   /* (an fp32 run's offloaded parameters: stepped in place) */
 		if (un > umax)
 			umax = un;
 		if (!o->offload.optimizer)  /* else its states are in swap files */
@@ -291,9 +293,10 @@ int ds_engine_mem_estimate_stage(const struct ds_engine_opts *o, int W, int stag
 	 * source per parameter slot */
 	m->params_all = m->bytes[DS_MEM_PARAMS];
 	m->comm_all = m->bytes[DS_MEM_COMM];
-	if (m->param_host)
-		m->param_host_extra = zp ? 3 * (size_t)maxshard * sizeof(uint16_t)
-					 : (size_t)(2 + moe) * (size_t)maxpad * sizeof(uint16_t);
+	if (m->param_host) {
+		const size_t esz = half ? sizeof(uint16_t) : F32;
+		m->param_host_extra = zp ? 3 * (size_t)maxshard * esz : (size_t)(2 + moe) * (size_t)maxpad * esz;
+	}
 	/* the staged path's pinned pool (ds_engine_mem_place counts it for a
 	 * device plan): its largest call on device buffers, the bucket
 	 * allreduce (stages 0-1), the gradient reduce-scatter (stages 2-3) and
@@ -455,8 +458,8 @@ const char *ds_engine_mem_cat_note(const struct ds_engine_mem *m, const struct d
 		}
 		if (m->params_pinned) {
 			size_t l = strlen(buf);
-			snprintf(buf + l, n - l, " + 16-bit %s the offloaded parameters cross in", W > 1 && m->stage >= 3
-				 ? "send slices" : "segments");
+			snprintf(buf + l, n - l, " + %s %s the offloaded parameters cross in",
+				 o->half != DS_HALF_NONE ? "16-bit" : "fp32", W > 1 && m->stage >= 3 ? "send slices" : "segments");
 		}
 		break;
 	case DS_MEM_ACT: {

@@ -287,10 +287,15 @@ need_emu() {
 # row (2 x 128 stay) for pinned host memory, and communication gains two
 # 16-bit widening sources of the largest segment (2 x 2 x 49984); on 2
 # ranks each holds half of them (118400) and gains three 16-bit send
-# slices of the largest shard (3 x 2 x 24992).  Where nothing moves
-# (fp32, stage 2, the default threshold, the cpu plan) a note says why.
-@test "--check --device cuda with offload_param cpu: the offloaded 16-bit parameters in pinned host memory (hand-computed)" {
-	local zo='"stage": 3, "stage3_param_persistence_threshold": 1000' ws plain_comm plain_dev off extra
+# slices of the largest shard (3 x 2 x 24992).  An fp32 run offloads them
+# with offload_optimizer cpu (its host step's master): on one rank 4 x
+# 118400 bytes leave the parameters row (4 x 128 stay) and the host copy
+# of them under optimizer_states, so the pinned total stays what
+# offload_optimizer alone pins, and communication gains two fp32 segments
+# (2 x 4 x 49984).  Where nothing moves (fp32 without offload_optimizer,
+# stage 2, the default threshold, the cpu plan) a note says why.
+@test "--check --device cuda with offload_param cpu: the offloaded parameters in pinned host memory, 16-bit and fp32 (hand-computed)" {
+	local zo='"stage": 3, "stage3_param_persistence_threshold": 1000' ws plain_comm plain_dev off extra opt0 pin0 comm0
 	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {%s}}' \
 		"$zo" >n.json
 	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {%s, "offload_param": {"device": "cpu"}}}' \
@@ -316,6 +321,19 @@ need_emu() {
 		jq -e '.memory.params_offloaded_pinned_bytes == 236800 and .memory.pinned_host_bytes == 236800' \
 			<<<"$output" >/dev/null || fail "JSON: $output"
 	fi
+	# fp32 with offload_optimizer cpu
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_optimizer": {"device": "cpu"}}}' \
+		"$zo" >fo.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}' \
+		"$zo" >fp.json
+	run -0 ds-train --check --deepspeed_config fo.json --model "$MODEL" --device cuda
+	opt0=$(row optimizer_states) pin0=$(row pinned_total) comm0=$(row communication)
+	run -0 ds-train --check --deepspeed_config fp.json --model "$MODEL" --device cuda
+	[ "$(row params_offloaded)" -eq $((4 * 118400)) ] || fail "fp32: params_offloaded $(row params_offloaded)"
+	[ "$(row parameters)" -eq 512 ] || fail "fp32: parameters $(row parameters), want 512"
+	[ "$(row optimizer_states)" -eq $((opt0 - 4 * 118400)) ] || fail "fp32: optimizer_states $(row optimizer_states)"
+	[ "$(row pinned_total)" -eq "$pin0" ] || fail "fp32: pinned_total $(row pinned_total), offload_optimizer alone $pin0"
+	[ "$(row communication)" -eq $((comm0 + 2 * 4 * 49984)) ] || fail "fp32: communication $(row communication)"
 	# where nothing moves, the parameters stay in the row and a note says why
 	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_param": {"device": "cpu"}}}' \
 		"$zo" >f.json
@@ -340,14 +358,18 @@ need_emu() {
 # straight into host memory) byte for byte, and each step's loss is the
 # run without offload's within 1e-5 (the same 16-bit values reach the
 # model, only through pinned memory): bf16 with AdamW, fp16 with Lamb
-# (its trust ratios take the host step's synchronous path); a cpu run's
-# checkpoint resumes there with the uninterrupted run's next two losses
-# (the load's master weights packed into the host copy)
+# (its trust ratios take the host step's synchronous path), and fp32 with
+# AdamW and offload_optimizer (the host step updating the pinned
+# parameters in place); a cpu run's checkpoint resumes there with the
+# uninterrupted run's next two losses (the load's master weights packed
+# into the host copy), and an fp32 one's resumes on cpu (read from the
+# pinned parameters)
 @test "emulated device, offload_param cpu: allocations equal the plan; the losses without offload; a cpu checkpoint resumes" {
 	need_emu
 	local zo='"stage": 3, "stage3_param_persistence_threshold": 1000' dt opt half oo dev pin host msg off plain want w4
-	for dt in bf16 fp16; do
+	for dt in fp32 bf16 fp16; do
 		opt='' half=', "bf16": {"enabled": true}'
+		[ $dt = fp32 ] && half=''
 		[ $dt = fp16 ] && opt=', "optimizer": {"type": "Lamb", "params": {"lr": 0.001}}' half=', "fp16": {"enabled": true, "initial_scale_power": 8}'
 		printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s}%s%s}' "$zo" "$opt" "$half" >n.json
 		run -0 --separate-stderr "$EMU" --deepspeed_config n.json --model "$MODEL" --device cuda --train-iters 3 \
@@ -355,6 +377,7 @@ need_emu() {
 		plain=$(grep -o 'loss [0-9.]*' <<<"$output" | awk '{ print $2 }')
 		[ "$(wc -l <<<"$plain")" -eq 3 ] || fail "$dt: expected 3 losses: $output"
 		for oo in '' ', "offload_optimizer": {"device": "cpu"}'; do
+			[ $dt = fp32 ] && [ -z "$oo" ] && continue   # (fp32 moves them with offload_optimizer only)
 			printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_param": {"device": "cpu"}%s}%s%s}' \
 				"$zo" "$oo" "$opt" "$half" >p.json
 			run -0 ds-train --check --deepspeed_config p.json --model "$MODEL" --device cuda
@@ -382,6 +405,18 @@ need_emu() {
 		--log-interval 1 --save c --load auto
 	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
 		fail "cpu -> offloaded cuda: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
+	# fp32 with both offloads, saved on the device at step 2, resumed on cpu
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s}}' "$zo" >n.json
+	printf '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {%s, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}}' \
+		"$zo" >p.json
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1
+	want=$(loss_at 3) w4=$(loss_at 4)
+	run -0 --separate-stderr "$EMU" --deepspeed_config p.json --model "$MODEL" --device cuda --train-iters 4 \
+		--log-interval 1 --save f --exit-interval 2
+	run -0 --separate-stderr ds-train --deepspeed_config n.json --model "$MODEL" --train-iters 4 --log-interval 1 \
+		--save f --load auto
+	near "$(loss_at 3)" "$want" && near "$(loss_at 4)" "$w4" ||
+		fail "offloaded fp32 cuda -> cpu: losses $(loss_at 3) $(loss_at 4), uninterrupted $want $w4"
 }
 
 # pinned host memory that runs out (the emulation's DS_EMU_PINNED_MEM
