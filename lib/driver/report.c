@@ -289,16 +289,19 @@ static void row_bf16_matmul(struct ds_report *r)
 		snprintf(w->value, sizeof w->value, "%.*s", (int)sizeof w->value - 1, p);
 }
 
-/* CPU SIMD used by CPU-Adam: the build always carries these code paths
- * (chosen at run time), so "compatible" is the answer that matters. */
+/* CPU SIMD used by CPU-Adam, the 16-bit conversions and the bf16
+ * products: the build always carries these code paths (chosen at run
+ * time), so "compatible" is the answer that matters. */
 static void rows_simd(struct ds_report *r)
 {
 	static const struct { const char *flag, *use, *fallback; } simd[] = {
 		{ "avx2", "CPU-Adam 256-bit path", "CPU-Adam falls back to scalar code" },
 		{ "fma", "fused multiply-add in the 256/512-bit paths", "CPU-Adam falls back to scalar code" },
-		{ "f16c", "fp16 <-> fp32 conversion (fp16 master copies)", "scalar fp16 conversion" },
-		{ "avx512f", "CPU-Adam 512-bit path", "CPU-Adam uses the 256-bit path" },
-		{ "avx512_bf16", "bf16 conversion in the 512-bit path", "bf16 is converted in software" },
+		{ "f16c", "fp16 <-> fp32 conversions (fp16 runs' 16-bit copies, the 16-bit allreduce's sum)",
+		  "fp16 is converted by scalar code, several times slower" },
+		{ "avx512f", "CPU-Adam 512-bit path; 16-lane fp16 and bf16 conversions", "CPU-Adam uses the 256-bit path" },
+		{ "avx512_bf16", "dstk's bf16 matrix-product kernel (vdpbf16ps; see bf16_matmul)",
+		  "bf16 products run on oneDNN (AMX) or fp32 sgemm" },
 	};
 
 	for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++) {

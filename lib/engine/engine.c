@@ -1301,11 +1301,12 @@ static int alloc_slots(struct ds_engine *e, int64_t maxshard)
 	e->bnext = -1;
 	e->breq = calloc((size_t)e->nbuckets + 1, sizeof *e->breq);
 	e->seg_done = calloc((size_t)e->nseg, 1);
-	if (e->half && !(e->p16 = e->ops->alloc((size_t)(e->htotal ? e->htotal : 1) * sizeof(uint16_t))))
+	if (e->half && !(e->p16 = e->ops->alloc((size_t)e->htotal * sizeof(uint16_t))))
 		ok = 0;
-	/* offload_param cpu: the offloaded 16-bit parameters, and what carries
-	 * them over: a 16-bit send slice per gather slot (stage 3 on W > 1),
-	 * else (one rank: whole segments) a 16-bit widening source per slot */
+	/* offload_param cpu: the offloaded parameters (16-bit, or an fp32
+	 * run's), and what carries them over: a send slice per gather slot
+	 * (stage 3 on W > 1), else (one rank: whole segments) a 16-bit run's
+	 * widening source per slot (an fp32 run's come into the slot's buf) */
 	if (e->hptotal) {
 		const size_t esz = e->half ? sizeof(uint16_t) : sizeof(float);
 		if (e->half ? !(e->hp16 = pin_alloc(e, (size_t)e->hptotal * esz))
