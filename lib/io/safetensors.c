@@ -330,10 +330,7 @@ int ds_st_read_f32(const struct ds_st_file *f, int i, float *dst, struct ds_err 
 		 * written, and later elements lie at 2n + 2j >= 4k + 4) */
 		uint16_t *h = (uint16_t *)((char *)dst + 2 * n);
 		DS_TRY(ds_st_read_raw(f, i, h, err));
-		for (size_t k = 0; k < n; k++) {
-			uint16_t v = h[k];
-			dst[k] = t->dtype == DS_ST_F16 ? ds_fp16_to_fp32(v) : ds_bf16_to_fp32(v);
-		}
+		ds_half_widen_front(t->dtype == DS_ST_F16 ? DS_HALF_FP16 : DS_HALF_BF16, dst, h, n);
 		return 0;
 	}
 	tmp = ds_alloc(n * es + 1);

@@ -219,6 +219,20 @@ void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t
 		ds_fp32_to_bf16_n(dst, src, n);
 }
 
+void ds_half_widen_front(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n)
+{
+	/* blocks of BLK in order; within one the vector loops read each
+	 * vector before they store it, and a store at 4j bytes ends below the
+	 * next unread source at 2n + 2(j + lanes) */
+	for (size_t b = 0; b < n; b += BLK) {
+		const size_t m = n - b < BLK ? n - b : BLK;
+		if (k == DS_HALF_FP16)
+			fp16_unpack_blk(dst + b, src + b, m);
+		else
+			bf16_unpack_blk(dst + b, src + b, m);
+	}
+}
+
 void ds_half_unpack_n(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n)
 {
 	if (k == DS_HALF_FP16)

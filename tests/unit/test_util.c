@@ -296,6 +296,26 @@ static void test_fp16_bulk(void **state)
 				fail_msg("path %d: round %a: %a, want %a", path, (double)x[i], (double)y[i], (double)want);
 		}
 	}
+	/* widened in place from dst's back half, as the checkpoint readers do:
+	 * every value survives (several blocks, an odd length) */
+	for (int kk = 0; kk < 2; kk++) {
+		enum { W = 3 * 8192 + 7 };
+		const enum ds_half_kind k = kk ? DS_HALF_BF16 : DS_HALF_FP16;
+		float *d = malloc(sizeof(float) * W);
+		assert_non_null(d);
+		uint16_t *src = (uint16_t *)(void *)d + W;
+		for (int i = 0; i < W; i++)
+			src[i] = (uint16_t)(i * 40503u);
+		ds_half_widen_front(k, d, src, W);
+		for (int i = 0; i < W; i++) {
+			const uint16_t v = (uint16_t)(i * 40503u);
+			float want = kk ? ds_bf16_to_fp32(v) : ds_fp16_to_fp32(v);
+			if (memcmp(&d[i], &want, sizeof want))
+				fail_msg("%s widen in place %d (%04x): %a, want %a", ds_half_name(k), i, v, (double)d[i],
+					 (double)want);
+		}
+		free(d);
+	}
 	/* a quiet NaN out of a signalling fp16 one, payload kept */
 	uint32_t w;
 	float q = ds_fp16_to_fp32(0x7c01);
