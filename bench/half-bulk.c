@@ -4,8 +4,8 @@
  * integer form for bf16) against the per-element scalar conversions they
  * replace, on N elements, one thread, the best of ROUNDS, next to the
  * machine's copy bandwidth measured in the same run (memcpy of the same
- * bytes).  "sum" is the 16-bit allreduce's operator (lib/comm/comm_mpi.c):
- * unpack both, add in fp32, round once.
+ * bytes).  "sum" is the 16-bit allreduce's operator (ds_half_sum_n, which
+ * lib/comm/comm_mpi.c calls): unpack both, add in fp32, round once.
  *
  *   bench/half-bulk [N] [ROUNDS]      (default 16777216 5)
  *
@@ -44,23 +44,13 @@ static void scalar(int op, enum ds_half_kind k, float *f, uint16_t *a, uint16_t 
 	}
 }
 
-#define CH 1024
 static void bulk(int op, enum ds_half_kind k, float *f, uint16_t *a, uint16_t *b, size_t n)
 {
-	float x[CH], y[CH];
 	switch (op) {
 	case OP_PACK: ds_half_pack_n(k, a, f, n); break;
 	case OP_UNPACK: ds_half_unpack_n(k, f, a, n); break;
 	case OP_ROUND: ds_half_round_n(k, f, n); break;
-	default:   /* as comm_mpi.c's half_sum */
-		for (size_t c = 0; c < n; c += CH) {
-			const size_t m = n - c < CH ? n - c : CH;
-			ds_half_unpack_n(k, x, a + c, m);
-			ds_half_unpack_n(k, y, b + c, m);
-			for (size_t i = 0; i < m; i++)
-				y[i] += x[i];
-			ds_half_pack_n(k, b + c, y, m);
-		}
+	default: ds_half_sum_n(k, b, a, n); break;   /* comm_mpi.c's operator */
 	}
 }
 

@@ -31,33 +31,17 @@ struct mpi_state {
 		}                                                                         \
 	} while (0)
 
-/* inout[i] = in[i] + inout[i], each sum in fp32 rounded once to the 16-bit
- * format: through the bulk conversions (vectorised; F16C for fp16), in
- * chunks widened on the stack; the bits of the scalar conversions */
-#define SUM_CH 1024
-static void half_sum(enum ds_half_kind k, const uint16_t *a, uint16_t *b, int len)
-{
-	float x[SUM_CH], y[SUM_CH];
-	for (int c = 0; c < len; c += SUM_CH) {
-		const size_t m = (size_t)(len - c < SUM_CH ? len - c : SUM_CH);
-		ds_half_unpack_n(k, x, a + c, m);
-		ds_half_unpack_n(k, y, b + c, m);
-		for (size_t i = 0; i < m; i++)
-			y[i] += x[i];
-		ds_half_pack_n(k, b + c, y, m);
-	}
-}
-
+/* inout += in, 16-bit (util/half.h's sum: fp32 sums rounded once) */
 static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
 	(void)dt;
-	half_sum(DS_HALF_FP16, in, inout, *len);
+	ds_half_sum_n(DS_HALF_FP16, inout, in, (size_t)*len);
 }
 
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
 	(void)dt;
-	half_sum(DS_HALF_BF16, in, inout, *len);
+	ds_half_sum_n(DS_HALF_BF16, inout, in, (size_t)*len);
 }
 
 static MPI_Datatype mpi_type(int dtype)

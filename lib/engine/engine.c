@@ -592,12 +592,14 @@ static uint16_t *master_p16(const struct ds_engine *e, const struct seg *sg, int
 	return seg_p16(e, sg) + (sg->mfull || !sg->pfull ? 0 : sg->u0);
 }
 
+static void step_put(struct ds_engine *e, const struct seg *sg, int b, int async);
+
 /* the 16-bit model copy from the master weights this rank holds (after
  * init, step, load; stages 1-2: gather_half completes it); ZeRO-Offload's
- * master is host memory: packed there, 16 bits sent; offload_param cpu's
- * 16-bit copy is host memory: packed there from a host master, else
- * packed on the device (in the reduce-scatter scratch, free now) and
- * brought over */
+ * master is host memory: the host step's own put (packed there, 16 bits
+ * sent or, offload_param cpu, packed straight into the host copy); else
+ * packed on the device, and an offload_param cpu copy (host memory)
+ * brought over from the reduce-scatter scratch, free now */
 static void refresh_half(struct ds_engine *e)
 {
 	if (!e->half)
@@ -606,18 +608,13 @@ static void refresh_half(struct ds_engine *e)
 		const struct seg *sg = &e->seg[s];
 		int64_t n;
 		uint16_t *dst = master_p16(e, sg, &n);
-		if (sg->phost && e->hstep) {
-			ds_compute_cpu.half_pack(e->half, dst, e->params + sg->poff, (size_t)n);
-		} else if (sg->phost) {
-			if (!n)
-				continue;
+		if (e->hstep) {   /* (its update range is the master: un = n) */
+			step_put(e, sg, 0, 0);
+		} else if (sg->phost && n) {
 			e->ops->half_pack(e->half, (uint16_t *)(void *)e->scratch, e->params + sg->poff, (size_t)n);
 			e->ops->to_host(dst, e->scratch, (size_t)n * sizeof(uint16_t));
-		} else if (!e->hstep) {
+		} else if (!sg->phost) {
 			e->ops->half_pack(e->half, dst, e->params + sg->poff, (size_t)n);
-		} else if (n) {
-			ds_compute_cpu.half_pack(e->half, e->hh[0], e->params + sg->poff, (size_t)n);
-			e->ops->from_host(dst, e->hh[0], (size_t)n * sizeof(uint16_t));
 		}
 	}
 }

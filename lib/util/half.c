@@ -219,6 +219,20 @@ void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t
 		ds_fp32_to_bf16_n(dst, src, n);
 }
 
+void ds_half_sum_n(enum ds_half_kind k, uint16_t *acc, const uint16_t *x, size_t n)
+{
+	enum { CH = 1024 };
+	float a[CH], b[CH];
+	for (size_t c = 0; c < n; c += CH) {
+		const size_t m = n - c < CH ? n - c : CH;
+		ds_half_unpack_n(k, a, acc + c, m);
+		ds_half_unpack_n(k, b, x + c, m);
+		for (size_t i = 0; i < m; i++)
+			a[i] += b[i];
+		ds_half_pack_n(k, acc + c, a, m);
+	}
+}
+
 void ds_half_widen_front(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n)
 {
 	/* blocks of BLK in order; within one the vector loops read each

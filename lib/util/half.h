@@ -110,6 +110,11 @@ void ds_half_round_n(enum ds_half_kind k, float *x, size_t n);
 /* Pack fp32 to kind's 16 bits / unpack back (kind must not be NONE). */
 void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t n);
 void ds_half_unpack_n(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n);
+/* acc[i] = acc[i] + x[i] for 16-bit values of kind, each sum in fp32
+ * rounded once (the 16-bit allreduce's operator): through the bulk loops,
+ * in chunks widened on the stack, on the calling thread; the scalar
+ * conversions' bits. */
+void ds_half_sum_n(enum ds_half_kind k, uint16_t *acc, const uint16_t *x, size_t n);
 /* ds_half_unpack_n where src overlaps dst's back half (src = (uint16_t *)dst
  * + n, as a reader widening in place puts it): front to back on the calling
  * thread, so that no element is overwritten before it is read. */
