@@ -1,7 +1,7 @@
 /* half-bulk.c - benchmark (not a test) of the 16-bit conversions a
  * mixed-precision step and a 16-bit gradient reduction make on the CPU:
- * libds's bulk loops (lib/util/half.c: F16C for fp16, the vectorised
- * integer form for bf16) against the per-element scalar conversions they
+ * libds's bulk loops (lib/util/half.c: F16C for fp16, AVX-512F or AVX2
+ * integer arithmetic for bf16) against the per-element scalar conversions they
  * replace, on N elements, one thread, the best of ROUNDS, next to the
  * machine's copy bandwidth measured in the same run (memcpy of the same
  * bytes).  "sum" is the 16-bit allreduce's operator (ds_half_sum_n, which
@@ -84,8 +84,9 @@ int main(int argc, char **argv)
 	}
 	const double mcbw = 2.0 * (double)n * sizeof(float) / mc;
 	printf("# half-bulk: %zu elements, best of %d, 1 thread (run it with OMP_NUM_THREADS=1); memcpy %.2f GB/s "
-	       "(read + write); fp16 path %d (2: F16C at 16 lanes, 1: at 8, 0: scalar)\n",
-	       n, rounds, mcbw / 1e9, ds_half_fp16_path(-1));
+	       "(read + write); fp16 path %d (2: F16C at 16 lanes, 1: at 8, 0: scalar); bf16 path %d (2: AVX-512F, "
+	       "1: AVX2, 0: scalar)\n",
+	       n, rounds, mcbw / 1e9, ds_half_fp16_path(-1), ds_half_bf16_path(-1));
 	for (int kk = 0; kk < 2; kk++) {
 		const enum ds_half_kind k = kk ? DS_HALF_BF16 : DS_HALF_FP16;
 		ds_half_pack_n(k, a, f, n);

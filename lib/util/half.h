@@ -95,6 +95,8 @@ void ds_fp16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
  * (AVX), 0 the scalar functions.  Returns the path the CPU allows (the one
  * used); force (tests: each path's bits) caps it, -1 lifts the cap. */
 int ds_half_fp16_path(int force);
+/* The same for the bf16 bulk loops: 2 AVX-512F, 1 AVX2, 0 scalar. */
+int ds_half_bf16_path(int force);
 void ds_fp32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 void ds_bf16_to_fp32_n(float *dst, const uint16_t *src, size_t n);
 

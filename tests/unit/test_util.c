@@ -226,25 +226,34 @@ static void test_bf16_bulk(void **state)
 		       : seed;
 		memcpy(&x[i], &u[i], sizeof(float));
 	}
-	/* from element 1: an unaligned start */
-	ds_fp32_to_bf16_n(h + 1, x + 1, N);
-	for (int i = 1; i <= N; i++)
-		if (h[i] != ref_bf16(u[i]))
-			fail_msg("pack %08x: %04x, want %04x", u[i], h[i], ref_bf16(u[i]));
-	ds_bf16_to_fp32_n(y + 1, h + 1, N);
-	for (int i = 1; i <= N; i++) {
-		uint32_t w;
-		memcpy(&w, &y[i], sizeof w);
-		assert_int_equal(w, (uint32_t)h[i] << 16);
+	/* each path the CPU has (16 lanes, 8 lanes, scalar), from element 1:
+	 * an unaligned start */
+	const int top = ds_half_bf16_path(-1);
+	for (int path = top; path >= 0; path--) {
+		assert_int_equal(ds_half_bf16_path(path), path);
+		memset(h, 0, sizeof(uint16_t) * (N + 1));
+		ds_fp32_to_bf16_n(h + 1, x + 1, N);
+		for (int i = 1; i <= N; i++)
+			if (h[i] != ref_bf16(u[i]))
+				fail_msg("path %d: pack %08x: %04x, want %04x", path, u[i], h[i], ref_bf16(u[i]));
+		ds_bf16_to_fp32_n(y + 1, h + 1, N);
+		for (int i = 1; i <= N; i++) {
+			uint32_t w;
+			memcpy(&w, &y[i], sizeof w);
+			if (w != (uint32_t)h[i] << 16)
+				fail_msg("path %d: unpack %04x: %08x", path, h[i], w);
+		}
+		memcpy(y, x, sizeof(float) * (N + 1));
+		ds_half_round_n(DS_HALF_BF16, y + 1, N);
+		for (int i = 1; i <= N; i++) {
+			uint32_t w;
+			memcpy(&w, &y[i], sizeof w);
+			if (w != (uint32_t)ref_bf16(u[i]) << 16)
+				fail_msg("path %d: round %08x: %08x, want %08x", path, u[i], w,
+					 (uint32_t)ref_bf16(u[i]) << 16);
+		}
 	}
-	memcpy(y, x, sizeof(float) * (N + 1));
-	ds_half_round_n(DS_HALF_BF16, y + 1, N);
-	for (int i = 1; i <= N; i++) {
-		uint32_t w;
-		memcpy(&w, &y[i], sizeof w);
-		if (w != (uint32_t)ref_bf16(u[i]) << 16)
-			fail_msg("round %08x: %08x, want %08x", u[i], w, (uint32_t)ref_bf16(u[i]) << 16);
-	}
+	ds_half_bf16_path(-1);
 	free(u); free(x); free(y); free(h);
 }
 
