@@ -90,20 +90,6 @@ __attribute__((target("avx,f16c"))) static size_t fp16_round_256(float *dst, con
 	return i;
 }
 
-/* 2: AVX-512, 1: F16C, 0: neither (every thread computes the same value);
- * f16_cap: ds_half_fp16_path's */
-static int f16_cap = 2;
-static int f16_cpu(void)
-{
-	static int level = -1;
-	if (level < 0)
-		level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("f16c") ? 1 : 0;
-	return level;
-}
-static int f16_level(void) { return f16_cpu() < f16_cap ? f16_cpu() : f16_cap; }
-#define F16_VEC(FN, dst, src, n) \
-	(f16_level() == 2 ? FN##_512(dst, src, n) : f16_level() == 1 ? FN##_256(dst, src, n) : 0)
-
 /* bf16: bf16_bits on 16 lanes (AVX-512F) or 8 (AVX2), the same integer
  * arithmetic, so the same bits; the scalar loop for tails and older CPUs.
  * (GCC's vectorisation of the scalar form ran at 3-4 Gelem/s per core in
@@ -189,73 +175,76 @@ __attribute__((target("avx2"))) static size_t bf16_round_256(float *dst, const f
 	return i;
 }
 
-/* 2: AVX-512F, 1: AVX2, 0: neither; bf16_cap: ds_half_bf16_path's */
-static int bf16_cap = 2;
-static int bf16_cpu(void)
+/* The vector path per format, indexed by enum ds_half_kind: 2 AVX-512F
+ * (fp16: with its F16C conversions), 1 fp16's F16C at 8 lanes or bf16's
+ * AVX2, 0 neither (every thread computes the same value); cap: what
+ * ds_half_fp16_path and ds_half_bf16_path allow */
+static int cap[3] = { 0, 2, 2 };
+static int cpu_level(enum ds_half_kind k)
 {
-	static int level = -1;
-	if (level < 0)
-		level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-	return level;
+	static int level[3] = { 0, -1, -1 };
+	if (level[k] < 0)
+		level[k] = __builtin_cpu_supports("avx512f") ? 2
+			   : (k == DS_HALF_FP16 ? __builtin_cpu_supports("f16c") : __builtin_cpu_supports("avx2")) ? 1
+			   : 0;
+	return level[k];
 }
-static int bf16_level(void) { return bf16_cpu() < bf16_cap ? bf16_cpu() : bf16_cap; }
-#define BF16_VEC(FN, dst, src, n) \
-	(bf16_level() == 2 ? FN##_512(dst, src, n) : bf16_level() == 1 ? FN##_256(dst, src, n) : 0)
+static int vec_level(enum ds_half_kind k) { return cpu_level(k) < cap[k] ? cpu_level(k) : cap[k]; }
+#define HALF_VEC(K, FN, dst, src, n) \
+	(vec_level(K) == 2 ? FN##_512(dst, src, n) : vec_level(K) == 1 ? FN##_256(dst, src, n) : 0)
 #else
-static int f16_cap = 0;
-static int f16_level(void) { return 0; }
-#define F16_VEC(FN, dst, src, n) ((size_t)0)
-static int bf16_cap = 0;
-static int bf16_level(void) { return 0; }
-#define BF16_VEC(FN, dst, src, n) ((size_t)0)
+static int cap[3];
+static int vec_level(enum ds_half_kind k)
+{
+	(void)k;
+	return 0;
+}
+#define HALF_VEC(K, FN, dst, src, n) ((size_t)0)
 #endif
 
-int ds_half_fp16_path(int force)
+static int set_cap(enum ds_half_kind k, int force)
 {
-	f16_cap = force < 0 ? 2 : force;
-	return f16_level();
+	cap[k] = force < 0 ? 2 : force;
+	return vec_level(k);
 }
 
-int ds_half_bf16_path(int force)
-{
-	bf16_cap = force < 0 ? 2 : force;
-	return bf16_level();
-}
+int ds_half_fp16_path(int force) { return set_cap(DS_HALF_FP16, force); }
+int ds_half_bf16_path(int force) { return set_cap(DS_HALF_BF16, force); }
 
 static void bf16_pack_blk(uint16_t *dst, const float *src, size_t n)
 {
-	for (size_t i = BF16_VEC(bf16_pack, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_BF16, bf16_pack, dst, src, n); i < n; i++)
 		dst[i] = (uint16_t)(bf16_bits(src[i]) >> 16);
 }
 
 static void bf16_unpack_blk(float *dst, const uint16_t *src, size_t n)
 {
-	for (size_t i = BF16_VEC(bf16_unpack, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_BF16, bf16_unpack, dst, src, n); i < n; i++)
 		dst[i] = ds_bf16_to_f32_exact(src[i]);
 }
 
 /* the round blocks take dst == src (element-wise, so in place is safe) */
 static void bf16_round_blk(float *dst, const float *src, size_t n)
 {
-	for (size_t i = BF16_VEC(bf16_round, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_BF16, bf16_round, dst, src, n); i < n; i++)
 		dst[i] = ds_half_u2f(bf16_bits(src[i]));
 }
 
 static void fp16_pack_blk(uint16_t *dst, const float *src, size_t n)
 {
-	for (size_t i = F16_VEC(fp16_pack, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_FP16, fp16_pack, dst, src, n); i < n; i++)
 		dst[i] = ds_f32_to_f16_rne(src[i]);
 }
 
 static void fp16_unpack_blk(float *dst, const uint16_t *src, size_t n)
 {
-	for (size_t i = F16_VEC(fp16_unpack, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_FP16, fp16_unpack, dst, src, n); i < n; i++)
 		dst[i] = ds_f16_to_f32_exact(src[i]);
 }
 
 static void fp16_round_blk(float *dst, const float *src, size_t n)
 {
-	for (size_t i = F16_VEC(fp16_round, dst, src, n); i < n; i++)
+	for (size_t i = HALF_VEC(DS_HALF_FP16, fp16_round, dst, src, n); i < n; i++)
 		dst[i] = ds_f16_to_f32_exact(ds_f32_to_f16_rne(src[i]));
 }
 
