@@ -14,7 +14,8 @@
  *   leading dimension Vp); attention: the B*NH per-head products on
  *   strided views of qkv (lda 3C), forward S = q k^T, y = P v and backward
  *   dP = dy v^T, dv = P^T dy, dq = dS k, dk = dS^T q, each timed as one
- *   batch (gpt.c's ds_gemm_bf16_batch; sgemm: its loop of calls).
+ *   batch (gpt.c's ds_gemm_bf16_batch; sgemm: the cpu backend's fp32 batch,
+ *   its calls shared out over the threads).
  * Columns: GFLOP/s of sgemm (fp32 inputs), oneDNN and the kernel (both on
  * the same fp32 inputs, so rounding them to bf16 is included, as every
  * call in gpt.c pays it), each one's ratio to sgemm, what auto picks, and
@@ -38,6 +39,7 @@
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/ceiling.h"
+#include "compute/compute.h"
 #include "app/blas_core.h"
 #include "util/half.h"
 #include "util/mem.h"
@@ -99,11 +101,8 @@ static int run(const struct prod *p, int v, const float *a, const float *b, floa
 {
 	int ta = p->lay[0] == 'T', tb = p->lay[1] == 'T';
 	const struct ds_gemm_bf16_batch *bt = &p->bt;
-	if (v == SG) {
-		for (int i = 0; i < bt->count; i++)
-			cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, p->M,
-				    p->N, p->K, p->alpha, a + off(bt, bt->sa, i), p->lda, b + off(bt, bt->sb, i), p->ldb,
-				    p->beta, c + off(bt, bt->sc, i), p->ldc);
+	if (v == SG) {   /* the fp32 products of the cpu backend, as gpt.c's fp32 runs issue them */
+		ds_compute_cpu.gemm(-1, bt, ta, tb, p->M, p->N, p->K, p->alpha, a, p->lda, b, p->ldb, p->beta, c, p->ldc);
 		return 0;
 	}
 	enum ds_bf16_impl im = v == DN ? DS_BF16_ONEDNN : DS_BF16_KERNEL;
@@ -130,7 +129,7 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 	for (int l = 0; l < 5; l++) {
 		int ic = lin[l].ic, oc = lin[l].oc, head = l == 4, ldo = head ? Vp : oc;
 		const char *lays[3] = { "NT", "NN", "TN" };
-		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE };
+		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
 		struct prod q[3] = {
 			/* out (N,oc) = inp (N,ic) @ w^T, += bias (the head writes, ldc Vp) */
 			{ "", "NT", N, oc, ic, ic, ic, ldo, 1.0f, head ? 0.0f : 1.0f, one },
@@ -153,17 +152,17 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 	const int n = B * NH;
 	struct prod att[6] = {
 		/* S = q k^T */
-		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE } },
+		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 } },
 		/* y = P v */
-		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs }, DS_GEMM_BF16_DENSE } },
+		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs }, DS_GEMM_BF16_DENSE, 0 } },
 		/* dP = dy v^T */
-		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE } },
+		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 } },
 		/* dv = P^T dy */
-		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
+		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
 		/* dq = dS k */
-		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
+		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
 		/* dk = dS^T q */
-		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE } },
+		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
 	};
 	const char *an[6] = { "S=qk'", "y=Pv", "dP=dyv'", "dv=P'dy", "dq=dSk", "dk=dS'q" };
 	for (int k = 0; k < 6; k++) {

@@ -2,7 +2,8 @@
  * model called them before the table, so it is the oracle of the others.
  *
  * Matrix products: cblas_sgemm (the OpenMP OpenBLAS, one thread pool with
- * the kernels' loops; never called inside a parallel region), or in bf16
+ * the kernels' loops; inside a parallel region only for a batch of small
+ * per-head products, one single-threaded call per thread), or in bf16
  * runs the implementation ds_gemm_bf16_pick chooses for the shape (oneDNN
  * on AMX or AVX512_BF16, or dstk's AVX512_BF16 kernel): it rounds A and B
  * to bf16 and accumulates in fp32, as a GPU's bf16 GEMM does.  Buffers are
@@ -11,6 +12,7 @@
 #include "compute/compute.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -138,10 +140,28 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 		}
 	}
 	const enum CBLAS_TRANSPOSE ta = t1 ? CblasTrans : CblasNoTrans, tb = t2 ? CblasTrans : CblasNoTrans;
-	for (int e = 0; e < bt->count; e++) {
-		const long q = e / bt->inner, r = e % bt->inner;
-		cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
-			    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
+	/* attention's per-head products are small for BLAS's threading:
+	 * OpenBLAS runs a product of 2^18 multiply-adds or less on one thread
+	 * and splits larger ones over the threads with little gain (GPT-2's
+	 * (64,64,64) heads ran at one core's rate at 2 threads, gpt-tiny's
+	 * (128,128,64) at 1.1 cores').  A batch of at least two entries per
+	 * thread is shared out an entry per thread instead, each call
+	 * single-threaded inside the region (the OpenMP OpenBLAS runs one
+	 * thread there, in the same pool): the same calls, so the same bits. */
+	const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+	if (nt > 1 && bt->count >= 2 * nt) {
+#pragma omp parallel for schedule(static)
+		for (int e = 0; e < bt->count; e++) {
+			const long q = e / bt->inner, r = e % bt->inner;
+			cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
+				    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
+		}
+	} else {
+		for (int e = 0; e < bt->count; e++) {
+			const long q = e / bt->inner, r = e % bt->inner;
+			cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
+				    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
+		}
 	}
 	if (cr)
 		round_c(bt, M, N, C, ldc);

@@ -946,8 +946,10 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
 /* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
  * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout.  The
  * products are batches over (b, head) on strided views of qkv (lda 3C):
- * one bf16 batch call, or sgemm calls issued serially so BLAS owns the
- * threads; the softmax is one OpenMP pass over all rows. */
+ * one batch call to the backend (in fp32 the cpu backend shares the
+ * entries out over the threads, a single-threaded sgemm each, when there
+ * are at least two per thread); the softmax is one OpenMP pass over all
+ * rows. */
 static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
 			     int B, int T)
 {

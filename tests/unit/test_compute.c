@@ -5,6 +5,8 @@
 #include "config.h"
 #include "unit.h"
 
+#include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,6 +344,61 @@ static void test_cpu_gemm(void **st)
 	assert_int_equal(o->head16(-1, 64, 256, 64), 0);
 }
 
+/* fp32's batch of per-head products, shared out over the threads an entry
+ * each (compute_cpu.c): every entry at its strides equals a double
+ * product (alpha, beta 1, both transposes), and the bits equal the
+ * 1-thread run, which takes the serial loop */
+static void test_cpu_gemm_batch_threads(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	enum { OUT = 4, IN = 6, NE = OUT * IN, M = 19, N = 23, K = 31 };
+	/* A entries (M,K) at lda 2K, B entries stored (N,K) at ldb K, C (M,N) at ldc N+3 */
+	const int lda = 2 * K, ldb = K, ldc = N + 3;
+	const struct ds_gemm_bf16_batch bt = { NE, IN, { (long)IN * M * lda, K }, { (long)IN * N * ldb, (long)N * ldb },
+					       { (long)IN * M * ldc, (long)M * ldc }, DS_GEMM_BF16_DENSE, 0 };
+	const size_t na = (size_t)NE * M * lda, nb = (size_t)NE * N * ldb, nc = (size_t)NE * M * ldc;
+	float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+	float *c2 = malloc(sizeof(float) * nc), *c1 = malloc(sizeof(float) * nc);
+	assert_true(A && B && c2 && c1);
+	uint32_t x = 777;
+	for (size_t i = 0; i < na; i++)
+		A[i] = (float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
+	for (size_t i = 0; i < nb; i++)
+		B[i] = (float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
+	for (size_t i = 0; i < nc; i++)
+		c2[i] = c1[i] = (float)(i % 5) * 0.25f;
+	const int nt = omp_get_max_threads();
+	omp_set_num_threads(2);
+	o->gemm(-1, &bt, 0, 1, M, N, K, 0.5f, A, lda, B, ldb, 1.0f, c2, ldc);
+	omp_set_num_threads(1);
+	o->gemm(-1, &bt, 0, 1, M, N, K, 0.5f, A, lda, B, ldb, 1.0f, c1, ldc);
+	omp_set_num_threads(nt);
+	assert_memory_equal(c2, c1, sizeof(float) * nc);
+	double worst = 0;
+	for (int e = 0; e < NE; e++) {
+		const long q = e / IN, r = e % IN;
+		const float *a = A + q * bt.sa[0] + r * bt.sa[1], *b = B + q * bt.sb[0] + r * bt.sb[1];
+		const long oc = q * bt.sc[0] + r * bt.sc[1];
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < ldc; j++) {
+				const size_t at = (size_t)(oc + (long)i * ldc + j);
+				double want = (double)(at % 5) * 0.25;   /* beta 1 */
+				if (j < N)
+					for (int k = 0; k < K; k++)
+						want += 0.5 * (double)a[(long)i * lda + k] * (double)b[(long)j * ldb + k];
+				const double d = fabs((double)c2[at] - want);
+				worst = d > worst ? d : worst;
+			}
+	}
+	if (worst > 1e-5)
+		fail_msg("batched fp32 products differ from the double ones by %g", worst);
+	free(A);
+	free(B);
+	free(c2);
+	free(c1);
+}
+
 /* DS_GEMM_BF16_CR in a product's flags: C left rounded to bf16 values, bit
  * for bit the product without the flag and then half_round, whichever
  * implementation the mode takes (dstk's kernel rounds as it stores, the
@@ -435,6 +492,7 @@ int main(void)
 		cmocka_unit_test(test_probe),
 		cmocka_unit_test(test_cpu_table_complete),
 		cmocka_unit_test(test_cpu_gemm),
+		cmocka_unit_test(test_cpu_gemm_batch_threads),
 		cmocka_unit_test(test_cpu_gemm_cr),
 		cmocka_unit_test(test_cpu_buffers),
 	};
