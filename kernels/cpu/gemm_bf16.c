@@ -31,6 +31,8 @@
 static int onednn_isa(void);   /* 2 AMX, 1 AVX512_BF16, 0 not usable */
 static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
 		     const float *B, int ldb, float beta, float *C, int ldc);
+static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+			    const float *A, int lda, const float *B, int ldb, float *C, int ldc, unsigned char *done);
 
 static const char *const mode_names[] = { "auto", "onednn", "avx512_bf16", "fp32" };
 
@@ -208,8 +210,8 @@ static enum ds_bf16_impl pick_auto(int ta, int tb, int M, int N, int K, int coun
 	const long long mnk = (long long)M * N * K;
 	(void)ta;
 	(void)tb;
-	if (onednn_isa() == 2 && mnk >= DS_GEMM_BF16_MIN_MNK)
-		return DS_BF16_ONEDNN;   /* AMX: as before issue 21 (not measured here otherwise) */
+	if (onednn_isa() == 2 && mnk >= (count > 1 ? DS_GEMM_BF16_MIN_MNK_BATCH : DS_GEMM_BF16_MIN_MNK))
+		return DS_BF16_ONEDNN;   /* AMX: by size (gemm_bf16.h), not measured here */
 	if (ds_gemm_bf16_cpu_avx512bf16() &&
 	    ds_gemm_bf16_measured(count > 1 ? DS_BF16_CLASS_HEADS : DS_BF16_CLASS_LAYER, NULL, NULL))
 		return DS_BF16_KERNEL;
@@ -272,7 +274,8 @@ int ds_gemm_bf16_plan(int mode, char *buf, size_t n)
 		 "measured here per core: layer products %.0f vs sgemm's %.0f GFLOP/s, per-head %.0f vs %.0f", k[0], s[0],
 		 k[1], s[1]);
 	if (isa == 2) {
-		snprintf(buf, n, "bf16 on %s for products of 2^19 multiply-adds and more; smaller ones on %s%s%s%s", dn,
+		snprintf(buf, n, "bf16 on %s for products of 2^19 multiply-adds and more (2^18 each in attention's "
+			 "per-head batches); smaller ones on %s%s%s%s", dn,
 			 win[0] || win[1] ? kn : "fp32 sgemm", kern ? " (" : "", kern ? meas : "", kern ? ")" : "");
 		return 1;
 	}
@@ -334,6 +337,22 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 	if (impl == DS_BF16_ONEDNN) {
 		if (bt->flags)
 			return -1;   /* the caller rounds C */
+		const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+		unsigned char *done = nt > 1 && bt->count >= 2 * nt && beta == 0.0f ? calloc((size_t)bt->count, 1) : NULL;
+		if (done && onednn_batch_par(bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, done) == 0) {
+			int rc = 0;   /* beta 0: an entry that failed is computed again from scratch */
+			for (int e = 0; e < bt->count && !rc; e++) {
+				const long q = e / bt->inner, r = e % bt->inner;
+				if (!done[e])
+					rc = ds_gemm_bf16_kernel(0, 0, NULL, 0, ta, tb, M, N, K, alpha,
+								 A + q * bt->sa[0] + r * bt->sa[1], lda,
+								 B + q * bt->sb[0] + r * bt->sb[1], ldb, 0.0f,
+								 C + q * bt->sc[0] + r * bt->sc[1], ldc);
+			}
+			free(done);
+			return rc;
+		}
+		free(done);
 		/* one primitive for every entry: the first call answers for all;
 		 * should a later one fail, the portable kernel does the rest */
 		for (int e = 0; e < bt->count; e++) {
@@ -375,6 +394,8 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 struct prim {
 	int ta, tb, M, N, K, ldc;
 	float alpha, beta;
+	int one;                      /* made for one thread, with a scratchpad of the caller's (a parallel batch's) */
+	size_t scratch;               /* that scratchpad's bytes */
 	int bf16;                     /* 0: oneDNN picks no bf16 kernel for it (answer -1) */
 	unsigned long used;           /* 0: empty slot */
 	dnnl_primitive_t p;
@@ -435,6 +456,8 @@ static int prim_make(struct prim *e, char *impl, size_t implsz)
 	dnnl_matmul_desc_t md;
 	if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) || dnnl_primitive_attr_create(&attr))
 		return -1;
+	if (e->one && dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user))
+		goto out;
 	if (e->alpha != 1.0f && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &e->alpha))
 		goto out;
 	if (e->beta != 0.0f) {
@@ -446,8 +469,21 @@ static int prim_make(struct prim *e, char *impl, size_t implsz)
 		if (bad)
 			goto out;
 	}
-	if (dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL))
+	/* oneDNN plans a primitive for the threads it may use; one that runs
+	 * inside a parallel region (where oneDNN runs a single thread) is
+	 * planned for one */
+	const int nt = omp_get_max_threads();
+	if (e->one)
+		omp_set_num_threads(1);
+	const int bad = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) != dnnl_success;
+	if (e->one)
+		omp_set_num_threads(nt);
+	if (bad)
 		goto out;
+	if (e->one) {
+		const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+		e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
+	}
 	const char *name = NULL;
 	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) || !name)
 		goto out;
@@ -502,11 +538,27 @@ const char *ds_gemm_bf16_onednn_describe(void)
  * ld: round to nearest even, NaN stays a quiet NaN (ds_fp32_to_bf16's bits;
  * vcvtneps2bf16 would flush subnormals).  Only called where oneDNN runs a
  * bf16 kernel, so AVX-512 is there. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void to_bf16(uint16_t *dst, const float *src, int rows,
-									 int cols, int ld)
+static void to_bf16_rows(uint16_t *dst, const float *src, int r0, int r1, int cols, int ld);
+
+/* (on the calling thread only where par is 0: inside a parallel region,
+ * where even a region whose if clause is false builds a team) */
+static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld, int par)
 {
-#pragma omp parallel for schedule(static) if ((int64_t)rows * cols > 32768)
-	for (int r = 0; r < rows; r++) {
+	if (!par || (int64_t)rows * cols <= 32768 || omp_in_parallel()) {
+		to_bf16_rows(dst, src, 0, rows, cols, ld);
+		return;
+	}
+#pragma omp parallel
+	{
+		const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+		to_bf16_rows(dst, src, (int)((int64_t)rows * t / nt), (int)((int64_t)rows * (t + 1) / nt), cols, ld);
+	}
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void to_bf16_rows(uint16_t *dst, const float *src, int r0,
+									      int r1, int cols, int ld)
+{
+	for (int r = r0; r < r1; r++) {
 		const float *s = src + (size_t)r * (size_t)ld;
 		uint16_t *d = dst + (size_t)r * (size_t)cols;
 		const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff),
@@ -525,13 +577,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void to_bf16(uint16_
 	}
 }
 
-static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float alpha, float beta)
+static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float alpha, float beta, int one)
 {
 	struct prim *lru = &cache[0];
 	for (int i = 0; i < NCACHE; i++) {
 		struct prim *e = &cache[i];
 		if (e->used && e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->ldc == ldc &&
-		    e->alpha == alpha && e->beta == beta) {
+		    e->alpha == alpha && e->beta == beta && e->one == one) {
 			e->used = ++tick;
 			return e;
 		}
@@ -539,7 +591,8 @@ static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float a
 			lru = e;
 	}
 	prim_free(lru);
-	*lru = (struct prim){ .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .ldc = ldc, .alpha = alpha, .beta = beta };
+	*lru = (struct prim){ .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .ldc = ldc, .alpha = alpha, .beta = beta,
+			      .one = one };
 	char impl[128];
 	if (prim_make(lru, impl, sizeof impl)) {
 		prim_free(lru);
@@ -587,16 +640,16 @@ static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alph
 	    grow(reuse ? (void **)&kbuf : (void **)&bbuf, reuse ? &kbuf_n : &bbuf_n, (size_t)K * (size_t)N, 2) ||
 	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
 		goto out;
-	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta);
+	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta, 0);
 	if (!e || !e->bf16)
 		goto out;
 	uint16_t *bh = reuse ? kbuf : bbuf;
 	float *cd = dense ? C : cdense;
-	to_bf16(abuf, A, ta ? K : M, ta ? M : K, lda);
+	to_bf16(abuf, A, ta ? K : M, ta ? M : K, lda, 1);
 	if (!reuse || kept.src != B || kept.rows != br || kept.cols != bc || kept.ld != ldb) {
 		if (reuse)
 			kept.src = NULL;   /* until the copy is complete */
-		to_bf16(bh, B, br, bc, ldb);
+		to_bf16(bh, B, br, bc, ldb, 1);
 		if (reuse) {
 			kept.src = B;
 			kept.rows = br;
@@ -619,6 +672,109 @@ out:
 	return rc;
 }
 
+/* Each thread's own buffers for a parallel batch: bf16 A and B, a dense C,
+ * the primitive's scratchpad, and a stream. */
+struct lane {
+	uint16_t *a, *b;
+	float *c;
+	void *sp;
+	size_t an, bn, cn, spn;
+	dnnl_stream_t s;
+};
+static struct lane *lanes;
+static int nlanes;
+
+/* rows x cols of src (ld lds) to dst (ld ldd), on this thread */
+static void copy_rows_here(float *dst, int ldd, const float *src, int lds, int rows, int cols)
+{
+	for (int r = 0; r < rows; r++)
+		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
+}
+
+/* A batch (beta 0) shared out over the threads, a product each on one
+ * thread: oneDNN runs a small product a call at a time no faster than
+ * sgemm, and its per-call work and barriers stay on one thread.  The
+ * primitive is made for one thread, with a scratchpad per thread
+ * (oneDNN's own is shared between concurrent calls).  done[e] is set for
+ * every entry computed; -1 when nothing could start (no bf16 kernel,
+ * out of memory), the entries untouched. */
+static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+			    const float *A, int lda, const float *B, int ldb, float *C, int ldc, unsigned char *done)
+{
+	const int nt = omp_get_max_threads();
+	if (!onednn_isa() || M <= 0 || N <= 0 || K <= 0 || ldc < N)
+		return -1;
+	ta = ta != 0;
+	tb = tb != 0;
+	const int br = tb ? N : K, bc = tb ? K : N, dense = ldc == N;
+	int rc = -1;
+	pthread_mutex_lock(&lock);
+	if (nlanes < nt) {
+		struct lane *l = realloc(lanes, sizeof *l * (size_t)nt);
+		if (!l)
+			goto out;
+		memset(l + nlanes, 0, sizeof *l * (size_t)(nt - nlanes));
+		lanes = l;
+		nlanes = nt;
+	}
+	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, 0.0f, 1);
+	if (!e || !e->bf16)
+		goto out;
+	for (int t = 0; t < nt; t++) {
+		struct lane *l = &lanes[t];
+		if ((!l->s && dnnl_stream_create(&l->s, eng, dnnl_stream_default_flags)) ||
+		    grow((void **)&l->a, &l->an, (size_t)M * (size_t)K, 2) ||
+		    grow((void **)&l->b, &l->bn, (size_t)K * (size_t)N, 2) ||
+		    (!dense && grow((void **)&l->c, &l->cn, (size_t)M * (size_t)N, 4)) ||
+		    (e->scratch && grow(&l->sp, &l->spn, e->scratch, 1)))
+			goto out;
+	}
+	const dnnl_memory_desc_t *mda, *mdb, *mdc;
+	if (dnnl_memory_get_memory_desc(e->a, &mda) || dnnl_memory_get_memory_desc(e->b, &mdb) ||
+	    dnnl_memory_get_memory_desc(e->c, &mdc))
+		goto out;
+#pragma omp parallel num_threads(nt)
+	{
+		struct lane *l = &lanes[omp_get_thread_num()];
+		dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+		dnnl_memory_desc_t sd;
+		const dnnl_dims_t sz = { (dnnl_dim_t)(e->scratch ? e->scratch : 1) };
+		const int ok = !dnnl_memory_create(&ma, mda, eng, l->a) && !dnnl_memory_create(&mb, mdb, eng, l->b) &&
+			       !dnnl_memory_create(&mc, mdc, eng, DNNL_MEMORY_NONE) &&
+			       (!e->scratch || (!dnnl_memory_desc_init_by_tag(&sd, 1, sz, dnnl_u8, dnnl_a) &&
+						!dnnl_memory_create(&ms, &sd, eng, l->sp)));
+#pragma omp for schedule(static)
+		for (int i = 0; i < bt->count; i++) {
+			const long q = i / bt->inner, r = i % bt->inner;
+			float *ci = C + q * bt->sc[0] + r * bt->sc[1], *cd = dense ? ci : l->c;
+			dnnl_exec_arg_t args[4] = { { DNNL_ARG_SRC, ma }, { DNNL_ARG_WEIGHTS, mb }, { DNNL_ARG_DST, mc },
+						    { DNNL_ARG_SCRATCHPAD, ms } };
+			if (!ok)
+				continue;
+			to_bf16(l->a, A + q * bt->sa[0] + r * bt->sa[1], ta ? K : M, ta ? M : K, lda, 0);
+			to_bf16(l->b, B + q * bt->sb[0] + r * bt->sb[1], br, bc, ldb, 0);
+			if (dnnl_memory_set_data_handle(mc, cd) ||
+			    dnnl_primitive_execute(e->p, l->s, e->scratch ? 4 : 3, args) || dnnl_stream_wait(l->s))
+				continue;
+			if (!dense)
+				copy_rows_here(ci, ldc, cd, N, M, N);
+			done[i] = 1;
+		}
+		if (ma)
+			dnnl_memory_destroy(ma);
+		if (mb)
+			dnnl_memory_destroy(mb);
+		if (mc)
+			dnnl_memory_destroy(mc);
+		if (ms)
+			dnnl_memory_destroy(ms);
+	}
+	rc = 0;
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
 #else /* !HAVE_DNNL */
 
 static int onednn_isa(void) { return 0; }
@@ -630,6 +786,12 @@ const char *ds_gemm_bf16_onednn_describe(void)
 
 static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
 		     const float *B, int ldb, float beta, float *C, int ldc)
+{
+	return -1;
+}
+
+static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+			    const float *A, int lda, const float *B, int ldb, float *C, int ldc, unsigned char *done)
 {
 	return -1;
 }

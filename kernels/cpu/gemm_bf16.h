@@ -39,6 +39,13 @@
  * products off oneDNN. */
 #define DS_GEMM_BF16_MIN_MNK (1 << 19)
 
+/* The same for each product of a batch (attention's per-head ones), which
+ * oneDNN runs a product per thread (at least two per thread; else a
+ * product at a time).  On AMX (bench/bf16-gemm, 2026-12-03) GPT-2's
+ * (64,64,64) heads, 2^18 multiply-adds, took 0.81x the time of sgemm's batch
+ * at 2 threads and 0.98x at 1; gpt-tiny's (128,128,64) 0.5-0.6x at both. */
+#define DS_GEMM_BF16_MIN_MNK_BATCH (1 << 18)
+
 /* Who runs one product. */
 enum ds_bf16_impl {
 	DS_BF16_SGEMM = 0,   /* nobody here: the caller runs fp32 sgemm */
@@ -97,8 +104,8 @@ int ds_gemm_bf16_plan(int mode, char *buf, size_t n);
 /* The implementation mode gives a product of this shape (count > 1: a
  * batch of that many, attention's per-head ones).
  * Never an unavailable one: DS_BF16_SGEMM when nothing fits.  auto on an
- * AMX CPU keeps what it chose before issue 21 (oneDNN for products of at
- * least DS_GEMM_BF16_MIN_MNK); every other product goes to dstk's kernel
+ * AMX CPU gives oneDNN the products of at least DS_GEMM_BF16_MIN_MNK
+ * (DS_GEMM_BF16_MIN_MNK_BATCH each in a batch); every other product goes to dstk's kernel
  * where ds_gemm_bf16_measured says it beats sgemm for its class, else to
  * sgemm (without AMX, oneDNN's AVX512_BF16 kernel was no faster than
  * dstk's in bench/bf16-gemm, and slower on the per-head products). */
@@ -167,7 +174,8 @@ struct ds_gemm_bf16_batch {
 
 /* The batch's products, each ds_gemm_bf16 with the same shape and
  * arguments on its own A, B and C; the kernel runs whole entries per
- * thread.  Returns 0 or -1 as ds_gemm_bf16 (-1: every C untouched; also
+ * thread, and so does oneDNN for beta 0 and at least two entries per
+ * thread (else an entry at a time, each over the threads).  Returns 0 or -1 as ds_gemm_bf16 (-1: every C untouched; also
  * for flags on an implementation other than dstk's kernel). */
 int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
 		       int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,

@@ -408,12 +408,15 @@ static void test_gemm_bf16_batch(void **state)
 				check_prod(impl_name(im[v]), 0, 1, T, T, hs, 0.5f, qkv + oq, C3, qkv + oq + C, C3, 0.0f, S0 + os,
 					   S + os, T);
 			}
-			/* y[b,:,h] (T,hs) = S[b,h] @ v: strided output, beta 1 */
+			/* y[b,:,h] (T,hs) = S[b,h] @ v: strided output (ldc C), beta 1 and
+			 * beta 0 (which oneDNN shares out over the threads where the
+			 * batch has two entries per thread) */
+			for (int bz = 0; bz < 2; bz++) {
 			fill(y0, Bn * T, C, C, 9u);
 			memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
 			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0 };
-			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3, 1.0f, y,
-							    C), 0);
+			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3,
+							    bz ? 0.0f : 1.0f, y, C), 0);
 			for (int e = 0; e < n; e++) {
 				const long os = (long)e * TT, ov = (e / NH) * (long)T * C3 + 2 * C + (e % NH) * hs,
 					   oy = (e / NH) * (long)T * C + (e % NH) * hs;
@@ -426,12 +429,13 @@ static void test_gemm_bf16_batch(void **state)
 							r += t;
 							mag += fabs(t);
 						}
-						double c0 = y0[oy + (long)i * C + j], want = r + c0;
+						double c0 = bz ? 0.0 : y0[oy + (long)i * C + j], want = r + c0;
 						double tol = 4.0 * (T + 2) * ldexp(1.0, -24) * (mag + fabs(c0));
 						if (!(fabs(y[oy + (long)i * C + j] - want) <= tol))
-							fail_msg("%s batch y entry %d [%d,%d] = %.9g, want %.9g", impl_name(im[v]), e,
-								 i, j, y[oy + (long)i * C + j], want);
+							fail_msg("%s batch y (beta %d) entry %d [%d,%d] = %.9g, want %.9g",
+								 impl_name(im[v]), 1 - bz, e, i, j, y[oy + (long)i * C + j], want);
 					}
+			}
 			}
 			free(qkv); free(S); free(S0); free(y); free(y0);
 		}
@@ -958,7 +962,8 @@ static void test_gemm_bf16_modes(void **state)
 	}
 	assert_int_equal(ds_bf16_mode_parse("amx"), -1);
 	const int dn = ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL), kn = ds_gemm_bf16_available(DS_BF16_KERNEL, NULL);
-	static const int shp[][4] = { { 256, 768, 768, 1 }, { 64, 64, 64, 48 }, { 8, 8, 8, 1 }, { 256, 50257, 768, 1 } };
+	static const int shp[][4] = { { 256, 768, 768, 1 }, { 64, 64, 64, 48 }, { 8, 8, 8, 1 }, { 256, 50257, 768, 1 },
+				      { 128, 128, 64, 48 }, { 128, 128, 64, 1 }, { 1024, 1024, 64, 12 } };
 	for (size_t s = 0; s < sizeof shp / sizeof shp[0]; s++) {
 		const int M = shp[s][0], N = shp[s][1], K = shp[s][2], n = shp[s][3];
 		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_FP32, 0, 1, M, N, K, n), DS_BF16_SGEMM);
@@ -970,10 +975,18 @@ static void test_gemm_bf16_modes(void **state)
 		/* auto follows its measurement: oneDNN on AMX for large products, else
 		 * the kernel exactly where it was measured faster than sgemm */
 		const int cls = n > 1 ? DS_BF16_CLASS_HEADS : DS_BF16_CLASS_LAYER;
-		if (ds_gemm_bf16_amx() && (long long)M * N * K >= DS_GEMM_BF16_MIN_MNK)
+		if (ds_gemm_bf16_amx() && (long long)M * N * K >= (n > 1 ? DS_GEMM_BF16_MIN_MNK_BATCH : DS_GEMM_BF16_MIN_MNK))
 			assert_int_equal(a, DS_BF16_ONEDNN);
 		else
 			assert_int_equal(a, kn && ds_gemm_bf16_measured(cls, NULL, NULL) ? DS_BF16_KERNEL : DS_BF16_SGEMM);
+	}
+	/* on AMX, GPT-2's (64,64,64) heads (2^18 multiply-adds) go to oneDNN in
+	 * a batch, not alone; half their size stays off it either way */
+	if (ds_gemm_bf16_amx()) {
+		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_AUTO, 0, 1, 64, 64, 64, 48), DS_BF16_ONEDNN);
+		assert_int_not_equal(ds_gemm_bf16_pick(DS_BF16_MM_AUTO, 0, 1, 64, 64, 64, 1), DS_BF16_ONEDNN);
+		assert_int_not_equal(ds_gemm_bf16_pick(DS_BF16_MM_AUTO, 0, 1, 64, 64, 32, 48), DS_BF16_ONEDNN);
+		assert_int_equal(ds_gemm_bf16_pick(DS_BF16_MM_AUTO, 0, 1, 1024, 1024, 64, 12), DS_BF16_ONEDNN);
 	}
 	/* the measurement: rates where the CPU has AVX512_BF16, none where not */
 	for (int cls = 0; cls < DS_BF16_NCLASS; cls++) {
