@@ -614,10 +614,16 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz)
 	return *buf ? 0 : -1;
 }
 
-/* dst (rows, cols) with leading dimension ldd = src with lds */
-static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols)
+/* dst (rows, cols) with leading dimension ldd = src with lds; over the
+ * threads where par is 1, on the calling thread where 0 (as to_bf16) */
+static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols, int par)
 {
-#pragma omp parallel for schedule(static) if ((int64_t)rows * cols > 65536)
+	if (!par || (int64_t)rows * cols <= 65536 || omp_in_parallel()) {
+		for (int r = 0; r < rows; r++)
+			memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
+		return;
+	}
+#pragma omp parallel for schedule(static)
 	for (int r = 0; r < rows; r++)
 		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
 }
@@ -658,14 +664,14 @@ static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alph
 		}
 	}
 	if (!dense && beta != 0.0f)
-		copy_rows(cd, N, C, ldc, M, N);
+		copy_rows(cd, N, C, ldc, M, N, 1);
 	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
 	if (dnnl_memory_set_data_handle(e->a, abuf) || dnnl_memory_set_data_handle(e->b, bh) ||
 	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
 	    dnnl_stream_wait(strm))
 		goto out;
 	if (!dense)
-		copy_rows(C, ldc, cd, N, M, N);
+		copy_rows(C, ldc, cd, N, M, N, 1);
 	rc = 0;
 out:
 	pthread_mutex_unlock(&lock);
@@ -683,13 +689,6 @@ struct lane {
 };
 static struct lane *lanes;
 static int nlanes;
-
-/* rows x cols of src (ld lds) to dst (ld ldd), on this thread */
-static void copy_rows_here(float *dst, int ldd, const float *src, int lds, int rows, int cols)
-{
-	for (int r = 0; r < rows; r++)
-		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
-}
 
 /* A batch (beta 0) shared out over the threads, a product each on one
  * thread: oneDNN runs a small product a call at a time no faster than
@@ -757,7 +756,7 @@ static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb,
 			    dnnl_primitive_execute(e->p, l->s, e->scratch ? 4 : 3, args) || dnnl_stream_wait(l->s))
 				continue;
 			if (!dense)
-				copy_rows_here(ci, ldc, cd, N, M, N);
+				copy_rows(ci, ldc, cd, N, M, N, 0);
 			done[i] = 1;
 		}
 		if (ma)

@@ -32,11 +32,11 @@
 
 #include <stddef.h>
 
-/* Below this M*N*K a oneDNN call costs more than it saves (conversion and
- * per-call work): GPT-2's per-head 64x64x64 attention products ran at
- * 0.3-0.9x sgemm on AMX with 2 threads (bench/amx-gemm, now part of
- * bench/bf16-gemm).  auto keeps such
- * products off oneDNN. */
+/* Below this M*N*K a single oneDNN call costs more than it saves
+ * (conversion and per-call work): GPT-2's per-head 64x64x64 attention
+ * products, run a call at a time over the threads, were 0.3-0.9x sgemm on
+ * AMX with 2 threads (bench/amx-gemm, now part of bench/bf16-gemm).  auto
+ * keeps such single products off oneDNN; batches have their own bound. */
 #define DS_GEMM_BF16_MIN_MNK (1 << 19)
 
 /* The same for each product of a batch (attention's per-head ones), which

@@ -147,22 +147,22 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 	 * (128,128,64) at 1.1 cores').  A batch of at least two entries per
 	 * thread is shared out an entry per thread instead, each call
 	 * single-threaded inside the region (the OpenMP OpenBLAS runs one
-	 * thread there, in the same pool): the same calls, so the same bits. */
+	 * thread there, in the same pool): the same calls, so the same bits.
+	 * (Not an if clause: a region with it false still builds a team.) */
+#define ENTRY(e)                                                                                                      \
+	cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + (e) / bt->inner * bt->sa[0] + (e) % bt->inner * bt->sa[1], \
+		    lda, B + (e) / bt->inner * bt->sb[0] + (e) % bt->inner * bt->sb[1], ldb, beta,                       \
+		    C + (e) / bt->inner * bt->sc[0] + (e) % bt->inner * bt->sc[1], ldc)
 	const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
 	if (nt > 1 && bt->count >= 2 * nt) {
 #pragma omp parallel for schedule(static)
-		for (int e = 0; e < bt->count; e++) {
-			const long q = e / bt->inner, r = e % bt->inner;
-			cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
-				    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
-		}
+		for (int e = 0; e < bt->count; e++)
+			ENTRY(e);
 	} else {
-		for (int e = 0; e < bt->count; e++) {
-			const long q = e / bt->inner, r = e % bt->inner;
-			cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + q * bt->sa[0] + r * bt->sa[1], lda,
-				    B + q * bt->sb[0] + r * bt->sb[1], ldb, beta, C + q * bt->sc[0] + r * bt->sc[1], ldc);
-		}
+		for (int e = 0; e < bt->count; e++)
+			ENTRY(e);
 	}
+#undef ENTRY
 	if (cr)
 		round_c(bt, M, N, C, ldc);
 }

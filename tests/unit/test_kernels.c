@@ -412,30 +412,30 @@ static void test_gemm_bf16_batch(void **state)
 			 * beta 0 (which oneDNN shares out over the threads where the
 			 * batch has two entries per thread) */
 			for (int bz = 0; bz < 2; bz++) {
-			fill(y0, Bn * T, C, C, 9u);
-			memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
-			const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0 };
-			assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3,
-							    bz ? 0.0f : 1.0f, y, C), 0);
-			for (int e = 0; e < n; e++) {
-				const long os = (long)e * TT, ov = (e / NH) * (long)T * C3 + 2 * C + (e % NH) * hs,
-					   oy = (e / NH) * (long)T * C + (e % NH) * hs;
-				/* ldc C: the columns past hs belong to the other heads, checked by their own entry */
-				for (int i = 0; i < T; i++)
-					for (int j = 0; j < hs; j++) {
-						double r = 0, mag = 0;
-						for (int k = 0; k < T; k++) {
-							double t = (double)bf(S[os + (long)i * T + k]) * bf(qkv[ov + (long)k * C3 + j]);
-							r += t;
-							mag += fabs(t);
+				fill(y0, Bn * T, C, C, 9u);
+				memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
+				const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0 };
+				assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3,
+								    bz ? 0.0f : 1.0f, y, C), 0);
+				for (int e = 0; e < n; e++) {
+					const long os = (long)e * TT, ov = (e / NH) * (long)T * C3 + 2 * C + (e % NH) * hs,
+						   oy = (e / NH) * (long)T * C + (e % NH) * hs;
+					/* ldc C: the columns past hs belong to the other heads, checked by their own entry */
+					for (int i = 0; i < T; i++)
+						for (int j = 0; j < hs; j++) {
+							double r = 0, mag = 0;
+							for (int k = 0; k < T; k++) {
+								double t = (double)bf(S[os + (long)i * T + k]) * bf(qkv[ov + (long)k * C3 + j]);
+								r += t;
+								mag += fabs(t);
+							}
+							double c0 = bz ? 0.0 : y0[oy + (long)i * C + j], want = r + c0;
+							double tol = 4.0 * (T + 2) * ldexp(1.0, -24) * (mag + fabs(c0));
+							if (!(fabs(y[oy + (long)i * C + j] - want) <= tol))
+								fail_msg("%s batch y (beta %d) entry %d [%d,%d] = %.9g, want %.9g",
+									 impl_name(im[v]), 1 - bz, e, i, j, y[oy + (long)i * C + j], want);
 						}
-						double c0 = bz ? 0.0 : y0[oy + (long)i * C + j], want = r + c0;
-						double tol = 4.0 * (T + 2) * ldexp(1.0, -24) * (mag + fabs(c0));
-						if (!(fabs(y[oy + (long)i * C + j] - want) <= tol))
-							fail_msg("%s batch y (beta %d) entry %d [%d,%d] = %.9g, want %.9g",
-								 impl_name(im[v]), 1 - bz, e, i, j, y[oy + (long)i * C + j], want);
-					}
-			}
+				}
 			}
 			free(qkv); free(S); free(S0); free(y); free(y0);
 		}
