@@ -38,17 +38,92 @@ static void cpu_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1
 
 static void *cpu_alloc(size_t bytes) { return ds_alloc(bytes); }
 static void cpu_free(void *p) { ds_free(p); }
-static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+/* The bulk passes (copies, 16-bit rounding, packing, unpacking) share
+ * large buffers out over the threads: alone on one core they left the
+ * pool's other threads waiting, and element-wise work gives the same bits
+ * in any split.  Each thread takes a run of whole 64-byte lines; inside a
+ * parallel region, and below BULK_MIN elements, the calling thread does it
+ * all. */
+#define BULK_MIN 65536
 
-static void cpu_half_round(int kind, float *x, size_t n) { ds_half_round_n((enum ds_half_kind)kind, x, n); }
+static int bulk_alone(size_t n) { return n < BULK_MIN || omp_in_parallel() || omp_get_max_threads() < 2; }
+
+/* this thread's [*b, *e) of n elements, b a multiple of 16 */
+static void bulk_part(size_t n, size_t *b, size_t *e)
+{
+	const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+	*b = n / 16 * t / nt * 16;
+	*e = t + 1 == nt ? n : n / 16 * (t + 1) / nt * 16;
+}
+
+static void cpu_zero(void *p, size_t bytes)
+{
+	if (bulk_alone(bytes / 4)) {
+		memset(p, 0, bytes);
+		return;
+	}
+#pragma omp parallel
+	{
+		size_t b, e;
+		bulk_part(bytes, &b, &e);
+		memset((char *)p + b, 0, e - b);
+	}
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bulk_alone(bytes / 4)) {
+		memcpy(dst, src, bytes);
+		return;
+	}
+#pragma omp parallel
+	{
+		size_t b, e;
+		bulk_part(bytes, &b, &e);
+		memcpy((char *)dst + b, (const char *)src + b, e - b);
+	}
+}
+
+static void cpu_half_round(int kind, float *x, size_t n)
+{
+	if (bulk_alone(n)) {
+		ds_half_round_n((enum ds_half_kind)kind, x, n);
+		return;
+	}
+#pragma omp parallel
+	{
+		size_t b, e;
+		bulk_part(n, &b, &e);
+		ds_half_round_n((enum ds_half_kind)kind, x + b, e - b);
+	}
+}
+
 static void cpu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
 {
-	ds_half_pack_n((enum ds_half_kind)kind, dst, src, n);
+	if (bulk_alone(n)) {
+		ds_half_pack_n((enum ds_half_kind)kind, dst, src, n);
+		return;
+	}
+#pragma omp parallel
+	{
+		size_t b, e;
+		bulk_part(n, &b, &e);
+		ds_half_pack_n((enum ds_half_kind)kind, dst + b, src + b, e - b);
+	}
 }
+
 static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 {
-	ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
+	if (bulk_alone(n)) {
+		ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
+		return;
+	}
+#pragma omp parallel
+	{
+		size_t b, e;
+		bulk_part(n, &b, &e);
+		ds_half_unpack_n((enum ds_half_kind)kind, dst + b, src + b, e - b);
+	}
 }
 
 /* ---- the engine's 16-bit gradients: lib/engine/engine.c's loops as the
@@ -106,7 +181,7 @@ static void cpu_accumulate(int kind, float *acc, const float *g, int64_t n)
 static void round_c(const struct ds_gemm_bf16_batch *bt, int M, int N, float *C, int ldc)
 {
 	if (bt->count == 1 && ldc == N) {
-		ds_half_round_n(DS_HALF_BF16, C, (size_t)M * N);
+		cpu_half_round(DS_HALF_BF16, C, (size_t)M * N);
 		return;
 	}
 	const int64_t rows = (int64_t)bt->count * M;
