@@ -129,7 +129,7 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 	for (int l = 0; l < 5; l++) {
 		int ic = lin[l].ic, oc = lin[l].oc, head = l == 4, ldo = head ? Vp : oc;
 		const char *lays[3] = { "NT", "NN", "TN" };
-		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 };
+		const struct ds_gemm_bf16_batch one = { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 		struct prod q[3] = {
 			/* out (N,oc) = inp (N,ic) @ w^T, += bias (the head writes, ldc Vp) */
 			{ "", "NT", N, oc, ic, ic, ic, ldo, 1.0f, head ? 0.0f : 1.0f, one },
@@ -152,17 +152,17 @@ static int add_model(struct prod *ps, const char *name, int C, int NH, int F, in
 	const int n = B * NH;
 	struct prod att[6] = {
 		/* S = q k^T */
-		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "NT", T, T, hs, C3, C3, T, sc, 0.0f, { n, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 		/* y = P v */
-		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "NN", T, hs, T, T, C3, C, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC, hs }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 		/* dP = dy v^T */
-		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "NT", T, T, hs, C, C3, T, 1.0f, 0.0f, { n, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 		/* dv = P^T dy */
-		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "TN", T, hs, T, T, C, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 		/* dq = dS k */
-		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "NN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 		/* dk = dS^T q */
-		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0 } },
+		{ "", "TN", T, hs, T, T, C3, C3, 1.0f, 0.0f, { n, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_DENSE, 0, NULL, NULL } },
 	};
 	const char *an[6] = { "S=qk'", "y=Pv", "dP=dyv'", "dv=P'dy", "dq=dSk", "dk=dS'q" };
 	for (int k = 0; k < 6; k++) {

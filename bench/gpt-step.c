@@ -8,7 +8,8 @@
  *   dstk.bf16_matmul "auto"), bf16-onednn, bf16-kernel (dstk.bf16_matmul
  *   "onednn", "avx512_bf16"), bf16-sgemm (bf16 activations, fp32 sgemm:
  *   dstk.bf16_matmul "fp32"); 16-bit runs use parameters rounded to that
- *   format, as the engine's 16-bit copy.  Several dtypes, comma-separated,
+ *   format, as the engine's 16-bit copy, and bf16 runs get that copy in
+ *   bf16 through the params16 hook, as ds-train's engine gives it.  Several dtypes, comma-separated,
  *   run in the same process, step by step in turn (so a shared machine's
  *   load falls on each alike), and each one's step time is also given as
  *   a ratio to the first's (ratio_step_<dtype>: mean, best and median of
@@ -108,9 +109,21 @@ struct run {
 	int half, mm;
 	struct ds_gpt_ws *ws;
 	float *p;
+	uint16_t *p16;   /* bf16 runs: the parameters' bf16 copy (the engine's 16-bit model) */
 	double tf, tb, best, *step, cpu;   /* cpu: the process's CPU seconds over the counted steps */
 	float loss;
 };
+
+static const struct ds_gpt *model;
+
+/* the params16 hook: what ds-train's engine gives the model, its 16-bit
+ * copy of the parameters (made once per optimizer step there, so not
+ * part of a step's time here) */
+static const uint16_t *params16(void *ctx, int seg)
+{
+	const struct run *r = ctx;
+	return r->p16 + ds_gpt_segment(model, seg)->offset;
+}
 
 static int cmp_dbl(const void *a, const void *b)
 {
@@ -174,6 +187,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int64_t n = ds_gpt_num_params(m);
+	model = m;
 	float *g = ds_alloc((size_t)n * 4);
 	int32_t *tok = malloc((size_t)B * T * 4), *tgt = malloc((size_t)B * T * 4);
 	for (int i = 0; i < B * T; i++) {
@@ -195,6 +209,15 @@ int main(int argc, char **argv)
 		}
 		ds_gpt_init(m, 1, rs[d].p, 0, n);
 		ds_half_round_n((enum ds_half_kind)rs[d].half, rs[d].p, (size_t)n);
+		if (rs[d].half == DS_HALF_BF16) {
+			const struct ds_gpt_hooks h = { .ctx = &rs[d], .params16 = params16 };
+			if (!(rs[d].p16 = ds_alloc((size_t)n * 2))) {
+				fprintf(stderr, "gpt-step: out of memory\n");
+				return 1;
+			}
+			ds_fp32_to_bf16_n(rs[d].p16, rs[d].p, (size_t)n);
+			ds_gpt_ws_set_hooks(rs[d].ws, &h);
+		}
 	}
 	struct ds_count_totals tot;
 	ds_count_train_flops(ds_gpt_config(m), B, T, ckpt ? 1.0 : 0.0, &tot, &err);

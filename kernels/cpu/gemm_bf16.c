@@ -29,8 +29,8 @@
 
 /* oneDNN's side, below */
 static int onednn_isa(void);   /* 2 AMX, 1 AVX512_BF16, 0 not usable */
-static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		     const float *B, int ldb, float beta, float *C, int ldc);
+static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
+		       float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 			    const float *A, int lda, const float *B, int ldb, float *C, int ldc, unsigned char *done);
 
@@ -131,7 +131,8 @@ static double cpu_now(void)
 
 static double cal_run(int cls, int k, int calls, const float *a, const float *b, float *c)
 {
-	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T }, DS_GEMM_BF16_DENSE, 0 };
+	const struct ds_gemm_bf16_batch h = { CAL_NB, CAL_NB, { 0, CAL_T }, { 0, CAL_T }, { 0, (long)CAL_T * CAL_T },
+					      DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 	const double t0 = cpu_now();
 	for (int i = 0; i < calls; i++) {
 		if (cls == DS_BF16_CLASS_LAYER && !k)
@@ -299,7 +300,7 @@ int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, fl
 		 const float *B, int ldb, float beta, float *C, int ldc)
 {
 	if (impl == DS_BF16_ONEDNN)
-		return onednn_gemm(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		return onednn_gemm(0, NULL, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
 		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
 					   C, ldc);
@@ -319,7 +320,7 @@ int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M,
 			const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
 	if (impl == DS_BF16_ONEDNN)
-		return onednn_gemm(same ? 2 : 1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		return onednn_gemm(same ? 2 : 1, NULL, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
 		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, same ? 2 : 1, NULL, 0, ta, tb, M, N, K, alpha, A, lda, B,
 					   ldb, beta, C, ldc);
@@ -359,7 +360,8 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 			const long q = e / bt->inner, r = e % bt->inner;
 			const long oa = q * bt->sa[0] + r * bt->sa[1], ob = q * bt->sb[0] + r * bt->sb[1],
 				   oc = q * bt->sc[0] + r * bt->sc[1];
-			if (onednn_gemm(0, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, beta, C + oc, ldc) == 0)
+			if (onednn_gemm(0, bt->a16 ? bt->a16 + oa : NULL, bt->b16 ? bt->b16 + ob : NULL, ta, tb, M, N, K,
+					alpha, A + oa, lda, B + ob, ldb, beta, C + oc, ldc) == 0)
 				continue;
 			if (e == 0)
 				return -1;
@@ -628,9 +630,32 @@ static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, 
 		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
 }
 
-/* keep: 0 none, 1 convert B and keep it, 2 reuse the kept copy if it matches */
-static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		     const float *B, int ldb, float beta, float *C, int ldc)
+/* The bf16 operand (rows, cols) dense: the caller's bf16 copy h itself
+ * where it is dense (ld == cols), else buf filled from h's rows, or from
+ * src converted where there is no copy; par as to_bf16. */
+static const uint16_t *load16(uint16_t *buf, const float *src, const uint16_t *h, int rows, int cols, int ld, int par)
+{
+	if (h && ld == cols)
+		return h;
+	if (!h) {
+		to_bf16(buf, src, rows, cols, ld, par);
+		return buf;
+	}
+	if (!par || (int64_t)rows * cols <= 65536 || omp_in_parallel()) {
+		for (int r = 0; r < rows; r++)
+			memcpy(buf + (size_t)r * (size_t)cols, h + (size_t)r * (size_t)ld, (size_t)cols * 2);
+		return buf;
+	}
+#pragma omp parallel for schedule(static)
+	for (int r = 0; r < rows; r++)
+		memcpy(buf + (size_t)r * (size_t)cols, h + (size_t)r * (size_t)ld, (size_t)cols * 2);
+	return buf;
+}
+
+/* keep: 0 none, 1 convert B and keep it, 2 reuse the kept copy if it
+ * matches; a16, b16: the caller's bf16 copies of A, B (or NULL) */
+static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
+		       float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
 	const int reuse = keep != 0;
 	if (!onednn_isa() || M <= 0 || N <= 0 || K <= 0 || ldc < N)
@@ -643,19 +668,21 @@ static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alph
 	if (keep == 1)
 		kept.src = NULL;   /* a new B: whatever happens below, the old copy is stale */
 	if (grow((void **)&abuf, &abuf_n, (size_t)M * (size_t)K, 2) ||
-	    grow(reuse ? (void **)&kbuf : (void **)&bbuf, reuse ? &kbuf_n : &bbuf_n, (size_t)K * (size_t)N, 2) ||
+	    grow(reuse && !b16 ? (void **)&kbuf : (void **)&bbuf, reuse && !b16 ? &kbuf_n : &bbuf_n,
+		 (size_t)K * (size_t)N, 2) ||
 	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
 		goto out;
 	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta, 0);
 	if (!e || !e->bf16)
 		goto out;
-	uint16_t *bh = reuse ? kbuf : bbuf;
+	const uint16_t *ah = load16(abuf, A, a16, ta ? K : M, ta ? M : K, lda, 1), *bh = reuse ? kbuf : bbuf;
 	float *cd = dense ? C : cdense;
-	to_bf16(abuf, A, ta ? K : M, ta ? M : K, lda, 1);
-	if (!reuse || kept.src != B || kept.rows != br || kept.cols != bc || kept.ld != ldb) {
+	if (b16) {
+		bh = load16(bbuf, B, b16, br, bc, ldb, 1);
+	} else if (!reuse || kept.src != B || kept.rows != br || kept.cols != bc || kept.ld != ldb) {
 		if (reuse)
 			kept.src = NULL;   /* until the copy is complete */
-		to_bf16(bh, B, br, bc, ldb, 1);
+		to_bf16(reuse ? kbuf : bbuf, B, br, bc, ldb, 1);
 		if (reuse) {
 			kept.src = B;
 			kept.rows = br;
@@ -666,7 +693,7 @@ static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alph
 	if (!dense && beta != 0.0f)
 		copy_rows(cd, N, C, ldc, M, N, 1);
 	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
-	if (dnnl_memory_set_data_handle(e->a, abuf) || dnnl_memory_set_data_handle(e->b, bh) ||
+	if (dnnl_memory_set_data_handle(e->a, (void *)ah) || dnnl_memory_set_data_handle(e->b, (void *)bh) ||
 	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
 	    dnnl_stream_wait(strm))
 		goto out;
@@ -750,9 +777,12 @@ static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb,
 						    { DNNL_ARG_SCRATCHPAD, ms } };
 			if (!ok)
 				continue;
-			to_bf16(l->a, A + q * bt->sa[0] + r * bt->sa[1], ta ? K : M, ta ? M : K, lda, 0);
-			to_bf16(l->b, B + q * bt->sb[0] + r * bt->sb[1], br, bc, ldb, 0);
-			if (dnnl_memory_set_data_handle(mc, cd) ||
+			const long oa = q * bt->sa[0] + r * bt->sa[1], ob = q * bt->sb[0] + r * bt->sb[1];
+			const uint16_t *ah = load16(l->a, A + oa, bt->a16 ? bt->a16 + oa : NULL, ta ? K : M, ta ? M : K,
+						    lda, 0),
+				       *bh = load16(l->b, B + ob, bt->b16 ? bt->b16 + ob : NULL, br, bc, ldb, 0);
+			if (dnnl_memory_set_data_handle(ma, (void *)ah) || dnnl_memory_set_data_handle(mb, (void *)bh) ||
+			    dnnl_memory_set_data_handle(mc, cd) ||
 			    dnnl_primitive_execute(e->p, l->s, e->scratch ? 4 : 3, args) || dnnl_stream_wait(l->s))
 				continue;
 			if (!dense)
@@ -783,8 +813,8 @@ const char *ds_gemm_bf16_onednn_describe(void)
 	return "not built with oneDNN (apt-get install libdnnl-dev, configure --with-dnnl)";
 }
 
-static int onednn_gemm(int keep, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		     const float *B, int ldb, float beta, float *C, int ldc)
+static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
+		       float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
 	return -1;
 }

@@ -31,6 +31,7 @@
 #define DS_KERNELS_GEMM_BF16_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Below this M*N*K a single oneDNN call costs more than it saves
  * (conversion and per-call work): GPT-2's per-head 64x64x64 attention
@@ -168,9 +169,17 @@ struct ds_gemm_bf16_batch {
 	long sa[2], sb[2], sc[2];
 	int causal;
 	unsigned flags;
+	/* Optional bf16 copies of A and B (NULL: none): ds_fp32_to_bf16 of
+	 * every element, at the same offsets (lda/ldb and the strides count
+	 * elements of either).  An implementation that rounds its inputs to
+	 * bf16 reads these instead of converting A or B (oneDNN), so a caller
+	 * that already holds them (a layer's weights, a gradient two products
+	 * read) spares the conversions; the others ignore them, and the
+	 * results are the same bits either way. */
+	const uint16_t *a16, *b16;
 };
 /* One dense product: the batch of a single ds_gemm_bf16 call. */
-#define DS_GEMM_BF16_BATCH_ONE { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0 }
+#define DS_GEMM_BF16_BATCH_ONE { 1, 1, { 0, 0 }, { 0, 0 }, { 0, 0 }, DS_GEMM_BF16_DENSE, 0, NULL, NULL }
 
 /* The batch's products, each ds_gemm_bf16 with the same shape and
  * arguments on its own A, B and C; the kernel runs whole entries per

@@ -112,14 +112,23 @@ struct ds_compute_ops {
 	 * op(A) op(B) + beta C rounded once, bit for bit the product without the
 	 * flag and then half_round(bf16) over every entry's M x N, the gap
 	 * beyond N untouched), in any mode: dstk's kernel rounds as it stores,
-	 * the other implementations run that pass themselves. */
+	 * the other implementations run that pass themselves.  bt->a16/b16
+	 * (bf16 copies of A, B) are read instead of converting where the
+	 * backend converts (oneDNN on cpu); gemm_hints says where. */
 	void (*gemm)(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 	/* gemm for row chunks of one product against one B: same says B is
 	 * unchanged since the previous call (a bf16 copy may be reused); every
-	 * chunk is planned for the shape of the first, M0 rows. */
+	 * chunk is planned for the shape of the first, M0 rows; a16, b16 (or
+	 * NULL): bf16 copies of A and B, as bt->a16/b16 of gemm (with b16 there
+	 * is nothing to keep; a16 is read only with b16). */
 	void (*gemm_keep_b)(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-			    int lda, const float *B, int ldb, float beta, float *C, int ldc);
+			    int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16, float beta,
+			    float *C, int ldc);
+	/* 1 when a bf16 mode's product of this shape reads the bf16 copies
+	 * gemm is given instead of converting its operands (so a caller that
+	 * keeps such copies spares work), else 0 (they would go unread). */
+	int (*gemm_hints)(int mm, int M, int N, int K);
 	/* Whether the head's three products (logits (N,V) = A (N,C) B^T and
 	 * their two gradients) run with bf16 logits in one go: a nonzero
 	 * backend token for gemm16, or 0 (the caller takes the fp32 chunks). */

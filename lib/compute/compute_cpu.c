@@ -205,7 +205,9 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 		const unsigned fl = im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? cr : 0u;
 		struct ds_gemm_bf16_batch b2 = *bt;
 		b2.flags = fl;
-		const int rc = bt->count != 1 ? ds_gemm_bf16_batch(im, &b2, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+		/* (oneDNN takes bf16 copies through the batch entry; the kernels ignore them) */
+		const int rc = bt->count != 1 || (im == DS_BF16_ONEDNN && (bt->a16 || bt->b16))
+				       ? ds_gemm_bf16_batch(im, &b2, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 			       : fl ? ds_gemm_bf16_ex(im, fl, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 				    : ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 		if (rc == 0) {
@@ -243,14 +245,26 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 }
 
 static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int N, int K, float alpha,
-			    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+			    const float *A, int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16,
+			    float beta, float *C, int ldc)
 {
 	enum ds_bf16_impl im = mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(mm, t1, t2, M0, N, K, 1);
+	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.a16 = a16;
+	one.b16 = b16;   /* a copy to read: nothing to keep */
 	if (im != DS_BF16_SGEMM &&
-	    ds_gemm_bf16_keep_b(im, same, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+	    (im == DS_BF16_ONEDNN && b16
+		     ? ds_gemm_bf16_batch(im, &one, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+		     : ds_gemm_bf16_keep_b(im, same, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) == 0)
 		return;
 	cblas_sgemm(CblasRowMajor, t1 ? CblasTrans : CblasNoTrans, t2 ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
 		    lda, B, ldb, beta, C, ldc);
+}
+
+/* oneDNN reads bf16 operands; dstk's kernel packs from fp32 */
+static int cpu_gemm_hints(int mm, int M, int N, int K)
+{
+	return mm >= 0 && ds_gemm_bf16_pick(mm, 0, 1, M, N, K, 1) == DS_BF16_ONEDNN;
 }
 
 /* the head keeps bf16 logits where dstk's kernel runs its product */
@@ -337,6 +351,7 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.accumulate = cpu_accumulate,
 	.gemm = cpu_gemm,
 	.gemm_keep_b = cpu_gemm_keep_b,
+	.gemm_hints = cpu_gemm_hints,
 	.head16 = cpu_head16,
 	.gemm16 = cpu_gemm16,
 	.mm_check = ds_gemm_bf16_mode_check,

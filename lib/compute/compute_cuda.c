@@ -275,10 +275,13 @@ static void cu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb,
 		cu_round_c(cr, M, N, C, ldc);
 }
 static void cu_gemm_keep_b(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
-			   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+			   const float *A, int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16,
+			   float beta, float *C, int ldc)
 {
 	cu_gemm(mm, NULL, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+/* cuBLAS is given fp32 operands: no bf16 copies to read */
+static int cu_gemm_hints(int mm, int M, int N, int K) { return 0; }
 static int cu_head16(int mm, int N, int V, int C) { return 0; }
 static int cu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
 		     int lda, const float *B, int ldb, float beta, void *C, int ldc)
@@ -650,6 +653,7 @@ const struct ds_compute_ops ds_compute_cuda = {
 	.accumulate = cu_accumulate,
 	.gemm = cu_gemm,
 	.gemm_keep_b = cu_gemm_keep_b,
+	.gemm_hints = cu_gemm_hints,
 	.head16 = cu_head16,
 	.gemm16 = cu_gemm16,
 	.mm_check = cu_mm_check,

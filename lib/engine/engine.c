@@ -635,6 +635,22 @@ static int next_seg(const struct ds_engine *e, int s, int phase)
 	return s - 1;
 }
 
+/* the model's params16 hook: a bf16 model's 16-bit copy of segment s, the
+ * one seg_pre widened (expand_seg's source: e->p16's, or at stage 3 the
+ * gather slot's), so the products that convert to bf16 read it; NULL for
+ * a segment that came from its swap file (put back after widening) */
+static const uint16_t *seg_params16(void *ctx, int s)
+{
+	struct ds_engine *e = ctx;
+	const struct seg *sg = &e->seg[s];
+	if (e->half != DS_HALF_BF16 || sg->pnv)
+		return NULL;
+	if (sg->pfull)
+		return seg_p16(e, sg);
+	const struct slot *sl = slot_of(e->ps, e->nps, s);
+	return sl ? sl->h : NULL;
+}
+
 static int seg_pre(void *ctx, int s, int phase, float **params, float **grads)
 {
 	struct ds_engine *e = ctx;
@@ -1039,7 +1055,8 @@ static int build_model(struct ds_engine *e, struct ds_err *err)
 				     .dropout_seed = opts->seed, .half = opts->half,
 				     .bf16_matmul = opts->bf16_matmul, .part = &e->part,
 				     .partition_activations = opts->partition_activations };
-	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post, .ep_alltoall = ep_alltoall };
+	struct ds_gpt_hooks h = { .ctx = e, .pre = seg_pre, .post = seg_post, .ep_alltoall = ep_alltoall,
+				  .params16 = seg_params16 };
 	if (opts->tp > 1) {
 		h.tp_allreduce = tp_allreduce;
 		h.tp_allgather = tp_allgather;

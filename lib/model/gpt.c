@@ -109,6 +109,13 @@ struct ds_gpt_ws {
 	struct ds_gpt_part part;      /* what this workspace runs */
 	int l0, nl;                   /* its layers: [l0, l0 + nl) */
 	int tp, tp_rank, pa;          /* tensor parallelism; pa: partition_activations in effect */
+	/* bf16 runs whose layer products read bf16 copies (compute.h
+	 * gemm_hints): per segment the bf16 copy of its parameters they read
+	 * (NULL: none), the hook's or the workspace's own (own16, made in
+	 * forward when there are no pre hooks) */
+	int hints, nseg;
+	const uint16_t **w16;
+	uint16_t **own16;
 	float *segp[];                /* 2*nseg: parameter then gradient base per segment */
 };
 
@@ -502,6 +509,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	if (!ws)
 		return ds_err_set(err, DS_ENOMEM, "model workspace: out of memory");
 	ws->ops = m->ops;
+	ws->nseg = nseg;
 	ws->Bmax = o->B;
 	ws->Tmax = o->T;
 	ws->Vp = m->Vp;
@@ -516,6 +524,11 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 			return ds_err_set(err, DS_ENOTSUP, "model workspace: %s", why);
 		}
 		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
+	}
+	if (ws->mm >= 0 && m->ops->gemm_hints(ws->mm, o->B * o->T, 3 * m->C, m->C)) {
+		ws->w16 = calloc((size_t)nseg, sizeof(*ws->w16));
+		ws->own16 = calloc((size_t)nseg, sizeof(*ws->own16));
+		ws->hints = ws->w16 && ws->own16;   /* (else run without them) */
 	}
 	ws->ckpt_layer = -1;
 	if (o->part)
@@ -613,6 +626,11 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 	if (ws->mem)
 		ws->ops->free(ws->mem);
 	ds_moe_ws_destroy(ws->moe);
+	for (int s = 0; ws->own16 && s < ws->nseg; s++)
+		if (ws->own16[s])
+			ws->ops->free(ws->own16[s]);
+	free(ws->own16);
+	free((void *)ws->w16);
 	free(ws->la);
 	free(ws->ha);
 	free(ws->gs);
@@ -672,6 +690,45 @@ static float *tp(const struct ds_gpt *m, float **base, int i)
 	return base[t->segment] + (t->offset - m->reg.seg[t->segment].offset);
 }
 
+/* bf16 runs whose products read bf16 copies: the copy of segment seg's
+ * parameters (P[seg]) for its pass, where its products use one: a
+ * layer's (its dense weights; experts have segments of their own) or the
+ * head's.  The hook's copy; without pre hooks the workspace's own, made
+ * from P[seg] in forward and kept for backward (which runs on the
+ * forward's parameters); else none.  A copy that cannot be allocated is
+ * done without (the products convert). */
+static void copy16(const struct ds_gpt *m, struct ds_gpt_ws *ws, int seg, int phase)
+{
+	const int layer = seg >= 1 && seg <= m->L, head = ws->part.head && seg == m->head_seg;
+	ws->w16[seg] = NULL;
+	if (!layer && !head)
+		return;
+	if (ws->has_hooks && ws->hooks.params16) {
+		ws->w16[seg] = ws->hooks.params16(ws->hooks.ctx, seg);
+		return;
+	}
+	if (ws->has_hooks && ws->hooks.pre)
+		return;
+	const size_t n = (size_t)m->reg.seg[seg].numel;
+	if (phase == DS_GPT_FORWARD) {
+		if (!ws->own16[seg])
+			ws->own16[seg] = ws->ops->alloc(n * sizeof(uint16_t) + 64);
+		if (ws->own16[seg])
+			ws->ops->half_pack(DS_HALF_BF16, ws->own16[seg], seg_params(ws)[seg], n);
+	}
+	ws->w16[seg] = ws->own16[seg];
+}
+
+/* tensor i's bf16 copy (NULL: none), as tp() */
+static const uint16_t *tp16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int i)
+{
+	if (i < 0 || !ws->hints)
+		return NULL;
+	const struct ds_gpt_tensor *t = &m->reg.t[i];
+	const uint16_t *b = ws->w16[t->segment];
+	return b ? b + (t->offset - m->reg.seg[t->segment].offset) : NULL;
+}
+
 static int hook_pre(const struct ds_gpt *m, struct ds_gpt_ws *ws, int seg, int phase,
 		    const float *params, float *grads, struct ds_err *err)
 {
@@ -688,6 +745,8 @@ static int hook_pre(const struct ds_gpt *m, struct ds_gpt_ws *ws, int seg, int p
 	if (!P[seg] || (phase == DS_GPT_BACKWARD && !G[seg]))
 		return ds_err_set(err, DS_EINVAL, "model: segment %d has no %s buffer (pass it or set it in the pre hook)",
 				  seg, P[seg] ? "gradient" : "parameter");
+	if (ws->hints)
+		copy16(m, ws, seg, phase);
 	return 0;
 }
 
@@ -869,10 +928,13 @@ static int gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *
 	return 1;
 }
 
+/* one product; b16: B's bf16 copy (a weight's, tp16) or NULL */
 static int gemm_r(const struct ds_gpt_ws *ws, int r16, int ta, int tb, int M, int N, int K, float alpha,
-		  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+		  const float *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, float *C, int ldc)
 {
-	return gemm_bt(ws, NULL, r16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.b16 = b16;
+	return gemm_bt(ws, &one, r16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static void gemm(const struct ds_gpt_ws *ws, int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -887,26 +949,26 @@ static void gemm(const struct ds_gpt_ws *ws, int ta, int tb, int M, int N, int K
  * chunk's product).  Every chunk is planned for the first chunk's shape
  * (M0 rows), so the chunks of one product share one implementation. */
 static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
-		    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+		    const float *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, float *C, int ldc)
 {
-	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, b16, beta, C, ldc);
 }
 
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC); r16 and the answer as
- * gemm_bt's (1: out is rounded already) */
+ * gemm_bt's (1: out is rounded already); w16: w's bf16 copy or NULL */
 static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const float *inp, const float *w,
-			  const float *b, int64_t N, int IC, int OC)
+			  const uint16_t *w16, const float *b, int64_t N, int IC, int OC)
 {
 	ws->ops->bias_fill(out, b, N, OC);
-	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f, out, OC);
+	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, w16, 1.0f, out, OC);
 }
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
  * dout; r16 and the answer as gemm_bt's, for dinp */
 static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
-			   const float *inp, const float *w, int64_t N, int IC, int OC)
+			   const float *inp, const float *w, const uint16_t *w16, int64_t N, int IC, int OC)
 {
-	const int r = gemm_r(ws, r16, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+	const int r = gemm_r(ws, r16, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, w16, 0.0f, dinp, IC);
 	gemm(ws, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 	if (db)
 		ws->ops->bias_backward(db, dout, N, OC);
@@ -959,7 +1021,8 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER, 0 };
+	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT },
+					    DS_GEMM_BF16_C_LOWER, 0, NULL, NULL };
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
 	if (!r16(ws))
@@ -969,7 +1032,7 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
-					     DS_GEMM_BF16_A_LOWER, 0 };
+					     DS_GEMM_BF16_A_LOWER, 0, NULL, NULL };
 	return gemm_bt(ws, &y, 1, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
@@ -988,10 +1051,12 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
-	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT }, DS_GEMM_BF16_C_LOWER, 0 };
+	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT },
+					     DS_GEMM_BF16_C_LOWER, 0, NULL, NULL };
 	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
 			       ws->datt, T);
-	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
+	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs },
+					     DS_GEMM_BF16_A_UPPER, 0, NULL, NULL };
 	int rq = gemm_bt(ws, &dv, rq16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 			 ws->dqkv + 2 * C, C3);
 	if (!rp)
@@ -1001,9 +1066,11 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	if (!r16(ws))
 		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
-	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_LOWER, 0 };
+	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs },
+					     DS_GEMM_BF16_A_LOWER, 0, NULL, NULL };
 	rq &= gemm_bt(ws, &dq, rq16, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
-	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs }, DS_GEMM_BF16_A_UPPER, 0 };
+	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs },
+					     DS_GEMM_BF16_A_UPPER, 0, NULL, NULL };
 	rq &= gemm_bt(ws, &dk, rq16, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 	return rq;
 }
@@ -1045,11 +1112,11 @@ static int moe_layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l
  * (attn.c_proj, mlp.c_proj): with tensor parallelism this rank's partial
  * sum over its IC inputs, summed over the ranks, and the replicated bias
  * added after the sum (Megatron's RowParallelLinear) */
-static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, const float *w, const float *b,
-			  int64_t N, int IC, int OC, struct ds_err *err)
+static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, const float *w, const uint16_t *w16,
+			  const float *b, int64_t N, int IC, int OC, struct ds_err *err)
 {
 	if (ws->tp == 1) {
-		matmul_forward(ws, 0, out, inp, w, b, N, IC, OC);
+		matmul_forward(ws, 0, out, inp, w, w16, b, N, IC, OC);
 		return 0;
 	}
 	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
@@ -1075,7 +1142,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		rnd(ws, a->ln1, N * C);
 	/* column-parallel: this rank's heads' [q | k | v] */
 	/* (products that round their output as they store it spare a pass) */
-	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
+	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), tp(m, P, ix->qkvb),
+			    N, C, 3 * Cq)) {
 		if (m->rd)
 			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
 		rnd(ws, a->qkv, 3 * N * Cq);
@@ -1084,7 +1152,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		rnd(ws, a->atty, N * Cq);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
-	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp(m, P, ix->projb), N, Cq, C, err));
+	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp16(m, ws, ix->projw), tp(m, P, ix->projb), N, Cq,
+			      C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
 	ws->ops->add(ab, ab, x, N * C, r16(ws));
 	if (!r16(ws))
@@ -1098,12 +1167,14 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		if (!matmul_forward(ws, 1, a->fch, a->ln2, tp(m, P, ix->fcw), tp(m, P, ix->fcb), N, C, F2))
+		if (!matmul_forward(ws, 1, a->fch, a->ln2, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), tp(m, P, ix->fcb), N, C,
+				    F2))
 			rnd(ws, a->fch, N * F2);
 		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
 		if (!r16(ws))
 			rnd(ws, a->fcact, N * F);
-		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp(m, P, ix->fcpb), N, F, C, err));
+		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), tp(m, P, ix->fcpb), N, F,
+				      C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	/* out = x + attn + mlp (gptj), or res2 + mlp */
@@ -1154,13 +1225,13 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
 		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
-				     tp(m, P, ix->fcpw), N, F, C))
+				     tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), N, F, C))
 			rnd(ws, ws->dfcact, N * F);
 		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation, r16(ws));
 		if (!r16(ws))
 			rnd(ws, ws->dfch, N * F2);
 		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
-					tp(m, P, ix->fcw), N, C, F2);
+					tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
 	if (!dln16)
@@ -1181,7 +1252,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
 	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, a->atty,
-			     tp(m, P, ix->projw), N, Cq, C))
+			     tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
 		rnd(ws, ws->datty, N * Cq);
 	if (!attention_backward(m, ws, a, l, B, T, !m->rd)) {
 		if (m->rd)
@@ -1189,7 +1260,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		rnd(ws, ws->dqkv, 3 * N * Cq);
 	}
 	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
-				tp(m, P, ix->qkvw), N, C, 3 * Cq);
+				tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
@@ -1221,7 +1292,7 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 	const int V = m->V, Vp = m->Vp, C = m->C;
 	if (V > 0)
 		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), NOTR, TRANS, (int)n, V,
-			C, 1.0f, ws->lnf + r0 * C, C, head, C, 0.0f, out, Vp);
+			C, 1.0f, ws->lnf + r0 * C, C, head, C, tp16(m, ws, m->head), 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V)
 		ws->ops->fill_cols(out, n, Vp, V, Vp, -INFINITY);
@@ -1463,7 +1534,7 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 			continue;
 		}
 		gemm_kb(ws, r0 > 0, (int)R, NOTR, NOTR, (int)n, C, V, 1.0f, dl, Vp,
-			tp(m, P, m->head), C, 0.0f, ws->dln + r0 * C, C);
+			tp(m, P, m->head), C, tp16(m, ws, m->head), 0.0f, ws->dln + r0 * C, C);
 		gemm(ws, TRANS, NOTR, V, C, (int)n, 1.0f, dl, Vp,
 		     ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
 	}

@@ -260,6 +260,15 @@ struct ds_gpt_hooks {
 	 * 2: 16-bit) from each rank into recv, rank r's at r * n */
 	int (*tp_allreduce)(void *ctx, float *buf, int64_t n, int op);
 	int (*tp_allgather)(void *ctx, const void *send, void *recv, int64_t n, int elem_bytes);
+	/* bf16 runs (optional): the bf16 copy of segment seg's parameters,
+	 * laid out as the buffer the last pre hook gave (ds_fp32_to_bf16 of
+	 * each element: a 16-bit model's copy that buffer was widened from),
+	 * valid until the segment's post hook; NULL where there is none.
+	 * Matrix products that convert their operands to bf16 read it instead
+	 * of converting the weights.  Without pre hooks the workspace makes
+	 * such copies itself in forward (2 bytes per parameter of the part's
+	 * layers and head, kept for backward). */
+	const uint16_t *(*params16)(void *ctx, int seg);
 };
 enum { DS_GPT_TP_SUM = 0, DS_GPT_TP_MAX = 1 };
 /* Install hooks (copied; NULL removes them). */

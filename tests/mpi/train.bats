@@ -128,6 +128,30 @@ load train_helper
 	done
 }
 
+# bf16 products on oneDNN read the engine's 16-bit parameter copy instead
+# of converting the widened weights (the model's params16 hook): the
+# resident copy below stage 3, the gather slots' at stage 3.  The oracle
+# as above, 20 steps against the 1-rank run with the same products; a copy
+# read one element off moved the 10th loss from 4.03 to 4.47.
+@test "bf16 on oneDNN, reading the engine's 16-bit weights: 2 ranks at stages 0 and 3 give the 1-rank losses" {
+	local feats flags ref d s
+	feats=" $("$DS_BUILDDIR/tools/ds-train" --version | sed -n 's/^features: //p') "
+	flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+	[[ "$feats" == *" onednn "* ]] || skip "not built with oneDNN"
+	[[ "$flags" == *" avx512_bf16 "* || "$flags" == *" amx_bf16 "* ]] ||
+		skip "oneDNN has no bf16 kernel on this CPU (no AVX512_BF16 or AMX)"
+	export PRECISION=bf16 RTOL=2e-3 CFG_EXTRA='"dstk": {"bf16_matmul": "onednn"}'
+	ref="$BATS_TEST_TMPDIR/onednn-n1"
+	train_run "$ref" 1 0 1 || fail "1 rank: $(tail -5 "$ref/err")"
+	grep -qh 'matmul: bf16 on oneDNN .* for every product' "$ref/out" "$ref/err" ||
+		fail "not on oneDNN: $(grep -h matmul "$ref/out" "$ref/err")"
+	for s in 0 3; do
+		d="$BATS_TEST_TMPDIR/onednn-n2-s$s"
+		train_run "$d" 2 "$s" 1 || fail "2 ranks, stage $s: $(tail -5 "$d/err")"
+		same_losses "$(losses "$d")" "$(losses "$ref")" || fail "bf16 on oneDNN: 2 ranks, stage $s"
+	done
+}
+
 @test "fp16: 1, 2 and 4 ranks at ZeRO stages 0-3, with and without accumulation, give the 1-rank losses" {
 	export PRECISION=fp16 RTOL=1e-3
 	for n in 1 2 4; do

@@ -331,14 +331,14 @@ static void test_cpu_gemm(void **st)
 	/* a batch of 2 x 2 products (outer 2, inner 2) of 1x1x1 at strides */
 	const float a4[4] = { 1, 2, 3, 4 }, b4[4] = { 10, 20, 30, 40 };
 	float c4[4] = { 0 };
-	const struct ds_gemm_bf16_batch bt = { 4, 2, { 2, 1 }, { 2, 1 }, { 2, 1 }, DS_GEMM_BF16_DENSE, 0 };
+	const struct ds_gemm_bf16_batch bt = { 4, 2, { 2, 1 }, { 2, 1 }, { 2, 1 }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 	o->gemm(-1, &bt, 0, 0, 1, 1, 1, 1.0f, a4, 1, b4, 1, 0.0f, c4, 1);
 	const float p4[4] = { 10, 40, 90, 160 };
 	assert_memory_equal(c4, p4, sizeof p4);
 	/* the head's chunked product: two row chunks give the whole product */
 	float F[4];
-	o->gemm_keep_b(-1, 0, 1, 0, 0, 1, 2, 3, 1.0f, A, 3, B, 2, 0.0f, F, 2);
-	o->gemm_keep_b(-1, 1, 1, 0, 0, 1, 2, 3, 1.0f, A + 3, 3, B, 2, 0.0f, F + 2, 2);
+	o->gemm_keep_b(-1, 0, 1, 0, 0, 1, 2, 3, 1.0f, A, 3, B, 2, NULL, NULL, 0.0f, F, 2);
+	o->gemm_keep_b(-1, 1, 1, 0, 0, 1, 2, 3, 1.0f, A + 3, 3, B, 2, NULL, NULL, 0.0f, F + 2, 2);
 	assert_memory_equal(F, ab, sizeof ab);
 	/* fp32 runs never keep bf16 logits */
 	assert_int_equal(o->head16(-1, 64, 256, 64), 0);
@@ -356,7 +356,7 @@ static void test_cpu_gemm_batch_threads(void **st)
 	/* A entries (M,K) at lda 2K, B entries stored (N,K) at ldb K, C (M,N) at ldc N+3 */
 	const int lda = 2 * K, ldb = K, ldc = N + 3;
 	const struct ds_gemm_bf16_batch bt = { NE, IN, { (long)IN * M * lda, K }, { (long)IN * N * ldb, (long)N * ldb },
-					       { (long)IN * M * ldc, (long)M * ldc }, DS_GEMM_BF16_DENSE, 0 };
+					       { (long)IN * M * ldc, (long)M * ldc }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 	const size_t na = (size_t)NE * M * lda, nb = (size_t)NE * N * ldb, nc = (size_t)NE * M * ldc;
 	float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
 	float *c2 = malloc(sizeof(float) * nc), *c1 = malloc(sizeof(float) * nc);
@@ -424,7 +424,7 @@ static void test_cpu_gemm_cr(void **st)
 			continue;   /* not on this machine or build */
 		for (int nb = 1; nb <= NB; nb += NB - 1) {
 			const struct ds_gemm_bf16_batch plain = { nb, 1, { (long)M * K, 0 }, { (long)N * K, 0 },
-								  { (long)M * LDC, 0 }, DS_GEMM_BF16_DENSE, 0 };
+								  { (long)M * LDC, 0 }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 			struct ds_gemm_bf16_batch cr = plain;
 			cr.flags = DS_GEMM_BF16_CR;
 			for (int i = 0; i < NB * M * LDC; i++)

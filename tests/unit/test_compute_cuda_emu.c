@@ -270,7 +270,7 @@ static void test_rounding_entries(void **st)
 	for (int mi = 0; mi < 2; mi++)
 		for (int cnt = 1; cnt <= 2; cnt++) {
 			const struct ds_gemm_bf16_batch plain = { cnt, 1, { M * K, 0 }, { NN * K, 0 }, { M * LDC, 0 },
-								  DS_GEMM_BF16_DENSE, 0 };
+								  DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 			struct ds_gemm_bf16_batch cr = plain;
 			cr.flags = DS_GEMM_BF16_CR;
 			for (int i = 0; i < 2 * M * LDC; i++)

@@ -12,7 +12,10 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "cpu/gemm_bf16.h"
 #include "engine/engine.h"
+#include "model/gpt.h"
+#include "util/half.h"
 #include "util/rng.h"
 
 static struct ds_comm *comm;
@@ -301,6 +304,70 @@ static void test_mixed_precision(void **state)
 	assert_null(e);
 }
 
+/* The loss of the model run directly on flat parameters p (B rows of
+ * T + 1 tokens as the engine takes them), bf16 with products `mode`. */
+static float direct_loss(const struct ds_gpt *m, const float *p, const int32_t *tok, int B, int T, int mode)
+{
+	int32_t in[4 * 16], tg[4 * 16];
+	for (int b = 0; b < B; b++)
+		for (int t = 0; t < T; t++) {
+			in[b * T + t] = tok[b * (T + 1) + t];
+			tg[b * T + t] = tok[b * (T + 1) + t + 1];
+		}
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_gpt_ws *ws = NULL;
+	struct ds_gpt_ws_opts wo = { .B = B, .T = T, .half = DS_HALF_BF16, .bf16_matmul = mode };
+	assert_int_equal(ds_gpt_ws_create(&ws, m, &wo, &err), 0);
+	float loss = 0;
+	assert_int_equal(ds_gpt_forward(m, ws, p, in, tg, B, T, 0, 0, 1, &loss, &err), 0);
+	ds_gpt_ws_destroy(ws);
+	return loss;
+}
+
+/* A bf16 engine hands the model its 16-bit parameter copy (the params16
+ * hook), which oneDNN's products read instead of converting the widened
+ * weights: each step's loss equals, bit for bit, the model's own run on
+ * the master weights rounded to bf16 (the copy refreshed after every
+ * step), at ZeRO stage 0 (the resident copy) and 3 (its gather slots). */
+static void test_bf16_weight_copies(void **state)
+{
+	(void)state;
+	const int mode = ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL) ? DS_BF16_MM_ONEDNN : DS_BF16_MM_AUTO;
+	if (mode != DS_BF16_MM_ONEDNN)
+		printf("# no oneDNN bf16 kernel here: no product reads the copies\n");
+	int32_t tok[4 * 17];
+	rows(tok, 4, 16, 50, 9);
+	for (int z = 0; z <= 3; z += 3) {
+		struct ds_engine_opts o;
+		struct ds_engine_step r;
+		struct ds_err err = DS_ERR_INIT;
+		opts_base(&o, 4, 1);
+		o.half = DS_HALF_BF16;
+		o.bf16_matmul = mode;
+		o.zero_stage = z;
+		struct ds_engine *e = mk(&o);
+		const struct ds_gpt *m = ds_engine_model(e);
+		const int64_t n = ds_gpt_num_params(m);
+		float *p = calloc((size_t)n, sizeof(float));
+		assert_non_null(p);
+		for (int s = 0; s < 3; s++) {
+			for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+				const struct ds_gpt_tensor *t = ds_gpt_tensor(m, i);
+				memcpy(p + t->offset, ds_engine_param(e, i), (size_t)t->numel * sizeof(float));
+			}
+			ds_half_round_n(DS_HALF_BF16, p, (size_t)n);
+			const float want = direct_loss(m, p, tok, 4, 16, mode);
+			assert_int_equal(ds_engine_train_step(e, &(struct ds_engine_batch){ .tokens = tok, .step = s, .lr = 1e-2 },
+							      &r, &err), 0);
+			if ((float)r.loss != want)
+				fail_msg("stage %d step %d: loss %.9g, the model on the rounded master %.9g", z, s,
+					 (float)r.loss, want);
+		}
+		free(p);
+		ds_engine_destroy(e);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -310,6 +377,7 @@ int main(void)
 		cmocka_unit_test(test_nonfinite_skips),
 		cmocka_unit_test(test_state_accessors),
 		cmocka_unit_test(test_mixed_precision),
+		cmocka_unit_test(test_bf16_weight_copies),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -400,7 +400,7 @@ static void test_gemm_bf16_batch(void **state)
 			fill(S0, n, (int)TT, (int)TT, 7u);
 			memcpy(S, S0, sizeof(float) * (size_t)n * TT);
 			/* S[b,h] (T,T) = 0.5 q k^T, q and k strided views of qkv */
-			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0 };
+			const struct ds_gemm_bf16_batch sb = { n, NH, { (long)T * C3, hs }, { (long)T * C3, hs }, { NH * TT, TT }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 			assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, qkv, C3, qkv + C, C3, 0.0f, S,
 							    T), 0);
 			for (int e = 0; e < n; e++) {
@@ -414,7 +414,7 @@ static void test_gemm_bf16_batch(void **state)
 			for (int bz = 0; bz < 2; bz++) {
 				fill(y0, Bn * T, C, C, 9u);
 				memcpy(y, y0, sizeof(float) * (size_t)Bn * T * C);
-				const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0 };
+				const struct ds_gemm_bf16_batch yb = { n, NH, { NH * TT, TT }, { (long)T * C3, hs }, { (long)T * C, hs }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
 				assert_int_equal(ds_gemm_bf16_batch(im[v], &yb, 0, 0, T, hs, T, 1.0f, S, T, qkv + 2 * C, C3,
 								    bz ? 0.0f : 1.0f, y, C), 0);
 				for (int e = 0; e < n; e++) {
@@ -478,7 +478,7 @@ static void test_gemm_bf16_causal(void **state)
 						for (int j = i + 1; j < T; j++)
 							P[e * TT + (long)i * T + j] = 0.0f;
 				/* scores: S = q k^T, lower triangle */
-				const struct ds_gemm_bf16_batch sb = { n, 1, { Th, 0 }, { Th, 0 }, { TT, 0 }, DS_GEMM_BF16_C_LOWER, 0 };
+				const struct ds_gemm_bf16_batch sb = { n, 1, { Th, 0 }, { Th, 0 }, { TT, 0 }, DS_GEMM_BF16_C_LOWER, 0, NULL, NULL };
 				for (long i = 0; i < n * TT; i++)
 					S[i] = NAN;
 				assert_int_equal(ds_gemm_bf16_batch(im[v], &sb, 0, 1, T, T, hs, 0.5f, q, hs, k, hs, 0.0f, S, T), 0);
@@ -501,7 +501,7 @@ static void test_gemm_bf16_causal(void **state)
 					const int ta = w > 0;
 					const float beta = w == 1 ? 0.0f : 1.0f;
 					const struct ds_gemm_bf16_batch yb = { n, 1, { TT, 0 }, { Th, 0 }, { Th, 0 },
-									       ta ? DS_GEMM_BF16_A_UPPER : DS_GEMM_BF16_A_LOWER, 0 };
+									       ta ? DS_GEMM_BF16_A_UPPER : DS_GEMM_BF16_A_LOWER, 0, NULL, NULL };
 					fill(y0, n * T, hs, hs, 24u + (unsigned)w);
 					if (beta == 0.0f)
 						for (long i = 0; i < n * Th; i++)
@@ -561,6 +561,77 @@ static void test_gemm_bf16_keep_b(void **state)
 				assert_true(c[i * N + j] == (float)(3 * r));
 		}
 	}
+}
+
+/* A batch's bf16 copies of A and B (bt->a16/b16): oneDNN reads them in
+ * place of converting, dstk's kernels ignore them, and either way the
+ * bits are those without copies.  Cases: one dense product (the copies
+ * used in place), one with lda/ldb wider than the rows (copied row by
+ * row), a beta-1 batch (a product at a time) and a beta-0 batch of two
+ * entries per thread or more (oneDNN's per-thread lanes), all on strided
+ * views.  Copies of -A and -B then tell reading from ignoring: oneDNN's C
+ * must be exactly the product (the signs cancel), and -C where only one
+ * copy is negated; the kernels' stays the plain product. */
+static void test_gemm_bf16_copies(void **state)
+{
+	(void)state;
+	enum ds_bf16_impl im[3];
+	const int nim = impls(im);
+	enum { M = 40, N = 36, K = 48, LD = 56, NB = 8 };
+	const size_t na = (size_t)NB * M * LD, nb = (size_t)NB * N * LD, nc = (size_t)NB * M * N;
+	float *A = malloc(na * 4), *B = malloc(nb * 4), *mA = malloc(na * 4), *mB = malloc(nb * 4);
+	float *C0 = malloc(nc * 4), *C1 = malloc(nc * 4);
+	uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2), *ma16 = malloc(na * 2), *mb16 = malloc(nb * 2);
+	assert_non_null(A); assert_non_null(B); assert_non_null(mA); assert_non_null(mB);
+	assert_non_null(C0); assert_non_null(C1);
+	assert_non_null(a16); assert_non_null(b16); assert_non_null(ma16); assert_non_null(mb16);
+	fill(A, NB * M, LD, LD, 11u);
+	fill(B, NB * N, LD, LD, 12u);
+	for (size_t i = 0; i < na; i++)
+		mA[i] = -A[i];
+	for (size_t i = 0; i < nb; i++)
+		mB[i] = -B[i];
+	ds_fp32_to_bf16_n(a16, A, na);
+	ds_fp32_to_bf16_n(b16, B, nb);
+	ds_fp32_to_bf16_n(ma16, mA, na);
+	ds_fp32_to_bf16_n(mb16, mB, nb);
+	for (int v = 0; v < nim; v++) {
+		const int reads = im[v] == DS_BF16_ONEDNN;
+		for (int c = 0; c < 4; c++) {
+			/* c 0: one dense (lda K), 1: one with lda LD, 2: batch beta 1, 3: batch beta 0 */
+			const int cnt = c < 2 ? 1 : NB, ld = c == 0 ? K : LD;
+			const float beta = c == 2 ? 1.0f : 0.0f;
+			struct ds_gemm_bf16_batch bt = { cnt, 2, { 2L * M * LD, (long)M * LD }, { 2L * N * LD, (long)N * LD },
+							 { 2L * M * N, (long)M * N }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
+			fill(C0, NB * M, N, N, 13u);
+			memcpy(C1, C0, nc * 4);
+			const float *Cin = C1;
+			assert_int_equal(ds_gemm_bf16_batch(im[v], &bt, 0, 1, M, N, K, 1.0f, A, ld, B, ld, beta, C0, N), 0);
+			for (int e = 0; e < cnt; e++)
+				check_prod(impl_name(im[v]), 0, 1, M, N, K, 1.0f, A + (size_t)e * M * LD, ld,
+					   B + (size_t)e * N * LD, ld, beta, Cin + (size_t)e * M * N, C0 + (size_t)e * M * N, N);
+			/* copies of A and B: the same bits */
+			float *Cb = malloc(nc * 4);
+			assert_non_null(Cb);
+			for (int w = 0; w < 4; w++) {
+				/* w 0: both copies, 1: copies of -A and -B, 2: of -A only, 3: of -B only */
+				memcpy(Cb, C1, nc * 4);
+				bt.a16 = w == 0 || w == 3 ? a16 : ma16;
+				bt.b16 = w == 0 || w == 2 ? b16 : mb16;
+				assert_int_equal(ds_gemm_bf16_batch(im[v], &bt, 0, 1, M, N, K, 1.0f, A, ld, B, ld, beta, Cb, N), 0);
+				const int neg = reads && w >= 2;
+				for (size_t i = 0; i < (size_t)cnt * M * N; i++) {
+					const float want = neg ? 2.0f * beta * C1[i] - C0[i] : C0[i];
+					if (neg ? !(fabsf(Cb[i] - want) <= 1e-4f * (1.0f + fabsf(want)))
+						: memcmp(&Cb[i], &C0[i], sizeof(float)) != 0)
+						fail_msg("%s case %d copies %d: C[%zu] = %.9g, want %.9g", impl_name(im[v]), c,
+							 w, i, Cb[i], want);
+				}
+			}
+			free(Cb);
+		}
+	}
+	free(A), free(B), free(mA), free(mB), free(C0), free(C1), free(a16), free(b16), free(ma16), free(mb16);
 }
 
 /* bf16 bits of x as the kernels round it */
@@ -1029,6 +1100,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bf16_batch),
 		cmocka_unit_test(test_gemm_bf16_causal),
 		cmocka_unit_test(test_gemm_bf16_keep_b),
+		cmocka_unit_test(test_gemm_bf16_copies),
 		cmocka_unit_test(test_gemm_bf16_ex),
 		cmocka_unit_test(test_gemm_bf16_cr),
 		cmocka_unit_test(test_kernels_r16),

@@ -1113,6 +1113,7 @@ struct hook_ctx {
 	const struct ds_gpt *m;
 	float *pcopy, *gcopy;   /* per-segment copies, at segment offsets */
 	char log[512];
+	const uint16_t *p16;    /* params16's bf16 copies, at segment offsets */
 };
 
 static int hk_pre(void *vctx, int seg, int phase, float **params, float **grads)
@@ -1145,7 +1146,7 @@ static void hooks_case(int untied, const char *want)
 	const int B = 2, T = 8;
 	const int64_t n = ds_gpt_num_params(m);
 	float *p = malloc((size_t)n * sizeof(float)), *g = calloc((size_t)n, sizeof(float));
-	struct hook_ctx h = { m, malloc((size_t)n * sizeof(float)), calloc((size_t)n, sizeof(float)), "" };
+	struct hook_ctx h = { m, malloc((size_t)n * sizeof(float)), calloc((size_t)n, sizeof(float)), "", NULL };
 	ds_gpt_init(m, 2, p, 0, n);
 	memcpy(h.pcopy, p, (size_t)n * sizeof(float));
 	int32_t tok[16], tgt[16];
@@ -1167,6 +1168,83 @@ static void hooks_case(int untied, const char *want)
 	free(h.gcopy);
 	free(p);
 	free(g);
+	ds_gpt_destroy(m);
+}
+
+static const uint16_t *hk_p16(void *vctx, int seg)
+{
+	const struct hook_ctx *h = vctx;
+	return h->p16 + ds_gpt_segment(h->m, seg)->offset;
+}
+
+/* bf16 runs whose products convert their operands (oneDNN's) read bf16
+ * copies of the weights instead: the workspace's own without pre hooks,
+ * the params16 hook's with one (the engine's 16-bit model), none with pre
+ * hooks alone.  All three give the same loss and gradients, bit for bit;
+ * a params16 hook whose copies are zeros changes the loss where the
+ * copies are read (so the runs above did read them), and nothing where
+ * no product reads them (no oneDNN bf16 kernel here: then all four are
+ * the plain run). */
+static void test_bf16_weight_copies(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	cfg_base(&c);
+	c.init_method_std = 0.2;
+	struct ds_gpt *m = mk(&c);
+	const int B = 2, T = 8, N = B * T;
+	const int64_t n = ds_gpt_num_params(m);
+	float *p = malloc((size_t)n * sizeof(float)), *g[3];
+	uint16_t *p16 = malloc((size_t)n * sizeof(uint16_t)), *z16 = calloc((size_t)n, sizeof(uint16_t));
+	assert_non_null(p);
+	assert_non_null(p16);
+	assert_non_null(z16);
+	ds_gpt_init(m, 3, p, 0, n);
+	ds_half_round_n(DS_HALF_BF16, p, (size_t)n);
+	ds_fp32_to_bf16_n(p16, p, (size_t)n);
+	int32_t tok[16], tgt[16];
+	rand_tokens(tok, N, 20, 5);
+	rand_tokens(tgt, N, 20, 6);
+	const int reads = ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL);
+	if (!reads)
+		printf("# no oneDNN bf16 kernel here: no product reads the copies (all runs must be the plain one)\n");
+	struct ds_err err = DS_ERR_INIT;
+	struct ds_gpt_ws_opts o = { B, T, 0, 3, DS_HALF_BF16, reads ? DS_BF16_MM_ONEDNN : DS_BF16_MM_AUTO };
+	struct hook_ctx h = { m, malloc((size_t)n * sizeof(float)), NULL, "", p16 };
+	assert_non_null(h.pcopy);
+	memcpy(h.pcopy, p, (size_t)n * sizeof(float));
+	float loss[4];
+	for (int k = 0; k < 4; k++) {
+		/* k 0: no hooks; 1: pre and post; 2: and params16; 3: params16 of zeros */
+		struct ds_gpt_ws *ws = NULL;
+		assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), 0);
+		struct ds_gpt_hooks hooks = { .ctx = &h, .pre = hk_pre, .post = hk_post, .params16 = k >= 2 ? hk_p16 : NULL };
+		h.p16 = k == 3 ? z16 : p16;
+		h.log[0] = 0;
+		if (k)
+			ds_gpt_ws_set_hooks(ws, &hooks);
+		float *gk = calloc((size_t)n, sizeof(float));
+		assert_non_null(gk);
+		h.gcopy = gk;
+		loss[k] = run_fwd(m, ws, k ? NULL : p, tok, tgt, B, T, 0, 0, 1);
+		run_bwd(m, ws, k ? NULL : p, k ? NULL : gk, 1.0f);
+		if (k < 3)
+			g[k] = gk;
+		else
+			free(gk);
+		ds_gpt_ws_destroy(ws);
+	}
+	for (int k = 1; k < 3; k++) {
+		assert_memory_equal(&loss[k], &loss[0], sizeof(float));
+		assert_memory_equal(g[k], g[0], (size_t)n * sizeof(float));
+	}
+	if (reads && memcmp(&loss[3], &loss[0], sizeof(float)) == 0)
+		fail_msg("zero weight copies left the loss at %.9g: the products did not read them", loss[0]);
+	if (!reads)
+		assert_memory_equal(&loss[3], &loss[0], sizeof(float));
+	for (int k = 0; k < 3; k++)
+		free(g[k]);
+	free(p), free(p16), free(z16), free(h.pcopy);
 	ds_gpt_destroy(m);
 }
 
@@ -1303,6 +1381,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_head_whole),
 		cmocka_unit_test(test_dropout_layout),
 		cmocka_unit_test(test_hooks),
+		cmocka_unit_test(test_bf16_weight_copies),
 		cmocka_unit_test(test_learns_sequence),
 		cmocka_unit_test(test_smaller_batch),
 		cmocka_unit_test(test_bad_input),
