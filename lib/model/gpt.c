@@ -89,6 +89,7 @@ struct ds_gpt_ws {
 	float *lse;                   /* (N) */
 	float *vp;                    /* (3, N) vocabulary-parallel loss: row max, target logit, exp-sum */
 	uint16_t *g16;                /* (N,C) partition_activations in 16 bits: a gathered layer input */
+	uint16_t *d16;                /* (N, max(F2, 3Cq, C)) bf16: matmul_backward's dout */
 	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
 	float *datt;                  /* (B,NH,T,T) attention gradient scratch */
 	float *attd;                  /* (B,NH,T,T) probabilities after dropout (attention_dropout > 0) */
@@ -308,7 +309,7 @@ void ds_gpt_init(const struct ds_gpt *m, uint64_t seed, float *dst, int64_t begi
  * head; pa: partition_activations in effect (checkpointing, tp > 1). */
 struct dims {
 	int64_t B, T, N, C, NH, Cq, F, F2, Vp, L, nl, rd, tp;
-	int ckpt, sinus, adrop, half, head, pa;
+	int ckpt, sinus, adrop, half, bf16, head, pa;
 };
 
 static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, const struct ds_gpt_part *part, int pa,
@@ -342,6 +343,7 @@ static void dims_of(struct dims *d, const struct ds_model_config *c, int tp, con
 	d->sinus = c->pos_emb == DS_POS_SINUSOIDAL;
 	d->adrop = c->attention_dropout > 0;
 	d->half = half != DS_HALF_NONE;
+	d->bf16 = half == DS_HALF_BF16;
 }
 
 /* the fewest logit rows mixed precision's head works on at once (16-bit
@@ -438,6 +440,9 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	TAKE(w->datty, N * Cq);
 	TAKE(w->dfch, N * d->F2);
 	TAKE(w->dfcact, N * d->F);
+	/* bf16: a product's output gradient in bf16, read by its two
+	 * backward products (matmul_backward) */
+	TAKE16(w->d16, d->bf16 ? N * (d->F2 > 3 * Cq ? (d->F2 > C ? d->F2 : C) : (3 * Cq > C ? 3 * Cq : C)) : 0);
 	if (d->half && d->head) {   /* the head's fp32 rows: that span, grown to the rows above if short */
 		int64_t rows = HEAD_MIN_BYTES / 4 / (d->Vp > 0 ? d->Vp : 1);
 		rows = rows > HEAD_MIN_ROWS ? rows : HEAD_MIN_ROWS;
@@ -525,7 +530,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		}
 		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
 	}
-	if (ws->mm >= 0 && m->ops->gemm_hints(ws->mm, o->B * o->T, 3 * m->C, m->C)) {
+	if (ws->mm >= 0 && !o->no_bf16_copies && m->ops->gemm_hints(ws->mm, o->B * o->T, 3 * m->C, m->C)) {
 		ws->w16 = calloc((size_t)nseg, sizeof(*ws->w16));
 		ws->own16 = calloc((size_t)nseg, sizeof(*ws->own16));
 		ws->hints = ws->w16 && ws->own16;   /* (else run without them) */
@@ -928,11 +933,13 @@ static int gemm_bt(const struct ds_gpt_ws *ws, const struct ds_gemm_bf16_batch *
 	return 1;
 }
 
-/* one product; b16: B's bf16 copy (a weight's, tp16) or NULL */
+/* one product; a16, b16: bf16 copies of A and B (a weight's: tp16) or NULL */
 static int gemm_r(const struct ds_gpt_ws *ws, int r16, int ta, int tb, int M, int N, int K, float alpha,
-		  const float *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, float *C, int ldc)
+		  const float *A, int lda, const uint16_t *a16, const float *B, int ldb, const uint16_t *b16, float beta,
+		  float *C, int ldc)
 {
 	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.a16 = a16;
 	one.b16 = b16;
 	return gemm_bt(ws, &one, r16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -949,9 +956,10 @@ static void gemm(const struct ds_gpt_ws *ws, int ta, int tb, int M, int N, int K
  * chunk's product).  Every chunk is planned for the first chunk's shape
  * (M0 rows), so the chunks of one product share one implementation. */
 static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, int ta, int tb, int M, int N, int K, float alpha,
-		    const float *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, float *C, int ldc)
+		    const float *A, int lda, const uint16_t *a16, const float *B, int ldb, const uint16_t *b16, float beta,
+		    float *C, int ldc)
 {
-	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, b16, beta, C, ldc);
+	ws->ops->gemm_keep_b(ws->mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, a16, b16, beta, C, ldc);
 }
 
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC); r16 and the answer as
@@ -960,16 +968,27 @@ static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const
 			  const uint16_t *w16, const float *b, int64_t N, int IC, int OC)
 {
 	ws->ops->bias_fill(out, b, N, OC);
-	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, w16, 1.0f, out, OC);
+	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, NULL, w, IC, w16, 1.0f, out, OC);
 }
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
- * dout; r16 and the answer as gemm_bt's, for dinp */
+ * dout; r16 and the answer as gemm_bt's, for dinp.  w16, inp16: bf16
+ * copies of w and inp or NULL.  Where the products read copies, dout goes
+ * to bf16 once for both. */
 static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
-			   const float *inp, const float *w, const uint16_t *w16, int64_t N, int IC, int OC)
+			   const float *inp, const uint16_t *inp16, const float *w, const uint16_t *w16, int64_t N, int IC,
+			   int OC)
 {
-	const int r = gemm_r(ws, r16, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, w, IC, w16, 0.0f, dinp, IC);
-	gemm(ws, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+	const uint16_t *d16 = NULL;
+	if (ws->hints) {
+		ws->ops->half_pack(DS_HALF_BF16, ws->d16, dout, (size_t)(N * OC));
+		d16 = ws->d16;
+	}
+	const int r = gemm_r(ws, r16, NOTR, NOTR, (int)N, IC, OC, 1.0f, dout, OC, d16, w, IC, w16, 0.0f, dinp, IC);
+	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.a16 = d16;
+	one.b16 = inp16;
+	ws->ops->gemm(ws->mm, &one, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
 	if (db)
 		ws->ops->bias_backward(db, dout, N, OC);
 	return r;
@@ -1202,6 +1221,10 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
 	int dln16 = 0;   /* dln came out of its product rounded */
+	/* the layer's saved activations in bf16, which backward unpacked into a
+	 * (not the part's last layer: forward leaves it in a, unpacked): copies
+	 * of the weight-gradient products' inputs */
+	const struct hacts *h16 = ws->hints && ws->ha && l - ws->l0 < ws->nl - 1 ? &ws->ha[l - ws->l0] : NULL;
 
 	/* mixed precision: every activation gradient is rounded to 16 bits
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
@@ -1225,13 +1248,13 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
 		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
-				     tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), N, F, C))
+				     h16 ? h16->fcact : NULL, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), N, F, C))
 			rnd(ws, ws->dfcact, N * F);
 		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation, r16(ws));
 		if (!r16(ws))
 			rnd(ws, ws->dfch, N * F2);
 		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
-					tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
+					h16 ? h16->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
 	if (!dln16)
@@ -1252,7 +1275,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
 	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, a->atty,
-			     tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
+			     h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
 		rnd(ws, ws->datty, N * Cq);
 	if (!attention_backward(m, ws, a, l, B, T, !m->rd)) {
 		if (m->rd)
@@ -1260,7 +1283,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		rnd(ws, ws->dqkv, 3 * N * Cq);
 	}
 	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
-				tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
+				h16 ? h16->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
@@ -1292,7 +1315,7 @@ static void head_rows(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float 
 	const int V = m->V, Vp = m->Vp, C = m->C;
 	if (V > 0)
 		gemm_kb(ws, r0 > 0, (int)(ws->half != DS_HALF_NONE ? ws->hrows : n), NOTR, TRANS, (int)n, V,
-			C, 1.0f, ws->lnf + r0 * C, C, head, C, tp16(m, ws, m->head), 0.0f, out, Vp);
+			C, 1.0f, ws->lnf + r0 * C, C, NULL, head, C, tp16(m, ws, m->head), 0.0f, out, Vp);
 	rnd(ws, out, n * Vp);
 	if (Vp > V)
 		ws->ops->fill_cols(out, n, Vp, V, Vp, -INFINITY);
@@ -1533,10 +1556,19 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 			ws->ops->zero(ws->dln + r0 * C, (size_t)(n * C) * sizeof(float));
 			continue;
 		}
-		gemm_kb(ws, r0 > 0, (int)R, NOTR, NOTR, (int)n, C, V, 1.0f, dl, Vp,
+		/* where the products read bf16 copies, the chunk's dlogits go back
+		 * to its (consumed) 16-bit rows once for both */
+		const uint16_t *dl16 = NULL;
+		if (ws->hints && hp) {
+			ws->ops->half_pack(DS_HALF_BF16, ws->logits16 + r0 * Vp, dl, (size_t)(n * Vp));
+			dl16 = ws->logits16 + r0 * Vp;
+		}
+		gemm_kb(ws, r0 > 0, (int)R, NOTR, NOTR, (int)n, C, V, 1.0f, dl, Vp, dl16,
 			tp(m, P, m->head), C, tp16(m, ws, m->head), 0.0f, ws->dln + r0 * C, C);
-		gemm(ws, TRANS, NOTR, V, C, (int)n, 1.0f, dl, Vp,
-		     ws->lnf + r0 * C, C, 1.0f, tp(m, G, m->head), C);
+		struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+		one.a16 = dl16;
+		ws->ops->gemm(ws->mm, &one, TRANS, NOTR, V, C, (int)n, 1.0f, dl, Vp, ws->lnf + r0 * C, C, 1.0f,
+			      tp(m, G, m->head), C);
 	}
 	/* column-parallel input: the ranks' parts of dlnf summed */
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));

@@ -168,6 +168,9 @@ struct ds_gpt_ws_opts {
 	 * layer input is kept as this rank's 1/tp slice, and the slices are
 	 * allgathered (hooks' tp_allgather) before the layer is recomputed */
 	int partition_activations;
+	/* bf16 runs: 1 makes the products convert every operand, as if no bf16
+	 * copies were at hand (the same results: for tests and comparisons) */
+	int no_bf16_copies;
 };
 
 /* Mixed precision (half != DS_HALF_NONE): activations are computed in fp32

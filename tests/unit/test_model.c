@@ -895,10 +895,13 @@ static void test_half_storage_bitwise(void **state)
 		assert_int_equal(ds_gpt_activation_saved_bytes(cfg, FX_B, FX_T, 1, half),
 				 r64((L + 1) * N * C, 2) + r64(N * 20, 2));
 		struct ds_gpt_ws *a = mkws_half(f.m, FX_B, FX_T, 0, 3, half), *b = mkws_half(f.m, FX_B, FX_T, 1, 3, half);
-		assert_int_equal(ds_gpt_ws_bytes(a), want);
-		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, half), want);
-		assert_int_equal(ds_gpt_ws_bytes(b), want_ckpt);
-		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, half), want_ckpt);
+		/* bf16 adds its products' output gradient in bf16: N x max(F2, 3C,
+		 * C), F2 = 2F = 128 the gated MLP's (layer_bytes) */
+		const size_t d16 = half == DS_HALF_BF16 ? r64(N * 2 * 64, 2) : 0;
+		assert_int_equal(ds_gpt_ws_bytes(a), want + d16);
+		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 0, half), want + d16);
+		assert_int_equal(ds_gpt_ws_bytes(b), want_ckpt + d16);
+		assert_int_equal(ds_gpt_activation_bytes(cfg, FX_B, FX_T, 1, half), want_ckpt + d16);
 		assert_true(want < fp32);
 		assert_true(want_ckpt < fp32_ckpt);
 		assert_same_runs(&f, a, b);
@@ -1178,13 +1181,14 @@ static const uint16_t *hk_p16(void *vctx, int seg)
 }
 
 /* bf16 runs whose products convert their operands (oneDNN's) read bf16
- * copies of the weights instead: the workspace's own without pre hooks,
- * the params16 hook's with one (the engine's 16-bit model), none with pre
- * hooks alone.  All three give the same loss and gradients, bit for bit;
- * a params16 hook whose copies are zeros changes the loss where the
- * copies are read (so the runs above did read them), and nothing where
- * no product reads them (no oneDNN bf16 kernel here: then all four are
- * the plain run). */
+ * copies instead: of the weights (the workspace's own without pre hooks,
+ * the params16 hook's with one, none with pre hooks alone), of the saved
+ * activations the weight gradients read (the layers' 16-bit storage, none
+ * with checkpointing) and of each product's output gradient.  Every run
+ * gives the loss and gradients of the run without copies
+ * (no_bf16_copies), bit for bit; a params16 hook whose copies are zeros
+ * changes the loss where the copies are read (so the runs did read them),
+ * and nothing where no product reads them (no oneDNN bf16 kernel here). */
 static void test_bf16_weight_copies(void **state)
 {
 	(void)state;
@@ -1193,8 +1197,9 @@ static void test_bf16_weight_copies(void **state)
 	c.init_method_std = 0.2;
 	struct ds_gpt *m = mk(&c);
 	const int B = 2, T = 8, N = B * T;
+	enum { RUNS = 6 };
 	const int64_t n = ds_gpt_num_params(m);
-	float *p = malloc((size_t)n * sizeof(float)), *g[3];
+	float *p = malloc((size_t)n * sizeof(float)), *g[RUNS];
 	uint16_t *p16 = malloc((size_t)n * sizeof(uint16_t)), *z16 = calloc((size_t)n, sizeof(uint16_t));
 	assert_non_null(p);
 	assert_non_null(p16);
@@ -1209,40 +1214,45 @@ static void test_bf16_weight_copies(void **state)
 	if (!reads)
 		printf("# no oneDNN bf16 kernel here: no product reads the copies (all runs must be the plain one)\n");
 	struct ds_err err = DS_ERR_INIT;
-	struct ds_gpt_ws_opts o = { B, T, 0, 3, DS_HALF_BF16, reads ? DS_BF16_MM_ONEDNN : DS_BF16_MM_AUTO };
 	struct hook_ctx h = { m, malloc((size_t)n * sizeof(float)), NULL, "", p16 };
 	assert_non_null(h.pcopy);
 	memcpy(h.pcopy, p, (size_t)n * sizeof(float));
-	float loss[4];
-	for (int k = 0; k < 4; k++) {
-		/* k 0: no hooks; 1: pre and post; 2: and params16; 3: params16 of zeros */
+	float loss[RUNS];
+	for (int k = 0; k < RUNS; k++) {
+		/* k 0: no copies; 1: no hooks; 2: pre and post hooks; 3: and
+		 * params16; 4: checkpointing, no hooks; 5: params16 of zeros */
+		struct ds_gpt_ws_opts o = { B, T, k == 4, 3, DS_HALF_BF16, reads ? DS_BF16_MM_ONEDNN : DS_BF16_MM_AUTO };
+		o.no_bf16_copies = k == 0;
 		struct ds_gpt_ws *ws = NULL;
 		assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), 0);
-		struct ds_gpt_hooks hooks = { .ctx = &h, .pre = hk_pre, .post = hk_post, .params16 = k >= 2 ? hk_p16 : NULL };
-		h.p16 = k == 3 ? z16 : p16;
+		const int hooked = k == 2 || k == 3 || k == 5;
+		struct ds_gpt_hooks hooks = { .ctx = &h, .pre = hk_pre, .post = hk_post,
+					      .params16 = k == 3 || k == 5 ? hk_p16 : NULL };
+		h.p16 = k == 5 ? z16 : p16;
 		h.log[0] = 0;
-		if (k)
+		if (hooked)
 			ds_gpt_ws_set_hooks(ws, &hooks);
-		float *gk = calloc((size_t)n, sizeof(float));
-		assert_non_null(gk);
-		h.gcopy = gk;
-		loss[k] = run_fwd(m, ws, k ? NULL : p, tok, tgt, B, T, 0, 0, 1);
-		run_bwd(m, ws, k ? NULL : p, k ? NULL : gk, 1.0f);
-		if (k < 3)
-			g[k] = gk;
-		else
-			free(gk);
+		g[k] = calloc((size_t)n, sizeof(float));
+		assert_non_null(g[k]);
+		h.gcopy = g[k];
+		loss[k] = run_fwd(m, ws, hooked ? NULL : p, tok, tgt, B, T, 0, 0, 1);
+		run_bwd(m, ws, hooked ? NULL : p, hooked ? NULL : g[k], 1.0f);
 		ds_gpt_ws_destroy(ws);
 	}
-	for (int k = 1; k < 3; k++) {
-		assert_memory_equal(&loss[k], &loss[0], sizeof(float));
-		assert_memory_equal(g[k], g[0], (size_t)n * sizeof(float));
+	for (int k = 1; k < RUNS - 1; k++) {
+		if (memcmp(&loss[k], &loss[0], sizeof(float)))
+			fail_msg("run %d: loss %.9g, without copies %.9g", k, loss[k], loss[0]);
+		for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
+			const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
+			if (memcmp(g[k] + x->offset, g[0] + x->offset, (size_t)x->numel * sizeof(float)))
+				fail_msg("run %d: gradient %s differs from the run without copies", k, x->name);
+		}
 	}
-	if (reads && memcmp(&loss[3], &loss[0], sizeof(float)) == 0)
+	if (reads && memcmp(&loss[RUNS - 1], &loss[0], sizeof(float)) == 0)
 		fail_msg("zero weight copies left the loss at %.9g: the products did not read them", loss[0]);
 	if (!reads)
-		assert_memory_equal(&loss[3], &loss[0], sizeof(float));
-	for (int k = 0; k < 3; k++)
+		assert_memory_equal(&loss[RUNS - 1], &loss[0], sizeof(float));
+	for (int k = 0; k < RUNS; k++)
 		free(g[k]);
 	free(p), free(p16), free(z16), free(h.pcopy);
 	ds_gpt_destroy(m);
