@@ -262,9 +262,9 @@ static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int
 }
 
 /* oneDNN reads bf16 operands; dstk's kernel packs from fp32 */
-static int cpu_gemm_hints(int mm, int M, int N, int K)
+static int cpu_gemm_hints(int mm, int count, int M, int N, int K)
 {
-	return mm >= 0 && ds_gemm_bf16_pick(mm, 0, 1, M, N, K, 1) == DS_BF16_ONEDNN;
+	return mm >= 0 && ds_gemm_bf16_pick(mm, 0, 1, M, N, K, count) == DS_BF16_ONEDNN;
 }
 
 /* the head keeps bf16 logits where dstk's kernel runs its product */

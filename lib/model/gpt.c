@@ -530,7 +530,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		}
 		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
 	}
-	if (ws->mm >= 0 && !o->no_bf16_copies && m->ops->gemm_hints(ws->mm, o->B * o->T, 3 * m->C, m->C)) {
+	if (ws->mm >= 0 && !o->no_bf16_copies && m->ops->gemm_hints(ws->mm, 1, o->B * o->T, 3 * m->C, m->C)) {
 		ws->w16 = calloc((size_t)nseg, sizeof(*ws->w16));
 		ws->own16 = calloc((size_t)nseg, sizeof(*ws->own16));
 		ws->hints = ws->w16 && ws->own16;   /* (else run without them) */
@@ -855,9 +855,26 @@ static struct acts layer_acts(const struct ds_gpt_ws *ws, int l)
 	return a;
 }
 
+/* bf16 runs whose products read bf16 copies, with 16-bit layer storage:
+ * layer l's storage, which forward fills as it goes with the products'
+ * inputs (ln1, qkv, att, atty, ln2, fcact: the copies those products
+ * read; layer_store packs the rest) and backward's products read (every
+ * layer, the last one included); NULL otherwise and in a recomputation */
+static struct hacts *early16(const struct ds_gpt_ws *ws, int l)
+{
+	return ws->hints && ws->ha && !ws->recomputing ? &ws->ha[l - ws->l0] : NULL;
+}
+
+/* dst (n) = src in bf16, where dst is early16's storage (NULL: nothing) */
+static void pack16(const struct ds_gpt_ws *ws, uint16_t *dst, const float *src, int64_t n)
+{
+	if (dst)
+		ws->ops->half_pack(DS_HALF_BF16, dst, src, (size_t)n);
+}
+
 /* pack (dir 0) the working activations into the part's layer l's 16-bit
  * copy, or unpack them back (dir 1); every buffer is already 16-bit
- * representable */
+ * representable.  Forward's early16 copies are packed already. */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
@@ -870,7 +887,8 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 		{ h->fch, a->fch, N * m->F2 }, { h->fcact, a->fcact, N * m->F },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-		if (!v[i].n)
+		const int early = ws->hints && v[i].p != h->res2 && v[i].p != h->fch;
+		if (!v[i].n || (!dir && early))
 			continue;
 		if (dir)
 			ws->ops->half_unpack(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
@@ -963,12 +981,12 @@ static void gemm_kb(const struct ds_gpt_ws *ws, int same, int M0, int ta, int tb
 }
 
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC); r16 and the answer as
- * gemm_bt's (1: out is rounded already); w16: w's bf16 copy or NULL */
-static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const float *inp, const float *w,
-			  const uint16_t *w16, const float *b, int64_t N, int IC, int OC)
+ * gemm_bt's (1: out is rounded already); inp16, w16: bf16 copies or NULL */
+static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const float *inp, const uint16_t *inp16,
+			  const float *w, const uint16_t *w16, const float *b, int64_t N, int IC, int OC)
 {
 	ws->ops->bias_fill(out, b, N, OC);
-	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, NULL, w, IC, w16, 1.0f, out, OC);
+	return gemm_r(ws, r16, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, inp16, w, IC, w16, 1.0f, out, OC);
 }
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
@@ -1031,7 +1049,7 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
  * entries out over the threads, a single-threaded sgemm each, when there
  * are at least two per thread); the softmax is one OpenMP pass over all
  * rows. */
-static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, int l,
+static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, struct hacts *h, int l,
 			     int B, int T)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
@@ -1040,26 +1058,31 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	const float pa = (float)m->cfg.attention_dropout;
 	const int drop = ws->train && pa > 0;
 	/* att[b,h] (T,T) = scale * q (T,hs) @ k (T,hs)^T */
+	/* (h: the layer's bf16 storage, q k v in it already; P goes there) */
 	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT },
-					    DS_GEMM_BF16_C_LOWER, 0, NULL, NULL };
+					    DS_GEMM_BF16_C_LOWER, 0, h ? h->qkv : NULL, h ? h->qkv + C : NULL };
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
 	if (!r16(ws))
 		rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
+	pack16(ws, h ? h->att : NULL, a->att, (int64_t)B * NH * T * T);
 	if (drop)
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
-					     DS_GEMM_BF16_A_LOWER, 0, NULL, NULL };
+					     DS_GEMM_BF16_A_LOWER, 0, h && !drop ? h->att : NULL, h ? h->qkv + 2 * C : NULL };
 	return gemm_bt(ws, &y, 1, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
- * gemm_bt's). */
+ * gemm_bt's).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
+ * v and P the products read; there datty goes to bf16 once (d16) for its
+ * two products, and the scores' gradient once into h16's P, whose last
+ * reader has run by then. */
 static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
-			      int l, int B, int T, int rq16)
+			      const struct hacts *h16, int l, int B, int T, int rq16)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
@@ -1069,13 +1092,21 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	if (drop)   /* the dropped probabilities again, from the same keys */
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
+	if (h16 && !ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs))
+		h16 = NULL;   /* (the heads' products convert: no copies to make) */
+	const uint16_t *dy16 = NULL, *q16 = h16 ? h16->qkv : NULL;
+	uint16_t *ds16 = h16 ? h16->att : NULL;
+	if (h16) {
+		ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
+		dy16 = ws->d16;
+	}
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
 	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT },
-					     DS_GEMM_BF16_C_LOWER, 0, NULL, NULL };
+					     DS_GEMM_BF16_C_LOWER, 0, dy16, q16 ? q16 + 2 * C : NULL };
 	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
 			       ws->datt, T);
 	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs },
-					     DS_GEMM_BF16_A_UPPER, 0, NULL, NULL };
+					     DS_GEMM_BF16_A_UPPER, 0, drop ? NULL : ds16, dy16 };
 	int rq = gemm_bt(ws, &dv, rq16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 			 ws->dqkv + 2 * C, C3);
 	if (!rp)
@@ -1084,12 +1115,13 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 					    drop ? streams(ws, B, l + 1, 1) : NULL, r16(ws));
 	if (!r16(ws))
 		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
+	pack16(ws, ds16, ws->datt, (int64_t)B * NH * T * T);
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
 	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs },
-					     DS_GEMM_BF16_A_LOWER, 0, NULL, NULL };
+					     DS_GEMM_BF16_A_LOWER, 0, ds16, q16 ? q16 + C : NULL };
 	rq &= gemm_bt(ws, &dq, rq16, NOTR, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv + C, C3, 0.0f, ws->dqkv, C3);
 	const struct ds_gemm_bf16_batch dk = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs },
-					     DS_GEMM_BF16_A_UPPER, 0, NULL, NULL };
+					     DS_GEMM_BF16_A_UPPER, 0, ds16, q16 };
 	rq &= gemm_bt(ws, &dk, rq16, TRANS, NOTR, T, hs, T, 1.0f, ws->datt, T, a->qkv, C3, 0.0f, ws->dqkv + C, C3);
 	return rq;
 }
@@ -1131,11 +1163,11 @@ static int moe_layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l
  * (attn.c_proj, mlp.c_proj): with tensor parallelism this rank's partial
  * sum over its IC inputs, summed over the ranks, and the replicated bias
  * added after the sum (Megatron's RowParallelLinear) */
-static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, const float *w, const uint16_t *w16,
-			  const float *b, int64_t N, int IC, int OC, struct ds_err *err)
+static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, const uint16_t *inp16, const float *w,
+			  const uint16_t *w16, const float *b, int64_t N, int IC, int OC, struct ds_err *err)
 {
 	if (ws->tp == 1) {
-		matmul_forward(ws, 0, out, inp, w, w16, b, N, IC, OC);
+		matmul_forward(ws, 0, out, inp, inp16, w, w16, b, N, IC, OC);
 		return 0;
 	}
 	gemm(ws, NOTR, TRANS, (int)N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
@@ -1156,44 +1188,50 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	const int C = m->C, Cq = m->Cq, NH = m->NH, F = m->F, F2 = m->F2;
 	const float ph = (float)m->cfg.hidden_dropout;
 	const int gptj = m->cfg.gpt_j_residual;
+	struct hacts *h = early16(ws, l);
 
 	if (!norm_forward(m, ws, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N))
 		rnd(ws, a->ln1, N * C);
+	pack16(ws, h ? h->ln1 : NULL, a->ln1, N * C);
 	/* column-parallel: this rank's heads' [q | k | v] */
 	/* (products that round their output as they store it spare a pass) */
-	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), tp(m, P, ix->qkvb),
-			    N, C, 3 * Cq)) {
+	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, h ? h->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw),
+			    tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
 		if (m->rd)
 			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
 		rnd(ws, a->qkv, 3 * N * Cq);
 	}
-	if (!attention_forward(m, ws, a, l, B, T))
+	pack16(ws, h ? h->qkv : NULL, a->qkv, 3 * N * Cq);
+	if (!attention_forward(m, ws, a, h, l, B, T))
 		rnd(ws, a->atty, N * Cq);
+	pack16(ws, h ? h->atty : NULL, a->atty, N * Cq);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
-	DS_TRY(rowpar_forward(ws, ab, a->atty, tp(m, P, ix->projw), tp16(m, ws, ix->projw), tp(m, P, ix->projb), N, Cq,
-			      C, err));
+	DS_TRY(rowpar_forward(ws, ab, a->atty, h ? h->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw),
+			      tp(m, P, ix->projb), N, Cq, C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
 	ws->ops->add(ab, ab, x, N * C, r16(ws));
 	if (!r16(ws))
 		rnd(ws, ab, N * C);
-	const float *h = gptj ? x : a->res2;
-	if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, h, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
+	const float *hin = gptj ? x : a->res2;
+	if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, hin, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
 		rnd(ws, a->ln2, N * C);
+	pack16(ws, h ? h->ln2 : NULL, a->ln2, N * C);
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
 	if (ix->moe >= 0) {
 		int rc = moe_layer_forward(m, ws, l, a->ln2, mb, B, T);
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		if (!matmul_forward(ws, 1, a->fch, a->ln2, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), tp(m, P, ix->fcb), N, C,
-				    F2))
+		if (!matmul_forward(ws, 1, a->fch, a->ln2, h ? h->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw),
+				    tp(m, P, ix->fcb), N, C, F2))
 			rnd(ws, a->fch, N * F2);
 		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
 		if (!r16(ws))
 			rnd(ws, a->fcact, N * F);
-		DS_TRY(rowpar_forward(ws, mb, a->fcact, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), tp(m, P, ix->fcpb), N, F,
-				      C, err));
+		pack16(ws, h ? h->fcact : NULL, a->fcact, N * F);
+		DS_TRY(rowpar_forward(ws, mb, a->fcact, h ? h->fcact : NULL, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw),
+				      tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
 	/* out = x + attn + mlp (gptj), or res2 + mlp */
@@ -1221,10 +1259,8 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	const int gptj = m->cfg.gpt_j_residual;
 	const size_t nc = (size_t)(N * C) * sizeof(float);
 	int dln16 = 0;   /* dln came out of its product rounded */
-	/* the layer's saved activations in bf16, which backward unpacked into a
-	 * (not the part's last layer: forward leaves it in a, unpacked): copies
-	 * of the weight-gradient products' inputs */
-	const struct hacts *h16 = ws->hints && ws->ha && l - ws->l0 < ws->nl - 1 ? &ws->ha[l - ws->l0] : NULL;
+	/* the layer's bf16 storage (early16): copies of the products' inputs */
+	const struct hacts *h16 = early16(ws, l);
 
 	/* mixed precision: every activation gradient is rounded to 16 bits
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
@@ -1277,7 +1313,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, a->atty,
 			     h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
 		rnd(ws, ws->datty, N * Cq);
-	if (!attention_backward(m, ws, a, l, B, T, !m->rd)) {
+	if (!attention_backward(m, ws, a, h16, l, B, T, !m->rd)) {
 		if (m->rd)
 			ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
 		rnd(ws, ws->dqkv, 3 * N * Cq);

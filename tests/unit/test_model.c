@@ -1188,13 +1188,15 @@ static const uint16_t *hk_p16(void *vctx, int seg)
  * gives the loss and gradients of the run without copies
  * (no_bf16_copies), bit for bit; a params16 hook whose copies are zeros
  * changes the loss where the copies are read (so the runs did read them),
- * and nothing where no product reads them (no oneDNN bf16 kernel here). */
-static void test_bf16_weight_copies(void **state)
+ * and nothing where no product reads them (no oneDNN bf16 kernel here).
+ * Without dropout and with it (attention's dropped probabilities have no
+ * copy). */
+static void copies_case(double dropout)
 {
-	(void)state;
 	struct ds_model_config c;
 	cfg_base(&c);
 	c.init_method_std = 0.2;
+	c.attention_dropout = c.hidden_dropout = dropout;
 	struct ds_gpt *m = mk(&c);
 	const int B = 2, T = 8, N = B * T;
 	enum { RUNS = 6 };
@@ -1241,11 +1243,12 @@ static void test_bf16_weight_copies(void **state)
 	}
 	for (int k = 1; k < RUNS - 1; k++) {
 		if (memcmp(&loss[k], &loss[0], sizeof(float)))
-			fail_msg("run %d: loss %.9g, without copies %.9g", k, loss[k], loss[0]);
+			fail_msg("dropout %g, run %d: loss %.9g, without copies %.9g", dropout, k, loss[k], loss[0]);
 		for (int i = 0; i < ds_gpt_num_tensors(m); i++) {
 			const struct ds_gpt_tensor *x = ds_gpt_tensor(m, i);
 			if (memcmp(g[k] + x->offset, g[0] + x->offset, (size_t)x->numel * sizeof(float)))
-				fail_msg("run %d: gradient %s differs from the run without copies", k, x->name);
+				fail_msg("dropout %g, run %d: gradient %s differs from the run without copies", dropout, k,
+					 x->name);
 		}
 	}
 	if (reads && memcmp(&loss[RUNS - 1], &loss[0], sizeof(float)) == 0)
@@ -1256,6 +1259,13 @@ static void test_bf16_weight_copies(void **state)
 		free(g[k]);
 	free(p), free(p16), free(z16), free(h.pcopy);
 	ds_gpt_destroy(m);
+}
+
+static void test_bf16_weight_copies(void **state)
+{
+	(void)state;
+	copies_case(0.0);
+	copies_case(0.1);
 }
 
 static void test_hooks(void **state)
