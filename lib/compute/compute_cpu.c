@@ -46,84 +46,56 @@ static void cpu_free(void *p) { ds_free(p); }
  * all. */
 #define BULK_MIN 65536
 
-static int bulk_alone(size_t n) { return n < BULK_MIN || omp_in_parallel() || omp_get_max_threads() < 2; }
+enum { BULK_ZERO, BULK_COPY, BULK_ROUND, BULK_PACK, BULK_UNPACK };
 
-/* this thread's [*b, *e) of n elements, b a multiple of 16 */
-static void bulk_part(size_t n, size_t *b, size_t *e)
+/* op over elements [b, e) (bytes for zero and copy) */
+static void bulk_span(int op, int kind, void *dst, const void *src, size_t b, size_t e)
 {
-	const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-	*b = n / 16 * t / nt * 16;
-	*e = t + 1 == nt ? n : n / 16 * (t + 1) / nt * 16;
-}
-
-static void cpu_zero(void *p, size_t bytes)
-{
-	if (bulk_alone(bytes / 4)) {
-		memset(p, 0, bytes);
-		return;
-	}
-#pragma omp parallel
-	{
-		size_t b, e;
-		bulk_part(bytes, &b, &e);
-		memset((char *)p + b, 0, e - b);
-	}
-}
-
-static void cpu_copy(void *dst, const void *src, size_t bytes)
-{
-	if (bulk_alone(bytes / 4)) {
-		memcpy(dst, src, bytes);
-		return;
-	}
-#pragma omp parallel
-	{
-		size_t b, e;
-		bulk_part(bytes, &b, &e);
+	const enum ds_half_kind k = (enum ds_half_kind)kind;
+	switch (op) {
+	case BULK_ZERO:
+		memset((char *)dst + b, 0, e - b);
+		break;
+	case BULK_COPY:
 		memcpy((char *)dst + b, (const char *)src + b, e - b);
+		break;
+	case BULK_ROUND:
+		ds_half_round_n(k, (float *)dst + b, e - b);
+		break;
+	case BULK_PACK:
+		ds_half_pack_n(k, (uint16_t *)dst + b, (const float *)src + b, e - b);
+		break;
+	default:
+		ds_half_unpack_n(k, (float *)dst + b, (const uint16_t *)src + b, e - b);
+		break;
 	}
 }
 
-static void cpu_half_round(int kind, float *x, size_t n)
+/* op over n elements (bytes for zero and copy, weighed as n / 4 against
+ * BULK_MIN); each thread's run starts at a multiple of 16 */
+static void bulk(int op, int kind, void *dst, const void *src, size_t n)
 {
-	if (bulk_alone(n)) {
-		ds_half_round_n((enum ds_half_kind)kind, x, n);
+	if ((op <= BULK_COPY ? n / 4 : n) < BULK_MIN || omp_in_parallel() || omp_get_max_threads() < 2) {
+		bulk_span(op, kind, dst, src, 0, n);
 		return;
 	}
 #pragma omp parallel
 	{
-		size_t b, e;
-		bulk_part(n, &b, &e);
-		ds_half_round_n((enum ds_half_kind)kind, x + b, e - b);
+		const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+		bulk_span(op, kind, dst, src, n / 16 * t / nt * 16, t + 1 == nt ? n : n / 16 * (t + 1) / nt * 16);
 	}
 }
 
+static void cpu_zero(void *p, size_t bytes) { bulk(BULK_ZERO, 0, p, NULL, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { bulk(BULK_COPY, 0, dst, src, bytes); }
+static void cpu_half_round(int kind, float *x, size_t n) { bulk(BULK_ROUND, kind, x, NULL, n); }
 static void cpu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
 {
-	if (bulk_alone(n)) {
-		ds_half_pack_n((enum ds_half_kind)kind, dst, src, n);
-		return;
-	}
-#pragma omp parallel
-	{
-		size_t b, e;
-		bulk_part(n, &b, &e);
-		ds_half_pack_n((enum ds_half_kind)kind, dst + b, src + b, e - b);
-	}
+	bulk(BULK_PACK, kind, dst, src, n);
 }
-
 static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 {
-	if (bulk_alone(n)) {
-		ds_half_unpack_n((enum ds_half_kind)kind, dst, src, n);
-		return;
-	}
-#pragma omp parallel
-	{
-		size_t b, e;
-		bulk_part(n, &b, &e);
-		ds_half_unpack_n((enum ds_half_kind)kind, dst + b, src + b, e - b);
-	}
+	bulk(BULK_UNPACK, kind, dst, src, n);
 }
 
 /* ---- the engine's 16-bit gradients: lib/engine/engine.c's loops as the

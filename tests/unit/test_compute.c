@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compute/compute.h"
+#include "util/half.h"
 
 /* a stand-in cuda backend: only its name is read by the choice */
 static const struct ds_compute_ops fake_cuda = { .name = "cuda" };
@@ -479,6 +480,49 @@ static void test_cpu_buffers(void **st)
 	o->free(d);
 }
 
+/* The bulk entries on buffers large enough to be shared out over the
+ * threads (3 threads, an odd length so the last run is not whole lines):
+ * every element as the single-threaded ds_half_* functions and memcpy /
+ * memset give it, and nothing written past the end. */
+static void test_cpu_bulk_threads(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	const size_t n = 3 * 65536 + 37;
+	float *x = malloc((n + 1) * sizeof(float)), *y = malloc((n + 1) * sizeof(float)), *w = malloc(n * sizeof(float));
+	uint16_t *p = malloc((n + 1) * 2), *q = malloc(n * 2);
+	assert_non_null(x); assert_non_null(y); assert_non_null(w); assert_non_null(p); assert_non_null(q);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)((double)(i * 2654435761u % 1000003u) / 7919.0 - 60.0);
+	const int nt = omp_get_max_threads();
+	omp_set_num_threads(3);
+	for (int kind = 1; kind <= 2; kind++) {
+		p[n] = 0xabcd;
+		o->half_pack(kind, p, x, n);
+		ds_half_pack_n((enum ds_half_kind)kind, q, x, n);
+		assert_memory_equal(p, q, n * 2);
+		assert_int_equal(p[n], 0xabcd);
+		y[n] = 7.0f;
+		o->half_unpack(kind, y, p, n);
+		ds_half_unpack_n((enum ds_half_kind)kind, w, q, n);
+		assert_memory_equal(y, w, n * sizeof(float));
+		memcpy(y, x, n * sizeof(float));
+		memcpy(w, x, n * sizeof(float));
+		o->half_round(kind, y, n);
+		ds_half_round_n((enum ds_half_kind)kind, w, n);
+		assert_memory_equal(y, w, n * sizeof(float));
+		assert_true(y[n] == 7.0f);
+	}
+	o->copy(y, x, n * sizeof(float));
+	assert_memory_equal(y, x, n * sizeof(float));
+	o->zero(y, n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		assert_true(y[i] == 0.0f);
+	assert_true(y[n] == 7.0f);
+	omp_set_num_threads(nt);
+	free(x), free(y), free(w), free(p), free(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -495,6 +539,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_gemm_batch_threads),
 		cmocka_unit_test(test_cpu_gemm_cr),
 		cmocka_unit_test(test_cpu_buffers),
+		cmocka_unit_test(test_cpu_bulk_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
