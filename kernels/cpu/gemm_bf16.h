@@ -171,11 +171,11 @@ struct ds_gemm_bf16_batch {
 	unsigned flags;
 	/* Optional bf16 copies of A and B (NULL: none): ds_fp32_to_bf16 of
 	 * every element, at the same offsets (lda/ldb and the strides count
-	 * elements of either).  An implementation that rounds its inputs to
-	 * bf16 reads these instead of converting A or B (oneDNN), so a caller
-	 * that already holds them (a layer's weights, a gradient two products
-	 * read) spares the conversions; the others ignore them, and the
-	 * results are the same bits either way. */
+	 * elements of either).  oneDNN reads these instead of converting A or
+	 * B, and dstk's kernels (the portable one too) pack from them, half
+	 * the bytes of fp32, so a caller that already holds them (a layer's
+	 * weights, its saved activations) spares the conversions; the results
+	 * are the same bits either way. */
 	const uint16_t *a16, *b16;
 };
 /* One dense product: the batch of a single ds_gemm_bf16 call. */

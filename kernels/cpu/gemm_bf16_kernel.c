@@ -387,11 +387,15 @@ struct prod {
 	int ldc;
 };
 
+/* a16, b16: the caller's bf16 copies of A and B (or NULL), packed in
+ * place of converting A and B (the same bf16 bits) */
 static void prod_init(struct prod *p, int isa, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
-		      const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
+		      const void *A, int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16,
+		      float beta, void *C, int ldc)
 {
-	p->a = (struct opnd){ A, ta ? 1 : lda, ta ? lda : 1, M, K, !!(flags & DS_GEMM_BF16_A16) };
-	p->b = (struct opnd){ B, tb ? ldb : 1, tb ? 1 : ldb, N, K, 0 };
+	const int a16f = !!(flags & DS_GEMM_BF16_A16);
+	p->a = (struct opnd){ a16f || !a16 ? A : (const void *)a16, ta ? 1 : lda, ta ? lda : 1, M, K, a16f || a16 };
+	p->b = (struct opnd){ b16 ? (const void *)b16 : (const void *)B, tb ? ldb : 1, tb ? 1 : ldb, N, K, b16 != NULL };
 	p->M = M;
 	p->N = N;
 	p->K2 = kpairs(K);
@@ -679,7 +683,8 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 	    ((flags & DS_GEMM_BF16_C16) && beta != 0.0f))
 		return -1;
 	struct prod p;
-	prod_init(&p, isa, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	prod_init(&p, isa, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, bt ? bt->a16 : NULL, bt ? bt->b16 : NULL, beta,
+		  C, ldc);
 	const size_t na = p.mp * apanel(&p), nb = p.np * bpanel(&p);
 	const int nt = omp_get_max_threads();
 	int rc = -1;
@@ -695,7 +700,9 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 			const int th = omp_get_thread_num();
 			struct prod q;
 			prod_init(&q, isa, flags, ta, tb, M, N, K, alpha, (const char *)A + boff(bt, bt->sa, e) * ea, lda,
-				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
+				  B + boff(bt, bt->sb, e), ldb, bt->a16 ? bt->a16 + boff(bt, bt->sa, e) : NULL,
+				  bt->b16 ? bt->b16 + boff(bt, bt->sb, e) : NULL, beta, (char *)C + boff(bt, bt->sc, e) * ec,
+				  ldc);
 			q.causal = causal;
 			run_serial(&q, abuf + na * (size_t)th, bbuf + nb * (size_t)th);
 		}
@@ -712,7 +719,9 @@ int ds_gemm_bf16_kernel(int isa, int keep, const struct ds_gemm_bf16_batch *bt, 
 		struct prod q;
 		if (bt)
 			prod_init(&q, isa, flags, ta, tb, M, N, K, alpha, (const char *)A + boff(bt, bt->sa, e) * ea, lda,
-				  B + boff(bt, bt->sb, e), ldb, beta, (char *)C + boff(bt, bt->sc, e) * ec, ldc);
+				  B + boff(bt, bt->sb, e), ldb, bt->a16 ? bt->a16 + boff(bt, bt->sa, e) : NULL,
+				  bt->b16 ? bt->b16 + boff(bt, bt->sb, e) : NULL, beta, (char *)C + boff(bt, bt->sc, e) * ec,
+				  ldc);
 		else
 			q = p;
 		q.causal = causal;

@@ -125,10 +125,12 @@ struct ds_compute_ops {
 	void (*gemm_keep_b)(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha, const float *A,
 			    int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16, float beta,
 			    float *C, int ldc);
-	/* 1 when a bf16 mode's product of this shape (count > 1: a batch of
+	/* Whether a bf16 mode's product of this shape (count > 1: a batch of
 	 * that many) reads the bf16 copies gemm is given instead of converting
-	 * its operands (so a caller that keeps such copies spares work), else 0
-	 * (they would go unread). */
+	 * its operands: 2 when a copy made for two products pays for itself
+	 * (oneDNN on cpu), 1 when copies pay only where the caller holds them
+	 * already (dstk's kernels, which pack from them at half the bytes), 0
+	 * when they would go unread. */
 	int (*gemm_hints)(int mm, int count, int M, int N, int K);
 	/* Whether the head's three products (logits (N,V) = A (N,C) B^T and
 	 * their two gradients) run with bf16 logits in one go: a nonzero

@@ -177,8 +177,8 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 		const unsigned fl = im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? cr : 0u;
 		struct ds_gemm_bf16_batch b2 = *bt;
 		b2.flags = fl;
-		/* (oneDNN takes bf16 copies through the batch entry; the kernels ignore them) */
-		const int rc = bt->count != 1 || (im == DS_BF16_ONEDNN && (bt->a16 || bt->b16))
+		/* (bf16 copies of A and B go through the batch entry) */
+		const int rc = bt->count != 1 || bt->a16 || bt->b16
 				       ? ds_gemm_bf16_batch(im, &b2, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 			       : fl ? ds_gemm_bf16_ex(im, fl, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 				    : ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -233,10 +233,15 @@ static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int
 		    lda, B, ldb, beta, C, ldc);
 }
 
-/* oneDNN reads bf16 operands; dstk's kernel packs from fp32 */
+/* oneDNN converts whole operands before its product: a copy made for two
+ * products pays (2); dstk's kernels convert as they pack and read copies
+ * at half the bytes, which pays for the copies already at hand (1) */
 static int cpu_gemm_hints(int mm, int count, int M, int N, int K)
 {
-	return mm >= 0 && ds_gemm_bf16_pick(mm, 0, 1, M, N, K, count) == DS_BF16_ONEDNN;
+	if (mm < 0)
+		return 0;
+	const enum ds_bf16_impl im = ds_gemm_bf16_pick(mm, 0, 1, M, N, K, count);
+	return im == DS_BF16_ONEDNN ? 2 : im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? 1 : 0;
 }
 
 /* the head keeps bf16 logits where dstk's kernel runs its product */

@@ -110,8 +110,9 @@ struct ds_gpt_ws {
 	struct ds_gpt_part part;      /* what this workspace runs */
 	int l0, nl;                   /* its layers: [l0, l0 + nl) */
 	int tp, tp_rank, pa;          /* tensor parallelism; pa: partition_activations in effect */
-	/* bf16 runs whose layer products read bf16 copies (compute.h
-	 * gemm_hints): per segment the bf16 copy of its parameters they read
+	/* bf16 runs whose layer products read bf16 copies: compute.h's
+	 * gemm_hints level (1: the copies at hand, 2: also copies made for two
+	 * products), and per segment the bf16 copy of its parameters they read
 	 * (NULL: none), the hook's or the workspace's own (own16, made in
 	 * forward when there are no pre hooks) */
 	int hints, nseg;
@@ -530,10 +531,11 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 		}
 		ws->mm = o->bf16_matmul == DS_BF16_MM_FP32 ? -1 : o->bf16_matmul;
 	}
-	if (ws->mm >= 0 && !o->no_bf16_copies && m->ops->gemm_hints(ws->mm, 1, o->B * o->T, 3 * m->C, m->C)) {
+	const int hl = ws->mm >= 0 && !o->no_bf16_copies ? m->ops->gemm_hints(ws->mm, 1, o->B * o->T, 3 * m->C, m->C) : 0;
+	if (hl) {
 		ws->w16 = calloc((size_t)nseg, sizeof(*ws->w16));
 		ws->own16 = calloc((size_t)nseg, sizeof(*ws->own16));
-		ws->hints = ws->w16 && ws->own16;   /* (else run without them) */
+		ws->hints = ws->w16 && ws->own16 ? hl : 0;   /* (else run without them) */
 	}
 	ws->ckpt_layer = -1;
 	if (o->part)
@@ -991,14 +993,14 @@ static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const
 
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
  * dout; r16 and the answer as gemm_bt's, for dinp.  w16, inp16: bf16
- * copies of w and inp or NULL.  Where the products read copies, dout goes
- * to bf16 once for both. */
+ * copies of w and inp or NULL.  Where a copy made for both products pays
+ * (gemm_hints 2), dout goes to bf16 once for both. */
 static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
 			   const float *inp, const uint16_t *inp16, const float *w, const uint16_t *w16, int64_t N, int IC,
 			   int OC)
 {
 	const uint16_t *d16 = NULL;
-	if (ws->hints) {
+	if (ws->hints >= 2) {
 		ws->ops->half_pack(DS_HALF_BF16, ws->d16, dout, (size_t)(N * OC));
 		d16 = ws->d16;
 	}
@@ -1078,9 +1080,9 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
  * gemm_bt's).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
- * v and P the products read; there datty goes to bf16 once (d16) for its
- * two products, and the scores' gradient once into h16's P, whose last
- * reader has run by then. */
+ * v and P the products read; where copies made for two products pay,
+ * datty goes to bf16 once (d16) for its two products, and the scores'
+ * gradient once into h16's P, whose last reader has run by then. */
 static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
 			      const struct hacts *h16, int l, int B, int T, int rq16)
 {
@@ -1092,11 +1094,12 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	if (drop)   /* the dropped probabilities again, from the same keys */
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = a->att;
-	if (h16 && !ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs))
-		h16 = NULL;   /* (the heads' products convert: no copies to make) */
-	const uint16_t *dy16 = NULL, *q16 = h16 ? h16->qkv : NULL;
-	uint16_t *ds16 = h16 ? h16->att : NULL;
-	if (h16) {
+	/* the heads' products read the storage's q, k, v and P (level 1), and
+	 * where copies made for two products pay (2) datty's and dS's */
+	const int lv = h16 ? ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs) : 0;
+	const uint16_t *dy16 = NULL, *q16 = lv ? h16->qkv : NULL, *p16 = lv && !drop ? h16->att : NULL;
+	uint16_t *ds16 = lv >= 2 ? h16->att : NULL;
+	if (lv >= 2) {
 		ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
 		dy16 = ws->d16;
 	}
@@ -1106,7 +1109,7 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
 			       ws->datt, T);
 	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs },
-					     DS_GEMM_BF16_A_UPPER, 0, drop ? NULL : ds16, dy16 };
+					     DS_GEMM_BF16_A_UPPER, 0, p16, dy16 };
 	int rq = gemm_bt(ws, &dv, rq16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 			 ws->dqkv + 2 * C, C3);
 	if (!rp)
@@ -1595,7 +1598,7 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 		/* where the products read bf16 copies, the chunk's dlogits go back
 		 * to its (consumed) 16-bit rows once for both */
 		const uint16_t *dl16 = NULL;
-		if (ws->hints && hp) {
+		if (ws->hints >= 2 && hp) {
 			ws->ops->half_pack(DS_HALF_BF16, ws->logits16 + r0 * Vp, dl, (size_t)(n * Vp));
 			dl16 = ws->logits16 + r0 * Vp;
 		}

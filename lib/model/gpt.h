@@ -197,11 +197,12 @@ struct ds_gpt_ws_opts {
  * copy) except the attention probabilities scaled by dropout's 1/(1-p),
  * rounded on entry as on a GPU, so results differ from sgemm by the order
  * of the fp32 sums (and the hardware reads bf16 subnormals as 0).
- * Where the products read bf16 copies of their operands (oneDNN's: the
- * backend's gemm_hints), the weights' come from the params16 hook or the
- * workspace, and the activations' are the 16-bit layer storage, filled
- * as each product's input is written; each output gradient goes to bf16
- * once for its two products (a scratch in the activation bytes).
+ * Where the products read bf16 copies of their operands (oneDNN and
+ * dstk's kernel: the backend's gemm_hints), the weights' come from the
+ * params16 hook or the workspace, and the activations' are the 16-bit
+ * layer storage, filled as each product's input is written; on oneDNN
+ * each output gradient also goes to bf16 once for its two products (a
+ * scratch in the activation bytes).
  * fp16 keeps fp32 sgemm (rounding fp16 to bf16 would drop 3 mantissa bits;
  * AVX512-FP16 accumulates in fp16, and oneDNN 2.6 has no AMX-FP16). */
 

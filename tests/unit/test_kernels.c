@@ -563,15 +563,16 @@ static void test_gemm_bf16_keep_b(void **state)
 	}
 }
 
-/* A batch's bf16 copies of A and B (bt->a16/b16): oneDNN reads them in
- * place of converting, dstk's kernels ignore them, and either way the
- * bits are those without copies.  Cases: one dense product (the copies
- * used in place), one with lda/ldb wider than the rows (copied row by
- * row), a beta-1 batch (a product at a time) and a beta-0 batch of two
- * entries per thread or more (oneDNN's per-thread lanes), all on strided
- * views.  Copies of -A and -B then tell reading from ignoring: oneDNN's C
- * must be exactly the product (the signs cancel), and -C where only one
- * copy is negated; the kernels' stays the plain product. */
+/* A batch's bf16 copies of A and B (bt->a16/b16): every implementation
+ * reads them in place of converting A and B (oneDNN as its operands,
+ * dstk's kernels as they pack), and the bits are those without copies.
+ * Cases: one dense product (oneDNN uses the copies in place), one with
+ * lda/ldb wider than the rows (oneDNN copies them row by row), a beta-1
+ * batch (a product at a time) and a beta-0 batch of two entries per
+ * thread or more (whole products per thread), all on strided views.
+ * Copies of -A and -B then show the copies are read: C must be exactly
+ * the product (the signs cancel), and -C (plus beta C) where only one copy
+ * is negated. */
 static void test_gemm_bf16_copies(void **state)
 {
 	(void)state;
@@ -596,7 +597,6 @@ static void test_gemm_bf16_copies(void **state)
 	ds_fp32_to_bf16_n(ma16, mA, na);
 	ds_fp32_to_bf16_n(mb16, mB, nb);
 	for (int v = 0; v < nim; v++) {
-		const int reads = im[v] == DS_BF16_ONEDNN;
 		for (int c = 0; c < 4; c++) {
 			/* c 0: one dense (lda K), 1: one with lda LD, 2: batch beta 1, 3: batch beta 0 */
 			const int cnt = c < 2 ? 1 : NB, ld = c == 0 ? K : LD;
@@ -619,7 +619,7 @@ static void test_gemm_bf16_copies(void **state)
 				bt.a16 = w == 0 || w == 3 ? a16 : ma16;
 				bt.b16 = w == 0 || w == 2 ? b16 : mb16;
 				assert_int_equal(ds_gemm_bf16_batch(im[v], &bt, 0, 1, M, N, K, 1.0f, A, ld, B, ld, beta, Cb, N), 0);
-				const int neg = reads && w >= 2;
+				const int neg = w >= 2;
 				for (size_t i = 0; i < (size_t)cnt * M * N; i++) {
 					const float want = neg ? 2.0f * beta * C1[i] - C0[i] : C0[i];
 					if (neg ? !(fabsf(Cb[i] - want) <= 1e-4f * (1.0f + fabsf(want)))
