@@ -9,8 +9,8 @@
  *   "onednn", "avx512_bf16"), bf16-sgemm (bf16 activations, fp32 sgemm:
  *   dstk.bf16_matmul "fp32"); 16-bit runs use parameters rounded to that
  *   format, as the engine's 16-bit copy, and bf16 runs get that copy in
- *   bf16 through the params16 hook, as ds-train's engine gives it.  Several dtypes, comma-separated,
- *   run in the same process, step by step in turn (so a shared machine's
+ *   bf16 through the params16 hook, as ds-train's engine gives it.
+ *   Several dtypes, comma-separated, run in the same process, step by step in turn (so a shared machine's
  *   load falls on each alike), and each one's step time is also given as
  *   a ratio to the first's (ratio_step_<dtype>: mean, best and median of
  *   the per-step ratios; ratio_cpu_<dtype>: of the process's CPU time over

@@ -616,18 +616,26 @@ static int grow(void **buf, size_t *have, size_t n, size_t sz)
 	return *buf ? 0 : -1;
 }
 
-/* dst (rows, cols) with leading dimension ldd = src with lds; over the
- * threads where par is 1, on the calling thread where 0 (as to_bf16) */
-static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols, int par)
+/* dst (rows, cols) with leading dimension ldd = src with lds, elements of
+ * es bytes (fp32 C, bf16 operands); over the threads where par is 1, on
+ * the calling thread where 0 (as to_bf16) */
+static void copy_rows_es(void *dst, int ldd, const void *src, int lds, int rows, int cols, size_t es, int par)
 {
+	char *d = dst;
+	const char *s = src;
 	if (!par || (int64_t)rows * cols <= 65536 || omp_in_parallel()) {
 		for (int r = 0; r < rows; r++)
-			memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
+			memcpy(d + (size_t)r * (size_t)ldd * es, s + (size_t)r * (size_t)lds * es, (size_t)cols * es);
 		return;
 	}
 #pragma omp parallel for schedule(static)
 	for (int r = 0; r < rows; r++)
-		memcpy(dst + (size_t)r * (size_t)ldd, src + (size_t)r * (size_t)lds, (size_t)cols * sizeof(float));
+		memcpy(d + (size_t)r * (size_t)ldd * es, s + (size_t)r * (size_t)lds * es, (size_t)cols * es);
+}
+
+static void copy_rows(float *dst, int ldd, const float *src, int lds, int rows, int cols, int par)
+{
+	copy_rows_es(dst, ldd, src, lds, rows, cols, sizeof(float), par);
 }
 
 /* The bf16 operand (rows, cols) dense: the caller's bf16 copy h itself
@@ -637,18 +645,10 @@ static const uint16_t *load16(uint16_t *buf, const float *src, const uint16_t *h
 {
 	if (h && ld == cols)
 		return h;
-	if (!h) {
+	if (h)
+		copy_rows_es(buf, cols, h, ld, rows, cols, sizeof(uint16_t), par);
+	else
 		to_bf16(buf, src, rows, cols, ld, par);
-		return buf;
-	}
-	if (!par || (int64_t)rows * cols <= 65536 || omp_in_parallel()) {
-		for (int r = 0; r < rows; r++)
-			memcpy(buf + (size_t)r * (size_t)cols, h + (size_t)r * (size_t)ld, (size_t)cols * 2);
-		return buf;
-	}
-#pragma omp parallel for schedule(static)
-	for (int r = 0; r < rows; r++)
-		memcpy(buf + (size_t)r * (size_t)cols, h + (size_t)r * (size_t)ld, (size_t)cols * 2);
 	return buf;
 }
 

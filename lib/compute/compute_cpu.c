@@ -223,7 +223,7 @@ static void cpu_gemm_keep_b(int mm, int same, int M0, int t1, int t2, int M, int
 	enum ds_bf16_impl im = mm < 0 ? DS_BF16_SGEMM : ds_gemm_bf16_pick(mm, t1, t2, M0, N, K, 1);
 	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
 	one.a16 = a16;
-	one.b16 = b16;   /* a copy to read: nothing to keep */
+	one.b16 = b16;   /* oneDNN with a copy to read: nothing to keep (dstk's kernel keeps its packed B) */
 	if (im != DS_BF16_SGEMM &&
 	    (im == DS_BF16_ONEDNN && b16
 		     ? ds_gemm_bf16_batch(im, &one, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)

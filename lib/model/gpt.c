@@ -443,7 +443,9 @@ static size_t layout(const struct dims *d, struct ds_gpt_ws *ws, char *base, siz
 	TAKE(w->dfcact, N * d->F);
 	/* bf16: a product's output gradient in bf16, read by its two
 	 * backward products (matmul_backward) */
-	TAKE16(w->d16, d->bf16 ? N * (d->F2 > 3 * Cq ? (d->F2 > C ? d->F2 : C) : (3 * Cq > C ? 3 * Cq : C)) : 0);
+	int64_t dw = d->F2 > 3 * Cq ? d->F2 : 3 * Cq;
+	dw = dw > C ? dw : C;
+	TAKE16(w->d16, d->bf16 ? N * dw : 0);
 	if (d->half && d->head) {   /* the head's fp32 rows: that span, grown to the rows above if short */
 		int64_t rows = HEAD_MIN_BYTES / 4 / (d->Vp > 0 ? d->Vp : 1);
 		rows = rows > HEAD_MIN_ROWS ? rows : HEAD_MIN_ROWS;
@@ -882,15 +884,15 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 {
 	const struct hacts *h = &ws->ha[l];
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
-	struct { uint16_t *p; float *f; int64_t n; } v[] = {
-		{ h->ln1, a->ln1, N * C }, { h->qkv, a->qkv, 3 * N * Cq },
-		{ h->att, a->att, (int64_t)B * m->NH * T * T }, { h->atty, a->atty, N * Cq },
-		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C }, { h->ln2, a->ln2, N * C },
-		{ h->fch, a->fch, N * m->F2 }, { h->fcact, a->fcact, N * m->F },
+	/* early: a product's input, which early16 packs in forward */
+	struct { uint16_t *p; float *f; int64_t n; int early; } v[] = {
+		{ h->ln1, a->ln1, N * C, 1 }, { h->qkv, a->qkv, 3 * N * Cq, 1 },
+		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1 }, { h->atty, a->atty, N * Cq, 1 },
+		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0 }, { h->ln2, a->ln2, N * C, 1 },
+		{ h->fch, a->fch, N * m->F2, 0 }, { h->fcact, a->fcact, N * m->F, 1 },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-		const int early = ws->hints && v[i].p != h->res2 && v[i].p != h->fch;
-		if (!v[i].n || (!dir && early))
+		if (!v[i].n || (!dir && ws->hints && v[i].early))
 			continue;
 		if (dir)
 			ws->ops->half_unpack(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
