@@ -31,6 +31,8 @@
 static int onednn_isa(void);   /* 2 AMX, 1 AVX512_BF16, 0 not usable */
 static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
 		       float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+static int onednn_gemm_ex(unsigned flags, const uint16_t *b16, int ta, int tb, int M, int N, int K, float alpha,
+			  const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc);
 static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 			    const float *A, int lda, const float *B, int ldb, float *C, int ldc, unsigned char *done);
 
@@ -308,11 +310,15 @@ int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, fl
 }
 
 int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
-		    const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
+		    const void *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc)
 {
+	if (impl == DS_BF16_ONEDNN)
+		return onednn_gemm_ex(flags, b16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.b16 = b16;
 	if ((impl == DS_BF16_KERNEL && ds_gemm_bf16_cpu_avx512bf16()) || impl == DS_BF16_PORTABLE)
-		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, NULL, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb,
-					   beta, C, ldc);
+		return ds_gemm_bf16_kernel(impl == DS_BF16_KERNEL, 0, b16 ? &one : NULL, flags, ta, tb, M, N, K, alpha, A,
+					   lda, B, ldb, beta, C, ldc);
 	return -1;
 }
 
@@ -397,6 +403,7 @@ struct prim {
 	int ta, tb, M, N, K, ldc;
 	float alpha, beta;
 	int one;                      /* made for one thread, with a scratchpad of the caller's (a parallel batch's) */
+	int c16;                      /* C is bf16 (ds_gemm_bf16_ex's DS_GEMM_BF16_C16), else fp32 */
 	size_t scratch;               /* that scratchpad's bytes */
 	int bf16;                     /* 0: oneDNN picks no bf16 kernel for it (answer -1) */
 	unsigned long used;           /* 0: empty slot */
@@ -453,7 +460,7 @@ static int prim_make(struct prim *e, char *impl, size_t implsz)
 	int rc = -1;
 	if (dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) ||
 	    dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb) ||
-	    dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc))
+	    dnnl_memory_desc_init_by_strides(&c, 2, dc, e->c16 ? dnnl_bf16 : dnnl_f32, sc))
 		return -1;
 	dnnl_matmul_desc_t md;
 	if (dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) || dnnl_primitive_attr_create(&attr))
@@ -579,13 +586,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void to_bf16_rows(ui
 	}
 }
 
-static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float alpha, float beta, int one)
+static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float alpha, float beta, int one, int c16)
 {
 	struct prim *lru = &cache[0];
 	for (int i = 0; i < NCACHE; i++) {
 		struct prim *e = &cache[i];
 		if (e->used && e->ta == ta && e->tb == tb && e->M == M && e->N == N && e->K == K && e->ldc == ldc &&
-		    e->alpha == alpha && e->beta == beta && e->one == one) {
+		    e->alpha == alpha && e->beta == beta && e->one == one && e->c16 == c16) {
 			e->used = ++tick;
 			return e;
 		}
@@ -594,7 +601,7 @@ static struct prim *lookup(int ta, int tb, int M, int N, int K, int ldc, float a
 	}
 	prim_free(lru);
 	*lru = (struct prim){ .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .ldc = ldc, .alpha = alpha, .beta = beta,
-			      .one = one };
+			      .one = one, .c16 = c16 };
 	char impl[128];
 	if (prim_make(lru, impl, sizeof impl)) {
 		prim_free(lru);
@@ -672,7 +679,7 @@ static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int t
 		 (size_t)K * (size_t)N, 2) ||
 	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
 		goto out;
-	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta, 0);
+	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta, 0, 0);
 	if (!e || !e->bf16)
 		goto out;
 	const uint16_t *ah = load16(abuf, A, a16, ta ? K : M, ta ? M : K, lda, 1), *bh = reuse ? kbuf : bbuf;
@@ -699,6 +706,49 @@ static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int t
 		goto out;
 	if (!dense)
 		copy_rows(C, ldc, cd, N, M, N, 1);
+	rc = 0;
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* ds_gemm_bf16_ex on oneDNN: A given in bf16 (DS_GEMM_BF16_A16) or fp32,
+ * B's bf16 copy b16 or B converted, C written in bf16 (DS_GEMM_BF16_C16,
+ * beta 0: oneDNN's conversion, round to nearest even as
+ * ds_fp32_to_bf16, subnormal results flushed to zero) or fp32.  Operands
+ * and C not dense go through dense buffers: oneDNN 2.6 runs its AMX
+ * kernel only on dense ones. */
+static int onednn_gemm_ex(unsigned flags, const uint16_t *b16, int ta, int tb, int M, int N, int K, float alpha,
+			  const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
+{
+	const int a16 = !!(flags & DS_GEMM_BF16_A16), c16 = !!(flags & DS_GEMM_BF16_C16);
+	if (!onednn_isa() || M <= 0 || N <= 0 || K <= 0 || ldc < N || (c16 && beta != 0.0f) ||
+	    (flags & ~(DS_GEMM_BF16_A16 | DS_GEMM_BF16_C16)))
+		return -1;
+	ta = ta != 0;
+	tb = tb != 0;
+	const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, dense = ldc == N;
+	const size_t es = c16 ? sizeof(uint16_t) : sizeof(float);
+	int rc = -1;
+	pthread_mutex_lock(&lock);
+	if (grow((void **)&abuf, &abuf_n, (size_t)M * (size_t)K, 2) || grow((void **)&bbuf, &bbuf_n, (size_t)K * (size_t)N, 2) ||
+	    (!dense && grow((void **)&cdense, &cdense_n, (size_t)M * (size_t)N, 4)))
+		goto out;
+	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, beta, 0, c16);
+	if (!e || !e->bf16)
+		goto out;
+	const uint16_t *ah = a16 ? load16(abuf, NULL, A, ar, ac, lda, 1) : load16(abuf, A, NULL, ar, ac, lda, 1),
+		       *bh = load16(bbuf, B, b16, br, bc, ldb, 1);
+	void *cd = dense ? C : (void *)cdense;
+	if (!dense && beta != 0.0f)
+		copy_rows_es(cd, N, C, ldc, M, N, es, 1);
+	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
+	if (dnnl_memory_set_data_handle(e->a, (void *)ah) || dnnl_memory_set_data_handle(e->b, (void *)bh) ||
+	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
+	    dnnl_stream_wait(strm))
+		goto out;
+	if (!dense)
+		copy_rows_es(C, ldc, cd, N, M, N, es, 1);
 	rc = 0;
 out:
 	pthread_mutex_unlock(&lock);
@@ -743,7 +793,7 @@ static int onednn_batch_par(const struct ds_gemm_bf16_batch *bt, int ta, int tb,
 		lanes = l;
 		nlanes = nt;
 	}
-	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, 0.0f, 1);
+	struct prim *e = lookup(ta, tb, M, N, K, N, alpha, 0.0f, 1, 0);
 	if (!e || !e->bf16)
 		goto out;
 	for (int t = 0; t < nt; t++) {
@@ -815,6 +865,12 @@ const char *ds_gemm_bf16_onednn_describe(void)
 
 static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
 		       float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	return -1;
+}
+
+static int onednn_gemm_ex(unsigned flags, const uint16_t *b16, int ta, int tb, int M, int N, int K, float alpha,
+			  const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc)
 {
 	return -1;
 }

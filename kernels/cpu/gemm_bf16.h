@@ -133,11 +133,14 @@ int ds_gemm_bf16(enum ds_bf16_impl impl, int ta, int tb, int M, int N, int K, fl
 /* ds_gemm_bf16 with A and/or C in bf16, or C rounded (flags), for callers
  * that keep activations in bf16: the same numbers as rounding C after an
  * fp32 ds_gemm_bf16 of the unpacked A, without the fp32 copies or the
- * rounding pass.  dstk's kernel only (DS_BF16_KERNEL, DS_BF16_PORTABLE);
- * -1 (nothing written) for the others, whose callers keep fp32 operands
- * and round C themselves. */
+ * rounding pass.  b16: B's bf16 copy (as the batch's; NULL: none).
+ * dstk's kernels take every flag; oneDNN takes DS_GEMM_BF16_A16 and
+ * DS_GEMM_BF16_C16 (its own rounding of C, which flushes subnormal
+ * results to zero: the one difference from ds_fp32_to_bf16); -1 (nothing
+ * written) otherwise, and for sgemm, whose callers keep fp32 operands and
+ * round C themselves. */
 int ds_gemm_bf16_ex(enum ds_bf16_impl impl, unsigned flags, int ta, int tb, int M, int N, int K, float alpha,
-		    const void *A, int lda, const float *B, int ldb, float beta, void *C, int ldc);
+		    const void *A, int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc);
 
 /* ds_gemm_bf16 with B's bf16 copy kept for the next call: same = 0
  * converts B (and keeps the copy), same = 1 promises that B holds the same

@@ -134,12 +134,15 @@ struct ds_compute_ops {
 	int (*gemm_hints)(int mm, int count, int M, int N, int K);
 	/* Whether the head's three products (logits (N,V) = A (N,C) B^T and
 	 * their two gradients) run with bf16 logits in one go: a nonzero
-	 * backend token for gemm16, or 0 (the caller takes the fp32 chunks). */
+	 * backend token for gemm16, or 0 (the caller takes the fp32 chunks).
+	 * The caller keeps those logits dense (row stride V), which oneDNN's
+	 * AMX kernel needs. */
 	int (*head16)(int mm, int N, int V, int C);
 	/* gemm with A and/or C in bf16 (DS_GEMM_BF16_A16/C16), token from
-	 * head16: 0, or -1 when it cannot (nothing written). */
+	 * head16, b16 B's bf16 copy or NULL: 0, or -1 when it cannot (nothing
+	 * written). */
 	int (*gemm16)(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
-		      int lda, const float *B, int ldb, float beta, void *C, int ldc);
+		      int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc);
 	/* What a bf16 mode means here: 0, or -1 with why (mode not possible). */
 	int (*mm_check)(int mode, char *why, size_t whysz);
 	/* One line on what mode does here; 1 when some products run in bf16. */

@@ -180,7 +180,7 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 		/* (bf16 copies of A and B go through the batch entry) */
 		const int rc = bt->count != 1 || bt->a16 || bt->b16
 				       ? ds_gemm_bf16_batch(im, &b2, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-			       : fl ? ds_gemm_bf16_ex(im, fl, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+			       : fl ? ds_gemm_bf16_ex(im, fl, t1, t2, M, N, K, alpha, A, lda, B, ldb, NULL, beta, C, ldc)
 				    : ds_gemm_bf16(im, t1, t2, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 		if (rc == 0) {
 			if (cr && !fl)
@@ -244,19 +244,28 @@ static int cpu_gemm_hints(int mm, int count, int M, int N, int K)
 	return im == DS_BF16_ONEDNN ? 2 : im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? 1 : 0;
 }
 
-/* the head keeps bf16 logits where dstk's kernel runs its product */
+/* the head keeps bf16 logits wherever a bf16 implementation runs its
+ * product (oneDNN writes and reads them as dstk's kernels do) */
 static int cpu_head16(int mm, int N, int V, int C)
 {
 	if (mm < 0)
 		return 0;
-	const enum ds_bf16_impl im = ds_gemm_bf16_pick(mm, 0, 1, N, V, C, 1);
-	return im == DS_BF16_KERNEL || im == DS_BF16_PORTABLE ? (int)im : 0;
+	return (int)ds_gemm_bf16_pick(mm, 0, 1, N, V, C, 1);   /* DS_BF16_SGEMM is 0 */
 }
 
+/* (should oneDNN fail a product, dstk's kernel runs it: the head's bf16
+ * logits have no fp32 copy for sgemm) */
 static int cpu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
-		      int lda, const float *B, int ldb, float beta, void *C, int ldc)
+		      int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc)
 {
-	return ds_gemm_bf16_ex((enum ds_bf16_impl)token, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	const enum ds_bf16_impl im = (enum ds_bf16_impl)token;
+	if (ds_gemm_bf16_ex(im, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, b16, beta, C, ldc) == 0)
+		return 0;
+	if (im != DS_BF16_ONEDNN)
+		return -1;
+	const enum ds_bf16_impl k = ds_gemm_bf16_pick(DS_BF16_MM_KERNEL, ta, tb, M, N, K, 1);
+	return ds_gemm_bf16_ex(k == DS_BF16_KERNEL ? k : DS_BF16_PORTABLE, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+			       b16, beta, C, ldc);
 }
 
 /* ---- the engine's step: lib/engine/engine.c's loops and lib/optim as the

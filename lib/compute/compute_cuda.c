@@ -284,7 +284,7 @@ static void cu_gemm_keep_b(int mm, int same, int M0, int ta, int tb, int M, int 
 static int cu_gemm_hints(int mm, int count, int M, int N, int K) { return 0; }
 static int cu_head16(int mm, int N, int V, int C) { return 0; }
 static int cu_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
-		     int lda, const float *B, int ldb, float beta, void *C, int ldc)
+		     int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc)
 {
 	return -1;
 }

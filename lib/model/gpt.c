@@ -84,6 +84,8 @@ struct ds_gpt_ws {
 	float *lnf, *lnf_a, *lnf_b;   /* (N,C), (N), (N) */
 	float *logits;                /* (N,Vp) (fp32 runs) */
 	uint16_t *logits16;           /* (N,Vp) the same in 16 bits (mixed precision) */
+	int ld16;                     /* logits16's row stride: Vp, or V after a forward of head16's (dense) */
+	int whole16;                  /* the last forward ran head16's one product */
 	float *hchunk;                /* mixed precision: hrows fp32 logit rows, aliasing dqkv.. */
 	int64_t hrows;
 	float *lse;                   /* (N) */
@@ -521,6 +523,7 @@ int ds_gpt_ws_create(struct ds_gpt_ws **out, const struct ds_gpt *m, const struc
 	ws->Bmax = o->B;
 	ws->Tmax = o->T;
 	ws->Vp = m->Vp;
+	ws->ld16 = m->Vp;
 	ws->ckpt = o->checkpointing != 0;
 	ws->seed = o->dropout_seed;
 	ws->half = (enum ds_half_kind)o->half;
@@ -647,15 +650,24 @@ void ds_gpt_ws_destroy(struct ds_gpt_ws *ws)
 }
 
 size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws) { return ws->bytes; }
+int ds_gpt_ws_head16(const struct ds_gpt_ws *ws) { return ws->whole16; }
 const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws) { return ws->logits; }
 
 void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst)
 {
 	const size_t cnt = (size_t)ws->B * (size_t)ws->T * (size_t)ws->Vp;
-	if (ws->logits)
+	if (ws->logits) {
 		ws->ops->to_host(dst, ws->logits, cnt * sizeof(float));
-	else
+	} else if (ws->ld16 == ws->Vp) {
 		ws->ops->half_unpack(ws->half, dst, ws->logits16, cnt);
+	} else {   /* head16's dense rows (host memory: cpu only), the padding -inf */
+		for (int64_t r = 0; r < (int64_t)ws->B * ws->T; r++) {
+			float *d = dst + r * ws->Vp;
+			ws->ops->half_unpack(ws->half, d, ws->logits16 + r * ws->ld16, (size_t)ws->ld16);
+			for (int i = ws->ld16; i < ws->Vp; i++)
+				d[i] = -INFINITY;
+		}
+	}
 }
 
 int ds_gpt_ws_bf16_matmul(const struct ds_gpt_ws *ws, char *buf, size_t n)
@@ -1378,13 +1390,16 @@ static int head_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 {
 	const int V = m->V, Vp = m->Vp, C = m->C, hp = ws->half != DS_HALF_NONE, vpar = m->tp > 1 && targets;
 	*sum = 0;
-	/* bf16 logits of the whole batch in one product (head16; never with vpar) */
+	/* bf16 logits of the whole batch in one product (head16; never with
+	 * vpar), in dense rows of V (oneDNN's AMX kernel takes no others) */
 	const int h16 = head16(ws, (int)N, V, C);
 	const int whole = h16 &&
-			  ws->ops->gemm16(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C, 0.0f,
-					  ws->logits16, Vp) == 0;
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_C16, 0, 1, (int)N, V, C, 1.0f, ws->lnf, C, head, C,
+					  tp16(m, ws, m->head), 0.0f, ws->logits16, V) == 0;
+	ws->ld16 = whole ? V : Vp;
+	ws->whole16 = whole;
 	if (whole)
-		*sum = ws->ops->xent_forward16(ws->lse, ws->logits16, targets, N, V, Vp);
+		*sum = ws->ops->xent_forward16(ws->lse, ws->logits16, targets, N, V, V);
 	if (!hp) {
 		head_rows(m, ws, ws->logits, 0, N, head);
 		if (targets && !vpar)
@@ -1571,19 +1586,21 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 	const int V = m->V, Vp = m->Vp, C = m->C;
 	const int hp = ws->half != DS_HALF_NONE;
 	const int64_t R = hp ? ws->hrows : N;   /* 16-bit logits: hrows at a time */
-	const int h16 = head16(ws, (int)N, V, C);
+	const int h16 = head16(ws, (int)N, V, C), ld = ws->ld16;   /* ld: the forward's rows */
 	if (h16)   /* dlogits in bf16, in place */
-		ws->ops->xent_backward16(ws->logits16, ws->lse, ws->tgt, N, V, Vp, scale / (float)N);
+		ws->ops->xent_backward16(ws->logits16, ws->lse, ws->tgt, N, V, ld, scale / (float)N);
 	const int whole = h16 &&
-			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 0, 0, (int)N, C, V, 1.0f, ws->logits16, Vp,
-					  tp(m, P, m->head), C, 0.0f, ws->dln, C) == 0 &&
-			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 1, 0, V, C, (int)N, 1.0f, ws->logits16, Vp, ws->lnf, C,
-					  1.0f, tp(m, G, m->head), C) == 0;
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 0, 0, (int)N, C, V, 1.0f, ws->logits16, ld,
+					  tp(m, P, m->head), C, tp16(m, ws, m->head), 0.0f, ws->dln, C) == 0 &&
+			  ws->ops->gemm16(h16, DS_GEMM_BF16_A16, 1, 0, V, C, (int)N, 1.0f, ws->logits16, ld, ws->lnf, C,
+					  NULL, 1.0f, tp(m, G, m->head), C) == 0;
 	for (int64_t r0 = 0; !whole && r0 < N; r0 += R) {
 		const int64_t n = N - r0 < R ? N - r0 : R;
 		float *dl = hp ? ws->hchunk : ws->logits;
-		if (hp)
+		if (hp && ld == Vp)
 			ws->ops->half_unpack(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
+		for (int64_t i = 0; hp && ld != Vp && i < n; i++)   /* dense rows: the V columns read */
+			ws->ops->half_unpack(ws->half, dl + i * Vp, ws->logits16 + (r0 + i) * ld, (size_t)V);
 		if (!h16) {
 			if (m->tp > 1)
 				ws->ops->xent_vp_backward(dl, ws->lse + r0, ws->tgt + r0, m->v0, n, V, Vp,
@@ -1600,7 +1617,7 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 		/* where the products read bf16 copies, the chunk's dlogits go back
 		 * to its (consumed) 16-bit rows once for both */
 		const uint16_t *dl16 = NULL;
-		if (ws->hints >= 2 && hp) {
+		if (ws->hints >= 2 && hp && ld == Vp) {
 			ws->ops->half_pack(DS_HALF_BF16, ws->logits16 + r0 * Vp, dl, (size_t)(n * Vp));
 			dl16 = ws->logits16 + r0 * Vp;
 		}

@@ -236,6 +236,10 @@ size_t ds_gpt_ws_bytes(const struct ds_gpt_ws *ws);
  * ds_gpt_ws_logits_copy, which works in both (dst holds B*T*Vp floats). */
 const float *ds_gpt_ws_logits(const struct ds_gpt_ws *ws);
 void ds_gpt_ws_logits_copy(const struct ds_gpt_ws *ws, float *dst);
+/* 1 when the last forward kept the logits in bf16 from one product over
+ * the whole batch (the backend's head16: bf16 runs whose head products
+ * run in bf16), 0 when it took fp32 row chunks. */
+int ds_gpt_ws_head16(const struct ds_gpt_ws *ws);
 /* Seconds spent recomputing layers in backward so far (activation
  * checkpointing's `profile` figure); 0 without checkpointing. */
 double ds_gpt_ws_recompute_seconds(const struct ds_gpt_ws *ws);

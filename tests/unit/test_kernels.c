@@ -644,8 +644,10 @@ static uint16_t h16(float x) { return ds_fp32_to_bf16(x); }
  * bf16-rounded inputs (A16: the same A in fp32 through check_prod's
  * bound), C16 between the bf16 roundings of that bound's ends (one
  * rounding to nearest of a sum within it);
- * beta must be 0 with a bf16 C; C's padding untouched; implementations
- * without the entry point (oneDNN) answer -1 and write nothing. */
+ * beta must be 0 with a bf16 C; C's padding untouched.  Every
+ * implementation but sgemm runs it (oneDNN too, for the head's bf16
+ * logits), and each reads B's bf16 copy where one is given: the same bits
+ * as without it, and a copy of -B negates C. */
 static void test_gemm_bf16_ex(void **state)
 {
 	(void)state;
@@ -673,8 +675,12 @@ static void test_gemm_bf16_ex(void **state)
 					float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
 					uint16_t *Ah = malloc(sizeof(uint16_t) * (size_t)ar * lda);
 					uint16_t *Ch = malloc(sizeof(uint16_t) * (size_t)M * ldc);
+					uint16_t *Bh = malloc(sizeof(uint16_t) * (size_t)br * ldb);
+					float *Cb = malloc(sizeof(float) * (size_t)M * ldc);
+					uint16_t *Chb = malloc(sizeof(uint16_t) * (size_t)M * ldc);
 					assert_non_null(A); assert_non_null(B); assert_non_null(C); assert_non_null(C0);
-					assert_non_null(Ah); assert_non_null(Ch);
+					assert_non_null(Ah); assert_non_null(Ch); assert_non_null(Bh); assert_non_null(Cb);
+					assert_non_null(Chb);
 					fill(A, ar, ac, lda, 31u + (unsigned)q);
 					fill(B, br, bc, ldb, 77u + (unsigned)lay);
 					for (size_t i = 0; i < (size_t)ar * lda; i++) {   /* A holds bf16 values */
@@ -688,13 +694,7 @@ static void test_gemm_bf16_ex(void **state)
 					const int fl_c = !!(fl & DS_GEMM_BF16_C16);
 					memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
 					int rc = ds_gemm_bf16_ex(im[v], fl, ta, tb, M, N, K, alpha, a16 ? (const void *)Ah : A, lda, B,
-								 ldb, 0.0f, fl_c ? (void *)Ch : C, ldc);
-					if (im[v] == DS_BF16_ONEDNN) {
-						assert_int_equal(rc, -1);
-						for (size_t i = 0; i < (size_t)M * ldc; i++)
-							assert_true(Ch[i] == 0x7fc1 && isnan(C[i]));
-						goto next;
-					}
+								 ldb, NULL, 0.0f, fl_c ? (void *)Ch : C, ldc);
 					if (rc)
 						fail_msg("%s ex %u %s%s M%d N%d K%d: not run", impl_name(im[v]), fl, ta ? "T" : "N",
 							 tb ? "T" : "N", M, N, K);
@@ -724,19 +724,37 @@ static void test_gemm_bf16_ex(void **state)
 								assert_int_equal(Ch[(size_t)i * ldc + j], 0x7fc1);
 						}
 					}
+					/* B's bf16 copy: the same bits, then a copy of -B: C negated */
+					for (int sg = 0; sg < 2; sg++) {
+						for (size_t i = 0; i < (size_t)br * ldb; i++)
+							Bh[i] = (uint16_t)(h16(B[i]) ^ (sg ? 0x8000u : 0u));
+						memcpy(Cb, C0, sizeof(float) * (size_t)M * ldc);
+						for (size_t i = 0; i < (size_t)M * ldc; i++)
+							Chb[i] = 0x7fc1;
+						assert_int_equal(ds_gemm_bf16_ex(im[v], fl, ta, tb, M, N, K, alpha,
+										 a16 ? (const void *)Ah : A, lda, B, ldb, Bh, 0.0f,
+										 fl_c ? (void *)Chb : Cb, ldc), 0);
+						for (int i = 0; i < M; i++)
+							for (int j = 0; j < N; j++) {
+								const size_t o = (size_t)i * ldc + j;
+								const float g = fl_c ? ds_bf16_to_fp32(Chb[o]) : Cb[o],
+									    w = fl_c ? ds_bf16_to_fp32(Ch[o]) : C[o];
+								if (g != (sg ? -w : w))
+									fail_msg("%s ex %u M%d N%d K%d: C[%d,%d] with %s B copy differs",
+										 impl_name(im[v]), fl, M, N, K, i, j, sg ? "a negated" : "the");
+							}
+					}
 					checked += M * N;
-				next:
-					free(A); free(B); free(C); free(C0); free(Ah); free(Ch);
+					free(A); free(B); free(C); free(C0); free(Ah); free(Ch); free(Bh); free(Cb); free(Chb);
 				}
-		if (im[v] != DS_BF16_ONEDNN) {
-			float a[4] = { 1, 2, 3, 4 }, b[4] = { 1, 1, 1, 1 };
-			uint16_t c[4];
-			assert_int_equal(ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_C16, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 1.0f, c, 2), -1);
-			printf("# %s: %d elements checked through ds_gemm_bf16_ex\n", impl_name(im[v]), checked);
-		}
+		float a[4] = { 1, 2, 3, 4 }, b[4] = { 1, 1, 1, 1 };
+		uint16_t c[4];
+		assert_int_equal(ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_C16, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, NULL, 1.0f, c, 2),
+				 -1);
+		printf("# %s: %d elements checked through ds_gemm_bf16_ex\n", impl_name(im[v]), checked);
 	}
 	float a[4] = { 0 }, b[4] = { 0 }, c[4] = { 0 };
-	assert_int_equal(ds_gemm_bf16_ex(DS_BF16_SGEMM, 0, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2), -1);
+	assert_int_equal(ds_gemm_bf16_ex(DS_BF16_SGEMM, 0, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, NULL, 0.0f, c, 2), -1);
 }
 
 /* DS_GEMM_BF16_CR (the model's fused rounding of a product's output): C
@@ -788,8 +806,8 @@ static void test_gemm_bf16_cr(void **state)
 								C0[(size_t)i * ldc + j] = NAN;
 					memcpy(R, C0, sizeof(float) * nc);
 					memcpy(C, C0, sizeof(float) * nc);
-					int rc = ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_CR, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, C,
-								 ldc);
+					int rc = ds_gemm_bf16_ex(im[v], DS_GEMM_BF16_CR, ta, tb, M, N, K, 0.75f, A, lda, B, ldb, NULL, beta,
+								 C, ldc);
 					if (dnn) {
 						assert_int_equal(rc, -1);
 						assert_memory_equal(C, C0, sizeof(float) * nc);

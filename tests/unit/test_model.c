@@ -984,10 +984,12 @@ static void test_half_logits_chunked(void **state)
 
 /* bf16 with the head kept in bf16 end to end (logits written by the
  * product in bf16, the loss and dlogits computed there, the backward
- * products reading bf16 over the whole batch), as it runs where dstk's
- * kernel does the products: the portable kernel forced for every product
- * (so this runs on every CPU), and the AVX512_BF16 kernel where the CPU has
- * it, against the chunked fp32-row head of sgemm products
+ * products reading bf16 over the whole batch, in dense rows of V), as it
+ * runs wherever a bf16 implementation does the products: the portable
+ * kernel forced for every product (so this runs on every CPU), the
+ * AVX512_BF16 kernel and oneDNN where the CPU has them (each must take
+ * that path: ds_gpt_ws_head16), against the chunked fp32-row head of sgemm
+ * products
  * (dstk.bf16_matmul "fp32").  A vocabulary with padding columns (V 1000,
  * Vp 1024): the logits' padding is -inf, the real ones, the loss and every
  * gradient agree to bf16 tolerances (the products' sums only run in
@@ -1021,16 +1023,23 @@ static void test_bf16_head_whole(void **state)
 	const float lss = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
 	ds_gpt_ws_logits_copy(ws, ls);
 	run_bwd(m, ws, p, gs, 1.0f);
+	assert_int_equal(ds_gpt_ws_head16(ws), 0);
 	ds_gpt_ws_destroy(ws);
-	const int modes[] = { DS_BF16_MM_PORTABLE, DS_BF16_MM_KERNEL };
-	for (int k = 0; k < 2; k++) {
+	const int modes[] = { DS_BF16_MM_PORTABLE, DS_BF16_MM_KERNEL, DS_BF16_MM_ONEDNN };
+	for (int k = 0; k < 3; k++) {
 		if (modes[k] == DS_BF16_MM_KERNEL && !ds_gemm_bf16_available(DS_BF16_KERNEL, NULL)) {
 			printf("# avx512_bf16: this CPU has no AVX512_BF16 (the portable kernel ran the same path)\n");
+			continue;
+		}
+		if (modes[k] == DS_BF16_MM_ONEDNN && !ds_gemm_bf16_available(DS_BF16_ONEDNN, NULL)) {
+			printf("# onednn: no bf16 kernel in oneDNN here (the portable kernel ran the same path)\n");
 			continue;
 		}
 		o.bf16_matmul = modes[k];
 		assert_int_equal(ds_gpt_ws_create(&ws, m, &o, &err), 0);
 		const float lx1 = run_fwd(m, ws, p, tok, tgt, B, T, 0, 0, 1);
+		if (!ds_gpt_ws_head16(ws))
+			fail_msg("%s: the head took fp32 row chunks", ds_bf16_mode_name(modes[k]));
 		ds_gpt_ws_logits_copy(ws, lx);
 		memset(gx, 0, (size_t)n * sizeof(float));
 		run_bwd(m, ws, p, gx, 1.0f);
