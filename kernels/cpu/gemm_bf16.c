@@ -333,6 +333,20 @@ int ds_gemm_bf16_keep_b(enum ds_bf16_impl impl, int same, int ta, int tb, int M,
 	return -1;
 }
 
+/* entry e of bt on the portable kernel, from the entry's bf16 copies where
+ * the batch has them (their fp32 operands may be stale: gemm_bf16.h) */
+static int entry_portable(const struct ds_gemm_bf16_batch *bt, int e, int ta, int tb, int M, int N, int K,
+			  float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	const long q = e / bt->inner, r = e % bt->inner;
+	const long oa = q * bt->sa[0] + r * bt->sa[1], ob = q * bt->sb[0] + r * bt->sb[1],
+		   oc = q * bt->sc[0] + r * bt->sc[1];
+	struct ds_gemm_bf16_batch one = DS_GEMM_BF16_BATCH_ONE;
+	one.a16 = bt->a16 ? bt->a16 + oa : NULL;
+	one.b16 = bt->b16 ? bt->b16 + ob : NULL;
+	return ds_gemm_bf16_kernel(0, 0, &one, 0, ta, tb, M, N, K, alpha, A + oa, lda, B + ob, ldb, beta, C + oc, ldc);
+}
+
 int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N,
 		       int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
 		       int ldc)
@@ -348,14 +362,9 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 		unsigned char *done = nt > 1 && bt->count >= 2 * nt && beta == 0.0f ? calloc((size_t)bt->count, 1) : NULL;
 		if (done && onednn_batch_par(bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc, done) == 0) {
 			int rc = 0;   /* beta 0: an entry that failed is computed again from scratch */
-			for (int e = 0; e < bt->count && !rc; e++) {
-				const long q = e / bt->inner, r = e % bt->inner;
+			for (int e = 0; e < bt->count && !rc; e++)
 				if (!done[e])
-					rc = ds_gemm_bf16_kernel(0, 0, NULL, 0, ta, tb, M, N, K, alpha,
-								 A + q * bt->sa[0] + r * bt->sa[1], lda,
-								 B + q * bt->sb[0] + r * bt->sb[1], ldb, 0.0f,
-								 C + q * bt->sc[0] + r * bt->sc[1], ldc);
-			}
+					rc = entry_portable(bt, e, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc);
 			free(done);
 			return rc;
 		}
@@ -371,13 +380,9 @@ int ds_gemm_bf16_batch(enum ds_bf16_impl impl, const struct ds_gemm_bf16_batch *
 				continue;
 			if (e == 0)
 				return -1;
-			for (; e < bt->count; e++) {
-				const long q2 = e / bt->inner, r2 = e % bt->inner;
-				if (ds_gemm_bf16_kernel(0, 0, NULL, 0, ta, tb, M, N, K, alpha, A + q2 * bt->sa[0] + r2 * bt->sa[1],
-							lda, B + q2 * bt->sb[0] + r2 * bt->sb[1], ldb, beta,
-							C + q2 * bt->sc[0] + r2 * bt->sc[1], ldc))
+			for (; e < bt->count; e++)
+				if (entry_portable(bt, e, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 					return -1;
-			}
 		}
 		return 0;
 	}

@@ -178,7 +178,10 @@ struct ds_gemm_bf16_batch {
 	 * B, and dstk's kernels (the portable one too) pack from them, half
 	 * the bytes of fp32, so a caller that already holds them (a layer's
 	 * weights, its saved activations) spares the conversions; the results
-	 * are the same bits either way. */
+	 * are the same bits either way.  Where a copy is given its fp32
+	 * operand is never read, and may be stale (the model's backward leaves
+	 * activations that only products read in bf16): every implementation,
+	 * and compute_cpu's sgemm path, reads the copy. */
 	const uint16_t *a16, *b16;
 };
 /* One dense product: the batch of a single ds_gemm_bf16 call. */

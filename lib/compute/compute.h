@@ -114,7 +114,11 @@ struct ds_compute_ops {
 	 * beyond N untouched), in any mode: dstk's kernel rounds as it stores,
 	 * the other implementations run that pass themselves.  bt->a16/b16
 	 * (bf16 copies of A, B) are read instead of converting where the
-	 * backend converts (oneDNN on cpu); gemm_hints says where. */
+	 * backend converts (oneDNN on cpu); gemm_hints says where.  Where a
+	 * copy is given, the fp32 operand is never read and may be stale (the
+	 * model's backward keeps what only products read in bf16): a product
+	 * that runs on sgemm unpacks the copy (cpu; check() reports running
+	 * out of memory for it). */
 	void (*gemm)(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 	/* gemm for row chunks of one product against one B: same says B is

@@ -13,6 +13,8 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -26,7 +28,16 @@
 static const char *cpu_uncovered(const struct ds_compute_needs *needs) { return NULL; }
 static int cpu_init(int device, struct ds_err *err) { return 0; }
 
-static int cpu_check(struct ds_err *err) { return 0; }
+/* the entries' first failure since the last check (only an sgemm that
+ * could not unpack its operands' bf16 copies fails: out of memory) */
+static _Atomic int cpu_failed;
+
+static int cpu_check(struct ds_err *err)
+{
+	if (!atomic_exchange(&cpu_failed, 0))
+		return 0;
+	return ds_err_set(err, DS_ENOMEM, "cpu backend: out of memory unpacking a product's bf16 operands for sgemm");
+}
 
 static void cpu_fill_cols(float *x, int64_t rows, int64_t ld, int col0, int col1, float v)
 {
@@ -164,6 +175,25 @@ static void round_c(const struct ds_gemm_bf16_batch *bt, int M, int N, float *C,
 	}
 }
 
+/* An operand's fp32 values from its bf16 copy h for sgemm (the copy is
+ * what the caller vouches for: gemm_bf16.h): every entry's (rows, cols) at
+ * ld, from offset 0 to the last entry's end, into a buffer of the caller's
+ * to free; NULL when out of memory. */
+static float *unpack_operand(const uint16_t *h, const struct ds_gemm_bf16_batch *bt, const long s[2], int rows,
+			     int cols, int ld)
+{
+	long last = 0;
+	for (int e = 0; e < bt->count; e++) {
+		const long o = e / bt->inner * s[0] + e % bt->inner * s[1];
+		last = o > last ? o : last;
+	}
+	const size_t n = (size_t)last + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+	float *f = malloc(n * sizeof(float));
+	if (f)
+		cpu_half_unpack(DS_HALF_BF16, f, h, n);
+	return f;
+}
+
 static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2, int M, int N, int K, float alpha,
 		     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -187,6 +217,17 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 				round_c(bt, M, N, C, ldc);
 			return;
 		}
+	}
+	float *fa = NULL, *fb = NULL;   /* A's and B's values from their copies */
+	if (bt->a16 && (fa = unpack_operand(bt->a16, bt, bt->sa, t1 ? K : M, t1 ? M : K, lda)))
+		A = fa;
+	if (bt->b16 && (fb = unpack_operand(bt->b16, bt, bt->sb, t2 ? N : K, t2 ? K : N, ldb)))
+		B = fb;
+	if ((bt->a16 && !fa) || (bt->b16 && !fb)) {   /* C left as it was; check() says so */
+		free(fa);
+		free(fb);
+		atomic_store(&cpu_failed, 1);
+		return;
 	}
 	const enum CBLAS_TRANSPOSE ta = t1 ? CblasTrans : CblasNoTrans, tb = t2 ? CblasTrans : CblasNoTrans;
 	/* attention's per-head products are small for BLAS's threading:
@@ -212,6 +253,8 @@ static void cpu_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int t1, int t2
 			ENTRY(e);
 	}
 #undef ENTRY
+	free(fa);
+	free(fb);
 	if (cr)
 		round_c(bt, M, N, C, ldc);
 }

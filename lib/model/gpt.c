@@ -890,21 +890,31 @@ static void pack16(const struct ds_gpt_ws *ws, uint16_t *dst, const float *src, 
 
 /* pack (dir 0) the working activations into the part's layer l's 16-bit
  * copy, or unpack them back (dir 1); every buffer is already 16-bit
- * representable.  Forward's early16 copies are packed already. */
+ * representable.  Forward's early16 copies are packed already, and
+ * backward leaves in bf16 what only products read there, from those
+ * copies (gemm_bf16.h: a product given a copy never reads the fp32
+ * operand): ln1, atty, fcact, ln2 but in an MoE layer (its experts read
+ * it in fp32), and q k v where attention's per-head products take copies
+ * (gemm_hints, as attention_backward asks); never P, which the softmax's
+ * backward and the attention dropout read. */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
 	const struct hacts *h = &ws->ha[l];
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
-	/* early: a product's input, which early16 packs in forward */
-	struct { uint16_t *p; float *f; int64_t n; int early; } v[] = {
-		{ h->ln1, a->ln1, N * C, 1 }, { h->qkv, a->qkv, 3 * N * Cq, 1 },
-		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1 }, { h->atty, a->atty, N * Cq, 1 },
-		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0 }, { h->ln2, a->ln2, N * C, 1 },
-		{ h->fch, a->fch, N * m->F2, 0 }, { h->fcact, a->fcact, N * m->F, 1 },
+	const int bw = dir && ws->hints, hs = m->NH ? m->Cq / m->NH : 0;
+	const int q16 = bw && ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, hs) > 0;
+	const int ln2 = bw && m->li[ws->l0 + l].moe < 0;
+	/* early: a product's input, which early16 packs in forward; bf16:
+	 * backward reads it only through its copy */
+	struct { uint16_t *p; float *f; int64_t n; int early, bf16; } v[] = {
+		{ h->ln1, a->ln1, N * C, 1, bw }, { h->qkv, a->qkv, 3 * N * Cq, 1, q16 },
+		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1, 0 }, { h->atty, a->atty, N * Cq, 1, bw },
+		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0, 0 }, { h->ln2, a->ln2, N * C, 1, ln2 },
+		{ h->fch, a->fch, N * m->F2, 0, 0 }, { h->fcact, a->fcact, N * m->F, 1, bw },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-		if (!v[i].n || (!dir && ws->hints && v[i].early))
+		if (!v[i].n || (!dir && ws->hints && v[i].early) || v[i].bf16)
 			continue;
 		if (dir)
 			ws->ops->half_unpack(ws->half, v[i].f, v[i].p, (size_t)v[i].n);
@@ -1110,7 +1120,7 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	const float *P = a->att;
 	/* the heads' products read the storage's q, k, v and P (level 1), and
 	 * where copies made for two products pay (2) datty's and dS's */
-	const int lv = h16 ? ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs) : 0;
+	const int lv = h16 ? ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs) : 0;   /* as layer_store asks */
 	const uint16_t *dy16 = NULL, *q16 = lv ? h16->qkv : NULL, *p16 = lv && !drop ? h16->att : NULL;
 	uint16_t *ds16 = lv >= 2 ? h16->att : NULL;
 	if (lv >= 2) {

@@ -455,6 +455,62 @@ static void test_cpu_gemm_cr(void **st)
 	free(c1);
 }
 
+/* A product given bf16 copies of A and B reads only the copies (the model
+ * leaves activations that only products read in bf16: gemm_bf16.h), in
+ * every mode, sgemm's included (-1, fp32, and whatever auto gives these
+ * small shapes): the fp32 operands NaN, C bit for bit the same mode's
+ * product of the copies' values in fp32 without copies; single products
+ * and strided batches, NN and TN. */
+static void test_cpu_gemm_copies_only(void **st)
+{
+	(void)st;
+	const struct ds_compute_ops *o = &ds_compute_cpu;
+	enum { M = 21, N = 34, K = 27, NB = 3, LD = 40 };
+	const size_t na = (size_t)NB * K * LD + LD, nc = (size_t)NB * M * LD;
+	float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * na), *Af = malloc(sizeof(float) * na);
+	float *Bf = malloc(sizeof(float) * na), *c0 = malloc(sizeof(float) * nc), *c1 = malloc(sizeof(float) * nc);
+	uint16_t *a16 = malloc(sizeof(uint16_t) * na), *b16 = malloc(sizeof(uint16_t) * na);
+	assert_true(A && B && Af && Bf && c0 && c1 && a16 && b16);
+	uint32_t x = 4242;
+	for (size_t i = 0; i < na; i++) {
+		a16[i] = ds_fp32_to_bf16((float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f);
+		b16[i] = ds_fp32_to_bf16((float)((x = x * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f);
+		Af[i] = ds_bf16_to_fp32(a16[i]);
+		Bf[i] = ds_bf16_to_fp32(b16[i]);
+		A[i] = B[i] = NAN;
+	}
+	const int modes[] = { -1, DS_BF16_MM_AUTO, DS_BF16_MM_ONEDNN, DS_BF16_MM_KERNEL, DS_BF16_MM_FP32,
+			      DS_BF16_MM_PORTABLE };
+	int ran = 0;
+	for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+		char why[256];
+		if (modes[mi] >= 0 && o->mm_check(modes[mi], why, sizeof why) < 0)
+			continue;
+		for (int nb = 1; nb <= NB; nb += NB - 1)
+			for (int ta = 0; ta < 2; ta++) {
+				/* entries at strides (K rows of LD): A (M,K) or stored (K,M), B (K,N) */
+				struct ds_gemm_bf16_batch plain = { nb, 1, { (long)K * LD, 0 }, { (long)K * LD, 0 },
+								    { (long)M * LD, 0 }, DS_GEMM_BF16_DENSE, 0, NULL, NULL };
+				struct ds_gemm_bf16_batch cp = plain;
+				cp.a16 = a16;
+				cp.b16 = b16;
+				for (size_t i = 0; i < nc; i++)
+					c0[i] = c1[i] = (float)(i % 3) * 0.5f;
+				o->gemm(modes[mi], &plain, ta, 0, M, N, K, 0.75f, Af, LD, Bf, LD, 1.0f, c0, LD);
+				o->gemm(modes[mi], &cp, ta, 0, M, N, K, 0.75f, A, LD, B, LD, 1.0f, c1, LD);
+				struct ds_err err = DS_ERR_INIT;
+				assert_int_equal(o->check(&err), 0);
+				for (size_t i = 0; i < nc; i++)
+					if (memcmp(&c0[i], &c1[i], sizeof(float)) || isnan(c1[i]))
+						fail_msg("mode %d, %d entries, %s: C[%zu] = %g from the copies, %g from fp32",
+							 modes[mi], nb, ta ? "TN" : "NN", i, c1[i], c0[i]);
+				ran++;
+			}
+	}
+	assert_true(ran >= 8);   /* -1 and fp32 (sgemm) and portable always run */
+	free(A), free(B), free(Af), free(Bf), free(c0), free(c1), free(a16), free(b16);
+}
+
 /* buffers and 16-bit storage of the cpu backend */
 static void test_cpu_buffers(void **st)
 {
@@ -538,6 +594,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_gemm),
 		cmocka_unit_test(test_cpu_gemm_batch_threads),
 		cmocka_unit_test(test_cpu_gemm_cr),
+		cmocka_unit_test(test_cpu_gemm_copies_only),
 		cmocka_unit_test(test_cpu_buffers),
 		cmocka_unit_test(test_cpu_bulk_threads),
 	};
