@@ -18,7 +18,10 @@
  *   machine's load barely moves, where wall times of single steps do).
  * Prints ms/step for forward and backward, tokens/s, achieved GFLOP/s
  * (model flops of lib/model/count: 3 x forward) and its ratio to the sgemm
- * ceiling, which implementation ran the matrix products, and the time of
+ * ceiling, which implementation ran the matrix products, the time spent
+ * inside the backend's product calls and the rest of the step
+ * (products_ms, non_matrix_ms: the element-wise kernels and the model's
+ * conversions, as a ratio to the first dtype's too), and the time of
  * the step's matrix products alone in fp32 sgemm with the same shapes (the
  * bound the step can reach with this BLAS; skip it with
  * GPT_STEP_NO_MATMUL_ONLY=1), the CPU and the load average at the start and
@@ -34,12 +37,47 @@
 
 #include "cpu/ceiling.h"
 #include "app/blas_core.h"
+#include "compute/compute.h"
 #include "model/count.h"
 #include "cpu/gemm_bf16.h"
 #include "model/gpt.h"
 #include "util/half.h"
 #include "util/mem.h"
 #include "util/timer.h"
+
+/* The cpu backend with its matrix-product entries timed: prod_s gathers
+ * the wall seconds spent inside them (the products, with the operand
+ * conversions and copies an implementation makes inside the call), so a
+ * step's remaining time is its non-matrix work (element-wise kernels,
+ * the model's packs and unpacks, the rounding passes outside products). */
+static struct ds_compute_ops timed;
+static double prod_s;
+
+static void t_gemm(int mm, const struct ds_gemm_bf16_batch *bt, int ta, int tb, int M, int N, int K, float alpha,
+		   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	const double t0 = ds_now();
+	ds_compute_cpu.gemm(mm, bt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	prod_s += ds_now() - t0;
+}
+
+static void t_gemm_keep_b(int mm, int same, int M0, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+			  int lda, const float *B, int ldb, const uint16_t *a16, const uint16_t *b16, float beta,
+			  float *C, int ldc)
+{
+	const double t0 = ds_now();
+	ds_compute_cpu.gemm_keep_b(mm, same, M0, ta, tb, M, N, K, alpha, A, lda, B, ldb, a16, b16, beta, C, ldc);
+	prod_s += ds_now() - t0;
+}
+
+static int t_gemm16(int token, unsigned flags, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+		    int lda, const float *B, int ldb, const uint16_t *b16, float beta, void *C, int ldc)
+{
+	const double t0 = ds_now();
+	const int rc = ds_compute_cpu.gemm16(token, flags, ta, tb, M, N, K, alpha, A, lda, B, ldb, b16, beta, C, ldc);
+	prod_s += ds_now() - t0;
+	return rc;
+}
 
 /* The matrix products of one training step, alone, with the model's shapes:
  * the best a step can do with this BLAS (attention matmuls not included). */
@@ -110,7 +148,7 @@ struct run {
 	struct ds_gpt_ws *ws;
 	float *p;
 	uint16_t *p16;   /* bf16 runs: the parameters' bf16 copy (the engine's 16-bit model) */
-	double tf, tb, best, *step, cpu;   /* cpu: the process's CPU seconds over the counted steps */
+	double tf, tb, tp, best, *step, cpu;   /* tp: inside the products (timed); cpu: the process's CPU seconds over the counted steps */
 	float loss;
 };
 
@@ -188,6 +226,11 @@ int main(int argc, char **argv)
 	}
 	int64_t n = ds_gpt_num_params(m);
 	model = m;
+	timed = ds_compute_cpu;
+	timed.gemm = t_gemm;
+	timed.gemm_keep_b = t_gemm_keep_b;
+	timed.gemm16 = t_gemm16;
+	ds_gpt_set_compute(m, &timed);
 	float *g = ds_alloc((size_t)n * 4);
 	int32_t *tok = malloc((size_t)B * T * 4), *tgt = malloc((size_t)B * T * 4);
 	for (int i = 0; i < B * T; i++) {
@@ -231,6 +274,7 @@ int main(int argc, char **argv)
 			memset(g, 0, (size_t)n * 4);
 			struct timespec c0, c1;
 			clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+			const double p0 = prod_s;
 			double t0 = ds_now();
 			ds_gpt_forward(m, r->ws, r->p, tok, tgt, B, T, s, 0, 1, &r->loss, &err);
 			double t1 = ds_now();
@@ -241,6 +285,7 @@ int main(int argc, char **argv)
 				continue;
 			r->tf += t1 - t0;
 			r->tb += t2 - t1;
+			r->tp += prod_s - p0;
 			r->step[s] = t2 - t0;
 			r->cpu += (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
 			if (t2 - t0 < r->best)
@@ -276,6 +321,7 @@ int main(int argc, char **argv)
 		printf("forward_ms %.2f\nbackward_ms %.2f\nstep_ms %.2f\nbest_step_ms %.2f\n", 1e3 * r->tf / steps,
 		       1e3 * r->tb / steps, 1e3 * step, 1e3 * r->best);
 		printf("step_cpu_ms %.2f\n", 1e3 * r->cpu / steps);
+		printf("products_ms %.2f\nnon_matrix_ms %.2f\n", 1e3 * r->tp / steps, 1e3 * (step - r->tp / steps));
 		printf("tokens_per_s %.0f\nmodel_gflops %.1f\nfraction_of_sgemm %.3f\n", B * T / step, gf, gf / ceil_gf);
 		printf("best_model_gflops %.1f\nbest_fraction_of_sgemm %.3f\n", gfb, gfb / ceil_gf);
 		if (mm < 1e30)
@@ -287,6 +333,8 @@ int main(int argc, char **argv)
 				rat[s] = r->step[s] / rs[0].step[s];
 			qsort(rat, (size_t)steps, sizeof rat[0], cmp_dbl);
 			printf("ratio_cpu_%s_over_%s %.3f\n", r->name, rs[0].name, r->cpu / rs[0].cpu);
+			printf("ratio_non_matrix_%s_over_%s %.3f\n", r->name, rs[0].name,
+			       (r->tf + r->tb - r->tp) / (rs[0].tf + rs[0].tb - rs[0].tp));
 			printf("ratio_step_%s_over_%s %.3f (best %.3f, median of steps %.3f)\n", r->name, rs[0].name,
 			       step / ((rs[0].tf + rs[0].tb) / steps), r->best / rs[0].best,
 			       steps % 2 ? rat[steps / 2] : 0.5 * (rat[steps / 2 - 1] + rat[steps / 2]));
