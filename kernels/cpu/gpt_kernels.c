@@ -536,6 +536,63 @@ void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, i
 	}
 }
 
+/* bf16 bits <-> fp32 of a row (DS_CLONES: vectorised) */
+DS_CLONES
+static void pack_row16(uint16_t *h, const float *x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof u);
+		const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+		h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+	}
+}
+
+DS_CLONES
+static void unpack_row16(float *x, const uint16_t *h, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const uint32_t u = (uint32_t)h[i] << 16;
+		memcpy(&x[i], &u, sizeof u);
+	}
+}
+
+void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T)
+{
+	const int64_t rows = (int64_t)B * NH * T;
+#pragma omp parallel for schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		softmax_row(att + r * T, (int)(r % T), T);
+		round_row(att + r * T, r % T + 1);
+		pack_row16(att16 + r * T, att + r * T, T);
+	}
+}
+
+void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
+					 float scale)
+{
+	const int64_t rows = (int64_t)B * NH * T;
+#pragma omp parallel
+	{
+		float pr[2 * (size_t)T];   /* P's row, and dS's where it goes to ds16 (8 T bytes: no allocation to fail) */
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < rows; r++) {
+			const int t = (int)(r % T);
+			float *d = ds16 ? pr + T : datt + r * T;   /* dS in a row of scratch when it goes to ds16 */
+			if (ds16)
+				memcpy(d, datt + r * T, (size_t)(t + 1) * sizeof(float));
+			unpack_row16(pr, att16 + r * T, t + 1);
+			round_row(d, t + 1);   /* dP as a rounding pass leaves it */
+			softmax_bwd_row(d, pr, t, T, scale);
+			round_row(d, t + 1);
+			if (ds16)
+				pack_row16(ds16 + r * T, d, T);
+		}
+	}
+}
+
 DS_CLONES
 static void act_fwd_row(float *o, const float *x, int F, int act)
 {

@@ -122,6 +122,20 @@ void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, 
  * with r16. */
 void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int r16);
 
+/* The attention softmax of a bf16 run that keeps P's bf16 copy (the
+ * products read it): forward as ds_kernel_causal_softmax_forward_r with
+ * r16 1, and att16 (B,NH,T,T) each row's bf16 bits as it is written (the
+ * zeros above the diagonal too), the same bits as a pack after it.
+ * Backward without dropout from that copy: datt holds dP as the product
+ * wrote it, rounded to bf16 here as it is read (the bits of a rounding
+ * pass before); dS = scale P (dP - sum P dP) rounded, into ds16 in bf16
+ * (which may be att16 itself: each row's P is read before its dS is
+ * written) or, with ds16 NULL, into datt: bit for bit the rounding pass,
+ * ds_kernel_causal_softmax_backward_r with r16 1 on P in fp32 and a pack. */
+void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T);
+void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
+					 float scale);
+
 /* Cross-entropy on logits (N,Vp), softmax over the first V columns only.
  * lse (N) writes log-sum-exp; returns the sum over rows of the losses
  * (double).  targets (N) in [0,V). */

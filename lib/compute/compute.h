@@ -186,6 +186,15 @@ struct ds_compute_ops {
 				     const struct ds_rng *gs);
 	void (*causal_softmax_backward_h0)(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
 					   float p, const struct ds_rng *gs, int r16);
+	/* The softmax of a bf16 run that keeps P's bf16 copy, written as it
+	 * goes, and its backward (no dropout) from that copy, dP rounded as
+	 * read, dS into ds16 or (NULL) datt: gpt_kernels.h's
+	 * ds_kernel_causal_softmax_forward16/backward16.  Host backends whose
+	 * gemm_hints can be nonzero only (the model calls them only where it
+	 * keeps such copies); NULL on cuda. */
+	void (*causal_softmax_forward16)(float *att, uint16_t *att16, int B, int NH, int T);
+	void (*causal_softmax_backward16)(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
+					  float scale);
 	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
 	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);

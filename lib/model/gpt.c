@@ -888,28 +888,37 @@ static void pack16(const struct ds_gpt_ws *ws, uint16_t *dst, const float *src, 
 		ws->ops->half_pack(DS_HALF_BF16, dst, src, (size_t)n);
 }
 
+/* whether attention's backward reads P from the layer's bf16 storage (lv:
+ * gemm_hints of its per-head products): where those take copies and no
+ * attention dropout reads the fp32 P */
+static int p16_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int lv)
+{
+	return lv > 0 && !(ws->train && m->cfg.attention_dropout > 0);
+}
+
 /* pack (dir 0) the working activations into the part's layer l's 16-bit
  * copy, or unpack them back (dir 1); every buffer is already 16-bit
  * representable.  Forward's early16 copies are packed already, and
  * backward leaves in bf16 what only products read there, from those
  * copies (gemm_bf16.h: a product given a copy never reads the fp32
  * operand): ln1, atty, fcact, ln2 but in an MoE layer (its experts read
- * it in fp32), and q k v where attention's per-head products take copies
- * (gemm_hints, as attention_backward asks); never P, which the softmax's
- * backward and the attention dropout read. */
+ * it in fp32), q k v where attention's per-head products take copies
+ * (gemm_hints, as attention_backward asks), and there P too unless the
+ * attention dropout reads it (p16_backward). */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
 	const struct hacts *h = &ws->ha[l];
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
 	const int bw = dir && ws->hints, hs = m->NH ? m->Cq / m->NH : 0;
-	const int q16 = bw && ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, hs) > 0;
+	const int lv = bw ? ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, hs) : 0, q16 = lv > 0;
 	const int ln2 = bw && m->li[ws->l0 + l].moe < 0;
 	/* early: a product's input, which early16 packs in forward; bf16:
 	 * backward reads it only through its copy */
 	struct { uint16_t *p; float *f; int64_t n; int early, bf16; } v[] = {
 		{ h->ln1, a->ln1, N * C, 1, bw }, { h->qkv, a->qkv, 3 * N * Cq, 1, q16 },
-		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1, 0 }, { h->atty, a->atty, N * Cq, 1, bw },
+		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1, p16_backward(m, ws, lv) },
+		{ h->atty, a->atty, N * Cq, 1, bw },
 		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0, 0 }, { h->ln2, a->ln2, N * C, 1, ln2 },
 		{ h->fch, a->fch, N * m->F2, 0, 0 }, { h->fcact, a->fcact, N * m->F, 1, bw },
 	};
@@ -1088,10 +1097,13 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT },
 					    DS_GEMM_BF16_C_LOWER, 0, h ? h->qkv : NULL, h ? h->qkv + C : NULL };
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
-	ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
-	if (!r16(ws))
-		rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
-	pack16(ws, h ? h->att : NULL, a->att, (int64_t)B * NH * T * T);
+	if (h) {   /* (with bf16 storage: P's copy written as the softmax goes) */
+		ws->ops->causal_softmax_forward16(a->att, h->att, B, NH, T);
+	} else {
+		ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
+		if (!r16(ws))
+			rnd(ws, a->att, (int64_t)B * NH * T * T);   /* the probabilities are stored in 16 bits */
+	}
 	if (drop)
 		ws->ops->attention_dropout_h0(ws->attd, a->att, B, NH, m->h0, T, pa, streams(ws, B, l + 1, 1));
 	const float *P = drop ? ws->attd : a->att;
@@ -1106,7 +1118,10 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
  * gemm_bt's).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
  * v and P the products read; where copies made for two products pay,
  * datty goes to bf16 once (d16) for its two products, and the scores'
- * gradient once into h16's P, whose last reader has run by then. */
+ * gradient once into h16's P, whose last reader has run by then.  Where
+ * the products take copies and there is no dropout (p16_backward), the
+ * softmax's backward reads P from h16 too (layer_store leaves it there)
+ * and rounds dP as it reads it. */
 static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
 			      const struct hacts *h16, int l, int B, int T, int rq16)
 {
@@ -1123,6 +1138,7 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	const int lv = h16 ? ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs) : 0;   /* as layer_store asks */
 	const uint16_t *dy16 = NULL, *q16 = lv ? h16->qkv : NULL, *p16 = lv && !drop ? h16->att : NULL;
 	uint16_t *ds16 = lv >= 2 ? h16->att : NULL;
+	const int pb = p16_backward(m, ws, lv);
 	if (lv >= 2) {
 		ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
 		dy16 = ws->d16;
@@ -1130,19 +1146,23 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
 	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT },
 					     DS_GEMM_BF16_C_LOWER, 0, dy16, q16 ? q16 + 2 * C : NULL };
-	const int rp = gemm_bt(ws, &dp, 1, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
+	const int rp = gemm_bt(ws, &dp, !pb, NOTR, TRANS, T, T, hs, 1.0f, ws->datty, C, a->qkv + 2 * C, C3, 0.0f,
 			       ws->datt, T);
 	const struct ds_gemm_bf16_batch dv = { B * NH, NH, { NH * TT, TT }, { TC, hs }, { TC3, hs },
 					     DS_GEMM_BF16_A_UPPER, 0, p16, dy16 };
 	int rq = gemm_bt(ws, &dv, rq16, TRANS, NOTR, T, hs, T, 1.0f, drop ? ws->attd : P, T, ws->datty, C, 0.0f,
 			 ws->dqkv + 2 * C, C3);
-	if (!rp)
-		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
-	ws->ops->causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
-					    drop ? streams(ws, B, l + 1, 1) : NULL, r16(ws));
-	if (!r16(ws))
-		rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
-	pack16(ws, ds16, ws->datt, (int64_t)B * NH * T * T);
+	if (pb) {   /* dP rounded as read, dS to ds16 (or datt) */
+		ws->ops->causal_softmax_backward16(ws->datt, h16->att, ds16, B, NH, T, scale);
+	} else {
+		if (!rp)
+			rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the probabilities' gradient */
+		ws->ops->causal_softmax_backward_h0(ws->datt, P, B, NH, m->h0, T, scale, drop ? pa : 0.0f,
+						    drop ? streams(ws, B, l + 1, 1) : NULL, r16(ws));
+		if (!r16(ws))
+			rnd(ws, ws->datt, (int64_t)B * NH * T * T);   /* the scores' gradient */
+		pack16(ws, ds16, ws->datt, (int64_t)B * NH * T * T);
+	}
 	/* per (b, h): dq (T,hs) = dS (T,T) @ k (T,hs);  dk (T,hs) = dS^T (T,T) @ q (T,hs) */
 	const struct ds_gemm_bf16_batch dq = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { TC3, hs },
 					     DS_GEMM_BF16_A_LOWER, 0, ds16, q16 ? q16 + C : NULL };

@@ -991,6 +991,39 @@ static void test_kernels_r16(void **state)
 			if (memcmp(&d2[i], &(float){ bf(d1[i]) }, sizeof(float)))
 				fail_msg("causal_softmax_backward_r drop %d [%zu] = %.9g, want %.9g", drop, i, d2[i], bf(d1[i]));
 	}
+	/* the bf16 storage's softmax: forward16's att and att16 bit for bit
+	 * forward_r and a pack; backward16 from att16, dP unrounded, into a
+	 * separate ds16, into att16 itself, and into datt: the rounding pass,
+	 * backward_r on P in fp32 and a pack */
+	static uint16_t h1[B * NH * T * T], h2[B * NH * T * T], hd[B * NH * T * T];
+	static float s3[B * NH * T * T], d3[B * NH * T * T];
+	fill(s3, B * NH * T, T, T, 65u);
+	memset(h1, 0xff, sizeof h1);
+	ds_kernel_causal_softmax_forward16(s3, h1, B, NH, T);
+	assert_memory_equal(s3, s2, sizeof s2);
+	for (size_t i = 0; i < ns; i++)
+		if (h1[i] != ds_fp32_to_bf16(s2[i]))
+			fail_msg("causal_softmax_forward16: att16[%zu] = %#x, want %#x", i, h1[i], ds_fp32_to_bf16(s2[i]));
+	fill(d1, B * NH * T, T, T, 69u);
+	for (size_t i = 0; i < ns; i++)
+		d2[i] = bf(d1[i]);
+	ds_kernel_causal_softmax_backward_r(d2, s2, B, NH, 0, T, 0.125f, 0.0f, NULL, 1);   /* the reference dS */
+	long moved = 0;   /* dP elements the read's rounding changes: the test sees it */
+	for (int into = 0; into < 3; into++) {   /* 0: ds16, 1: att16 itself, 2: datt */
+		memcpy(d3, d1, sizeof d1);
+		memcpy(h2, h1, sizeof h1);   /* P's copy, kept for the next */
+		memset(hd, 0xff, sizeof hd);
+		uint16_t *ds = into == 0 ? hd : into == 1 ? h1 : NULL;
+		ds_kernel_causal_softmax_backward16(d3, h1, ds, B, NH, T, 0.125f);
+		for (size_t i = 0; i < ns; i++) {
+			if (into == 2 ? memcmp(&d3[i], &d2[i], sizeof(float)) : ds[i] != ds_fp32_to_bf16(d2[i]))
+				fail_msg("causal_softmax_backward16 into %d [%zu]: %.9g, want %.9g", into, i,
+					 into == 2 ? d3[i] : ds_bf16_to_fp32(ds[i]), d2[i]);
+			moved += into == 0 && d1[i] != bf(d1[i]);
+		}
+		memcpy(h1, h2, sizeof h1);
+	}
+	assert_true(moved > 0);
 }
 
 /* The bf16 cross-entropy kernels against the fp32 ones on the unpacked
