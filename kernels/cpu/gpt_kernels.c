@@ -126,6 +126,7 @@ void ds_kernel_vocab_embed_backward(float *dwte_l, float *dpos, const float *dou
 /* x[0..n) rounded to bf16 values in place (ds_half_round_n's bits), for a
  * row a kernel just wrote (below, with the other clones) */
 static void round_row(float *x, int64_t n);
+static void pack_row16(uint16_t *h, const float *x, int64_t n);
 
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps)
@@ -133,11 +134,14 @@ void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const flo
 	ds_kernel_layernorm_forward_r(out, mean, rstd, inp, w, b, N, C, eps, 0);
 }
 
-void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const float *inp, const float *w,
-				   const float *b, int64_t N, int C, float eps, int r16)
+/* out (fp32, r16: rounded) or, with out NULL, out16 (bf16 only: rounded,
+ * through a row of stack scratch) */
+static void layernorm_fwd(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
+			  const float *b, int64_t N, int C, float eps, int r16)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
+		float row[out ? 1 : C];
 		const float *x = inp + n * C;
 		double s = 0;
 		for (int i = 0; i < C; i++)
@@ -148,15 +152,29 @@ void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const f
 			v += d * d;
 		}
 		float fm = (float)m, rs = (float)(1.0 / sqrt(v / C + eps));
-		float *o = out + n * C;
+		float *o = out ? out + n * C : row;
 #pragma omp simd
 		for (int i = 0; i < C; i++)
 			o[i] = (x[i] - fm) * rs * w[i] + b[i];
 		if (r16)
 			round_row(o, C);
+		if (!out)
+			pack_row16(out16 + n * C, o, C);
 		mean[n] = fm;
 		rstd[n] = rs;
 	}
+}
+
+void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const float *inp, const float *w,
+				   const float *b, int64_t N, int C, float eps, int r16)
+{
+	layernorm_fwd(out, NULL, mean, rstd, inp, w, b, N, C, eps, r16);
+}
+
+void ds_kernel_layernorm_forward16(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
+				   const float *b, int64_t N, int C, float eps)
+{
+	layernorm_fwd(NULL, out16, mean, rstd, inp, w, b, N, C, eps, 1);
 }
 
 /* dw (C) += sum_n a[n,i] * b'[n,i] style column reductions, parallel over
@@ -536,6 +554,15 @@ void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, i
 	}
 }
 
+/* dst (n) = src rounded to bf16 values (dst may be src) */
+DS_CLONES
+static void round_row_to(float *dst, const float *src, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = bf16_round(src[i]);
+}
+
 /* bf16 bits <-> fp32 of a row (DS_CLONES: vectorised) */
 DS_CLONES
 static void pack_row16(uint16_t *h, const float *x, int64_t n)
@@ -581,10 +608,8 @@ void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uin
 		for (int64_t r = 0; r < rows; r++) {
 			const int t = (int)(r % T);
 			float *d = ds16 ? pr + T : datt + r * T;   /* dS in a row of scratch when it goes to ds16 */
-			if (ds16)
-				memcpy(d, datt + r * T, (size_t)(t + 1) * sizeof(float));
 			unpack_row16(pr, att16 + r * T, t + 1);
-			round_row(d, t + 1);   /* dP as a rounding pass leaves it */
+			round_row_to(d, datt + r * T, t + 1);   /* dP as a rounding pass leaves it */
 			softmax_bwd_row(d, pr, t, T, scale);
 			round_row(d, t + 1);
 			if (ds16)
@@ -637,6 +662,18 @@ void ds_kernel_act_forward_r(float *out, const float *inp, int64_t N, int F, int
 		act_fwd_row(out + n * F, inp + n * w, F, act);
 		if (r16)
 			round_row(out + n * F, F);
+	}
+}
+
+void ds_kernel_act_forward16(uint16_t *out16, const float *inp, int64_t N, int F, int act)
+{
+	const int w = ds_act_gated(act) ? 2 * F : F;
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float row[F];   /* the row in fp32, in cache */
+		act_fwd_row(row, inp + n * w, F, act);
+		round_row(row, F);
+		pack_row16(out16 + n * F, row, F);
 	}
 }
 

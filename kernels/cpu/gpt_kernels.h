@@ -133,6 +133,13 @@ void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int 
  * written) or, with ds16 NULL, into datt: bit for bit the rounding pass,
  * ds_kernel_causal_softmax_backward_r with r16 1 on P in fp32 and a pack. */
 void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T);
+/* Outputs that only products read, written in bf16 alone (a bf16 run's
+ * layer storage): out16 the bits of ds_kernel_layernorm_forward_r /
+ * ds_kernel_act_forward_r with r16 1 and a pack, without the fp32 tensor
+ * (each row goes through stack scratch); mean and rstd as there. */
+void ds_kernel_layernorm_forward16(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
+				   const float *b, int64_t N, int C, float eps);
+void ds_kernel_act_forward16(uint16_t *out16, const float *inp, int64_t N, int F, int act);
 void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
 					 float scale);
 

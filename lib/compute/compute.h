@@ -195,6 +195,13 @@ struct ds_compute_ops {
 	void (*causal_softmax_forward16)(float *att, uint16_t *att16, int B, int NH, int T);
 	void (*causal_softmax_backward16)(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
 					  float scale);
+	/* The norm's and the activation's outputs in bf16 alone, for a bf16
+	 * run whose products read them only through that copy (gpt_kernels.h's
+	 * ds_kernel_layernorm_forward16, ds_kernel_act_forward16); host
+	 * backends with bf16 copies only, as above. */
+	void (*layernorm_forward16)(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
+				    const float *b, int64_t N, int C, float eps);
+	void (*act_forward16)(uint16_t *out16, const float *inp, int64_t N, int F, int act);
 	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
 	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);

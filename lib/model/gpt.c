@@ -1064,6 +1064,18 @@ static int norm_forward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, floa
 	return 0;
 }
 
+/* the norm's output into o16 (bf16 storage) alone, where the layernorm
+ * writes it so: 1, or 0 (o16 NULL, or RMSNorm: the caller runs
+ * norm_forward) */
+static int norm16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, uint16_t *o16, float *a, float *b,
+		  const float *inp, const float *w, const float *bias, int64_t N)
+{
+	if (!o16 || m->cfg.norm != DS_NORM_LAYERNORM)
+		return 0;
+	ws->ops->layernorm_forward16(o16, a, b, inp, w, bias, N, m->C, (float)m->cfg.layernorm_epsilon);
+	return 1;
+}
+
 static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, float *dinp, float *dw, float *db,
 			 const float *dout, const float *inp, const float *w, const float *a, const float *b, int64_t N)
 {
@@ -1237,9 +1249,16 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	const int gptj = m->cfg.gpt_j_residual;
 	struct hacts *h = early16(ws, l);
 
-	if (!norm_forward(m, ws, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N))
-		rnd(ws, a->ln1, N * C);
-	pack16(ws, h ? h->ln1 : NULL, a->ln1, N * C);
+	/* (with bf16 storage the products' inputs ln1, ln2 and the activation
+	 * go there alone where their kernels can: only products read them,
+	 * from the copy; ln2 stays fp32 too in an MoE layer, whose experts
+	 * read it, and the activation with tensor parallelism, whose
+	 * row-parallel product reads fp32) */
+	if (!norm16(m, ws, h ? h->ln1 : NULL, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N)) {
+		if (!norm_forward(m, ws, a->ln1, a->ln1_a, a->ln1_b, x, tp(m, P, ix->ln1w), tp(m, P, ix->ln1b), N))
+			rnd(ws, a->ln1, N * C);
+		pack16(ws, h ? h->ln1 : NULL, a->ln1, N * C);
+	}
 	/* column-parallel: this rank's heads' [q | k | v] */
 	/* (products that round their output as they store it spare a pass) */
 	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, h ? h->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw),
@@ -1261,9 +1280,12 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	if (!r16(ws))
 		rnd(ws, ab, N * C);
 	const float *hin = gptj ? x : a->res2;
-	if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, hin, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
-		rnd(ws, a->ln2, N * C);
-	pack16(ws, h ? h->ln2 : NULL, a->ln2, N * C);
+	if (!norm16(m, ws, h && ix->moe < 0 ? h->ln2 : NULL, a->ln2_a, a->ln2_b, hin, tp(m, P, ix->ln2w),
+		    tp(m, P, ix->ln2b), N)) {
+		if (!norm_forward(m, ws, a->ln2, a->ln2_a, a->ln2_b, hin, tp(m, P, ix->ln2w), tp(m, P, ix->ln2b), N))
+			rnd(ws, a->ln2, N * C);
+		pack16(ws, h ? h->ln2 : NULL, a->ln2, N * C);
+	}
 	float *mb = ws->dM;   /* scratch (N,C): MLP branch */
 	if (ix->moe >= 0) {
 		int rc = moe_layer_forward(m, ws, l, a->ln2, mb, B, T);
@@ -1273,10 +1295,14 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		if (!matmul_forward(ws, 1, a->fch, a->ln2, h ? h->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw),
 				    tp(m, P, ix->fcb), N, C, F2))
 			rnd(ws, a->fch, N * F2);
-		ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
-		if (!r16(ws))
-			rnd(ws, a->fcact, N * F);
-		pack16(ws, h ? h->fcact : NULL, a->fcact, N * F);
+		if (h && ws->tp == 1) {
+			ws->ops->act_forward16(h->fcact, a->fch, N, F, m->cfg.activation);
+		} else {
+			ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
+			if (!r16(ws))
+				rnd(ws, a->fcact, N * F);
+			pack16(ws, h ? h->fcact : NULL, a->fcact, N * F);
+		}
 		DS_TRY(rowpar_forward(ws, mb, a->fcact, h ? h->fcact : NULL, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw),
 				      tp(m, P, ix->fcpb), N, F, C, err));
 	}

@@ -930,6 +930,17 @@ static void test_kernels_r16(void **state)
 	ds_kernel_layernorm_forward_r(o3, m2, r2, x, w, b, N, C, 1e-5f, 0);   /* r16 0: the plain kernel */
 	assert_memory_equal(o3, o1, sizeof o3);
 	expect_rounded("layernorm_forward_r", o2, o1, (size_t)N * C);
+	/* forward16: the bits of forward_r in bf16 alone, mean/rstd the same */
+	{
+		uint16_t h[N * C];
+		float m3[N], r3[N];
+		ds_kernel_layernorm_forward16(h, m3, r3, x, w, b, N, C, 1e-5f);
+		assert_memory_equal(m3, m1, sizeof m1);
+		assert_memory_equal(r3, r1, sizeof r1);
+		for (int i = 0; i < N * C; i++)
+			if (h[i] != ds_fp32_to_bf16(o2[i]))
+				fail_msg("layernorm_forward16[%d] = %#x, want %#x", i, h[i], ds_fp32_to_bf16(o2[i]));
+	}
 	/* layernorm backward: dinp (+=, from the same start) rounded; dw, db unchanged */
 	memcpy(o1, g, sizeof(float) * N * C);
 	memcpy(o2, g, sizeof(float) * N * C);
@@ -946,6 +957,11 @@ static void test_kernels_r16(void **state)
 		ds_kernel_act_forward(o1, x, N, F, act);
 		ds_kernel_act_forward_r(o2, x, N, F, act, 1);
 		expect_rounded("act_forward_r", o2, o1, (size_t)N * F);
+		uint16_t h[N * F];
+		ds_kernel_act_forward16(h, x, N, F, act);
+		for (int i = 0; i < N * F; i++)
+			if (h[i] != ds_fp32_to_bf16(o2[i]))
+				fail_msg("act_forward16 %d [%d] = %#x, want %#x", act, i, h[i], ds_fp32_to_bf16(o2[i]));
 		ds_kernel_act_backward(o1, g, x, N, F, act);
 		ds_kernel_act_backward_r(o2, g, x, N, F, act, 1);
 		expect_rounded("act_backward_r", o2, o1, (size_t)N * wd);

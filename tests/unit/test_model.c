@@ -1199,10 +1199,20 @@ static const uint16_t *hk_p16(void *vctx, int seg)
  * where it has a bf16 kernel, dstk's kernel where the CPU has AVX512_BF16,
  * and the portable kernel everywhere; without dropout and with it
  * (attention's dropped probabilities have no copy). */
-static void copies_case(int mode, double dropout)
+static void copies_case(int mode, double dropout, int moe)
 {
 	struct ds_model_config c;
 	cfg_base(&c);
+	if (moe) {   /* layer 1 of 2 with 4 experts, whose MLP reads ln2 in fp32 */
+		struct ds_err e = DS_ERR_INIT;
+		assert_int_equal(ds_model_config_load_string("{\"family\": \"gpt\", \"num_layers\": 2, \"hidden_size\": 16, "
+							     "\"num_attention_heads\": 2, \"seq_length\": 8, \"vocab_size\": 20, "
+							     "\"make_vocab_size_divisible_by\": 8, \"moe\": {\"num_experts\": 4, "
+							     "\"expert_interval\": 2, \"k\": 1, \"capacity_factor\": 2.0, "
+							     "\"min_capacity\": 4, \"ep_size\": 1}}",
+							     "moe", &c, &e),
+				 0);
+	}
 	c.init_method_std = 0.2;
 	c.attention_dropout = c.hidden_dropout = dropout;
 	struct ds_gpt *m = mk(&c);
@@ -1279,8 +1289,9 @@ static void test_bf16_weight_copies(void **state)
 			printf("# %s: not on this build/CPU (%s)\n", ds_bf16_mode_name(ms[i].mode), why);
 			continue;
 		}
-		copies_case(ms[i].mode, 0.0);
-		copies_case(ms[i].mode, 0.1);
+		copies_case(ms[i].mode, 0.0, 0);
+		copies_case(ms[i].mode, 0.1, 0);
+		copies_case(ms[i].mode, 0.0, 1);
 	}
 }
 

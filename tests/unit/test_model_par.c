@@ -110,6 +110,7 @@ struct shared {
 struct rank {
 	struct shared *sh;
 	int r, ckpt, pa, half;
+	int mm, nocopies;   /* bf16: the products' mode (0: fp32 sgemm), and no bf16 copies */
 	const struct ds_model_config *c;
 	struct ds_gpt *m;
 	float *grads;
@@ -163,7 +164,7 @@ static void *rank_main(void *arg)
 		ds_gpt_init(k->m, 7, p, 0, n);
 		struct ds_gpt_ws_opts o = { .B = B, .T = T, .checkpointing = k->ckpt, .dropout_seed = 5,
 					    .partition_activations = k->pa, .half = k->half,
-					    .bf16_matmul = DS_BF16_MM_FP32 };
+					    .bf16_matmul = k->mm ? k->mm : DS_BF16_MM_FP32, .no_bf16_copies = k->nocopies };
 		k->rc = ds_gpt_ws_create(&ws, k->m, &o, &err);
 		struct ds_gpt_hooks h = { .ctx = k, .tp_allreduce = tp_allreduce, .tp_allgather = tp_allgather };
 		int32_t tok[B * T], tgt[B * T];
@@ -210,13 +211,15 @@ static double compare_grads(const struct ds_gpt *whole_m, const float *gw, struc
 
 /* tp ranks of variant v (threads) with checkpointing, partition_activations
  * and a 16-bit format half; each rank's loss and gradients into k[] */
-static void run_ranks(const struct ds_model_config *c, int tp, int ckpt, int pa, int half, struct rank *k)
+static void run_ranks_mm(const struct ds_model_config *c, int tp, int ckpt, int pa, int half, int mm, int nocopies,
+			 struct rank *k)
 {
 	struct shared sh = { .tp = tp };
 	pthread_t th[MAXTP];
 	pthread_barrier_init(&sh.bar, NULL, (unsigned)tp);
 	for (int r = 0; r < tp; r++) {
-		k[r] = (struct rank){ .sh = &sh, .r = r, .ckpt = ckpt, .pa = pa, .half = half, .c = c };
+		k[r] = (struct rank){ .sh = &sh, .r = r, .ckpt = ckpt, .pa = pa, .half = half, .mm = mm,
+				      .nocopies = nocopies, .c = c };
 		pthread_create(&th[r], NULL, rank_main, &k[r]);
 	}
 	for (int r = 0; r < tp; r++)
@@ -227,6 +230,11 @@ static void run_ranks(const struct ds_model_config *c, int tp, int ckpt, int pa,
 			fprintf(stderr, "# rank %d: %s\n", r, k[r].msg);
 		assert_int_equal(k[r].rc, 0);
 	}
+}
+
+static void run_ranks(const struct ds_model_config *c, int tp, int ckpt, int pa, int half, struct rank *k)
+{
+	run_ranks_mm(c, tp, ckpt, pa, half, 0, 0, k);
 }
 
 /* tp ranks of variant v: *loss_err the relative loss difference, returns
@@ -311,6 +319,30 @@ static void test_tp_partition_half(void **state)
 			ds_gpt_destroy(a[r].m);
 			ds_gpt_destroy(b[r].m);
 		}
+	}
+}
+
+/* bf16 products on dstk's portable kernel, which reads the layer storage's
+ * bf16 copies: 2 tensor-parallel ranks give each rank's loss and
+ * gradients bit for bit as without copies (the row-parallel products read
+ * fp32 inputs, which must then be there) */
+static void test_tp_bf16_copies(void **state)
+{
+	(void)state;
+	struct ds_model_config c;
+	variant(&c, 1);
+	struct rank a[2], b[2];
+	run_ranks_mm(&c, 2, 0, 0, DS_HALF_BF16, DS_BF16_MM_PORTABLE, 0, a);
+	run_ranks_mm(&c, 2, 0, 0, DS_HALF_BF16, DS_BF16_MM_PORTABLE, 1, b);
+	for (int r = 0; r < 2; r++) {
+		int64_t n = ds_gpt_num_params(a[r].m);
+		assert_memory_equal(&a[r].loss, &b[r].loss, sizeof(float));
+		assert_memory_equal(a[r].grads, b[r].grads, (size_t)n * sizeof(float));
+		assert_true(isfinite(a[r].loss) && a[r].loss > 0);
+		free(a[r].grads);
+		free(b[r].grads);
+		ds_gpt_destroy(a[r].m);
+		ds_gpt_destroy(b[r].m);
 	}
 }
 
@@ -457,6 +489,7 @@ int main(void)
 		cmocka_unit_test(test_tp_variants),
 		cmocka_unit_test(test_tp_checkpointing),
 		cmocka_unit_test(test_tp_partition_half),
+		cmocka_unit_test(test_tp_bf16_copies),
 		cmocka_unit_test(test_tp_fault),
 		cmocka_unit_test(test_tp_refusals),
 		cmocka_unit_test(test_pipeline_parts),
