@@ -593,7 +593,7 @@ void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int 
 	for (int64_t r = 0; r < rows; r++) {
 		softmax_row(att + r * T, (int)(r % T), T);
 		round_row(att + r * T, r % T + 1);
-		pack_row16(att16 + r * T, att + r * T, T);
+		pack_row16(att16 + r * T, att + r * T, r % T + 1);
 	}
 }
 
@@ -613,7 +613,7 @@ void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uin
 			softmax_bwd_row(d, pr, t, T, scale);
 			round_row(d, t + 1);
 			if (ds16)
-				pack_row16(ds16 + r * T, d, T);
+				pack_row16(ds16 + r * T, d, t + 1);
 		}
 	}
 }

@@ -124,8 +124,10 @@ void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int 
 
 /* The attention softmax of a bf16 run that keeps P's bf16 copy (the
  * products read it): forward as ds_kernel_causal_softmax_forward_r with
- * r16 1, and att16 (B,NH,T,T) each row's bf16 bits as it is written (the
- * zeros above the diagonal too), the same bits as a pack after it.
+ * r16 1, and att16 (B,NH,T,T) each row's bf16 bits as it is written, the
+ * same bits as a pack after it.  Both kernels write each row's causal part
+ * only (t2 <= t): the caller keeps zeros above the diagonal, which P and
+ * dS share.
  * Backward without dropout from that copy: datt holds dP as the product
  * wrote it, rounded to bf16 here as it is read (the bits of a rounding
  * pass before); dS = scale P (dP - sum P dP) rounded, into ds16 in bf16

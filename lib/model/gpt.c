@@ -85,6 +85,7 @@ struct ds_gpt_ws {
 	float *logits;                /* (N,Vp) (fp32 runs) */
 	uint16_t *logits16;           /* (N,Vp) the same in 16 bits (mixed precision) */
 	int ld16;                     /* logits16's row stride: Vp, or V after a forward of head16's (dense) */
+	int zB, zT;                   /* the shape whose upper triangles of ha[].att are zeros (0: none yet) */
 	int whole16;                  /* the last forward ran head16's one product */
 	float *hchunk;                /* mixed precision: hrows fp32 logit rows, aliasing dqkv.. */
 	int64_t hrows;
@@ -1534,6 +1535,15 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 	ws->have_fwd = 0;
 	ws->B = B;
 	ws->T = T;
+	if (ws->hints && ws->ha && (ws->zB != B || ws->zT != T)) {
+		/* the softmax's bf16 entries write each row's causal part only:
+		 * the zeros above the diagonal, which P and dS share, once per
+		 * shape */
+		for (int l = 0; l < ws->nl; l++)
+			ws->ops->zero(ws->ha[l].att, (size_t)B * m->NH * T * T * sizeof(uint16_t));
+		ws->zB = B;
+		ws->zT = T;
+	}
 	ws->step = step;
 	ws->sample_offset = sample_offset;
 	ws->train = train;
