@@ -664,6 +664,27 @@ static const uint16_t *load16(uint16_t *buf, const float *src, const uint16_t *h
 	return buf;
 }
 
+/* e's product of the bf16 operands ah, bh into C (M rows of N at ldc,
+ * elements of es bytes: the primitive's dst type), through the dense
+ * cdense where ldc != N (read first when beta is not 0); the caller holds
+ * the lock and has grown cdense.  0 or -1. */
+static int exec_dense(struct prim *e, const uint16_t *ah, const uint16_t *bh, void *C, int ldc, int M, int N,
+		      float beta, size_t es)
+{
+	const int dense = ldc == N;
+	void *cd = dense ? C : (void *)cdense;
+	if (!dense && beta != 0.0f)
+		copy_rows_es(cd, N, C, ldc, M, N, es, 1);
+	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
+	if (dnnl_memory_set_data_handle(e->a, (void *)ah) || dnnl_memory_set_data_handle(e->b, (void *)bh) ||
+	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
+	    dnnl_stream_wait(strm))
+		return -1;
+	if (!dense)
+		copy_rows_es(C, ldc, cd, N, M, N, es, 1);
+	return 0;
+}
+
 /* keep: 0 none, 1 convert B and keep it, 2 reuse the kept copy if it
  * matches; a16, b16: the caller's bf16 copies of A, B (or NULL) */
 static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int ta, int tb, int M, int N, int K,
@@ -688,7 +709,6 @@ static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int t
 	if (!e || !e->bf16)
 		goto out;
 	const uint16_t *ah = load16(abuf, A, a16, ta ? K : M, ta ? M : K, lda, 1), *bh = reuse ? kbuf : bbuf;
-	float *cd = dense ? C : cdense;
 	if (b16) {
 		bh = load16(bbuf, B, b16, br, bc, ldb, 1);
 	} else if (!reuse || kept.src != B || kept.rows != br || kept.cols != bc || kept.ld != ldb) {
@@ -702,16 +722,7 @@ static int onednn_gemm(int keep, const uint16_t *a16, const uint16_t *b16, int t
 			kept.ld = ldb;
 		}
 	}
-	if (!dense && beta != 0.0f)
-		copy_rows(cd, N, C, ldc, M, N, 1);
-	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
-	if (dnnl_memory_set_data_handle(e->a, (void *)ah) || dnnl_memory_set_data_handle(e->b, (void *)bh) ||
-	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
-	    dnnl_stream_wait(strm))
-		goto out;
-	if (!dense)
-		copy_rows(C, ldc, cd, N, M, N, 1);
-	rc = 0;
+	rc = exec_dense(e, ah, bh, C, ldc, M, N, beta, sizeof(float));
 out:
 	pthread_mutex_unlock(&lock);
 	return rc;
@@ -744,17 +755,7 @@ static int onednn_gemm_ex(unsigned flags, const uint16_t *b16, int ta, int tb, i
 		goto out;
 	const uint16_t *ah = a16 ? load16(abuf, NULL, A, ar, ac, lda, 1) : load16(abuf, A, NULL, ar, ac, lda, 1),
 		       *bh = load16(bbuf, B, b16, br, bc, ldb, 1);
-	void *cd = dense ? C : (void *)cdense;
-	if (!dense && beta != 0.0f)
-		copy_rows_es(cd, N, C, ldc, M, N, es, 1);
-	dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, e->a }, { DNNL_ARG_WEIGHTS, e->b }, { DNNL_ARG_DST, e->c } };
-	if (dnnl_memory_set_data_handle(e->a, (void *)ah) || dnnl_memory_set_data_handle(e->b, (void *)bh) ||
-	    dnnl_memory_set_data_handle(e->c, cd) || dnnl_primitive_execute(e->p, strm, 3, args) ||
-	    dnnl_stream_wait(strm))
-		goto out;
-	if (!dense)
-		copy_rows_es(C, ldc, cd, N, M, N, es, 1);
-	rc = 0;
+	rc = exec_dense(e, ah, bh, C, ldc, M, N, beta, es);
 out:
 	pthread_mutex_unlock(&lock);
 	return rc;

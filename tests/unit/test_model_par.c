@@ -298,6 +298,22 @@ static void test_tp_checkpointing(void **state)
 	}
 }
 
+/* each of tp ranks has the same loss (finite, positive) and gradients bit
+ * for bit in runs a and b; frees both */
+static void same_ranks(struct rank *a, struct rank *b, int tp)
+{
+	for (int r = 0; r < tp; r++) {
+		int64_t n = ds_gpt_num_params(a[r].m);
+		assert_memory_equal(&a[r].loss, &b[r].loss, sizeof(float));
+		assert_memory_equal(a[r].grads, b[r].grads, (size_t)n * sizeof(float));
+		assert_true(isfinite(a[r].loss) && a[r].loss > 0);
+		free(a[r].grads);
+		free(b[r].grads);
+		ds_gpt_destroy(a[r].m);
+		ds_gpt_destroy(b[r].m);
+	}
+}
+
 /* 16-bit with partition_activations: the gathered slices are the packed
  * layer inputs, so the run is bit for bit the one without partitioning */
 static void test_tp_partition_half(void **state)
@@ -309,16 +325,7 @@ static void test_tp_partition_half(void **state)
 		struct rank a[2], b[2];
 		run_ranks(&c, 2, 1, 0, h, a);
 		run_ranks(&c, 2, 1, 1, h, b);
-		for (int r = 0; r < 2; r++) {
-			int64_t n = ds_gpt_num_params(a[r].m);
-			assert_memory_equal(&a[r].loss, &b[r].loss, sizeof(float));
-			assert_memory_equal(a[r].grads, b[r].grads, (size_t)n * sizeof(float));
-			assert_true(isfinite(a[r].loss) && a[r].loss > 0);
-			free(a[r].grads);
-			free(b[r].grads);
-			ds_gpt_destroy(a[r].m);
-			ds_gpt_destroy(b[r].m);
-		}
+		same_ranks(a, b, 2);
 	}
 }
 
@@ -334,16 +341,7 @@ static void test_tp_bf16_copies(void **state)
 	struct rank a[2], b[2];
 	run_ranks_mm(&c, 2, 0, 0, DS_HALF_BF16, DS_BF16_MM_PORTABLE, 0, a);
 	run_ranks_mm(&c, 2, 0, 0, DS_HALF_BF16, DS_BF16_MM_PORTABLE, 1, b);
-	for (int r = 0; r < 2; r++) {
-		int64_t n = ds_gpt_num_params(a[r].m);
-		assert_memory_equal(&a[r].loss, &b[r].loss, sizeof(float));
-		assert_memory_equal(a[r].grads, b[r].grads, (size_t)n * sizeof(float));
-		assert_true(isfinite(a[r].loss) && a[r].loss > 0);
-		free(a[r].grads);
-		free(b[r].grads);
-		ds_gpt_destroy(a[r].m);
-		ds_gpt_destroy(b[r].m);
-	}
+	same_ranks(a, b, 2);
 }
 
 /* a wrong shard (rank 1 of 2 initialised with rank 0's slice) is seen */
