@@ -372,18 +372,26 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 #define DS_CLONES
 #endif
 
-/* bf16 rounding of an fp32 value, to nearest even with NaN kept quiet:
- * util/half.c's branch-free form (ds_half_round_n's bits), inline so the
- * row loop vectorises */
-static inline float bf16_round(float f)
+/* bf16 bits <-> fp32, inline so the row loops below vectorise; the
+ * rounding is ds_fp32_to_bf16's (nearest even, NaN kept quiet) */
+static inline float bf16_get(uint16_t h)
+{
+	const uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static inline uint16_t bf16_put(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, sizeof u);
 	const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-	u = ((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r) << 16;
-	memcpy(&f, &u, sizeof f);
-	return f;
+	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
+
+/* bf16 rounding of an fp32 value (ds_half_round_n's bits) */
+static inline float bf16_round(float f) { return bf16_get(bf16_put(f)); }
 
 DS_CLONES
 static void round_row(float *x, int64_t n)
@@ -568,22 +576,16 @@ DS_CLONES
 static void pack_row16(uint16_t *h, const float *x, int64_t n)
 {
 #pragma omp simd
-	for (int64_t i = 0; i < n; i++) {
-		uint32_t u;
-		memcpy(&u, &x[i], sizeof u);
-		const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-		h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
-	}
+	for (int64_t i = 0; i < n; i++)
+		h[i] = bf16_put(x[i]);
 }
 
 DS_CLONES
 static void unpack_row16(float *x, const uint16_t *h, int64_t n)
 {
 #pragma omp simd
-	for (int64_t i = 0; i < n; i++) {
-		const uint32_t u = (uint32_t)h[i] << 16;
-		memcpy(&x[i], &u, sizeof u);
-	}
+	for (int64_t i = 0; i < n; i++)
+		x[i] = bf16_get(h[i]);
 }
 
 void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T)
@@ -779,24 +781,6 @@ void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *tar
 		for (int i = V; i < Vp; i++)
 			l[i] = 0;
 	}
-}
-
-/* bf16 bits <-> fp32, inline so the row loops below vectorise; the
- * rounding is ds_fp32_to_bf16's (nearest even, NaN kept quiet) */
-static inline float bf16_get(uint16_t h)
-{
-	const uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
-static inline uint16_t bf16_put(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
 
 DS_CLONES

@@ -1663,10 +1663,12 @@ static int head_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, float **P
 	for (int64_t r0 = 0; !whole && r0 < N; r0 += R) {
 		const int64_t n = N - r0 < R ? N - r0 : R;
 		float *dl = hp ? ws->hchunk : ws->logits;
-		if (hp && ld == Vp)
+		if (hp && ld == Vp) {
 			ws->ops->half_unpack(ws->half, dl, ws->logits16 + r0 * Vp, (size_t)(n * Vp));
-		for (int64_t i = 0; hp && ld != Vp && i < n; i++)   /* dense rows: the V columns read */
-			ws->ops->half_unpack(ws->half, dl + i * Vp, ws->logits16 + (r0 + i) * ld, (size_t)V);
+		} else if (hp) {   /* dense rows: the V columns the products read */
+			for (int64_t i = 0; i < n; i++)
+				ws->ops->half_unpack(ws->half, dl + i * Vp, ws->logits16 + (r0 + i) * ld, (size_t)V);
+		}
 		if (!h16) {
 			if (m->tp > 1)
 				ws->ops->xent_vp_backward(dl, ws->lse + r0, ws->tgt + r0, m->v0, n, V, Vp,
