@@ -127,6 +127,8 @@ void ds_kernel_vocab_embed_backward(float *dwte_l, float *dpos, const float *dou
  * row a kernel just wrote (below, with the other clones) */
 static void round_row(float *x, int64_t n);
 static void pack_row16(uint16_t *h, const float *x, int64_t n);
+static void unpack_row16(float *x, const uint16_t *h, int64_t n);
+static void round_pack_row(float *x, uint16_t *h, int64_t n);
 
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps)
@@ -134,8 +136,8 @@ void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const flo
 	ds_kernel_layernorm_forward_r(out, mean, rstd, inp, w, b, N, C, eps, 0);
 }
 
-/* out (fp32, r16: rounded) or, with out NULL, out16 (bf16 only: rounded,
- * through a row of stack scratch) */
+/* out (fp32, r16: rounded) or, with out NULL, out16 (bf16 only, through a
+ * row of stack scratch: its bits are those of the rounded row) */
 static void layernorm_fwd(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
 			  const float *b, int64_t N, int C, float eps, int r16)
 {
@@ -156,10 +158,10 @@ static void layernorm_fwd(float *out, uint16_t *out16, float *mean, float *rstd,
 #pragma omp simd
 		for (int i = 0; i < C; i++)
 			o[i] = (x[i] - fm) * rs * w[i] + b[i];
-		if (r16)
-			round_row(o, C);
 		if (!out)
 			pack_row16(out16 + n * C, o, C);
+		else if (r16)
+			round_row(o, C);
 		mean[n] = fm;
 		rstd[n] = rs;
 	}
@@ -562,16 +564,8 @@ void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, i
 	}
 }
 
-/* dst (n) = src rounded to bf16 values (dst may be src) */
-DS_CLONES
-static void round_row_to(float *dst, const float *src, int64_t n)
-{
-#pragma omp simd
-	for (int64_t i = 0; i < n; i++)
-		dst[i] = bf16_round(src[i]);
-}
-
-/* bf16 bits <-> fp32 of a row (DS_CLONES: vectorised) */
+/* a row's bf16 bits, and back (DS_CLONES: vectorised); a packed row's
+ * bits are those of the row rounded, so no rounding pass comes first */
 DS_CLONES
 static void pack_row16(uint16_t *h, const float *x, int64_t n)
 {
@@ -588,15 +582,93 @@ static void unpack_row16(float *x, const uint16_t *h, int64_t n)
 		x[i] = bf16_get(h[i]);
 }
 
-void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T)
+/* round_row and pack_row16 in one pass: x rounded in place, its bits to h */
+DS_CLONES
+static void round_pack_row(float *x, uint16_t *h, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const uint16_t b = bf16_put(x[i]);
+		h[i] = b;
+		x[i] = bf16_get(b);
+	}
+}
+
+/* softmax_row with its probabilities rounded to bf16 as they are scaled:
+ * their bits to h (t2 <= t), and with e == a their values to a (zeros
+ * above the diagonal); one pass where softmax_row, round_row and
+ * pack_row16 make three.  e: a, or a row of scratch (T) that takes the
+ * exponentials instead, a then only read. */
+DS_CLONES
+static void softmax_row16(float *a, float *e, uint16_t *h, int t, int T)
+{
+	float mx = -INFINITY;
+#pragma omp simd reduction(max:mx)
+	for (int t2 = 0; t2 <= t; t2++)
+		mx = a[t2] > mx ? a[t2] : mx;
+	float sum = 0;
+#pragma omp simd reduction(+:sum)
+	for (int t2 = 0; t2 <= t; t2++) {
+		e[t2] = ds_expf(a[t2] - mx);
+		sum += e[t2];
+	}
+	const float is = 1.0f / sum;
+	if (e != a) {
+#pragma omp simd
+		for (int t2 = 0; t2 <= t; t2++)
+			h[t2] = bf16_put(e[t2] * is);
+		return;
+	}
+#pragma omp simd
+	for (int t2 = 0; t2 <= t; t2++) {
+		const uint16_t b = bf16_put(a[t2] * is);
+		h[t2] = b;
+		a[t2] = bf16_get(b);
+	}
+	for (int t2 = t + 1; t2 < T; t2++)
+		a[t2] = 0;
+}
+
+void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T, int f32)
 {
 	const int64_t rows = (int64_t)B * NH * T;
-#pragma omp parallel for schedule(static)
-	for (int64_t r = 0; r < rows; r++) {
-		softmax_row(att + r * T, (int)(r % T), T);
-		round_row(att + r * T, r % T + 1);
-		pack_row16(att16 + r * T, att + r * T, r % T + 1);
+#pragma omp parallel
+	{
+		float e[f32 ? 1 : (size_t)T];   /* the exponentials where att is only read (4 T bytes) */
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < rows; r++)
+			softmax_row16(att + r * T, f32 ? att + r * T : e, att16 + r * T, (int)(r % T), T);
 	}
+}
+
+/* softmax_bwd_row of dP's row src rounded to bf16 as it is read, P's from
+ * its bf16 bits p: dS's bits to o16 where it is not NULL, else its values
+ * rounded to d (zeros above the diagonal); d is dS's row or scratch (T),
+ * and may be src; o16 may be p.  Two passes where the unfused kernel makes
+ * five, with softmax_bwd_row's arithmetic in the same order (the same
+ * bits). */
+DS_CLONES
+static void softmax_bwd_row16(float *d, const float *src, const uint16_t *p, uint16_t *o16, int t, int T,
+			      float scale)
+{
+	float s = 0;
+#pragma omp simd reduction(+:s)
+	for (int t2 = 0; t2 <= t; t2++) {
+		const float v = bf16_round(src[t2]);
+		d[t2] = v;
+		s += bf16_get(p[t2]) * v;
+	}
+	if (o16) {
+#pragma omp simd
+		for (int t2 = 0; t2 <= t; t2++)
+			o16[t2] = bf16_put(scale * bf16_get(p[t2]) * (d[t2] - s));
+		return;
+	}
+#pragma omp simd
+	for (int t2 = 0; t2 <= t; t2++)
+		d[t2] = bf16_round(scale * bf16_get(p[t2]) * (d[t2] - s));
+	for (int t2 = t + 1; t2 < T; t2++)
+		d[t2] = 0;
 }
 
 void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
@@ -605,18 +677,11 @@ void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uin
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
-		float pr[2 * (size_t)T];   /* P's row, and dS's where it goes to ds16 (8 T bytes: no allocation to fail) */
+		float dr[(size_t)T];   /* dP's rounded row where dS goes to ds16 (4 T bytes: no allocation to fail) */
 #pragma omp for schedule(static)
-		for (int64_t r = 0; r < rows; r++) {
-			const int t = (int)(r % T);
-			float *d = ds16 ? pr + T : datt + r * T;   /* dS in a row of scratch when it goes to ds16 */
-			unpack_row16(pr, att16 + r * T, t + 1);
-			round_row_to(d, datt + r * T, t + 1);   /* dP as a rounding pass leaves it */
-			softmax_bwd_row(d, pr, t, T, scale);
-			round_row(d, t + 1);
-			if (ds16)
-				pack_row16(ds16 + r * T, d, t + 1);
-		}
+		for (int64_t r = 0; r < rows; r++)
+			softmax_bwd_row16(ds16 ? dr : datt + r * T, datt + r * T, att16 + r * T, ds16 ? ds16 + r * T : NULL,
+					  (int)(r % T), T, scale);
 	}
 }
 
@@ -667,15 +732,16 @@ void ds_kernel_act_forward_r(float *out, const float *inp, int64_t N, int F, int
 	}
 }
 
-void ds_kernel_act_forward16(uint16_t *out16, const float *inp, int64_t N, int F, int act)
+void ds_kernel_act_forward16(uint16_t *out16, uint16_t *in16, const float *inp, int64_t N, int F, int act)
 {
 	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
 		float row[F];   /* the row in fp32, in cache */
 		act_fwd_row(row, inp + n * w, F, act);
-		round_row(row, F);
 		pack_row16(out16 + n * F, row, F);
+		if (in16)   /* the input's row, in cache too */
+			pack_row16(in16 + n * w, inp + n * w, w);
 	}
 }
 
@@ -731,6 +797,22 @@ void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, 
 	for (int64_t n = 0; n < N; n++) {
 		act_bwd_row(dinp + n * w, dout + n * F, inp + n * w, F, act);
 		if (r16)
+			round_row(dinp + n * w, w);
+	}
+}
+
+void ds_kernel_act_backward16(float *dinp, uint16_t *d16, const float *dout, const uint16_t *inp16, int64_t N,
+			      int F, int act)
+{
+	const int w = ds_act_gated(act) ? 2 * F : F;
+#pragma omp parallel for schedule(static)
+	for (int64_t n = 0; n < N; n++) {
+		float x[w];   /* the input's row from its bits, in cache */
+		unpack_row16(x, inp16 + n * w, w);
+		act_bwd_row(dinp + n * w, dout + n * F, x, F, act);
+		if (d16)
+			round_pack_row(dinp + n * w, d16 + n * w, w);
+		else
 			round_row(dinp + n * w, w);
 	}
 }

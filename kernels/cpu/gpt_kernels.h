@@ -123,25 +123,34 @@ void ds_kernel_act_backward_r(float *dinp, const float *dout, const float *inp, 
 void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int r16);
 
 /* The attention softmax of a bf16 run that keeps P's bf16 copy (the
- * products read it): forward as ds_kernel_causal_softmax_forward_r with
- * r16 1, and att16 (B,NH,T,T) each row's bf16 bits as it is written, the
- * same bits as a pack after it.  Both kernels write each row's causal part
- * only (t2 <= t): the caller keeps zeros above the diagonal, which P and
- * dS share.
+ * products read it): forward into att16 (B,NH,T,T), each row's bf16 bits,
+ * the bits of ds_kernel_causal_softmax_forward_r with r16 1 and a pack;
+ * with f32 nonzero att gets that kernel's output too, else att (the
+ * scores) is only read.  Both kernels write each row's causal part of
+ * their bf16 output only (t2 <= t): the caller keeps zeros above the
+ * diagonal, which P and dS share.
  * Backward without dropout from that copy: datt holds dP as the product
  * wrote it, rounded to bf16 here as it is read (the bits of a rounding
  * pass before); dS = scale P (dP - sum P dP) rounded, into ds16 in bf16
  * (which may be att16 itself: each row's P is read before its dS is
  * written) or, with ds16 NULL, into datt: bit for bit the rounding pass,
  * ds_kernel_causal_softmax_backward_r with r16 1 on P in fp32 and a pack. */
-void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T);
+void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int NH, int T, int f32);
 /* Outputs that only products read, written in bf16 alone (a bf16 run's
  * layer storage): out16 the bits of ds_kernel_layernorm_forward_r /
  * ds_kernel_act_forward_r with r16 1 and a pack, without the fp32 tensor
- * (each row goes through stack scratch); mean and rstd as there. */
+ * (each row goes through stack scratch); mean and rstd as there.  The
+ * activation's in16, where not NULL, gets its input's bits (N, F or 2F:
+ * inp is bf16 values already, and backward reads it from there). */
 void ds_kernel_layernorm_forward16(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
 				   const float *b, int64_t N, int C, float eps);
-void ds_kernel_act_forward16(uint16_t *out16, const float *inp, int64_t N, int F, int act);
+void ds_kernel_act_forward16(uint16_t *out16, uint16_t *in16, const float *inp, int64_t N, int F, int act);
+/* The activation's backward with its input read from those bits (inp16):
+ * dinp bit for bit ds_kernel_act_backward_r with r16 1 on the unpacked
+ * input, and its bits into d16 where not NULL (for the next products, the
+ * bits of a pack after). */
+void ds_kernel_act_backward16(float *dinp, uint16_t *d16, const float *dout, const uint16_t *inp16, int64_t N,
+			      int F, int act);
 void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
 					 float scale);
 

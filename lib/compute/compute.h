@@ -187,21 +187,26 @@ struct ds_compute_ops {
 	void (*causal_softmax_backward_h0)(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
 					   float p, const struct ds_rng *gs, int r16);
 	/* The softmax of a bf16 run that keeps P's bf16 copy, written as it
-	 * goes, and its backward (no dropout) from that copy, dP rounded as
+	 * goes (f32: P in fp32 too, else att only read), and its backward (no dropout) from that copy, dP rounded as
 	 * read, dS into ds16 or (NULL) datt: gpt_kernels.h's
 	 * ds_kernel_causal_softmax_forward16/backward16.  Host backends whose
 	 * gemm_hints can be nonzero only (the model calls them only where it
 	 * keeps such copies); NULL on cuda. */
-	void (*causal_softmax_forward16)(float *att, uint16_t *att16, int B, int NH, int T);
+	void (*causal_softmax_forward16)(float *att, uint16_t *att16, int B, int NH, int T, int f32);
 	void (*causal_softmax_backward16)(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
 					  float scale);
 	/* The norm's and the activation's outputs in bf16 alone, for a bf16
-	 * run whose products read them only through that copy (gpt_kernels.h's
-	 * ds_kernel_layernorm_forward16, ds_kernel_act_forward16); host
-	 * backends with bf16 copies only, as above. */
+	 * run whose products read them only through that copy, the
+	 * activation's input's bits too, and its backward reading them and
+	 * writing dinp's bits beside it (gpt_kernels.h's
+	 * ds_kernel_layernorm_forward16, ds_kernel_act_forward16,
+	 * ds_kernel_act_backward16); host backends with bf16 copies only, as
+	 * above. */
 	void (*layernorm_forward16)(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
 				    const float *b, int64_t N, int C, float eps);
-	void (*act_forward16)(uint16_t *out16, const float *inp, int64_t N, int F, int act);
+	void (*act_forward16)(uint16_t *out16, uint16_t *in16, const float *inp, int64_t N, int F, int act);
+	void (*act_backward16)(float *dinp, uint16_t *d16, const float *dout, const uint16_t *inp16, int64_t N, int F,
+			       int act);
 	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
 	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);

@@ -889,6 +889,17 @@ static void pack16(const struct ds_gpt_ws *ws, uint16_t *dst, const float *src, 
 		ws->ops->half_pack(DS_HALF_BF16, dst, src, (size_t)n);
 }
 
+/* whether layer l (the model's index) keeps the activation's input fch in
+ * its bf16 storage alone: where the activation's kernels have bf16 input
+ * and output (act_forward16 packs fch as it reads it; act_backward16 reads
+ * it there and writes dfch's bits for its two products), that is every
+ * layer that is not MoE in a run with such copies and no tensor
+ * parallelism (whose row-parallel product reads the activation in fp32) */
+static int fch16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int l)
+{
+	return ws->hints && ws->tp == 1 && m->li[l].moe < 0;
+}
+
 /* whether attention's backward reads P from the layer's bf16 storage (lv:
  * gemm_hints of its per-head products): where those take copies and no
  * attention dropout reads the fp32 P */
@@ -905,7 +916,9 @@ static int p16_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int 
  * operand): ln1, atty, fcact, ln2 but in an MoE layer (its experts read
  * it in fp32), q k v where attention's per-head products take copies
  * (gemm_hints, as attention_backward asks), and there P too unless the
- * attention dropout reads it (p16_backward). */
+ * attention dropout reads it (p16_backward).  fch goes to bf16 in
+ * forward's activation kernel, and backward's reads it there, where fch16
+ * says so. */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
@@ -913,7 +926,7 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
 	const int bw = dir && ws->hints, hs = m->NH ? m->Cq / m->NH : 0;
 	const int lv = bw ? ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, hs) : 0, q16 = lv > 0;
-	const int ln2 = bw && m->li[ws->l0 + l].moe < 0;
+	const int ln2 = bw && m->li[ws->l0 + l].moe < 0, f16 = fch16(m, ws, ws->l0 + l);
 	/* early: a product's input, which early16 packs in forward; bf16:
 	 * backward reads it only through its copy */
 	struct { uint16_t *p; float *f; int64_t n; int early, bf16; } v[] = {
@@ -921,7 +934,7 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1, p16_backward(m, ws, lv) },
 		{ h->atty, a->atty, N * Cq, 1, bw },
 		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0, 0 }, { h->ln2, a->ln2, N * C, 1, ln2 },
-		{ h->fch, a->fch, N * m->F2, 0, 0 }, { h->fcact, a->fcact, N * m->F, 1, bw },
+		{ h->fch, a->fch, N * m->F2, f16, bw && f16 }, { h->fcact, a->fcact, N * m->F, 1, bw },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		if (!v[i].n || (!dir && ws->hints && v[i].early) || v[i].bf16)
@@ -1028,13 +1041,14 @@ static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const
 /* dinp (N,IC) writes dout @ w; dw (OC,IC) += dout^T @ inp; db (OC) += sum
  * dout; r16 and the answer as gemm_bt's, for dinp.  w16, inp16: bf16
  * copies of w and inp or NULL.  Where a copy made for both products pays
- * (gemm_hints 2), dout goes to bf16 once for both. */
+ * (gemm_hints 2), dout goes to bf16 once for both, into ws->d16, unless
+ * the caller's kernel wrote it there already (dout16: ws->d16, or NULL). */
 static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
-			   const float *inp, const uint16_t *inp16, const float *w, const uint16_t *w16, int64_t N, int IC,
-			   int OC)
+			   const uint16_t *dout16, const float *inp, const uint16_t *inp16, const float *w,
+			   const uint16_t *w16, int64_t N, int IC, int OC)
 {
-	const uint16_t *d16 = NULL;
-	if (ws->hints >= 2) {
+	const uint16_t *d16 = dout16;
+	if (!d16 && ws->hints >= 2) {
 		ws->ops->half_pack(DS_HALF_BF16, ws->d16, dout, (size_t)(N * OC));
 		d16 = ws->d16;
 	}
@@ -1091,7 +1105,9 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
 /* ---- causal self-attention --------------------------------------------- */
 
 /* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
- * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout.  The
+ * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout (with bf16
+ * storage h, its P where dropout or backward reads them in fp32, else
+ * only there).  The
  * products are batches over (b, head) on strided views of qkv (lda 3C):
  * one batch call to the backend (in fp32 the cpu backend shares the
  * entries out over the threads, a single-threaded sgemm each, when there
@@ -1110,8 +1126,10 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	const struct ds_gemm_bf16_batch s = { B * NH, NH, { TC3, hs }, { TC3, hs }, { NH * TT, TT },
 					    DS_GEMM_BF16_C_LOWER, 0, h ? h->qkv : NULL, h ? h->qkv + C : NULL };
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
-	if (h) {   /* (with bf16 storage: P's copy written as the softmax goes) */
-		ws->ops->causal_softmax_forward16(a->att, h->att, B, NH, T);
+	if (h) {   /* (with bf16 storage: P's copy written as the softmax goes, and
+		    * P in fp32 only where dropout or backward reads it there) */
+		const int lv = ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs);   /* as attention_backward asks */
+		ws->ops->causal_softmax_forward16(a->att, h->att, B, NH, T, drop || !p16_backward(m, ws, lv));
 	} else {
 		ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
 		if (!r16(ws))
@@ -1297,7 +1315,8 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 				    tp(m, P, ix->fcb), N, C, F2))
 			rnd(ws, a->fch, N * F2);
 		if (h && ws->tp == 1) {
-			ws->ops->act_forward16(h->fcact, a->fch, N, F, m->cfg.activation);
+			ws->ops->act_forward16(h->fcact, fch16(m, ws, l) ? h->fch : NULL, a->fch, N, F,
+					       m->cfg.activation);
 		} else {
 			ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
 			if (!r16(ws))
@@ -1357,13 +1376,22 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, a->fcact,
+		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, NULL, a->fcact,
 				     h16 ? h16->fcact : NULL, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), N, F, C))
 			rnd(ws, ws->dfcact, N * F);
-		ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation, r16(ws));
-		if (!r16(ws))
-			rnd(ws, ws->dfch, N * F2);
-		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, a->ln2,
+		/* (with the activation's input in bf16 alone, fch16: dfch's bits
+		 * for both products come from the same pass) */
+		uint16_t *df16 = NULL;
+		if (fch16(m, ws, l) && h16) {
+			df16 = ws->hints >= 2 ? ws->d16 : NULL;
+			ws->ops->act_backward16(ws->dfch, df16, ws->dfcact, h16->fch, N, F, m->cfg.activation);
+		} else {
+			ws->ops->act_backward(ws->dfch, ws->dfcact, a->fch, N, F, m->cfg.activation, r16(ws));
+			if (!r16(ws))
+				rnd(ws, ws->dfch, N * F2);
+		}
+		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, df16,
+					a->ln2,
 					h16 ? h16->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
@@ -1384,7 +1412,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		dA = dres;
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, a->atty,
+	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, NULL, a->atty,
 			     h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
 		rnd(ws, ws->datty, N * Cq);
 	if (!attention_backward(m, ws, a, h16, l, B, T, !m->rd)) {
@@ -1392,7 +1420,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 			ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
 		rnd(ws, ws->dqkv, 3 * N * Cq);
 	}
-	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, a->ln1,
+	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, NULL, a->ln1,
 				h16 ? h16->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)

@@ -957,14 +957,36 @@ static void test_kernels_r16(void **state)
 		ds_kernel_act_forward(o1, x, N, F, act);
 		ds_kernel_act_forward_r(o2, x, N, F, act, 1);
 		expect_rounded("act_forward_r", o2, o1, (size_t)N * F);
-		uint16_t h[N * F];
-		ds_kernel_act_forward16(h, x, N, F, act);
+		/* forward16 with and without the input's bits (hx: all of the
+		 * input, no more) */
+		uint16_t h[N * F], h2[N * F], hx[N * 2 * F];
+		memset(hx, 0xff, sizeof hx);
+		ds_kernel_act_forward16(h, hx, x, N, F, act);
+		ds_kernel_act_forward16(h2, NULL, x, N, F, act);
+		assert_memory_equal(h2, h, sizeof h);
 		for (int i = 0; i < N * F; i++)
 			if (h[i] != ds_fp32_to_bf16(o2[i]))
 				fail_msg("act_forward16 %d [%d] = %#x, want %#x", act, i, h[i], ds_fp32_to_bf16(o2[i]));
+		for (int i = 0; i < N * 2 * F; i++)
+			if (hx[i] != (i < N * wd ? ds_fp32_to_bf16(x[i]) : 0xffff))
+				fail_msg("act_forward16 %d in16[%d] = %#x", act, i, hx[i]);
 		ds_kernel_act_backward(o1, g, x, N, F, act);
 		ds_kernel_act_backward_r(o2, g, x, N, F, act, 1);
 		expect_rounded("act_backward_r", o2, o1, (size_t)N * wd);
+		/* backward16 from those bits: backward_r on the input they hold,
+		 * and dinp's bits beside it where asked */
+		float xb[N * 2 * F], o4[N * 2 * F], o5[N * 2 * F];
+		uint16_t hd[N * 2 * F];
+		for (int i = 0; i < N * wd; i++)
+			xb[i] = ds_bf16_to_fp32(hx[i]);
+		ds_kernel_act_backward_r(o2, g, xb, N, F, act, 1);
+		ds_kernel_act_backward16(o4, hd, g, hx, N, F, act);
+		ds_kernel_act_backward16(o5, NULL, g, hx, N, F, act);
+		assert_memory_equal(o4, o2, sizeof(float) * N * wd);
+		assert_memory_equal(o5, o2, sizeof(float) * N * wd);
+		for (int i = 0; i < N * wd; i++)
+			if (hd[i] != ds_fp32_to_bf16(o2[i]))
+				fail_msg("act_backward16 %d d16[%d] = %#x, want %#x", act, i, hd[i], ds_fp32_to_bf16(o2[i]));
 	}
 	/* the residual add, in place and not, over several of its blocks and a tail */
 	{
@@ -1016,8 +1038,17 @@ static void test_kernels_r16(void **state)
 	static float s3[B * NH * T * T], d3[B * NH * T * T];
 	fill(s3, B * NH * T, T, T, 65u);
 	memset(h1, 0xff, sizeof h1);
-	ds_kernel_causal_softmax_forward16(s3, h1, B, NH, T);
+	/* (f32 0: the same att16, the scores only read) */
+	static float s4[B * NH * T * T], s5[B * NH * T * T];
+	static uint16_t h0[B * NH * T * T];
+	memcpy(s4, s3, sizeof s3);
+	memcpy(s5, s3, sizeof s3);
+	memset(h0, 0xff, sizeof h0);
+	ds_kernel_causal_softmax_forward16(s4, h0, B, NH, T, 0);
+	assert_memory_equal(s4, s5, sizeof s5);
+	ds_kernel_causal_softmax_forward16(s3, h1, B, NH, T, 1);
 	assert_memory_equal(s3, s2, sizeof s2);
+	assert_memory_equal(h0, h1, sizeof h1);
 	for (size_t i = 0; i < ns; i++) {
 		const int up = (int)(i % T) > (int)(i / T % T);   /* above the diagonal */
 		if (h1[i] != (up ? 0xffff : ds_fp32_to_bf16(s2[i])))
