@@ -367,9 +367,14 @@ static void drop_row(float *keep, const struct ds_rng *g, int h, int t, int T, f
 /* The hot element-wise loops are compiled for AVX-512, AVX2 and baseline
  * x86-64, picked at load time (GCC function multi-versioning): the build
  * itself targets baseline x86-64.  -std=c11 keeps FMA contraction off, so
- * every version rounds the same way. */
+ * every version rounds the same way.  The AVX-512 version is x86-64-v4's
+ * (F, BW, DQ, VL: every AVX-512 CPU since Skylake-SP, AMD Zen 4 on): with
+ * AVX512F alone GCC ran the loops that mix bf16 bits and fp32 at 256 bits
+ * with 16-bit packing shuffles, no 512-bit word lanes to convert in
+ * (bench/gpt-step gpt2, 2026-12-04: the bf16 step's non-matrix work 6%
+ * less). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define DS_CLONES
 #endif
