@@ -129,6 +129,7 @@ static void round_row(float *x, int64_t n);
 static void pack_row16(uint16_t *h, const float *x, int64_t n);
 static void unpack_row16(float *x, const uint16_t *h, int64_t n);
 static void round_pack_row(float *x, uint16_t *h, int64_t n);
+static void round_row_to(float *dst, const float *src, int64_t n);
 
 void ds_kernel_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 				 const float *w, const float *b, int64_t N, int C, float eps)
@@ -587,6 +588,15 @@ static void unpack_row16(float *x, const uint16_t *h, int64_t n)
 		x[i] = bf16_get(h[i]);
 }
 
+/* dst = src rounded (a row read into scratch) */
+DS_CLONES
+static void round_row_to(float *dst, const float *src, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = bf16_round(src[i]);
+}
+
 /* round_row and pack_row16 in one pass: x rounded in place, its bits to h */
 DS_CLONES
 static void round_pack_row(float *x, uint16_t *h, int64_t n)
@@ -742,11 +752,12 @@ void ds_kernel_act_forward16(uint16_t *out16, uint16_t *in16, const float *inp, 
 	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
-		float row[F];   /* the row in fp32, in cache */
-		act_fwd_row(row, inp + n * w, F, act);
+		float row[F], x[w];   /* the output's row and the input's rounded, in cache */
+		round_row_to(x, inp + n * w, w);
+		act_fwd_row(row, x, F, act);
 		pack_row16(out16 + n * F, row, F);
-		if (in16)   /* the input's row, in cache too */
-			pack_row16(in16 + n * w, inp + n * w, w);
+		if (in16)
+			pack_row16(in16 + n * w, x, w);
 	}
 }
 
@@ -812,9 +823,10 @@ void ds_kernel_act_backward16(float *dinp, uint16_t *d16, const float *dout, con
 	const int w = ds_act_gated(act) ? 2 * F : F;
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
-		float x[w];   /* the input's row from its bits, in cache */
+		float x[w], g[F];   /* the input's row from its bits, dout's rounded, in cache */
 		unpack_row16(x, inp16 + n * w, w);
-		act_bwd_row(dinp + n * w, dout + n * F, x, F, act);
+		round_row_to(g, dout + n * F, F);
+		act_bwd_row(dinp + n * w, g, x, F, act);
 		if (d16)
 			round_pack_row(dinp + n * w, d16 + n * w, w);
 		else

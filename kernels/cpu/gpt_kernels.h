@@ -140,15 +140,18 @@ void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int 
  * layer storage): out16 the bits of ds_kernel_layernorm_forward_r /
  * ds_kernel_act_forward_r with r16 1 and a pack, without the fp32 tensor
  * (each row goes through stack scratch); mean and rstd as there.  The
- * activation's in16, where not NULL, gets its input's bits (N, F or 2F:
- * inp is bf16 values already, and backward reads it from there). */
+ * activation rounds its input to bf16 values as it reads it (the bits of
+ * a rounding pass over inp before: its product need not round), and
+ * in16, where not NULL, gets that input's bits (N, F or 2F: backward reads
+ * it from there). */
 void ds_kernel_layernorm_forward16(uint16_t *out16, float *mean, float *rstd, const float *inp, const float *w,
 				   const float *b, int64_t N, int C, float eps);
 void ds_kernel_act_forward16(uint16_t *out16, uint16_t *in16, const float *inp, int64_t N, int F, int act);
-/* The activation's backward with its input read from those bits (inp16):
- * dinp bit for bit ds_kernel_act_backward_r with r16 1 on the unpacked
- * input, and its bits into d16 where not NULL (for the next products, the
- * bits of a pack after). */
+/* The activation's backward with its input read from those bits (inp16)
+ * and dout rounded to bf16 values as it is read: dinp bit for bit
+ * ds_kernel_act_backward_r with r16 1 on the unpacked input and the
+ * rounded dout, and its bits into d16 where not NULL (for the next
+ * products, the bits of a pack after). */
 void ds_kernel_act_backward16(float *dinp, uint16_t *d16, const float *dout, const uint16_t *inp16, int64_t N,
 			      int F, int act);
 void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,

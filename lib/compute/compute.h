@@ -88,6 +88,11 @@ struct ds_compute_ops {
 	void (*half_round)(int kind, float *x, size_t n);
 	void (*half_pack)(int kind, uint16_t *dst, const float *src, size_t n);
 	void (*half_unpack)(int kind, float *dst, const uint16_t *src, size_t n);
+	/* dst = src rounded to bf16 values (dst may be src) and h its bits, in
+	 * one pass where a rounding pass and a pack make two (util/half.h's
+	 * ds_bf16_round_pack_n); a host backend's, for its bf16 copies (NULL
+	 * on cuda, as the bf16 storage entries below) */
+	void (*half_round_pack)(float *dst, uint16_t *h, const float *src, size_t n);
 	/* the engine's 16-bit gradients: acc (16-bit, kind) = acc + g, added in
 	 * fp32 and rounded once (its hadd) */
 	void (*half_add)(int kind, uint16_t *acc, const float *g, int64_t n);

@@ -57,13 +57,16 @@ static void cpu_free(void *p) { ds_free(p); }
  * all. */
 #define BULK_MIN 65536
 
-enum { BULK_ZERO, BULK_COPY, BULK_ROUND, BULK_PACK, BULK_UNPACK };
+enum { BULK_ZERO, BULK_COPY, BULK_ROUND, BULK_PACK, BULK_UNPACK, BULK_ROUND_PACK };
 
-/* op over elements [b, e) (bytes for zero and copy) */
-static void bulk_span(int op, int kind, void *dst, const void *src, size_t b, size_t e)
+/* op over elements [b, e) (bytes for zero and copy); h: round-pack's bits */
+static void bulk_span(int op, int kind, void *dst, const void *src, uint16_t *h, size_t b, size_t e)
 {
 	const enum ds_half_kind k = (enum ds_half_kind)kind;
 	switch (op) {
+	case BULK_ROUND_PACK:
+		ds_bf16_round_pack_n((float *)dst + b, h + b, (const float *)src + b, e - b);
+		break;
 	case BULK_ZERO:
 		memset((char *)dst + b, 0, e - b);
 		break;
@@ -84,29 +87,33 @@ static void bulk_span(int op, int kind, void *dst, const void *src, size_t b, si
 
 /* op over n elements (bytes for zero and copy, weighed as n / 4 against
  * BULK_MIN); each thread's run starts at a multiple of 16 */
-static void bulk(int op, int kind, void *dst, const void *src, size_t n)
+static void bulk(int op, int kind, void *dst, const void *src, uint16_t *h, size_t n)
 {
 	if ((op <= BULK_COPY ? n / 4 : n) < BULK_MIN || omp_in_parallel() || omp_get_max_threads() < 2) {
-		bulk_span(op, kind, dst, src, 0, n);
+		bulk_span(op, kind, dst, src, h, 0, n);
 		return;
 	}
 #pragma omp parallel
 	{
 		const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-		bulk_span(op, kind, dst, src, n / 16 * t / nt * 16, t + 1 == nt ? n : n / 16 * (t + 1) / nt * 16);
+		bulk_span(op, kind, dst, src, h, n / 16 * t / nt * 16, t + 1 == nt ? n : n / 16 * (t + 1) / nt * 16);
 	}
 }
 
-static void cpu_zero(void *p, size_t bytes) { bulk(BULK_ZERO, 0, p, NULL, bytes); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) { bulk(BULK_COPY, 0, dst, src, bytes); }
-static void cpu_half_round(int kind, float *x, size_t n) { bulk(BULK_ROUND, kind, x, NULL, n); }
+static void cpu_zero(void *p, size_t bytes) { bulk(BULK_ZERO, 0, p, NULL, NULL, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { bulk(BULK_COPY, 0, dst, src, NULL, bytes); }
+static void cpu_half_round(int kind, float *x, size_t n) { bulk(BULK_ROUND, kind, x, NULL, NULL, n); }
 static void cpu_half_pack(int kind, uint16_t *dst, const float *src, size_t n)
 {
-	bulk(BULK_PACK, kind, dst, src, n);
+	bulk(BULK_PACK, kind, dst, src, NULL, n);
 }
 static void cpu_half_unpack(int kind, float *dst, const uint16_t *src, size_t n)
 {
-	bulk(BULK_UNPACK, kind, dst, src, n);
+	bulk(BULK_UNPACK, kind, dst, src, NULL, n);
+}
+static void cpu_half_round_pack(float *dst, uint16_t *h, const float *src, size_t n)
+{
+	bulk(BULK_ROUND_PACK, DS_HALF_BF16, dst, src, h, n);
 }
 
 /* ---- the engine's 16-bit gradients: lib/engine/engine.c's loops as the
@@ -375,6 +382,7 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.half_round = cpu_half_round,
 	.half_pack = cpu_half_pack,
 	.half_unpack = cpu_half_unpack,
+	.half_round_pack = cpu_half_round_pack,
 	.half_add = cpu_half_add,
 	.half_recast = cpu_half_recast,
 	.accumulate = cpu_accumulate,

@@ -889,6 +889,14 @@ static void pack16(const struct ds_gpt_ws *ws, uint16_t *dst, const float *src, 
 		ws->ops->half_pack(DS_HALF_BF16, dst, src, (size_t)n);
 }
 
+/* x (n) rounded to bf16 values, from src (which may be x), and its bits
+ * into h, in one pass where a product's rounding pass (oneDNN's: gemm_hints
+ * 2) and a pack would make two; only where ws->hints >= 2 */
+static void rnd_pack(const struct ds_gpt_ws *ws, float *x, uint16_t *h, const float *src, int64_t n)
+{
+	ws->ops->half_round_pack(x, h, src, (size_t)n);
+}
+
 /* whether layer l (the model's index) keeps the activation's input fch in
  * its bf16 storage alone: where the activation's kernels have bf16 input
  * and output (act_forward16 packs fch as it reads it; act_backward16 reads
@@ -1114,7 +1122,7 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
  * are at least two per thread); the softmax is one OpenMP pass over all
  * rows. */
 static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, struct hacts *h, int l,
-			     int B, int T)
+			     int B, int T, int ry)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3;
@@ -1141,12 +1149,13 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	/* atty[b,:,h] (T,hs) = P[b,h] (T,T) @ v (T,hs) */
 	const struct ds_gemm_bf16_batch y = { B * NH, NH, { NH * TT, TT }, { TC3, hs }, { (long)T * C, hs },
 					     DS_GEMM_BF16_A_LOWER, 0, h && !drop ? h->att : NULL, h ? h->qkv + 2 * C : NULL };
-	return gemm_bt(ws, &y, 1, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
+	return gemm_bt(ws, &y, ry, NOTR, NOTR, T, hs, T, 1.0f, P, T, a->qkv + 2 * C, C3, 0.0f, a->atty, C);
 }
 
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
- * gemm_bt's).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
+ * gemm_bt's).  ry: datty is rounded already, else it is rounded here (with
+ * the pack to d16, where there is one, in the same pass).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
  * v and P the products read; where copies made for two products pay,
  * datty goes to bf16 once (d16) for its two products, and the scores'
  * gradient once into h16's P, whose last reader has run by then.  Where
@@ -1154,7 +1163,7 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
  * softmax's backward reads P from h16 too (layer_store leaves it there)
  * and rounds dP as it reads it. */
 static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, const struct acts *a,
-			      const struct hacts *h16, int l, int B, int T, int rq16)
+			      const struct hacts *h16, int l, int B, int T, int rq16, int ry)
 {
 	const int C = m->Cq, NH = m->NH, hs = C / NH, C3 = 3 * C;   /* this rank's heads: (N, 3Cq) */
 	const long TT = (long)T * T, TC3 = (long)T * C3, TC = (long)T * C;
@@ -1171,8 +1180,13 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	uint16_t *ds16 = lv >= 2 ? h16->att : NULL;
 	const int pb = p16_backward(m, ws, lv);
 	if (lv >= 2) {
-		ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
+		if (ry)
+			ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
+		else
+			rnd_pack(ws, ws->datty, ws->d16, ws->datty, (int64_t)B * T * C);
 		dy16 = ws->d16;
+	} else if (!ry) {
+		rnd(ws, ws->datty, (int64_t)B * T * C);
 	}
 	/* per (b, h): datt (T,T) = dy (T,hs) @ v (T,hs)^T;  dv (T,hs) = P'^T (T,T) @ dy (T,hs) */
 	const struct ds_gemm_bf16_batch dp = { B * NH, NH, { TC, hs }, { TC3, hs }, { NH * TT, TT },
@@ -1279,17 +1293,29 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		pack16(ws, h ? h->ln1 : NULL, a->ln1, N * C);
 	}
 	/* column-parallel: this rank's heads' [q | k | v] */
-	/* (products that round their output as they store it spare a pass) */
-	if (!matmul_forward(ws, !m->rd, a->qkv, a->ln1, h ? h->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw),
-			    tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
+	/* (products that round their output as they store it spare a pass;
+	 * where they would round in a pass of their own (hints 2), q k v and
+	 * atty are rounded and packed in one: fq) */
+	const int fq = h && ws->hints >= 2;
+	if (!matmul_forward(ws, !m->rd && !fq, a->qkv, a->ln1, h ? h->ln1 : NULL, tp(m, P, ix->qkvw),
+			    tp16(m, ws, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
 		if (m->rd)
 			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
-		rnd(ws, a->qkv, 3 * N * Cq);
+		if (fq)
+			rnd_pack(ws, a->qkv, h->qkv, a->qkv, 3 * N * Cq);
+		else
+			rnd(ws, a->qkv, 3 * N * Cq);
 	}
-	pack16(ws, h ? h->qkv : NULL, a->qkv, 3 * N * Cq);
-	if (!attention_forward(m, ws, a, h, l, B, T))
-		rnd(ws, a->atty, N * Cq);
-	pack16(ws, h ? h->atty : NULL, a->atty, N * Cq);
+	if (!fq)
+		pack16(ws, h ? h->qkv : NULL, a->qkv, 3 * N * Cq);
+	if (!attention_forward(m, ws, a, h, l, B, T, !fq)) {
+		if (fq)
+			rnd_pack(ws, a->atty, h->atty, a->atty, N * Cq);
+		else
+			rnd(ws, a->atty, N * Cq);
+	}
+	if (!fq)
+		pack16(ws, h ? h->atty : NULL, a->atty, N * Cq);
 	/* attention branch -> res2 (sequential) or out (parallel) */
 	float *ab = gptj ? out : a->res2;
 	DS_TRY(rowpar_forward(ws, ab, a->atty, h ? h->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw),
@@ -1311,10 +1337,14 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		if (!matmul_forward(ws, 1, a->fch, a->ln2, h ? h->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw),
-				    tp(m, P, ix->fcb), N, C, F2))
+		/* (act_forward16 rounds fch as it reads it: fc's product need not,
+		 * where it would in a pass of its own) */
+		const int f16 = h && fch16(m, ws, l);
+		if (!matmul_forward(ws, !(f16 && ws->hints >= 2), a->fch, a->ln2, h ? h->ln2 : NULL, tp(m, P, ix->fcw),
+				    tp16(m, ws, ix->fcw), tp(m, P, ix->fcb), N, C, F2) &&
+		    !f16)
 			rnd(ws, a->fch, N * F2);
-		if (h && ws->tp == 1) {
+		if (f16) {
 			ws->ops->act_forward16(h->fcact, fch16(m, ws, l) ? h->fch : NULL, a->fch, N, F,
 					       m->cfg.activation);
 		} else {
@@ -1359,9 +1389,17 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
 	 * overflows inside the layer where it would there */
 	/* out = h + drop(mlp): dM = drop(dout) */
-	ws->ops->copy(ws->dM, dres, nc);
+	/* (where the c_proj products take dM's copy, hints 2, dM is rounded and
+	 * packed in the pass that copies it: dm16) */
+	uint16_t *dm16 = ws->hints >= 2 && ix->moe < 0 ? ws->d16 : NULL;
+	const int dropm = ws->train && ph > 0;
+	if (dropm || !dm16)
+		ws->ops->copy(ws->dM, dres, nc);
 	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
-	rnd(ws, ws->dM, N * C);
+	if (dm16)
+		rnd_pack(ws, ws->dM, dm16, dropm ? ws->dM : dres, N * C);
+	else
+		rnd(ws, ws->dM, N * C);
 	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
 		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
@@ -1376,13 +1414,18 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		if (rc < 0)
 			return ds_err_set(err, rc, "%s", ws->lerr.msg);
 	} else {
-		if (!matmul_backward(ws, 1, ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb), ws->dM, NULL, a->fcact,
-				     h16 ? h16->fcact : NULL, tp(m, P, ix->fcpw), tp16(m, ws, ix->fcpw), N, F, C))
+		/* (act_backward16 rounds dfcact as it reads it: the product need
+		 * not, where it would in a pass of its own) */
+		const int fb = h16 && fch16(m, ws, l);
+		if (!matmul_backward(ws, !(fb && ws->hints >= 2), ws->dfcact, tp(m, G, ix->fcpw), tp(m, G, ix->fcpb),
+				     ws->dM, dm16, a->fcact, h16 ? h16->fcact : NULL, tp(m, P, ix->fcpw),
+				     tp16(m, ws, ix->fcpw), N, F, C) &&
+		    !fb)
 			rnd(ws, ws->dfcact, N * F);
 		/* (with the activation's input in bf16 alone, fch16: dfch's bits
 		 * for both products come from the same pass) */
 		uint16_t *df16 = NULL;
-		if (fch16(m, ws, l) && h16) {
+		if (fb) {
 			df16 = ws->hints >= 2 ? ws->d16 : NULL;
 			ws->ops->act_backward16(ws->dfch, df16, ws->dfcact, h16->fch, N, F, m->cfg.activation);
 		} else {
@@ -1412,15 +1455,22 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		dA = dres;
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	if (!matmul_backward(ws, 1, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, NULL, a->atty,
-			     h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C))
-		rnd(ws, ws->datty, N * Cq);
-	if (!attention_backward(m, ws, a, h16, l, B, T, !m->rd)) {
+	/* (where products round in a pass of their own, hints 2, datty is
+	 * rounded with its pack in attention_backward, and dqkv with its pack
+	 * for c_attn's products here: fk) */
+	const int fk = h16 && ws->hints >= 2;
+	const int ry = matmul_backward(ws, !fk, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, NULL, a->atty,
+				       h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C);
+	if (!attention_backward(m, ws, a, h16, l, B, T, !m->rd && !fk, ry)) {
 		if (m->rd)
 			ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
-		rnd(ws, ws->dqkv, 3 * N * Cq);
+		if (fk)
+			rnd_pack(ws, ws->dqkv, ws->d16, ws->dqkv, 3 * N * Cq);
+		else
+			rnd(ws, ws->dqkv, 3 * N * Cq);
 	}
-	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv, NULL, a->ln1,
+	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv,
+				fk ? ws->d16 : NULL, a->ln1,
 				h16 ? h16->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)

@@ -133,6 +133,18 @@ __attribute__((target("avx512f"))) static size_t bf16_round_512(float *dst, cons
 	return i;
 }
 
+__attribute__((target("avx512f"))) static size_t bf16_round_pack_512(float *dst, uint16_t *h, const float *src,
+								    size_t n)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		const __m512i b = bf16_bits_512(_mm512_loadu_si512((const void *)(src + i)));
+		_mm512_storeu_si512((void *)(dst + i), b);
+		_mm256_storeu_si256((__m256i *)(void *)(h + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16)));
+	}
+	return i;
+}
+
 /* (AVX2 has no unsigned compare: |x| fits a signed one) */
 __attribute__((target("avx2"))) static inline __m256i bf16_bits_256(__m256i x)
 {
@@ -152,6 +164,21 @@ __attribute__((target("avx2"))) static size_t bf16_pack_256(uint16_t *dst, const
 		const __m256i b = _mm256_srli_epi32(bf16_bits_256(_mm256_loadu_si256((const __m256i *)(const void *)(src + i + 8))), 16);
 		/* packus interleaves the 128-bit halves: a0-3 b0-3 a4-7 b4-7 */
 		_mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
+	}
+	return i;
+}
+
+__attribute__((target("avx2"))) static size_t bf16_round_pack_256(float *dst, uint16_t *h, const float *src,
+								  size_t n)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		const __m256i a = bf16_bits_256(_mm256_loadu_si256((const __m256i *)(const void *)(src + i)));
+		const __m256i b = bf16_bits_256(_mm256_loadu_si256((const __m256i *)(const void *)(src + i + 8)));
+		_mm256_storeu_si256((__m256i *)(void *)(dst + i), a);
+		_mm256_storeu_si256((__m256i *)(void *)(dst + i + 8), b);
+		const __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+		_mm256_storeu_si256((__m256i *)(void *)(h + i), _mm256_permute4x64_epi64(p, 0xd8));
 	}
 	return i;
 }
@@ -192,6 +219,10 @@ static int cpu_level(enum ds_half_kind k)
 static int vec_level(enum ds_half_kind k) { return cpu_level(k) < cap[k] ? cpu_level(k) : cap[k]; }
 #define HALF_VEC(K, FN, dst, src, n) \
 	(vec_level(K) == 2 ? FN##_512(dst, src, n) : vec_level(K) == 1 ? FN##_256(dst, src, n) : 0)
+#define ROUND_PACK_VEC(dst, h, src, n)                                                                               \
+	(vec_level(DS_HALF_BF16) == 2   ? bf16_round_pack_512(dst, h, src, n)                                      \
+	 : vec_level(DS_HALF_BF16) == 1 ? bf16_round_pack_256(dst, h, src, n)                                      \
+					: 0)
 #else
 static int cap[3];
 static int vec_level(enum ds_half_kind k)
@@ -200,6 +231,7 @@ static int vec_level(enum ds_half_kind k)
 	return 0;
 }
 #define HALF_VEC(K, FN, dst, src, n) ((size_t)0)
+#define ROUND_PACK_VEC(dst, h, src, n) ((size_t)0)
 #endif
 
 static int set_cap(enum ds_half_kind k, int force)
@@ -304,6 +336,15 @@ void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t
 		ds_fp32_to_fp16_n(dst, src, n);
 	else
 		ds_fp32_to_bf16_n(dst, src, n);
+}
+
+void ds_bf16_round_pack_n(float *dst, uint16_t *h, const float *src, size_t n)
+{
+	for (size_t i = ROUND_PACK_VEC(dst, h, src, n); i < n; i++) {
+		const uint32_t b = bf16_bits(src[i]);
+		h[i] = (uint16_t)(b >> 16);
+		dst[i] = ds_half_u2f(b);
+	}
 }
 
 void ds_half_sum_n(enum ds_half_kind k, uint16_t *acc, const uint16_t *x, size_t n)

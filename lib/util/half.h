@@ -112,6 +112,10 @@ void ds_half_round_n(enum ds_half_kind k, float *x, size_t n);
 /* Pack fp32 to kind's 16 bits / unpack back (kind must not be NONE). */
 void ds_half_pack_n(enum ds_half_kind k, uint16_t *dst, const float *src, size_t n);
 void ds_half_unpack_n(enum ds_half_kind k, float *dst, const uint16_t *src, size_t n);
+/* dst[0..n) = src rounded to bf16 values and h its bf16 bits, in one pass
+ * (ds_half_round_n's and ds_fp32_to_bf16_n's bits; dst may be src), on the
+ * calling thread. */
+void ds_bf16_round_pack_n(float *dst, uint16_t *h, const float *src, size_t n);
 /* acc[i] = acc[i] + x[i] for 16-bit values of kind, each sum in fp32
  * rounded once (the 16-bit allreduce's operator): through the bulk loops,
  * in chunks widened on the stack, on the calling thread; the scalar

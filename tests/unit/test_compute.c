@@ -569,6 +569,22 @@ static void test_cpu_bulk_threads(void **st)
 		assert_memory_equal(y, w, n * sizeof(float));
 		assert_true(y[n] == 7.0f);
 	}
+	/* round_pack: the rounding's values and the pack's bits in one pass,
+	 * into another buffer and in place */
+	memcpy(w, x, n * sizeof(float));
+	ds_half_round_n(DS_HALF_BF16, w, n);
+	ds_half_pack_n(DS_HALF_BF16, q, x, n);
+	p[n] = 0xabcd;
+	o->half_round_pack(y, p, x, n);
+	assert_memory_equal(y, w, n * sizeof(float));
+	assert_memory_equal(p, q, n * 2);
+	assert_int_equal(p[n], 0xabcd);
+	assert_true(y[n] == 7.0f);
+	memcpy(y, x, n * sizeof(float));
+	memset(p, 0, n * 2);
+	o->half_round_pack(y, p, y, n);
+	assert_memory_equal(y, w, n * sizeof(float));
+	assert_memory_equal(p, q, n * 2);
 	o->copy(y, x, n * sizeof(float));
 	assert_memory_equal(y, x, n * sizeof(float));
 	o->zero(y, n * sizeof(float));

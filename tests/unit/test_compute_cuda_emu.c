@@ -306,7 +306,8 @@ static void test_cuda_table_complete(void **st)
 	const char *base = (const char *)&ds_compute_cuda + off;
 	/* the entries of bf16 copies are a host backend's only (NULL here):
 	 * the model calls them where gemm_hints is nonzero, never on cuda */
-	const size_t host[] = { offsetof(struct ds_compute_ops, causal_softmax_forward16),
+	const size_t host[] = { offsetof(struct ds_compute_ops, half_round_pack),
+				offsetof(struct ds_compute_ops, causal_softmax_forward16),
 				offsetof(struct ds_compute_ops, causal_softmax_backward16),
 				offsetof(struct ds_compute_ops, layernorm_forward16),
 				offsetof(struct ds_compute_ops, act_forward16),

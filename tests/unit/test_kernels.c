@@ -958,28 +958,40 @@ static void test_kernels_r16(void **state)
 		ds_kernel_act_forward_r(o2, x, N, F, act, 1);
 		expect_rounded("act_forward_r", o2, o1, (size_t)N * F);
 		/* forward16 with and without the input's bits (hx: all of the
-		 * input, no more) */
+		 * input, no more), the input rounded as read: forward_r on the
+		 * rounded input (xr) */
 		uint16_t h[N * F], h2[N * F], hx[N * 2 * F];
+		float xr[N * 2 * F], o6[N * F];
+		for (int i = 0; i < N * wd; i++)
+			xr[i] = bf(x[i]);
+		ds_kernel_act_forward_r(o6, xr, N, F, act, 1);
 		memset(hx, 0xff, sizeof hx);
 		ds_kernel_act_forward16(h, hx, x, N, F, act);
 		ds_kernel_act_forward16(h2, NULL, x, N, F, act);
 		assert_memory_equal(h2, h, sizeof h);
-		for (int i = 0; i < N * F; i++)
-			if (h[i] != ds_fp32_to_bf16(o2[i]))
-				fail_msg("act_forward16 %d [%d] = %#x, want %#x", act, i, h[i], ds_fp32_to_bf16(o2[i]));
+		long moved = 0;   /* outputs the input's rounding changes: the test sees it */
+		for (int i = 0; i < N * F; i++) {
+			if (h[i] != ds_fp32_to_bf16(o6[i]))
+				fail_msg("act_forward16 %d [%d] = %#x, want %#x", act, i, h[i], ds_fp32_to_bf16(o6[i]));
+			moved += o6[i] != o2[i];
+		}
+		assert_true(moved > 0);
 		for (int i = 0; i < N * 2 * F; i++)
 			if (hx[i] != (i < N * wd ? ds_fp32_to_bf16(x[i]) : 0xffff))
 				fail_msg("act_forward16 %d in16[%d] = %#x", act, i, hx[i]);
 		ds_kernel_act_backward(o1, g, x, N, F, act);
 		ds_kernel_act_backward_r(o2, g, x, N, F, act, 1);
 		expect_rounded("act_backward_r", o2, o1, (size_t)N * wd);
-		/* backward16 from those bits: backward_r on the input they hold,
-		 * and dinp's bits beside it where asked */
-		float xb[N * 2 * F], o4[N * 2 * F], o5[N * 2 * F];
+		/* backward16 from those bits and dout (g) rounded as read:
+		 * backward_r on the input they hold and the rounded dout, and
+		 * dinp's bits beside it where asked */
+		float xb[N * 2 * F], o4[N * 2 * F], o5[N * 2 * F], gr[N * F];
 		uint16_t hd[N * 2 * F];
 		for (int i = 0; i < N * wd; i++)
 			xb[i] = ds_bf16_to_fp32(hx[i]);
-		ds_kernel_act_backward_r(o2, g, xb, N, F, act, 1);
+		for (int i = 0; i < N * F; i++)
+			gr[i] = bf(g[i]);
+		ds_kernel_act_backward_r(o2, gr, xb, N, F, act, 1);
 		ds_kernel_act_backward16(o4, hd, g, hx, N, F, act);
 		ds_kernel_act_backward16(o5, NULL, g, hx, N, F, act);
 		assert_memory_equal(o4, o2, sizeof(float) * N * wd);

@@ -252,6 +252,17 @@ static void test_bf16_bulk(void **state)
 				fail_msg("path %d: round %08x: %08x, want %08x", path, u[i], w,
 					 (uint32_t)ref_bf16(u[i]) << 16);
 		}
+		/* round and pack in one pass, in place: both of the above */
+		memcpy(y, x, sizeof(float) * (N + 1));
+		memset(h, 0, sizeof(uint16_t) * (N + 1));
+		ds_bf16_round_pack_n(y + 1, h + 1, y + 1, N);
+		for (int i = 1; i <= N; i++) {
+			uint32_t w;
+			memcpy(&w, &y[i], sizeof w);
+			if (h[i] != ref_bf16(u[i]) || w != (uint32_t)ref_bf16(u[i]) << 16)
+				fail_msg("path %d: round_pack %08x: %08x %04x, want %04x", path, u[i], w, h[i],
+					 ref_bf16(u[i]));
+		}
 	}
 	ds_half_bf16_path(-1);
 	free(u); free(x); free(y); free(h);
