@@ -398,8 +398,19 @@ static inline uint16_t bf16_put(float f)
 	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
 }
 
-/* bf16 rounding of an fp32 value (ds_half_round_n's bits) */
-static inline float bf16_round(float f) { return bf16_get(bf16_put(f)); }
+/* bf16 rounding of an fp32 value (ds_half_round_n's bits: bf16_get of
+ * bf16_put), in 32-bit lanes only: GCC vectorises loops that narrow to 16
+ * bits at 256 bits even for AVX-512, and these at 512 */
+static inline float bf16_round(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u + 0x7fffu + ((u >> 16) & 1u);
+	const uint32_t b = r & 0xffff0000u;
+	float o;
+	memcpy(&o, &b, sizeof o);
+	return o;
+}
 
 DS_CLONES
 static void round_row(float *x, int64_t n)
@@ -609,11 +620,11 @@ static void round_pack_row(float *x, uint16_t *h, int64_t n)
 	}
 }
 
-/* softmax_row with its probabilities rounded to bf16 as they are scaled:
- * their bits to h (t2 <= t), and with e == a their values to a (zeros
- * above the diagonal); one pass where softmax_row, round_row and
- * pack_row16 make three.  e: a, or a row of scratch (T) that takes the
- * exponentials instead, a then only read. */
+/* softmax_row with its probabilities rounded to bf16: their bits to h
+ * (t2 <= t), and with e == a their values to a (zeros above the diagonal).
+ * e: a, or a row of scratch (T) that takes the exponentials instead, a
+ * then only read.  (The loops that mix 16-bit and fp32 lanes are the
+ * conversions alone: GCC runs those at 256 bits, the rest at 512.) */
 DS_CLONES
 static void softmax_row16(float *a, float *e, uint16_t *h, int t, int T)
 {
@@ -628,18 +639,14 @@ static void softmax_row16(float *a, float *e, uint16_t *h, int t, int T)
 		sum += e[t2];
 	}
 	const float is = 1.0f / sum;
-	if (e != a) {
 #pragma omp simd
-		for (int t2 = 0; t2 <= t; t2++)
-			h[t2] = bf16_put(e[t2] * is);
+	for (int t2 = 0; t2 <= t; t2++)
+		e[t2] *= is;
+	if (e != a) {
+		pack_row16(h, e, t + 1);
 		return;
 	}
-#pragma omp simd
-	for (int t2 = 0; t2 <= t; t2++) {
-		const uint16_t b = bf16_put(a[t2] * is);
-		h[t2] = b;
-		a[t2] = bf16_get(b);
-	}
+	round_pack_row(a, h, t + 1);
 	for (int t2 = t + 1; t2 < T; t2++)
 		a[t2] = 0;
 }
@@ -657,31 +664,34 @@ void ds_kernel_causal_softmax_forward16(float *att, uint16_t *att16, int B, int 
 }
 
 /* softmax_bwd_row of dP's row src rounded to bf16 as it is read, P's from
- * its bf16 bits p: dS's bits to o16 where it is not NULL, else its values
- * rounded to d (zeros above the diagonal); d is dS's row or scratch (T),
- * and may be src; o16 may be p.  Two passes where the unfused kernel makes
- * five, with softmax_bwd_row's arithmetic in the same order (the same
- * bits). */
+ * its bf16 bits p (unpacked into pr, scratch of T): dS's bits to o16 where
+ * it is not NULL, else its values rounded to d (zeros above the diagonal);
+ * d is dS's row or scratch (T), and may be src; o16 may be p.  The rounding
+ * rides the sum's pass, with softmax_bwd_row's arithmetic in the same
+ * order (the same bits); the loops that mix 16-bit and fp32 lanes are the
+ * conversions alone (as softmax_row16). */
 DS_CLONES
-static void softmax_bwd_row16(float *d, const float *src, const uint16_t *p, uint16_t *o16, int t, int T,
+static void softmax_bwd_row16(float *d, float *pr, const float *src, const uint16_t *p, uint16_t *o16, int t, int T,
 			      float scale)
 {
+	unpack_row16(pr, p, t + 1);
 	float s = 0;
 #pragma omp simd reduction(+:s)
 	for (int t2 = 0; t2 <= t; t2++) {
 		const float v = bf16_round(src[t2]);
 		d[t2] = v;
-		s += bf16_get(p[t2]) * v;
+		s += pr[t2] * v;
 	}
 	if (o16) {
 #pragma omp simd
 		for (int t2 = 0; t2 <= t; t2++)
-			o16[t2] = bf16_put(scale * bf16_get(p[t2]) * (d[t2] - s));
+			d[t2] = scale * pr[t2] * (d[t2] - s);
+		pack_row16(o16, d, t + 1);
 		return;
 	}
 #pragma omp simd
 	for (int t2 = 0; t2 <= t; t2++)
-		d[t2] = bf16_round(scale * bf16_get(p[t2]) * (d[t2] - s));
+		d[t2] = bf16_round(scale * pr[t2] * (d[t2] - s));
 	for (int t2 = t + 1; t2 < T; t2++)
 		d[t2] = 0;
 }
@@ -692,11 +702,13 @@ void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uin
 	const int64_t rows = (int64_t)B * NH * T;
 #pragma omp parallel
 	{
-		float dr[(size_t)T];   /* dP's rounded row where dS goes to ds16 (4 T bytes: no allocation to fail) */
+		/* P's row, and dP's rounded where dS goes to ds16 (8 T bytes: no
+		 * allocation to fail) */
+		float pr[2 * (size_t)T];
 #pragma omp for schedule(static)
 		for (int64_t r = 0; r < rows; r++)
-			softmax_bwd_row16(ds16 ? dr : datt + r * T, datt + r * T, att16 + r * T, ds16 ? ds16 + r * T : NULL,
-					  (int)(r % T), T, scale);
+			softmax_bwd_row16(ds16 ? pr + T : datt + r * T, pr, datt + r * T, att16 + r * T,
+					  ds16 ? ds16 + r * T : NULL, (int)(r % T), T, scale);
 	}
 }
 
@@ -883,18 +895,45 @@ void ds_kernel_xent_backward(float *logits, const float *lse, const int32_t *tar
 }
 
 DS_CLONES
-static float xent_row_lse16(const uint16_t *l, int V)
+static float row_max(const float *x, int n)
 {
 	float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
-	for (int i = 0; i < V; i++) {
-		const float x = bf16_get(l[i]);
-		mx = x > mx ? x : mx;
-	}
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	return mx;
+}
+
+DS_CLONES
+static float row_sumexp(const float *x, int n, float mx)
+{
 	float s = 0;
 #pragma omp simd reduction(+:s)
-	for (int i = 0; i < V; i++)
-		s += ds_expf(bf16_get(l[i]) - mx);
+	for (int i = 0; i < n; i++)
+		s += ds_expf(x[i] - mx);
+	return s;
+}
+
+/* the bf16 rows in chunks of XCH, unpacked into stack scratch for fp32
+ * loops (the exponentials at 512 bits: GCC runs a loop that reads 16-bit
+ * lanes at 256); the sum of exponentials per chunk, the chunks' sums added
+ * in order */
+enum { XCH = 4096 };
+
+static float xent_row_lse16(const uint16_t *l, int V)
+{
+	float x[XCH], mx = -INFINITY, s = 0;
+	for (int c = 0; c < V; c += XCH) {
+		const int n = V - c < XCH ? V - c : XCH;
+		unpack_row16(x, l + c, n);
+		const float m = row_max(x, n);
+		mx = m > mx ? m : mx;
+	}
+	for (int c = 0; c < V; c += XCH) {
+		const int n = V - c < XCH ? V - c : XCH;
+		unpack_row16(x, l + c, n);
+		s += row_sumexp(x, n, mx);
+	}
 	return (float)(mx + log((double)s));
 }
 
@@ -914,13 +953,16 @@ double ds_kernel_xent_forward16(float *lse, uint16_t *logits, const int32_t *tar
 	return total;
 }
 
-DS_CLONES
 static void xent_row_grad16(uint16_t *l, float z, int V, float dscale, int tgt)
 {
 	const float lt = bf16_get(l[tgt]);
-#pragma omp simd
-	for (int i = 0; i < V; i++)
-		l[i] = bf16_put(dscale * ds_expf(bf16_get(l[i]) - z));
+	float x[XCH];
+	for (int c = 0; c < V; c += XCH) {
+		const int n = V - c < XCH ? V - c : XCH;
+		unpack_row16(x, l + c, n);
+		xent_row_grad(x, z, n, dscale);   /* element-wise: the fp32 kernel's bits */
+		pack_row16(l + c, x, n);
+	}
 	l[tgt] = bf16_put(dscale * ds_expf(lt - z) - dscale);   /* the fp32 kernel's order: subtract, then round */
 }
 
