@@ -464,10 +464,10 @@ static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w)
 		db[i] += a[i];
 }
 
-/* one causal softmax row t of scores a (T): probabilities for t2 <= t,
- * zeros above the diagonal */
+/* row t's causal probabilities (t2 <= t) from its scores a into e, which
+ * may be a */
 DS_CLONES
-static void softmax_row(float *a, int t, int T)
+static void softmax_probs(const float *a, float *e, int t)
 {
 	float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
@@ -476,13 +476,20 @@ static void softmax_row(float *a, int t, int T)
 	float sum = 0;
 #pragma omp simd reduction(+:sum)
 	for (int t2 = 0; t2 <= t; t2++) {
-		a[t2] = ds_expf(a[t2] - mx);
-		sum += a[t2];
+		e[t2] = ds_expf(a[t2] - mx);
+		sum += e[t2];
 	}
 	const float is = 1.0f / sum;
 #pragma omp simd
 	for (int t2 = 0; t2 <= t; t2++)
-		a[t2] *= is;
+		e[t2] *= is;
+}
+
+/* one causal softmax row t of scores a (T): probabilities for t2 <= t,
+ * zeros above the diagonal */
+static void softmax_row(float *a, int t, int T)
+{
+	softmax_probs(a, a, t);
 	for (int t2 = t + 1; t2 < T; t2++)
 		a[t2] = 0;
 }
@@ -625,23 +632,9 @@ static void round_pack_row(float *x, uint16_t *h, int64_t n)
  * e: a, or a row of scratch (T) that takes the exponentials instead, a
  * then only read.  (The loops that mix 16-bit and fp32 lanes are the
  * conversions alone: GCC runs those at 256 bits, the rest at 512.) */
-DS_CLONES
 static void softmax_row16(float *a, float *e, uint16_t *h, int t, int T)
 {
-	float mx = -INFINITY;
-#pragma omp simd reduction(max:mx)
-	for (int t2 = 0; t2 <= t; t2++)
-		mx = a[t2] > mx ? a[t2] : mx;
-	float sum = 0;
-#pragma omp simd reduction(+:sum)
-	for (int t2 = 0; t2 <= t; t2++) {
-		e[t2] = ds_expf(a[t2] - mx);
-		sum += e[t2];
-	}
-	const float is = 1.0f / sum;
-#pragma omp simd
-	for (int t2 = 0; t2 <= t; t2++)
-		e[t2] *= is;
+	softmax_probs(a, e, t);
 	if (e != a) {
 		pack_row16(h, e, t + 1);
 		return;
