@@ -1114,13 +1114,12 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
 
 /* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
  * (N,3C); att (B,NH,T,T) keeps the probabilities before dropout (with bf16
- * storage h, its P where dropout or backward reads them in fp32, else
- * only there).  The
- * products are batches over (b, head) on strided views of qkv (lda 3C):
- * one batch call to the backend (in fp32 the cpu backend shares the
- * entries out over the threads, a single-threaded sgemm each, when there
- * are at least two per thread); the softmax is one OpenMP pass over all
- * rows. */
+ * storage h, only where dropout or backward reads them in fp32: h has
+ * them).  The products are batches over (b, head) on strided views of qkv
+ * (lda 3C): one batch call to the backend (in fp32 the cpu backend shares
+ * the entries out over the threads, a single-threaded sgemm each, when
+ * there are at least two per thread); the softmax is one OpenMP pass over
+ * all rows.  ry: the last product rounds atty (gemm_bt's r16). */
 static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struct acts *a, struct hacts *h, int l,
 			     int B, int T, int ry)
 {
@@ -1155,8 +1154,9 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
  * gemm_bt's).  ry: datty is rounded already, else it is rounded here (with
- * the pack to d16, where there is one, in the same pass).  h16: the layer's bf16 storage (NULL: none), copies of q, k,
- * v and P the products read; where copies made for two products pay,
+ * the pack to d16, where there is one, in the same pass).  h16: the
+ * layer's bf16 storage (NULL: none), copies of q, k, v and P the products
+ * read; where copies made for two products pay,
  * datty goes to bf16 once (d16) for its two products, and the scores'
  * gradient once into h16's P, whose last reader has run by then.  Where
  * the products take copies and there is no dropout (p16_backward), the
@@ -1345,8 +1345,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		    !f16)
 			rnd(ws, a->fch, N * F2);
 		if (f16) {
-			ws->ops->act_forward16(h->fcact, fch16(m, ws, l) ? h->fch : NULL, a->fch, N, F,
-					       m->cfg.activation);
+			ws->ops->act_forward16(h->fcact, h->fch, a->fch, N, F, m->cfg.activation);
 		} else {
 			ws->ops->act_forward(a->fcact, a->fch, N, F, m->cfg.activation, r16(ws));
 			if (!r16(ws))
@@ -1434,8 +1433,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 				rnd(ws, ws->dfch, N * F2);
 		}
 		dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->fcw), tp(m, G, ix->fcb), ws->dfch, df16,
-					a->ln2,
-					h16 ? h16->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
+					a->ln2, h16 ? h16->ln2 : NULL, tp(m, P, ix->fcw), tp16(m, ws, ix->fcw), N, C, F2);
 		DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	}
 	if (!dln16)
@@ -1470,8 +1468,8 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 			rnd(ws, ws->dqkv, 3 * N * Cq);
 	}
 	dln16 = matmul_backward(ws, ws->tp == 1, ws->dln, tp(m, G, ix->qkvw), tp(m, G, ix->qkvb), ws->dqkv,
-				fk ? ws->d16 : NULL, a->ln1,
-				h16 ? h16->ln1 : NULL, tp(m, P, ix->qkvw), tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
+				fk ? ws->d16 : NULL, a->ln1, h16 ? h16->ln1 : NULL, tp(m, P, ix->qkvw),
+				tp16(m, ws, ix->qkvw), N, C, 3 * Cq);
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
