@@ -318,6 +318,8 @@ void ds_kernel_bias_fill(float *out, const float *b, int64_t N, int OC)
 /* db[0..w) += column sums of dout's rows (N rows, leading dimension OC),
  * each column summed over the rows in order */
 static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w);
+/* the same on bf16 rows, each value unpacked as it is read */
+static void bias_cols16(float *db, const uint16_t *dout, int64_t N, int OC, int w);
 
 void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC)
 {
@@ -325,6 +327,14 @@ void ds_kernel_bias_backward(float *db, const float *dout, int64_t N, int OC)
 #pragma omp parallel for schedule(static)
 	for (int c0 = 0; c0 < OC; c0 += CB)
 		bias_cols(db + c0, dout + c0, N, OC, c0 + CB < OC ? CB : OC - c0);
+}
+
+void ds_kernel_bias_backward16(float *db, const uint16_t *dout16, int64_t N, int OC)
+{
+	const int CB = 64;
+#pragma omp parallel for schedule(static)
+	for (int c0 = 0; c0 < OC; c0 += CB)
+		bias_cols16(db + c0, dout16 + c0, N, OC, c0 + CB < OC ? CB : OC - c0);
 }
 
 void ds_kernel_add_inplace(float *out, const float *a, int64_t n)
@@ -458,6 +468,28 @@ static void bias_cols(float *db, const float *dout, int64_t N, int OC, int w)
 			const float *g = dout + n * OC;
 			for (int i = 0; i < w; i++)
 				a[i] += g[i];
+		}
+	}
+	for (int i = 0; i < w; i++)
+		db[i] += a[i];
+}
+
+DS_CLONES
+static void bias_cols16(float *db, const uint16_t *dout, int64_t N, int OC, int w)
+{
+	float a[64] = { 0 };
+	if (w == 64) {
+		for (int64_t n = 0; n < N; n++) {
+			const uint16_t *g = dout + n * OC;
+#pragma omp simd
+			for (int i = 0; i < 64; i++)
+				a[i] += bf16_get(g[i]);
+		}
+	} else {
+		for (int64_t n = 0; n < N; n++) {
+			const uint16_t *g = dout + n * OC;
+			for (int i = 0; i < w; i++)
+				a[i] += bf16_get(g[i]);
 		}
 	}
 	for (int i = 0; i < w; i++)

@@ -156,6 +156,11 @@ void ds_kernel_act_backward16(float *dinp, uint16_t *d16, const float *dout, con
 			      int F, int act);
 void ds_kernel_causal_softmax_backward16(float *datt, const uint16_t *att16, uint16_t *ds16, int B, int NH, int T,
 					 float scale);
+/* ds_kernel_bias_backward on the bf16 bits of dout (N,OC): db bit for bit
+ * that kernel's on the unpacked values (the same sums in the same order),
+ * reading half the bytes; for a backward whose products take dout's copy
+ * and which leaves the fp32 dout unrounded (only the copy is read). */
+void ds_kernel_bias_backward16(float *db, const uint16_t *dout16, int64_t N, int OC);
 
 /* Cross-entropy on logits (N,Vp), softmax over the first V columns only.
  * lse (N) writes log-sum-exp; returns the sum over rows of the losses

@@ -212,6 +212,10 @@ struct ds_compute_ops {
 	void (*act_forward16)(uint16_t *out16, uint16_t *in16, const float *inp, int64_t N, int F, int act);
 	void (*act_backward16)(float *dinp, uint16_t *d16, const float *dout, const uint16_t *inp16, int64_t N, int F,
 			       int act);
+	/* The bias gradient from dout's bf16 bits (gpt_kernels.h's
+	 * ds_kernel_bias_backward16), where only that copy of dout is kept
+	 * rounded; host backends with bf16 copies only, as above. */
+	void (*bias_backward16)(float *db, const uint16_t *dout16, int64_t N, int OC);
 	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
 	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);

@@ -897,6 +897,24 @@ static void rnd_pack(const struct ds_gpt_ws *ws, float *x, uint16_t *h, const fl
 	ws->ops->half_round_pack(x, h, src, (size_t)n);
 }
 
+/* the gemm_hints level of attention's per-head products at B x T (0: they
+ * take no copies) */
+static int heads_hints(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int B, int T)
+{
+	return m->NH ? ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, m->Cq / m->NH) : 0;
+}
+
+/* x's bits into h where a product would round x in a pass of its own
+ * (gemm_hints 2): with x rounded in the same pass where something reads x
+ * after (f32), else the bits alone */
+static void out16(const struct ds_gpt_ws *ws, int f32, float *x, uint16_t *h, int64_t n)
+{
+	if (f32)
+		rnd_pack(ws, x, h, x, n);
+	else
+		pack16(ws, h, x, n);
+}
+
 /* whether layer l (the model's index) keeps the activation's input fch in
  * its bf16 storage alone: where the activation's kernels have bf16 input
  * and output (act_forward16 packs fch as it reads it; act_backward16 reads
@@ -932,8 +950,8 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 {
 	const struct hacts *h = &ws->ha[l];
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
-	const int bw = dir && ws->hints, hs = m->NH ? m->Cq / m->NH : 0;
-	const int lv = bw ? ws->ops->gemm_hints(ws->mm, B * m->NH, T, T, hs) : 0, q16 = lv > 0;
+	const int bw = dir && ws->hints;
+	const int lv = bw ? heads_hints(m, ws, B, T) : 0, q16 = lv > 0;
 	const int ln2 = bw && m->li[ws->l0 + l].moe < 0, f16 = fch16(m, ws, ws->l0 + l);
 	/* early: a product's input, which early16 packs in forward; bf16:
 	 * backward reads it only through its copy */
@@ -1050,7 +1068,9 @@ static int matmul_forward(const struct ds_gpt_ws *ws, int r16, float *out, const
  * dout; r16 and the answer as gemm_bt's, for dinp.  w16, inp16: bf16
  * copies of w and inp or NULL.  Where a copy made for both products pays
  * (gemm_hints 2), dout goes to bf16 once for both, into ws->d16, unless
- * the caller's kernel wrote it there already (dout16: ws->d16, or NULL). */
+ * the caller's kernel wrote it there already (dout16: ws->d16, or NULL).
+ * With that copy the bias sums its bits too, so a caller that wrote
+ * dout16 may leave the fp32 dout unrounded (nothing here reads it). */
 static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, float *dw, float *db, const float *dout,
 			   const uint16_t *dout16, const float *inp, const uint16_t *inp16, const float *w,
 			   const uint16_t *w16, int64_t N, int IC, int OC)
@@ -1065,7 +1085,9 @@ static int matmul_backward(const struct ds_gpt_ws *ws, int r16, float *dinp, flo
 	one.a16 = d16;
 	one.b16 = inp16;
 	ws->ops->gemm(ws->mm, &one, TRANS, NOTR, OC, IC, (int)N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
-	if (db)
+	if (db && d16)
+		ws->ops->bias_backward16(db, d16, N, OC);
+	else if (db)
 		ws->ops->bias_backward(db, dout, N, OC);
 	return r;
 }
@@ -1135,7 +1157,7 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 	gemm_bt(ws, &s, 0, NOTR, TRANS, T, T, hs, scale, a->qkv, C3, a->qkv + C, C3, 0.0f, a->att, T);
 	if (h) {   /* (with bf16 storage: P's copy written as the softmax goes, and
 		    * P in fp32 only where dropout or backward reads it there) */
-		const int lv = ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs);   /* as attention_backward asks */
+		const int lv = heads_hints(m, ws, B, T);   /* as attention_backward asks */
 		ws->ops->causal_softmax_forward16(a->att, h->att, B, NH, T, drop || !p16_backward(m, ws, lv));
 	} else {
 		ws->ops->causal_softmax_forward(a->att, B, NH, T, r16(ws));
@@ -1153,11 +1175,11 @@ static int attention_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, struc
 
 /* dqkv (N,3C) writes the gradient of q, k, v from datty (N,C); rq16: the
  * caller rounds it, and the answer says whether the products did (as
- * gemm_bt's).  ry: datty is rounded already, else it is rounded here (with
- * the pack to d16, where there is one, in the same pass).  h16: the
- * layer's bf16 storage (NULL: none), copies of q, k, v and P the products
- * read; where copies made for two products pay,
- * datty goes to bf16 once (d16) for its two products, and the scores'
+ * gemm_bt's).  ry: datty is rounded already, else it is rounded here
+ * where its products read it in fp32.  h16: the layer's bf16 storage
+ * (NULL: none), copies of q, k, v and P the products read; where copies
+ * made for two products pay, datty goes to bf16 once (d16) for its two
+ * products (which read those bits alone), and the scores'
  * gradient once into h16's P, whose last reader has run by then.  Where
  * the products take copies and there is no dropout (p16_backward), the
  * softmax's backward reads P from h16 too (layer_store leaves it there)
@@ -1175,15 +1197,12 @@ static int attention_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, cons
 	const float *P = a->att;
 	/* the heads' products read the storage's q, k, v and P (level 1), and
 	 * where copies made for two products pay (2) datty's and dS's */
-	const int lv = h16 ? ws->ops->gemm_hints(ws->mm, B * NH, T, T, hs) : 0;   /* as layer_store asks */
+	const int lv = h16 ? heads_hints(m, ws, B, T) : 0;   /* as layer_store asks */
 	const uint16_t *dy16 = NULL, *q16 = lv ? h16->qkv : NULL, *p16 = lv && !drop ? h16->att : NULL;
 	uint16_t *ds16 = lv >= 2 ? h16->att : NULL;
 	const int pb = p16_backward(m, ws, lv);
-	if (lv >= 2) {
-		if (ry)
-			ws->ops->half_pack(DS_HALF_BF16, ws->d16, ws->datty, (size_t)((int64_t)B * T * C));
-		else
-			rnd_pack(ws, ws->datty, ws->d16, ws->datty, (int64_t)B * T * C);
+	if (lv >= 2) {   /* (the two products read datty's bits alone) */
+		pack16(ws, ws->d16, ws->datty, (int64_t)B * T * C);
 		dy16 = ws->d16;
 	} else if (!ry) {
 		rnd(ws, ws->datty, (int64_t)B * T * C);
@@ -1295,14 +1314,17 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	/* column-parallel: this rank's heads' [q | k | v] */
 	/* (products that round their output as they store it spare a pass;
 	 * where they would round in a pass of their own (hints 2), q k v and
-	 * atty are rounded and packed in one: fq) */
+	 * atty go to bf16 in one pass, fq, rounded there only where something
+	 * reads them in fp32 after: q k v where backward's per-head products
+	 * take no copies (the last layer's reads a->qkv), atty with tensor
+	 * parallelism (the row-parallel product)) */
 	const int fq = h && ws->hints >= 2;
 	if (!matmul_forward(ws, !m->rd && !fq, a->qkv, a->ln1, h ? h->ln1 : NULL, tp(m, P, ix->qkvw),
 			    tp16(m, ws, ix->qkvw), tp(m, P, ix->qkvb), N, C, 3 * Cq)) {
 		if (m->rd)
 			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
 		if (fq)
-			rnd_pack(ws, a->qkv, h->qkv, a->qkv, 3 * N * Cq);
+			out16(ws, !heads_hints(m, ws, B, T), a->qkv, h->qkv, 3 * N * Cq);
 		else
 			rnd(ws, a->qkv, 3 * N * Cq);
 	}
@@ -1310,7 +1332,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		pack16(ws, h ? h->qkv : NULL, a->qkv, 3 * N * Cq);
 	if (!attention_forward(m, ws, a, h, l, B, T, !fq)) {
 		if (fq)
-			rnd_pack(ws, a->atty, h->atty, a->atty, N * Cq);
+			out16(ws, ws->tp > 1, a->atty, h->atty, N * Cq);
 		else
 			rnd(ws, a->atty, N * Cq);
 	}
@@ -1388,15 +1410,15 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	 * where an op of a GPU run would store it, so a scaled fp16 gradient
 	 * overflows inside the layer where it would there */
 	/* out = h + drop(mlp): dM = drop(dout) */
-	/* (where the c_proj products take dM's copy, hints 2, dM is rounded and
-	 * packed in the pass that copies it: dm16) */
+	/* (where the c_proj products take dM's copy, hints 2, its bits are
+	 * written instead of the copy, dm16: nothing reads dM in fp32 then) */
 	uint16_t *dm16 = ws->hints >= 2 && ix->moe < 0 ? ws->d16 : NULL;
 	const int dropm = ws->train && ph > 0;
 	if (dropm || !dm16)
 		ws->ops->copy(ws->dM, dres, nc);
 	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
 	if (dm16)
-		rnd_pack(ws, ws->dM, dm16, dropm ? ws->dM : dres, N * C);
+		pack16(ws, dm16, dropm ? ws->dM : dres, N * C);
 	else
 		rnd(ws, ws->dM, N * C);
 	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
@@ -1453,9 +1475,9 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		dA = dres;
 	}
 	/* attention: atty @ c_proj, attention, rotary, ln1 @ c_attn, norm1 */
-	/* (where products round in a pass of their own, hints 2, datty is
-	 * rounded with its pack in attention_backward, and dqkv with its pack
-	 * for c_attn's products here: fk) */
+	/* (where products round in a pass of their own, hints 2, datty goes to
+	 * bf16 in attention_backward, and dqkv here for c_attn's products and
+	 * bias: fk; each then read through its bits alone) */
 	const int fk = h16 && ws->hints >= 2;
 	const int ry = matmul_backward(ws, !fk, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, NULL, a->atty,
 				       h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C);
@@ -1463,7 +1485,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 		if (m->rd)
 			ws->ops->rotary(ws->dqkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 1);
 		if (fk)
-			rnd_pack(ws, ws->dqkv, ws->d16, ws->dqkv, 3 * N * Cq);
+			pack16(ws, ws->d16, ws->dqkv, 3 * N * Cq);
 		else
 			rnd(ws, ws->dqkv, 3 * N * Cq);
 	}

@@ -1137,6 +1137,37 @@ static void test_xent16(void **state)
 	free(h); free(f);
 }
 
+/* The bias gradient from dout's bf16 bits: bit for bit the fp32 kernel's
+ * on the unpacked values (both add to db), over full 64-column strips and
+ * a partial one, and within float rounding of each column's sum in double
+ * plus db's value before. */
+static void test_bias16(void **state)
+{
+	(void)state;
+	enum { N = 37, OC = 200 };
+	uint16_t *h = malloc(sizeof(uint16_t) * N * OC);
+	float *f = malloc(sizeof(float) * N * OC), db16[OC], db[OC];
+	assert_non_null(h); assert_non_null(f);
+	fill(f, N, OC, OC, 977u);
+	for (int i = 0; i < N * OC; i++) {
+		h[i] = h16(f[i] * 3.0f);
+		f[i] = ds_bf16_to_fp32(h[i]);
+	}
+	for (int c = 0; c < OC; c++)
+		db16[c] = db[c] = 0.25f * (float)(c % 7) - 0.5f;
+	ds_kernel_bias_backward16(db16, h, N, OC);
+	ds_kernel_bias_backward(db, f, N, OC);
+	for (int c = 0; c < OC; c++) {
+		double e = 0.25 * (double)(c % 7) - 0.5;
+		for (int n = 0; n < N; n++)
+			e += (double)f[n * OC + c];
+		if (memcmp(&db16[c], &db[c], sizeof(float)))
+			fail_msg("db[%d] = %.9g from the bits, %.9g from fp32", c, db16[c], db[c]);
+		assert_true(fabs((double)db16[c] - e) <= 1e-5 * (1.0 + fabs(e)));
+	}
+	free(h); free(f);
+}
+
 /* dstk.bf16_matmul's modes: names round-trip; "fp32" never picks a bf16
  * implementation; auto and the forced modes pick only what is available
  * here (ds_gemm_bf16_available), auto oneDNN for large products on AMX and
@@ -1225,6 +1256,7 @@ int main(void)
 		cmocka_unit_test(test_gemm_bf16_cr),
 		cmocka_unit_test(test_kernels_r16),
 		cmocka_unit_test(test_xent16),
+		cmocka_unit_test(test_bias16),
 		cmocka_unit_test(test_gemm_bf16_modes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
