@@ -189,8 +189,9 @@ void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float
 	ds_kernel_layernorm_backward_r(dinp, dw, db, dout, inp, w, mean, rstd, N, C, 0);
 }
 
-void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
+/* with d16 (r16 1) each rounded row's bits go there too, while in cache */
+static void layernorm_bwd(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout, const float *inp,
+			  const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
@@ -211,7 +212,9 @@ void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const flo
 			float xh = (x[i] - m) * rs;
 			d[i] += rs * (w[i] * g[i] - sg - xh * sgx);
 		}
-		if (r16)
+		if (d16)
+			round_pack_row(d, d16 + n * C, C);
+		else if (r16)
 			round_row(d, C);
 	}
 	const int CB = 64;
@@ -234,6 +237,19 @@ void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const flo
 			db[i] += ab[i - c0];
 		}
 	}
+}
+
+void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
+{
+	layernorm_bwd(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, r16);
+}
+
+void ds_kernel_layernorm_backward16(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout,
+				    const float *inp, const float *w, const float *mean, const float *rstd, int64_t N,
+				    int C)
+{
+	layernorm_bwd(dinp, d16, dw, db, dout, inp, w, mean, rstd, N, C, 1);
 }
 
 void ds_kernel_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp,

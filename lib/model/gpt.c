@@ -1132,6 +1132,19 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
 	return 0;
 }
 
+/* layernorm's backward with dinp's bits into d16 as well, for the products
+ * that read dinp next: 1 when it ran so (dinp rounded), 0 where d16 is
+ * NULL or the norm is RMSNorm (the caller runs norm_backward) */
+static int norm_backward16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, uint16_t *d16, float *dinp, float *dw,
+			   float *db, const float *dout, const float *inp, const float *w, const float *a,
+			   const float *b, int64_t N)
+{
+	if (!d16 || m->cfg.norm != DS_NORM_LAYERNORM)
+		return 0;
+	ws->ops->layernorm_backward16(dinp, d16, dw, db, dout, inp, w, a, b, N, m->C);
+	return 1;
+}
+
 /* ---- causal self-attention --------------------------------------------- */
 
 /* atty (N,C) = softmax(q k^T / sqrt(hs)) v per (b, head), q/k/v in qkv
@@ -1461,9 +1474,16 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
 	const float *h = gptj ? x : a->res2;
-	if (!norm_backward(m, ws, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h, tp(m, P, ix->ln2w),
-			   a->ln2_a, a->ln2_b, N))
-		rnd(ws, dres, N * C);
+	/* (where c_proj's products read dA's bits, hints 2, and dA is dres2
+	 * itself, the norm writes them as it writes dres2: da16) */
+	uint16_t *da16 = ws->hints >= 2 && !gptj && !(ws->train && ph > 0) ? ws->d16 : NULL;
+	if (!norm_backward16(m, ws, da16, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
+			     tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N)) {
+		da16 = NULL;
+		if (!norm_backward(m, ws, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h, tp(m, P, ix->ln2w),
+				   a->ln2_a, a->ln2_b, N))
+			rnd(ws, dres, N * C);
+	}
 	/* res2 = x + drop(attn): dA = drop(dres2); without dropout dres2
 	 * itself, rounded just above, read until norm1 adds to it */
 	const float *dA = ws->dA;
@@ -1479,7 +1499,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	 * bf16 in attention_backward, and dqkv here for c_attn's products and
 	 * bias: fk; each then read through its bits alone) */
 	const int fk = h16 && ws->hints >= 2;
-	const int ry = matmul_backward(ws, !fk, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, NULL, a->atty,
+	const int ry = matmul_backward(ws, !fk, ws->datty, tp(m, G, ix->projw), tp(m, G, ix->projb), dA, da16, a->atty,
 				       h16 ? h16->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw), N, Cq, C);
 	if (!attention_backward(m, ws, a, h16, l, B, T, !m->rd && !fk, ry)) {
 		if (m->rd)

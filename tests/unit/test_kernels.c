@@ -951,6 +951,21 @@ static void test_kernels_r16(void **state)
 	assert_memory_equal(dw1, dw2, sizeof dw1);
 	assert_memory_equal(db1, db2, sizeof db1);
 	expect_rounded("layernorm_backward_r", o2, o1, (size_t)N * C);
+	/* backward16: backward_r's dinp, dw and db, and dinp's bits beside */
+	{
+		uint16_t h[N * C];
+		float o4[N * C], dw4[C], db4[C];
+		memcpy(o4, g, sizeof o4);
+		for (int i = 0; i < C; i++)
+			dw4[i] = db4[i] = 0.25f;
+		ds_kernel_layernorm_backward16(o4, h, dw4, db4, x + 3, x, w, m1, r1, N, C);
+		assert_memory_equal(o4, o2, sizeof o4);
+		assert_memory_equal(dw4, dw2, sizeof dw4);
+		assert_memory_equal(db4, db2, sizeof db4);
+		for (int i = 0; i < N * C; i++)
+			if (h[i] != ds_fp32_to_bf16(o2[i]))
+				fail_msg("layernorm_backward16 d16[%d] = %#x, want %#x", i, h[i], ds_fp32_to_bf16(o2[i]));
+	}
 	/* activations, gated (2F wide inputs and gradients) or not */
 	for (int act = 0; act <= 4; act++) {
 		const int wd = ds_act_gated(act) ? 2 * F : F;
