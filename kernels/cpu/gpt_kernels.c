@@ -189,13 +189,19 @@ void ds_kernel_layernorm_backward(float *dinp, float *dw, float *db, const float
 	ds_kernel_layernorm_backward_r(dinp, dw, db, dout, inp, w, mean, rstd, N, C, 0);
 }
 
-/* with d16 (r16 1) each rounded row's bits go there too, while in cache */
+/* with inp16 the input from its bits (each row unpacked as it is read:
+ * the values inp would hold), with d16 (r16 1) each rounded row's bits go
+ * there too, while in cache */
 static void layernorm_bwd(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout, const float *inp,
-			  const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
+			  const uint16_t *inp16, const float *w, const float *mean, const float *rstd, int64_t N,
+			  int C, int r16)
 {
 #pragma omp parallel for schedule(static)
 	for (int64_t n = 0; n < N; n++) {
-		const float *x = inp + n * C, *g = dout + n * C;
+		float xr[inp16 ? C : 1];
+		const float *x = inp16 ? xr : inp + n * C, *g = dout + n * C;
+		if (inp16)
+			unpack_row16(xr, inp16 + n * C, C);
 		const float m = mean[n], rs = rstd[n];
 		float sg = 0, sgx = 0;
 #pragma omp simd reduction(+:sg, sgx)
@@ -220,21 +226,23 @@ static void layernorm_bwd(float *dinp, uint16_t *d16, float *dw, float *db, cons
 	const int CB = 64;
 #pragma omp parallel for schedule(static)
 	for (int c0 = 0; c0 < C; c0 += CB) {
-		int c1 = c0 + CB < C ? c0 + CB : C;
-		float aw[64], ab[64];
-		for (int i = 0; i < c1 - c0; i++)
+		const int wd = c0 + CB < C ? CB : C - c0;
+		float aw[64], ab[64], xs[64];
+		for (int i = 0; i < wd; i++)
 			aw[i] = ab[i] = 0;
 		for (int64_t n = 0; n < N; n++) {
-			const float *x = inp + n * C, *g = dout + n * C;
+			const float *x = inp16 ? xs : inp + n * C + c0, *g = dout + n * C + c0;
+			if (inp16)
+				unpack_row16(xs, inp16 + n * C + c0, wd);
 			const float m = mean[n], rs = rstd[n];
-			for (int i = c0; i < c1; i++) {
-				aw[i - c0] += g[i] * (x[i] - m) * rs;
-				ab[i - c0] += g[i];
+			for (int i = 0; i < wd; i++) {
+				aw[i] += g[i] * (x[i] - m) * rs;
+				ab[i] += g[i];
 			}
 		}
-		for (int i = c0; i < c1; i++) {
-			dw[i] += aw[i - c0];
-			db[i] += ab[i - c0];
+		for (int i = 0; i < wd; i++) {
+			dw[c0 + i] += aw[i];
+			db[c0 + i] += ab[i];
 		}
 	}
 }
@@ -242,14 +250,14 @@ static void layernorm_bwd(float *dinp, uint16_t *d16, float *dw, float *db, cons
 void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
 				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16)
 {
-	layernorm_bwd(dinp, NULL, dw, db, dout, inp, w, mean, rstd, N, C, r16);
+	layernorm_bwd(dinp, NULL, dw, db, dout, inp, NULL, w, mean, rstd, N, C, r16);
 }
 
 void ds_kernel_layernorm_backward16(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout,
-				    const float *inp, const float *w, const float *mean, const float *rstd, int64_t N,
-				    int C)
+				    const float *inp, const uint16_t *inp16, const float *w, const float *mean,
+				    const float *rstd, int64_t N, int C)
 {
-	layernorm_bwd(dinp, d16, dw, db, dout, inp, w, mean, rstd, N, C, 1);
+	layernorm_bwd(dinp, d16, dw, db, dout, inp, inp16, w, mean, rstd, N, C, 1);
 }
 
 void ds_kernel_rmsnorm_forward(float *out, float *rms, float *inv, const float *inp,
@@ -466,6 +474,17 @@ void ds_kernel_add_r(float *out, const float *a, const float *b, int64_t n, int 
 #pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < n; i += blk)
 		add_blk(out + i, a + i, b + i, n - i < blk ? n - i : blk, r16);
+}
+
+void ds_kernel_add16(float *out, uint16_t *out16, const float *a, const float *b, int64_t n)
+{
+	const int64_t blk = 8192;
+#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < n; i += blk) {
+		const int64_t k = n - i < blk ? n - i : blk;
+		add_blk(out + i, a + i, b + i, k, 1);
+		pack_row16(out16 + i, out + i, k);
+	}
 }
 
 DS_CLONES

@@ -112,12 +112,16 @@ void ds_kernel_layernorm_forward_r(float *out, float *mean, float *rstd, const f
 				   const float *b, int64_t N, int C, float eps, int r16);
 void ds_kernel_layernorm_backward_r(float *dinp, float *dw, float *db, const float *dout, const float *inp,
 				    const float *w, const float *mean, const float *rstd, int64_t N, int C, int r16);
-/* layernorm_backward_r with r16 1 and the rounded dinp's bits into d16
- * too (N,C), for the products that read dinp next (a pack after, without
- * its pass) */
+/* layernorm_backward_r with r16 1, the input read from its bits inp16
+ * where not NULL (inp then unread; the same values), and the rounded
+ * dinp's bits into d16 where not NULL (N,C), for the products that read
+ * dinp next (a pack after, without its pass) */
 void ds_kernel_layernorm_backward16(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout,
-				    const float *inp, const float *w, const float *mean, const float *rstd, int64_t N,
-				    int C);
+				    const float *inp, const uint16_t *inp16, const float *w, const float *mean,
+				    const float *rstd, int64_t N, int C);
+/* ds_kernel_add_r with r16 1 and out's bits into out16 as well (a pack
+ * after, in the same pass) */
+void ds_kernel_add16(float *out, uint16_t *out16, const float *a, const float *b, int64_t n);
 void ds_kernel_causal_softmax_forward_r(float *att, int B, int NH, int T, int r16);
 void ds_kernel_causal_softmax_backward_r(float *datt, const float *att, int B, int NH, int h0, int T, float scale,
 					 float p, const struct ds_rng *gs, int r16);

@@ -216,12 +216,14 @@ struct ds_compute_ops {
 	 * ds_kernel_bias_backward16), where only that copy of dout is kept
 	 * rounded; host backends with bf16 copies only, as above. */
 	void (*bias_backward16)(float *db, const uint16_t *dout16, int64_t N, int OC);
-	/* layernorm_backward with r16 1 and dinp's bits into d16 as well
-	 * (ds_kernel_layernorm_backward16); host backends with bf16 copies
-	 * only, as above. */
+	/* layernorm_backward with r16 1, the input from its bits where inp16
+	 * is not NULL and dinp's bits into d16 where it is not NULL, and add
+	 * with r16 1 writing out's bits too (ds_kernel_layernorm_backward16,
+	 * ds_kernel_add16); host backends with bf16 copies only, as above. */
 	void (*layernorm_backward16)(float *dinp, uint16_t *d16, float *dw, float *db, const float *dout,
-				     const float *inp, const float *w, const float *mean, const float *rstd, int64_t N,
-				     int C);
+				     const float *inp, const uint16_t *inp16, const float *w, const float *mean,
+				     const float *rstd, int64_t N, int C);
+	void (*add16)(float *out, uint16_t *out16, const float *a, const float *b, int64_t n);
 	void (*act_forward)(float *out, const float *inp, int64_t N, int F, int act, int r16);
 	void (*act_backward)(float *dinp, const float *dout, const float *inp, int64_t N, int F, int act, int r16);
 	double (*xent_forward)(float *lse, const float *logits, const int32_t *targets, int64_t N, int V, int Vp);

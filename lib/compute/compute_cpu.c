@@ -418,6 +418,7 @@ const struct ds_compute_ops ds_compute_cpu = {
 	.act_backward16 = ds_kernel_act_backward16,
 	.bias_backward16 = ds_kernel_bias_backward16,
 	.layernorm_backward16 = ds_kernel_layernorm_backward16,
+	.add16 = ds_kernel_add16,
 	.act_forward = ds_kernel_act_forward_r,
 	.act_backward = ds_kernel_act_backward_r,
 	.xent_forward = ds_kernel_xent_forward,

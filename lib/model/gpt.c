@@ -926,6 +926,15 @@ static int fch16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int l)
 	return ws->hints && ws->tp == 1 && m->li[l].moe < 0;
 }
 
+/* whether a layer with bf16 storage keeps res2 (norm 2's input) there
+ * alone for backward: the residual add writes its bits in forward, and
+ * layernorm's backward reads them (RMSNorm's reads fp32; with the
+ * parallel residual there is no res2) */
+static int res2_16(const struct ds_gpt *m, const struct ds_gpt_ws *ws)
+{
+	return ws->hints && m->cfg.norm == DS_NORM_LAYERNORM && !m->cfg.gpt_j_residual;
+}
+
 /* whether attention's backward reads P from the layer's bf16 storage (lv:
  * gemm_hints of its per-head products): where those take copies and no
  * attention dropout reads the fp32 P */
@@ -944,7 +953,8 @@ static int p16_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int 
  * (gemm_hints, as attention_backward asks), and there P too unless the
  * attention dropout reads it (p16_backward).  fch goes to bf16 in
  * forward's activation kernel, and backward's reads it there, where fch16
- * says so. */
+ * says so; res2 in forward's residual add, and norm 2's backward reads it
+ * there, where res2_16 says so. */
 static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
 			int B, int T, int dir)
 {
@@ -952,14 +962,14 @@ static void layer_store(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, con
 	const int64_t N = (int64_t)B * T, C = m->C, Cq = m->Cq;
 	const int bw = dir && ws->hints;
 	const int lv = bw ? heads_hints(m, ws, B, T) : 0, q16 = lv > 0;
-	const int ln2 = bw && m->li[ws->l0 + l].moe < 0, f16 = fch16(m, ws, ws->l0 + l);
+	const int ln2 = bw && m->li[ws->l0 + l].moe < 0, f16 = fch16(m, ws, ws->l0 + l), r2 = res2_16(m, ws);
 	/* early: a product's input, which early16 packs in forward; bf16:
 	 * backward reads it only through its copy */
 	struct { uint16_t *p; float *f; int64_t n; int early, bf16; } v[] = {
 		{ h->ln1, a->ln1, N * C, 1, bw }, { h->qkv, a->qkv, 3 * N * Cq, 1, q16 },
 		{ h->att, a->att, (int64_t)B * m->NH * T * T, 1, p16_backward(m, ws, lv) },
 		{ h->atty, a->atty, N * Cq, 1, bw },
-		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, 0, 0 }, { h->ln2, a->ln2, N * C, 1, ln2 },
+		{ h->res2, a->res2, m->cfg.gpt_j_residual ? 0 : N * C, r2, bw && r2 }, { h->ln2, a->ln2, N * C, 1, ln2 },
 		{ h->fch, a->fch, N * m->F2, f16, bw && f16 }, { h->fcact, a->fcact, N * m->F, 1, bw },
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
@@ -1133,17 +1143,19 @@ static int norm_backward(const struct ds_gpt *m, const struct ds_gpt_ws *ws, flo
 }
 
 /* layernorm's backward with dinp's bits into d16 as well, for the products
- * that read dinp next: 1 when it ran so (dinp rounded), 0 where d16 is
+ * that read dinp next, and/or its input read from its bits inp16 (inp
+ * may be stale then): 1 when it ran so (dinp rounded), 0 where both are
  * NULL or the norm is RMSNorm (the caller runs norm_backward) */
 static int norm_backward16(const struct ds_gpt *m, const struct ds_gpt_ws *ws, uint16_t *d16, float *dinp, float *dw,
-			   float *db, const float *dout, const float *inp, const float *w, const float *a,
-			   const float *b, int64_t N)
+			   float *db, const float *dout, const float *inp, const uint16_t *inp16, const float *w,
+			   const float *a, const float *b, int64_t N)
 {
-	if (!d16 || m->cfg.norm != DS_NORM_LAYERNORM)
+	if ((!d16 && !inp16) || m->cfg.norm != DS_NORM_LAYERNORM)
 		return 0;
-	ws->ops->layernorm_backward16(dinp, d16, dw, db, dout, inp, w, a, b, N, m->C);
+	ws->ops->layernorm_backward16(dinp, d16, dw, db, dout, inp, inp16, w, a, b, N, m->C);
 	return 1;
 }
+
 
 /* ---- causal self-attention --------------------------------------------- */
 
@@ -1356,7 +1368,10 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 	DS_TRY(rowpar_forward(ws, ab, a->atty, h ? h->atty : NULL, tp(m, P, ix->projw), tp16(m, ws, ix->projw),
 			      tp(m, P, ix->projb), N, Cq, C, err));
 	dropout_btc(ws, ab, B, T, C, l + 1, 2, ph);
-	ws->ops->add(ab, ab, x, N * C, r16(ws));
+	if (h && res2_16(m, ws))   /* (res2's bits for backward's norm, as it is written) */
+		ws->ops->add16(ab, h->res2, ab, x, N * C);
+	else
+		ws->ops->add(ab, ab, x, N * C, r16(ws));
 	if (!r16(ws))
 		rnd(ws, ab, N * C);
 	const float *hin = gptj ? x : a->res2;
@@ -1478,7 +1493,7 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	 * itself, the norm writes them as it writes dres2: da16) */
 	uint16_t *da16 = ws->hints >= 2 && !gptj && !(ws->train && ph > 0) ? ws->d16 : NULL;
 	if (!norm_backward16(m, ws, da16, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h,
-			     tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N)) {
+			     h16 && res2_16(m, ws) ? h16->res2 : NULL, tp(m, P, ix->ln2w), a->ln2_a, a->ln2_b, N)) {
 		da16 = NULL;
 		if (!norm_backward(m, ws, dres, tp(m, G, ix->ln2w), tp(m, G, ix->ln2b), ws->dln, h, tp(m, P, ix->ln2w),
 				   a->ln2_a, a->ln2_b, N))

@@ -313,7 +313,8 @@ static void test_cuda_table_complete(void **st)
 				offsetof(struct ds_compute_ops, act_forward16),
 				offsetof(struct ds_compute_ops, act_backward16),
 				offsetof(struct ds_compute_ops, bias_backward16),
-				offsetof(struct ds_compute_ops, layernorm_backward16) };
+				offsetof(struct ds_compute_ops, layernorm_backward16),
+				offsetof(struct ds_compute_ops, add16) };
 	assert_int_equal(ds_compute_cuda.gemm_hints(DS_BF16_MM_AUTO, 1, 64, 64, 64), 0);
 	for (size_t i = 0; i < n; i++) {
 		fn f;

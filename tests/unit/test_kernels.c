@@ -951,20 +951,51 @@ static void test_kernels_r16(void **state)
 	assert_memory_equal(dw1, dw2, sizeof dw1);
 	assert_memory_equal(db1, db2, sizeof db1);
 	expect_rounded("layernorm_backward_r", o2, o1, (size_t)N * C);
-	/* backward16: backward_r's dinp, dw and db, and dinp's bits beside */
-	{
-		uint16_t h[N * C];
-		float o4[N * C], dw4[C], db4[C];
+	/* backward16: backward_r's dinp, dw and db, and dinp's bits beside;
+	 * with the input from its bits, backward_r's on the input rounded (xr)
+	 * and unread in fp32 (NULL), with and without dinp's bits */
+	for (int k = 0; k < 3; k++) {
+		uint16_t h[N * C], hx[N * C];
+		float o4[N * C], dw4[C], db4[C], xr[N * C];
+		for (int i = 0; i < N * C; i++)
+			xr[i] = ds_bf16_to_fp32(hx[i] = ds_fp32_to_bf16(x[i]));
+		const float *want = o2, *wdw = dw2, *wdb = db2;
+		if (k) {   /* the reference: backward_r on xr */
+			memcpy(o1, g, sizeof(float) * N * C);
+			for (int i = 0; i < C; i++)
+				dw1[i] = db1[i] = 0.25f;
+			ds_kernel_layernorm_backward_r(o1, dw1, db1, x + 3, xr, w, m1, r1, N, C, 1);
+			want = o1, wdw = dw1, wdb = db1;
+		}
 		memcpy(o4, g, sizeof o4);
 		for (int i = 0; i < C; i++)
 			dw4[i] = db4[i] = 0.25f;
-		ds_kernel_layernorm_backward16(o4, h, dw4, db4, x + 3, x, w, m1, r1, N, C);
-		assert_memory_equal(o4, o2, sizeof o4);
-		assert_memory_equal(dw4, dw2, sizeof dw4);
-		assert_memory_equal(db4, db2, sizeof db4);
-		for (int i = 0; i < N * C; i++)
-			if (h[i] != ds_fp32_to_bf16(o2[i]))
-				fail_msg("layernorm_backward16 d16[%d] = %#x, want %#x", i, h[i], ds_fp32_to_bf16(o2[i]));
+		ds_kernel_layernorm_backward16(o4, k == 2 ? NULL : h, dw4, db4, x + 3, k ? NULL : x, k ? hx : NULL, w, m1,
+					       r1, N, C);
+		assert_memory_equal(o4, want, sizeof o4);
+		assert_memory_equal(dw4, wdw, sizeof dw4);
+		assert_memory_equal(db4, wdb, sizeof db4);
+		for (int i = 0; k < 2 && i < N * C; i++)
+			if (h[i] != ds_fp32_to_bf16(want[i]))
+				fail_msg("layernorm_backward16 %d d16[%d] = %#x, want %#x", k, i, h[i], ds_fp32_to_bf16(want[i]));
+	}
+	/* add16: add_r's rounded sum and its bits (n over several blocks) */
+	{
+		enum { NA = 20000 };
+		float *ua = malloc(sizeof(float) * NA * 4), *ub = ua + NA, *uo = ub + NA, *ur = uo + NA;
+		uint16_t *uh = malloc(sizeof(uint16_t) * NA);
+		assert_non_null(ua); assert_non_null(uh);
+		fill(ua, 1, 2 * NA, 2 * NA, 65u);
+		ds_kernel_add16(uo, uh, ua, ub, NA);
+		ds_kernel_add_r(ur, ua, ub, NA, 1);
+		assert_memory_equal(uo, ur, sizeof(float) * NA);
+		for (int i = 0; i < NA; i++)
+			if (uh[i] != ds_fp32_to_bf16(ur[i]))
+				fail_msg("add16 out16[%d] = %#x, want %#x", i, uh[i], ds_fp32_to_bf16(ur[i]));
+		for (int i = 0; i < NA; i++)
+			ur[i] = ua[i] + ub[i];
+		expect_rounded("add16", uo, ur, NA);
+		free(ua); free(uh);
 	}
 	/* activations, gated (2F wide inputs and gradients) or not */
 	for (int act = 0; act <= 4; act++) {
