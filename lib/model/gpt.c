@@ -819,6 +819,14 @@ static int64_t res_off(const struct ds_gpt_ws *ws, int li, int64_t NC)
 	return (int64_t)li * res_len(ws, 0, NC);
 }
 
+/* whether entry li is kept whole in bf16 with layer storage: the layer
+ * that writes it packs it in its residual add (layer_forward's out16),
+ * and where layernorm reads it, backward reads those bits (no unpack) */
+static int res16(const struct ds_gpt_ws *ws, int li, int64_t NC)
+{
+	return ws->ha && ws->hints && ws->half == DS_HALF_BF16 && res_len(ws, li, NC) == NC;
+}
+
 /* keep the fp32 (N,C) x as entry li (packed mode) */
 static void res_store(struct ds_gpt_ws *ws, int li, const float *x, int64_t NC)
 {
@@ -907,7 +915,7 @@ static int heads_hints(const struct ds_gpt *m, const struct ds_gpt_ws *ws, int B
 /* x's bits into h where a product would round x in a pass of its own
  * (gemm_hints 2): with x rounded in the same pass where something reads x
  * after (f32), else the bits alone */
-static void out16(const struct ds_gpt_ws *ws, int f32, float *x, uint16_t *h, int64_t n)
+static void bits16(const struct ds_gpt_ws *ws, int f32, float *x, uint16_t *h, int64_t n)
 {
 	if (f32)
 		rnd_pack(ws, x, h, x, n);
@@ -1313,10 +1321,11 @@ static int rowpar_forward(struct ds_gpt_ws *ws, float *out, const float *inp, co
 	return 0;
 }
 
-/* out (N,C) = layer l of x (N,C); activations into a.  0, a collective's
- * failure or an MoE layer's (ws->lerr). */
+/* out (N,C) = layer l of x (N,C), and out's bf16 bits into out16 where not
+ * NULL (res16); activations into a.  0, a collective's failure or an MoE
+ * layer's (ws->lerr). */
 static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, struct acts *a,
-			 float *out, const float *x, int B, int T, struct ds_err *err)
+			 float *out, uint16_t *out16, const float *x, int B, int T, struct ds_err *err)
 {
 	const struct layer_ix *ix = &m->li[l];
 	float **P = seg_params(ws);
@@ -1349,7 +1358,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		if (m->rd)
 			ws->ops->rotary(a->qkv, ws->rcos, ws->rsin, B, T, Cq, NH, m->rd, 0);
 		if (fq)
-			out16(ws, !heads_hints(m, ws, B, T), a->qkv, h->qkv, 3 * N * Cq);
+			bits16(ws, !heads_hints(m, ws, B, T), a->qkv, h->qkv, 3 * N * Cq);
 		else
 			rnd(ws, a->qkv, 3 * N * Cq);
 	}
@@ -1357,7 +1366,7 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 		pack16(ws, h ? h->qkv : NULL, a->qkv, 3 * N * Cq);
 	if (!attention_forward(m, ws, a, h, l, B, T, !fq)) {
 		if (fq)
-			out16(ws, ws->tp > 1, a->atty, h->atty, N * Cq);
+			bits16(ws, ws->tp > 1, a->atty, h->atty, N * Cq);
 		else
 			rnd(ws, a->atty, N * Cq);
 	}
@@ -1406,8 +1415,12 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 				      tp(m, P, ix->fcpb), N, F, C, err));
 	}
 	dropout_btc(ws, mb, B, T, C, l + 1, 3, ph);
-	/* out = x + attn + mlp (gptj), or res2 + mlp */
-	ws->ops->add(out, gptj ? out : a->res2, mb, N * C, r16(ws));
+	/* out = x + attn + mlp (gptj), or res2 + mlp; its bits to out16 too
+	 * where not NULL */
+	if (out16)
+		ws->ops->add16(out, out16, gptj ? out : a->res2, mb, N * C);
+	else
+		ws->ops->add(out, gptj ? out : a->res2, mb, N * C, r16(ws));
 	if (!r16(ws))
 		rnd(ws, out, N * C);   /* the layer boundary */
 	return 0;
@@ -1415,13 +1428,14 @@ static int layer_forward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, st
 
 /* dres (N,C): on entry d loss / d out of layer l, on return d loss / d x
  * (the residual stream's gradient, updated in place); parameter gradients
- * accumulate into the segment's grads.  x (N,C) is the layer's input.
+ * accumulate into the segment's grads.  x (N,C) is the layer's input, or
+ * x16 its bf16 bits (x then NULL: only layernorm 1 reads it, res16).
  * Tensor parallelism: the input gradients of the column-parallel products
  * (c_fc, c_attn) are this rank's part, summed over the ranks before the
  * norms take them (Megatron's copy_to_tensor_model_parallel_region).
  * 0, a collective's failure or an MoE layer's (ws->lerr). */
 static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, const struct acts *a,
-			  float *dres, const float *x, int B, int T, struct ds_err *err)
+			  float *dres, const float *x, const uint16_t *x16, int B, int T, struct ds_err *err)
 {
 	const struct layer_ix *ix = &m->li[l];
 	float **P = seg_params(ws), **G = seg_grads(m, ws);
@@ -1530,7 +1544,9 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
-	if (!norm_backward(m, ws, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, tp(m, P, ix->ln1w),
+	if (!norm_backward16(m, ws, NULL, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, x16,
+			     tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N) &&
+	    !norm_backward(m, ws, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, tp(m, P, ix->ln1w),
 			   a->ln1_a, a->ln1_b, N))
 		rnd(ws, dres, N * C);   /* the layer boundary */
 	return 0;
@@ -1723,10 +1739,11 @@ int ds_gpt_forward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const floa
 		struct acts a = layer_acts(ws, li);
 		float *x = pk ? ws->xw[li & 1] : ws->resid + (int64_t)li * NC;
 		float *out = pk ? ws->xw[(li + 1) & 1] : ws->resid + (int64_t)(li + 1) * NC;
-		DS_TRY(layer_forward(m, ws, l, &a, out, x, B, T, err));
+		uint16_t *o16 = res16(ws, li + 1, NC) ? ws->resid16 + res_off(ws, li + 1, NC) : NULL;
+		DS_TRY(layer_forward(m, ws, l, &a, out, o16, x, B, T, err));
 		if (es >= 0)
 			DS_TRY(hook_post(ws, es, DS_GPT_FORWARD, err));
-		if (pk)
+		if (pk && !o16)
 			res_store(ws, li + 1, out, NC);
 		if (ws->ha && li < ws->nl - 1)   /* the last layer stays in la[0] for backward */
 			layer_store(m, ws, li, &a, B, T, 0);
@@ -1881,17 +1898,22 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 	 * with 16-bit storage unpack each into the working set */
 	for (int li = ws->nl - 1; li >= 0; li--) {
 		const int l = ws->l0 + li, es = m->reg.expert_seg[l];
-		float *x;
+		float *x = NULL;
 		DS_TRY(hook_pre(m, ws, l + 1, DS_GPT_BACKWARD, params, grads, err));
 		if (es >= 0)
 			DS_TRY(hook_pre(m, ws, es, DS_GPT_BACKWARD, params, grads, err));
-		DS_TRY(res_load(ws, li, NC, &x, err));
+		/* (the input's bits where only layernorm 1 reads it, res16: the
+		 * parallel residual's norm 2 reads it in fp32) */
+		const uint16_t *x16 = res16(ws, li, NC) && m->cfg.norm == DS_NORM_LAYERNORM && !m->cfg.gpt_j_residual
+					      ? ws->resid16 + res_off(ws, li, NC) : NULL;
+		if (!x16)
+			DS_TRY(res_load(ws, li, NC, &x, err));
 		struct acts a = layer_acts(ws, li);
 		if (ws->ckpt && ws->ckpt_layer != l) {
 			double t0 = ds_now();
 			/* the output goes to scratch: the kept one is no longer needed */
 			ws->recomputing = 1;
-			int lrc = layer_forward(m, ws, l, &a, ws->dqkv, x, B, T, err);
+			int lrc = layer_forward(m, ws, l, &a, ws->dqkv, NULL, x, B, T, err);
 			ws->recomputing = 0;
 			DS_TRY(lrc);
 			ws->ckpt_layer = l;
@@ -1900,7 +1922,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 			layer_store(m, ws, li, &a, B, T, 1);
 			ws->ckpt_layer = l;
 		}
-		DS_TRY(layer_backward(m, ws, l, &a, ws->dresid, x, B, T, err));   /* rounds dresid */
+		DS_TRY(layer_backward(m, ws, l, &a, ws->dresid, x, x16, B, T, err));   /* rounds dresid */
 		if (es >= 0)
 			DS_TRY(hook_post(ws, es, DS_GPT_BACKWARD, err));
 		DS_TRY(hook_post(ws, l + 1, DS_GPT_BACKWARD, err));
