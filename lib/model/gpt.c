@@ -93,6 +93,7 @@ struct ds_gpt_ws {
 	float *vp;                    /* (3, N) vocabulary-parallel loss: row max, target logit, exp-sum */
 	uint16_t *g16;                /* (N,C) partition_activations in 16 bits: a gathered layer input */
 	uint16_t *d16;                /* (N, max(F2, 3Cq, C)) bf16: matmul_backward's dout */
+	int dres16;                   /* d16 holds dresid's bits, from the norm's backward that wrote dresid */
 	float *dresid, *dA, *dM, *dln, *dqkv, *datty, *dfch, *dfcact;
 	float *datt;                  /* (B,NH,T,T) attention gradient scratch */
 	float *attd;                  /* (B,NH,T,T) probabilities after dropout (attention_dropout > 0) */
@@ -1455,14 +1456,15 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	/* (where the c_proj products take dM's copy, hints 2, its bits are
 	 * written instead of the copy, dm16: nothing reads dM in fp32 then) */
 	uint16_t *dm16 = ws->hints >= 2 && ix->moe < 0 ? ws->d16 : NULL;
-	const int dropm = ws->train && ph > 0;
+	const int dropm = ws->train && ph > 0, have16 = ws->dres16;
+	ws->dres16 = 0;
 	if (dropm || !dm16)
 		ws->ops->copy(ws->dM, dres, nc);
 	dropout_btc(ws, ws->dM, B, T, C, l + 1, 3, ph);
-	if (dm16)
-		pack16(ws, dm16, dropm ? ws->dM : dres, N * C);
-	else
+	if (!dm16)
 		rnd(ws, ws->dM, N * C);
+	else if (dropm || !have16)   /* (else the norm above wrote dres's bits there) */
+		pack16(ws, dm16, dropm ? ws->dM : dres, N * C);
 	if (gptj) {   /* out = x + drop(attn) + drop(mlp): both branches see dout */
 		ws->ops->copy(ws->dA, dres, nc);
 		dropout_btc(ws, ws->dA, B, T, C, l + 1, 2, ph);
@@ -1544,10 +1546,14 @@ static int layer_backward(const struct ds_gpt *m, struct ds_gpt_ws *ws, int l, c
 	DS_TRY(tp_reduce(ws, ws->dln, N * C, DS_GPT_TP_SUM, err));
 	if (!dln16)
 		rnd(ws, ws->dln, N * C);
-	if (!norm_backward16(m, ws, NULL, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, x16,
-			     tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N) &&
-	    !norm_backward(m, ws, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, tp(m, P, ix->ln1w),
-			   a->ln1_a, a->ln1_b, N))
+	/* (dres's bits for the layer below's c_proj products, where they read
+	 * bits: dres16) */
+	uint16_t *dr16 = ws->hints >= 2 ? ws->d16 : NULL;
+	if (norm_backward16(m, ws, dr16, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, x16,
+			    tp(m, P, ix->ln1w), a->ln1_a, a->ln1_b, N))
+		ws->dres16 = dr16 != NULL;
+	else if (!norm_backward(m, ws, dres, tp(m, G, ix->ln1w), tp(m, G, ix->ln1b), ws->dln, x, tp(m, P, ix->ln1w),
+				a->ln1_a, a->ln1_b, N))
 		rnd(ws, dres, N * C);   /* the layer boundary */
 	return 0;
 }
@@ -1863,6 +1869,7 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 				  !dy ? "the next stage's gradient" : "a buffer for its input's gradient");
 	ds_progress_note();
 	ws->have_fwd = 0;
+	ws->dres16 = 0;
 	const int B = ws->B, T = ws->T, C = m->C, L = m->L;
 	const int64_t N = (int64_t)B * T, NC = N * C;
 	ws->bscale = scale;   /* the MoE layers weight their aux loss's gradient by it */
@@ -1886,8 +1893,12 @@ int ds_gpt_backward_part(const struct ds_gpt *m, struct ds_gpt_ws *ws, const flo
 		DS_TRY(hook_pre(m, ws, ns, DS_GPT_BACKWARD, params, grads, err));
 		DS_TRY(res_load(ws, ws->nl, NC, &xf, err));
 		ws->ops->zero(ws->dresid, (size_t)NC * sizeof(float));
-		if (!norm_backward(m, ws, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf,
-				   tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N))
+		uint16_t *dr16 = ws->hints >= 2 ? ws->d16 : NULL;   /* (as layer_backward's norm 1) */
+		if (norm_backward16(m, ws, dr16, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf, NULL,
+				    tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N))
+			ws->dres16 = dr16 != NULL;
+		else if (!norm_backward(m, ws, ws->dresid, tp(m, G, m->lnfw), tp(m, G, m->lnfb), ws->dln, xf,
+					tp(m, P, m->lnfw), ws->lnf_a, ws->lnf_b, N))
 			rnd(ws, ws->dresid, NC);
 		DS_TRY(hook_post(ws, ns, DS_GPT_BACKWARD, err));
 	} else {
